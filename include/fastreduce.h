@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fastreduce.h - the public interface of libfastreduce.
+ *
+ * libfastreduce All-Reduces CPU-memory buffers (gradients) between the ranks
+ * of a data-parallel job, over RDMA verbs or, where no RDMA device is usable,
+ * TCP.  This header is the whole public interface; everything else in the
+ * library is private.
+ *
+ * Conventions
+ *   - Handles are opaque: fr_comm_t (a communicator, one per rank and job),
+ *     fr_mem_t (a buffer registered once and reused), fr_request_t (a
+ *     non-blocking collective in flight).
+ *   - Every function that can fail returns 0 on success or a negative FR_E*
+ *     code.  fr_strerror() turns a code into text; fr_comm_last_error() gives
+ *     the communicator's own message for its most recent failure, naming the
+ *     rank or peer involved.
+ *   - Destroying or freeing a NULL handle is a no-op that returns 0.
+ *   - Configuration structs start with their own size so that later versions
+ *     can append fields without breaking binaries built against this one:
+ *     always fill them with fr_config_init() / set .size = sizeof(...).
+ *   - A communicator is not thread-safe: call it from one thread at a time.
+ *     Different communicators are independent.
+ *   - Collectives on one communicator run in the order they were started,
+ *     and every rank must start the same collectives in the same order with
+ *     the same count, datatype and operation.  Ranks that do not get
+ *     FR_EMISMATCH (never a hang and never wrong numbers).
+ *
+ * See fastreduce(7) for an overview and one man page per function in man3.
+ */
+#ifndef FASTREDUCE_H
+#define FASTREDUCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && defined(FR_BUILDING_LIBRARY)
+#define FR_API __attribute__((visibility("default")))
+#else
+#define FR_API
+#endif
+
+/* ---- version ----------------------------------------------------------- */
+
+#define FR_VERSION_MAJOR 0
+#define FR_VERSION_MINOR 1
+#define FR_VERSION_PATCH 0
+#define FR_VERSION_STRING "0.1.0"
+/* One number that grows with every release: 0xMMmmpp. */
+#define FR_VERSION_NUMBER                                                      \
+	((FR_VERSION_MAJOR << 16) | (FR_VERSION_MINOR << 8) | FR_VERSION_PATCH)
+
+/* The version of the library actually loaded ("0.1.0"). */
+FR_API const char *fr_version(void);
+/* The same as a number, comparable with FR_VERSION_NUMBER. */
+FR_API unsigned fr_version_number(void);
+
+/* ---- errors ------------------------------------------------------------ */
+
+/*
+ * X(NAME, value, message).  One table makes the codes, fr_strerror() and
+ * fr_errname(); codes are negative and stable across releases.
+ */
+#define FR_ERRNO_MAP(X)                                                        \
+	X(EINVAL, -1, "invalid argument")                                      \
+	X(ENOMEM, -2, "out of memory")                                         \
+	X(ENODEV, -3, "no usable transport device")                           \
+	X(ETIMEDOUT, -4, "timed out waiting for a peer")                      \
+	X(EMISMATCH, -5, "ranks called the collective with different arguments") \
+	X(EPEER, -6, "a peer failed or closed its connection")                \
+	X(EBOOTSTRAP, -7, "rendezvous with the other ranks failed")           \
+	X(EPROTO, -8, "malformed or unexpected message from a peer")          \
+	X(ESYS, -9, "system call failed")                                      \
+	X(EAGAIN, -10, "operation not complete yet")                           \
+	X(ENOTSUP, -11, "operation not supported")                             \
+	X(EBUSY, -12, "resource is in use")                                    \
+	X(EAUTH, -13, "peer presented the wrong job token")                    \
+	X(ERANGE, -14, "access outside a registered region")
+
+enum fr_errno {
+	FR_OK = 0,
+#define FR_ERRNO_ENUM_(name, val, msg) FR_##name = (val),
+	FR_ERRNO_MAP(FR_ERRNO_ENUM_)
+#undef FR_ERRNO_ENUM_
+};
+
+/* Static text for a code ("invalid argument"); never NULL. */
+FR_API const char *fr_strerror(int err);
+/* The code's name ("FR_EINVAL"); never NULL. */
+FR_API const char *fr_errname(int err);
+
+/* ---- datatypes and operations ----------------------------------------- */
+
+typedef enum fr_dtype {
+	FR_F32 = 0,  /* float */
+	FR_F64 = 1,  /* double */
+	FR_F16 = 2,  /* IEEE binary16, as uint16_t bits */
+	FR_BF16 = 3, /* bfloat16, as uint16_t bits */
+	FR_I8 = 4,
+	FR_U8 = 5,
+	FR_I32 = 6,
+	FR_U32 = 7,
+	FR_I64 = 8,
+	FR_U64 = 9,
+	FR_DTYPE_COUNT
+} fr_dtype_t;
+
+/*
+ * FR_AVG is the sum divided by the number of ranks; floating types only.
+ * f16 and bf16 are reduced through float and rounded to nearest-even after
+ * every step, as NCCL does.  Integer sums and products wrap (two's
+ * complement) like unsigned arithmetic.
+ */
+typedef enum fr_op {
+	FR_SUM = 0,
+	FR_PROD = 1,
+	FR_MIN = 2,
+	FR_MAX = 3,
+	FR_AVG = 4,
+	FR_OP_COUNT
+} fr_op_t;
+
+/* Size in bytes of one element, or 0 for an invalid dtype. */
+FR_API size_t fr_dtype_size(fr_dtype_t dtype);
+/* "f32", "bf16", ... ("?" if invalid). */
+FR_API const char *fr_dtype_name(fr_dtype_t dtype);
+/* "sum", "prod", "min", "max", "avg" ("?" if invalid). */
+FR_API const char *fr_op_name(fr_op_t op);
+/* Parse a name as printed above (also "float", "double", "half",
+ * "bfloat16", "int32", ...).  Returns 0 or FR_EINVAL. */
+FR_API int fr_dtype_from_name(const char *name, fr_dtype_t *dtype);
+FR_API int fr_op_from_name(const char *name, fr_op_t *op);
+
+/* ---- communicators ------------------------------------------------------ */
+
+typedef struct fr_comm fr_comm_t;
+typedef struct fr_mem fr_mem_t;
+typedef struct fr_request fr_request_t;
+
+/*
+ * Communicator settings.  Zero / NULL fields take their value from the
+ * environment variable named in the comment, else the default.
+ */
+typedef struct fr_config {
+	size_t size;            /* sizeof(fr_config_t): set by fr_config_init() */
+	int rank;               /* 0..nranks-1 (fr_comm_create only)          */
+	int nranks;             /* number of ranks (fr_comm_create only)      */
+	const char *rendezvous; /* "host:port" where rank 0 serves the rendezvous
+				 * (fr_comm_create only; FR_RENDEZVOUS)        */
+	const char *transport;  /* "auto", "tcp", "verbs"; FR_TRANSPORT, auto */
+	const char *job_token;  /* shared secret; FR_JOB_TOKEN, none          */
+	int timeout_ms;         /* peer timeout; FR_TIMEOUT_MS, 30000         */
+	size_t segment_bytes;   /* pipeline segment; FR_SEGMENT_BYTES, 512 KiB*/
+	int slots;              /* staging slots per peer; FR_SLOTS, 8        */
+	int regcache_entries;   /* registration cache bound; FR_REGCACHE_MAX, 64 */
+} fr_config_t;
+
+/* Fill cfg with its size and "take everything from the environment". */
+FR_API void fr_config_init(fr_config_t *cfg);
+
+/*
+ * Create a communicator with an explicit rank, size and rendezvous address
+ * (collective: every rank of the job calls it).  Blocks until all ranks have
+ * met and the ring neighbours are connected, or the timeout passes.
+ */
+FR_API int fr_comm_create(const fr_config_t *cfg, fr_comm_t **comm);
+
+/*
+ * Create a communicator from the environment of the launcher: frrun
+ * (FR_RANK, FR_NRANKS, FR_RENDEZVOUS), Open MPI (OMPI_COMM_WORLD_RANK/SIZE),
+ * MPICH/Hydra (PMI_RANK/PMI_SIZE), Slurm srun (SLURM_PROCID/SLURM_NTASKS) or
+ * torchrun (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT).  cfg may be NULL; its
+ * rank, nranks and rendezvous are ignored.  See fr_comm_create_from_env(3)
+ * for how the rendezvous address is found.
+ */
+FR_API int fr_comm_create_from_env(const fr_config_t *cfg, fr_comm_t **comm);
+
+/*
+ * Release everything the communicator holds (connections, registrations,
+ * requests).  Requests still in flight are abandoned.  NULL is a no-op.
+ */
+FR_API int fr_comm_destroy(fr_comm_t *comm);
+
+FR_API int fr_comm_rank(const fr_comm_t *comm);
+FR_API int fr_comm_size(const fr_comm_t *comm);
+/* "tcp" or "verbs". */
+FR_API const char *fr_comm_transport(const fr_comm_t *comm);
+
+/*
+ * The message of the communicator's most recent error ("" if none), e.g.
+ * "rank 2: peer rank 3 (next) closed the connection".  Valid until the next
+ * call on the communicator.  NULL comm gives the message of the last
+ * fr_comm_create*() that failed in this thread.
+ */
+FR_API const char *fr_comm_last_error(const fr_comm_t *comm);
+
+/*
+ * Counters.  Set stats->size = sizeof(fr_stats_t) before the call; fields
+ * beyond the caller's size are not written.
+ */
+typedef struct fr_stats {
+	size_t size;
+	uint64_t collectives;       /* collectives completed                  */
+	uint64_t bytes_sent;        /* payload bytes written to peers         */
+	uint64_t bytes_received;    /* payload bytes written by peers to us   */
+	uint64_t writes;            /* write-with-immediate operations posted */
+	uint64_t mem_registrations; /* transport registrations performed     */
+	uint64_t regcache_hits;     /* unregistered buffers found in the cache */
+	uint64_t regcache_misses;   /* ... and those that had to be registered */
+	uint64_t regcache_evictions;
+	uint64_t rkeys_sent;        /* remote keys sent to peers              */
+} fr_stats_t;
+
+FR_API int fr_comm_stats(const fr_comm_t *comm, fr_stats_t *stats);
+
+/* ---- memory ------------------------------------------------------------- */
+
+/*
+ * Register [buf, buf+len) with the transport once, for reuse by every
+ * collective whose buffers lie inside it: those run zero-copy and without
+ * any registration or key exchange after the first use.  Buffers that were
+ * not registered still work through a bounded internal cache.
+ */
+FR_API int fr_mem_register(fr_comm_t *comm, void *buf, size_t len,
+			   fr_mem_t **mem);
+/* FR_EBUSY while a collective in flight uses it.  NULL is a no-op. */
+FR_API int fr_mem_deregister(fr_mem_t *mem);
+
+/* ---- collectives -------------------------------------------------------- */
+
+/* Pass as sendbuf (or pass sendbuf == recvbuf) for an in-place All-Reduce. */
+#define FR_IN_PLACE ((const void *)1)
+
+/*
+ * recvbuf[i] = op over all ranks of sendbuf[i], for i < count.  Blocking.
+ * sendbuf and recvbuf must be equal (in place) or must not overlap.
+ */
+FR_API int fr_allreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+			size_t count, fr_dtype_t dtype, fr_op_t op);
+
+/*
+ * Start the same All-Reduce without waiting; *req is completed by
+ * fr_test()/fr_wait() (which also release it).  The buffers must stay valid
+ * and untouched until then.  Progress happens inside fr_test, fr_wait,
+ * fr_progress and any other call on the communicator.
+ */
+FR_API int fr_iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+			 size_t count, fr_dtype_t dtype, fr_op_t op,
+			 fr_request_t **req);
+
+/*
+ * Make progress; if the request is complete set *done = 1, release it, set
+ * *req = NULL and return its result.  Otherwise *done = 0 and return 0.
+ */
+FR_API int fr_test(fr_request_t **req, int *done);
+/* Block until the request completes; release it, *req = NULL, its result. */
+FR_API int fr_wait(fr_request_t **req);
+/* Advance every collective in flight without blocking. */
+FR_API int fr_progress(fr_comm_t *comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FASTREDUCE_H */

@@ -1,0 +1,908 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fr_allreduce_perf - All-Reduce bandwidth and correctness, nccl-tests style.
+ *
+ * Uses the public API only, so it measures exactly what an application gets,
+ * and creates its communicator with fr_comm_create_from_env() so the same
+ * binary runs under frrun, mpirun, srun, torchrun or one rank per host.
+ *
+ * For every datatype x operation x size it runs -w warm-up and -n timed
+ * All-Reduces; each rank averages its own time per iteration and the slowest
+ * rank's average is reported (a collective is as fast as its last rank).
+ * The columns are those of nccl-tests so numbers can be compared directly:
+ *
+ *   algbw = size / time
+ *   busbw = algbw * 2(n-1)/n    (what each link carries in a ring; it is
+ *                                comparable across rank counts)
+ *
+ * With -c 1 one more All-Reduce runs on inputs whose exact result is known
+ * and #wrong counts the elements that differ, summed over ranks.  Inputs are
+ * small integers (or +-1 for prod), so every partial result is exact in every
+ * datatype for up to 64 ranks and the expected value does not depend on the
+ * order in which the library combines contributions.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fastreduce.h"
+#include "perf_common.h"
+
+/* Slack after each buffer, so writes past the result land in our memory
+ * and are caught: GUARD_CHECK bytes of it are checked after each run. */
+#define GUARD_BYTES 4096
+#define GUARD_CHECK 64
+/*
+ * What the result area holds before a checked run: all-ones bytes are a NaN
+ * in every float type, so a float result the library never wrote cannot
+ * pass by accident (for integers it is -1, which few expected values are).
+ */
+#define SENTINEL 0xff
+/* Inputs repeat with this period in rank + index. */
+#define PATTERN 7
+
+enum { FMT_TABLE, FMT_CSV, FMT_JSON };
+
+struct opts {
+	size_t minb, maxb, step; /* step 0: multiply by factor */
+	long factor;
+	long iters, warmup;
+	bool check, inplace, reg;
+	long timeout_ms;
+	int fmt;
+	fr_dtype_t dtypes[FR_DTYPE_COUNT];
+	int ndtypes;
+	fr_op_t ops[FR_OP_COUNT];
+	int nops;
+};
+
+struct row {
+	size_t bytes, count;
+	fr_dtype_t dtype;
+	fr_op_t op;
+	double time_us, algbw, busbw;
+	long long wrong; /* -1: not checked */
+};
+
+/* Buffers of the tool's own tiny All-Reduces (timing max, #wrong sum). */
+struct meta {
+	double t[2];
+	uint64_t w[2];
+};
+
+struct ctx {
+	struct opts *o;
+	fr_comm_t *comm;
+	int rank, nranks;
+	unsigned char *send, *recv; /* send == recv when in place */
+	size_t buflen;		    /* usable bytes, guard not included */
+	struct meta *meta;	    /* for the tool's own All-Reduces */
+	fr_mem_t *send_mem, *recv_mem, *meta_mem;
+	struct row *rows;
+	size_t nrows, cap;
+};
+
+static bool is_float(fr_dtype_t dt)
+{
+	return dt == FR_F32 || dt == FR_F64 || dt == FR_F16 || dt == FR_BF16;
+}
+
+static bool is_signed_int(fr_dtype_t dt)
+{
+	return dt == FR_I8 || dt == FR_I32 || dt == FR_I64;
+}
+
+/* ---- half-precision conversions, round to nearest-even ------------------- */
+
+/*
+ * The tool may use only the public API, which has no conversion helpers, so
+ * it carries its own.  They matter only for the expected value of avg,
+ * which is rounded exactly as the library documents: through float.
+ */
+static uint16_t f32_to_f16(float fv)
+{
+	const uint32_t infty = 255u << 23, f16max = (127u + 16) << 23;
+	const uint32_t magic_u = ((127u - 15) + (23 - 10) + 1) << 23;
+	uint32_t f, sign;
+	uint16_t o;
+	float ff, magic;
+
+	memcpy(&f, &fv, 4);
+	sign = f & 0x80000000u;
+	f ^= sign;
+	if (f >= f16max) {
+		o = f > infty ? 0x7e00 : 0x7c00; /* NaN stays NaN, else inf */
+	} else if (f < (113u << 23)) {
+		/* Subnormal result: let the FPU round by adding a magic
+		 * number whose ulp is the f16 subnormal step. */
+		memcpy(&ff, &f, 4);
+		memcpy(&magic, &magic_u, 4);
+		ff += magic;
+		memcpy(&f, &ff, 4);
+		o = (uint16_t)(f - magic_u);
+	} else {
+		uint32_t odd = (f >> 13) & 1;
+
+		f += (uint32_t)((15 - 127) * (1 << 23)) + 0xfff + odd;
+		o = (uint16_t)(f >> 13);
+	}
+	return (uint16_t)(o | (sign >> 16));
+}
+
+static float f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f;
+	uint32_t m = h & 0x3ff, u;
+	float f;
+
+	if (e == 0x1f) {
+		u = sign | 0x7f800000u | (m << 13);
+	} else if (e) {
+		u = sign | ((e + 112) << 23) | (m << 13);
+	} else {
+		f = (float)m * (1.0f / 16777216.0f); /* exact: m * 2^-24 */
+		return sign ? -f : f;
+	}
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint16_t f32_to_bf16(float fv)
+{
+	uint32_t u;
+
+	memcpy(&u, &fv, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+	u += 0x7fffu + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* ---- element access ------------------------------------------------------ */
+
+/* Store a value that is exactly representable in dt (floats), or the low
+ * bits of v (integers: two's complement wrap, as the library computes). */
+static void put_elem(fr_dtype_t dt, void *p, int64_t v, double d)
+{
+	uint64_t u = (uint64_t)v;
+
+	switch (dt) {
+	case FR_F32: {
+		float f = (float)d;
+		memcpy(p, &f, 4);
+		break;
+	}
+	case FR_F64:
+		memcpy(p, &d, 8);
+		break;
+	case FR_F16: {
+		uint16_t h = f32_to_f16((float)d);
+		memcpy(p, &h, 2);
+		break;
+	}
+	case FR_BF16: {
+		uint16_t h = f32_to_bf16((float)d);
+		memcpy(p, &h, 2);
+		break;
+	}
+	case FR_I8:
+	case FR_U8: {
+		uint8_t b = (uint8_t)u;
+		memcpy(p, &b, 1);
+		break;
+	}
+	case FR_I32:
+	case FR_U32: {
+		uint32_t w = (uint32_t)u;
+		memcpy(p, &w, 4);
+		break;
+	}
+	default:
+		memcpy(p, &u, 8);
+		break;
+	}
+}
+
+static double get_float(fr_dtype_t dt, const void *p)
+{
+	float f;
+	double d;
+	uint16_t h;
+
+	switch (dt) {
+	case FR_F32:
+		memcpy(&f, p, 4);
+		return f;
+	case FR_F64:
+		memcpy(&d, p, 8);
+		return d;
+	case FR_F16:
+		memcpy(&h, p, 2);
+		return f16_to_f32(h);
+	default:
+		memcpy(&h, p, 2);
+		return bf16_to_f32(h);
+	}
+}
+
+/* Input of rank r at index i, through k = (r + i) % PATTERN. */
+static int64_t pattern(fr_op_t op, int k)
+{
+	if (op == FR_PROD)
+		return (k & 1) ? -1 : 1; /* products stay exact and bounded */
+	return k - 3; /* -3..3: sums of 64 ranks fit f16/bf16 */
+}
+
+/*
+ * The exact result for elements with i % PATTERN == k, in dt's memory
+ * representation (raw) and, for floats, as a double (val).
+ */
+static void expected(fr_dtype_t dt, fr_op_t op, int nranks, int k,
+		     unsigned char raw[8], double *val)
+{
+	size_t esz = fr_dtype_size(dt);
+	uint64_t mask = esz == 8 ? ~0ull : (1ull << (8 * esz)) - 1;
+	int64_t acc = op == FR_PROD ? 1 : 0;
+	uint64_t uacc = 0;
+	double d;
+
+	for (int r = 0; r < nranks; r++) {
+		int64_t v = pattern(op, (r + k) % PATTERN);
+		/* The value as an unsigned type of this size holds it. */
+		uint64_t u = (uint64_t)v & mask;
+
+		switch (op) {
+		case FR_SUM:
+		case FR_AVG:
+			acc += v;
+			break;
+		case FR_PROD:
+			acc *= v;
+			break;
+		case FR_MIN:
+			if (!r || v < acc)
+				acc = v;
+			if (!r || u < uacc)
+				uacc = u;
+			break;
+		default:
+			if (!r || v > acc)
+				acc = v;
+			if (!r || u > uacc)
+				uacc = u;
+			break;
+		}
+	}
+	if ((op == FR_MIN || op == FR_MAX) && !is_float(dt) &&
+	    !is_signed_int(dt))
+		acc = (int64_t)uacc;
+	d = (double)acc;
+	if (op == FR_AVG) {
+		/* The sum is exact; the division rounds once in the type
+		 * (through float for f16/bf16, as the library documents). */
+		switch (dt) {
+		case FR_F64:
+			d = (double)acc / nranks;
+			break;
+		case FR_F32:
+			d = (float)acc / (float)nranks;
+			break;
+		case FR_F16:
+			d = f16_to_f32(f32_to_f16((float)acc / (float)nranks));
+			break;
+		default:
+			d = bf16_to_f32(
+				f32_to_bf16((float)acc / (float)nranks));
+			break;
+		}
+	}
+	memset(raw, 0, 8);
+	put_elem(dt, raw, acc, d);
+	*val = d;
+}
+
+static void fill(fr_dtype_t dt, fr_op_t op, int rank, void *buf, size_t count)
+{
+	size_t esz = fr_dtype_size(dt);
+	unsigned char vals[PATTERN][8];
+	unsigned char *p = buf;
+	int k = rank % PATTERN;
+
+	/* Convert the PATTERN distinct inputs once, then copy. */
+	for (int j = 0; j < PATTERN; j++)
+		put_elem(dt, vals[j], pattern(op, j), (double)pattern(op, j));
+	for (size_t i = 0; i < count; i++, p += esz) {
+		memcpy(p, vals[k], esz);
+		if (++k == PATTERN)
+			k = 0;
+	}
+}
+
+/* Elements of recv that differ from the exact result, plus elements of an
+ * out-of-place send buffer that the library modified, plus guard bytes
+ * written past the end of the result. */
+static long long count_wrong(struct ctx *c, fr_dtype_t dt, fr_op_t op,
+			     size_t count)
+{
+	size_t esz = fr_dtype_size(dt), gend;
+	unsigned char raw[PATTERN][8], in[PATTERN][8];
+	double val[PATTERN];
+	long long wrong = 0;
+	int k = 0, ks = c->rank % PATTERN;
+
+	for (int j = 0; j < PATTERN; j++) {
+		expected(dt, op, c->nranks, j, raw[j], &val[j]);
+		put_elem(dt, in[j], pattern(op, j), (double)pattern(op, j));
+	}
+	for (size_t i = 0; i < count; i++) {
+		const unsigned char *p = c->recv + i * esz;
+
+		/* Floats by value: +0 and -0 are both a right answer. */
+		if (is_float(dt) ? get_float(dt, p) != val[k]
+				 : memcmp(p, raw[k], esz) != 0)
+			wrong++;
+		else if (!c->o->inplace &&
+			 memcmp(c->send + i * esz, in[ks], esz))
+			wrong++;
+		if (++k == PATTERN)
+			k = 0;
+		if (++ks == PATTERN)
+			ks = 0;
+	}
+	gend = PC_MIN(count * esz + GUARD_CHECK, c->buflen + GUARD_BYTES);
+	for (size_t i = count * esz; i < gend; i++)
+		if (c->recv[i] != SENTINEL)
+			wrong++;
+	return wrong;
+}
+
+/* ---- reporting ----------------------------------------------------------- */
+
+static void lib_error(struct ctx *c, const char *what, int rc)
+{
+	fprintf(stderr, "fr_allreduce_perf: rank %d: %s failed: %s (%s)%s%s\n",
+		c->rank, what, fr_strerror(rc), fr_errname(rc),
+		*fr_comm_last_error(c->comm) ? ": " : "",
+		fr_comm_last_error(c->comm));
+}
+
+static void print_header(struct ctx *c)
+{
+	struct opts *o = c->o;
+	char b1[32], b2[32], b3[32];
+
+	if (o->fmt == FMT_CSV) {
+		printf("size,count,type,redop,inplace,time_us,algbw_GBps,busbw_GBps,wrong\n");
+		fflush(stdout);
+		return;
+	}
+	if (o->fmt != FMT_TABLE)
+		return;
+	printf("# fr_allreduce_perf: libfastreduce %s, transport %s, nranks %d\n",
+	       fr_version(), fr_comm_transport(c->comm), c->nranks);
+	if (o->step)
+		pc_format_size(o->step, b3, sizeof(b3));
+	else
+		snprintf(b3, sizeof(b3), "%ld", o->factor);
+	printf("#  minBytes %s maxBytes %s step: %s(%s) warmup iters: %ld iters: %ld\n",
+	       pc_format_size(o->minb, b1, sizeof(b1)),
+	       pc_format_size(o->maxb, b2, sizeof(b2)), b3,
+	       o->step ? "bytes" : "factor", o->warmup, o->iters);
+	printf("#  validation: %d  in-place: %d  registered buffers: %d\n",
+	       o->check, o->inplace, o->reg);
+	printf("#\n");
+	/* Over the time..#wrong columns, as nccl-tests labels them. */
+	printf("#%53s%s\n", "", o->inplace ? "in-place" : "out-of-place");
+	printf("#%11s %13s %7s %6s %10s %8s %8s %7s\n", "size", "count", "type",
+	       "redop", "time", "algbw", "busbw", "#wrong");
+	printf("#%11s %13s %7s %6s %10s %8s %8s\n", "(B)", "(elements)", "", "",
+	       "(us)", "(GB/s)", "(GB/s)");
+	fflush(stdout);
+}
+
+static void print_row(struct ctx *c, const struct row *r)
+{
+	char w[32];
+
+	if (r->wrong < 0)
+		snprintf(w, sizeof(w), "N/A");
+	else
+		snprintf(w, sizeof(w), "%lld", r->wrong);
+	if (c->o->fmt == FMT_CSV) {
+		printf("%zu,%zu,%s,%s,%d,%.3f,%.4f,%.4f,%s\n", r->bytes,
+		       r->count, fr_dtype_name(r->dtype), fr_op_name(r->op),
+		       c->o->inplace, r->time_us, r->algbw, r->busbw,
+		       r->wrong < 0 ? "" : w);
+	} else if (c->o->fmt == FMT_TABLE) {
+		printf(" %11zu %13zu %7s %6s %10.2f %8.3f %8.3f %7s\n",
+		       r->bytes, r->count, fr_dtype_name(r->dtype),
+		       fr_op_name(r->op), r->time_us, r->algbw, r->busbw, w);
+	}
+	fflush(stdout);
+}
+
+static void print_footer(struct ctx *c, long long total_wrong)
+{
+	double sum = 0, avg;
+
+	for (size_t i = 0; i < c->nrows; i++)
+		sum += c->rows[i].busbw;
+	avg = c->nrows ? sum / (double)c->nrows : 0;
+	if (c->o->fmt == FMT_TABLE) {
+		if (c->o->check)
+			printf("# Out of bounds values : %lld %s\n",
+			       total_wrong, total_wrong ? "FAILED" : "OK");
+		else
+			printf("# Out of bounds values : N/A (not checked)\n");
+		printf("# Avg bus bandwidth : %.3f GB/s\n", avg);
+		printf("#\n");
+	} else if (c->o->fmt == FMT_JSON) {
+		printf("{\"tool\":\"fr_allreduce_perf\",\"version\":\"%s\","
+		       "\"transport\":\"%s\",\"nranks\":%d,\"inplace\":%s,"
+		       "\"registered\":%s,\"check\":%s,\"iters\":%ld,"
+		       "\"warmup\":%ld,\"rows\":[",
+		       fr_version(), fr_comm_transport(c->comm), c->nranks,
+		       c->o->inplace ? "true" : "false",
+		       c->o->reg ? "true" : "false",
+		       c->o->check ? "true" : "false", c->o->iters,
+		       c->o->warmup);
+		for (size_t i = 0; i < c->nrows; i++) {
+			const struct row *r = &c->rows[i];
+
+			printf("%s{\"size\":%zu,\"count\":%zu,\"type\":\"%s\","
+			       "\"redop\":\"%s\",\"time_us\":%.3f,"
+			       "\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,",
+			       i ? "," : "", r->bytes, r->count,
+			       fr_dtype_name(r->dtype), fr_op_name(r->op),
+			       r->time_us, r->algbw, r->busbw);
+			if (r->wrong < 0)
+				printf("\"wrong\":null}");
+			else
+				printf("\"wrong\":%lld}", r->wrong);
+		}
+		printf("],\"avg_busbw_GBps\":%.4f,", avg);
+		if (c->o->check)
+			printf("\"out_of_bounds\":%lld}\n", total_wrong);
+		else
+			printf("\"out_of_bounds\":null}\n");
+	}
+	fflush(stdout);
+}
+
+static int add_row(struct ctx *c, const struct row *r)
+{
+	if (c->nrows == c->cap) {
+		size_t ncap = c->cap ? 2 * c->cap : 64;
+		struct row *n = realloc(c->rows, ncap * sizeof(*n));
+
+		if (!n)
+			return -1;
+		c->rows = n;
+		c->cap = ncap;
+	}
+	c->rows[c->nrows++] = *r;
+	return 0;
+}
+
+/* ---- the measurement ----------------------------------------------------- */
+
+/* The tool's own tiny All-Reduces: one double (max) or one u64 (sum). */
+static int reduce_max_f64(struct ctx *c, double *v)
+{
+	int rc;
+
+	c->meta->t[0] = *v;
+	rc = fr_allreduce(c->comm, &c->meta->t[0], &c->meta->t[1], 1, FR_F64,
+			  FR_MAX);
+	if (rc)
+		return rc;
+	*v = c->meta->t[1];
+	return 0;
+}
+
+static int reduce_sum_u64(struct ctx *c, uint64_t *v)
+{
+	int rc;
+
+	c->meta->w[0] = *v;
+	rc = fr_allreduce(c->comm, &c->meta->w[0], &c->meta->w[1], 1, FR_U64,
+			  FR_SUM);
+	if (rc)
+		return rc;
+	*v = c->meta->w[1];
+	return 0;
+}
+
+static int run_size(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
+		    long long *total_wrong)
+{
+	struct opts *o = c->o;
+	size_t esz = fr_dtype_size(dt), bytes = count * esz;
+	const void *sbuf = o->inplace ? FR_IN_PLACE : c->send;
+	struct row r = {.bytes = bytes,
+			.count = count,
+			.dtype = dt,
+			.op = op,
+			.wrong = -1};
+	uint64_t t0, t1, w;
+	double t, n = c->nranks;
+	int rc;
+
+	for (long i = 0; i < o->warmup; i++) {
+		rc = fr_allreduce(c->comm, sbuf, c->recv, count, dt, op);
+		if (rc)
+			goto fail;
+	}
+	/* Line the ranks up so the clock starts together everywhere. */
+	t = 0;
+	rc = reduce_max_f64(c, &t);
+	if (rc)
+		goto fail_meta;
+	t0 = pc_now_ns();
+	for (long i = 0; i < o->iters; i++) {
+		rc = fr_allreduce(c->comm, sbuf, c->recv, count, dt, op);
+		if (rc)
+			goto fail;
+	}
+	t1 = pc_now_ns();
+	t = (double)(t1 - t0) / 1e3 / (double)o->iters;
+	rc = reduce_max_f64(c, &t);
+	if (rc)
+		goto fail_meta;
+	r.time_us = t;
+	r.algbw = t > 0 ? (double)bytes / (t * 1e3) : 0; /* B/ns = GB/s */
+	r.busbw = r.algbw * 2.0 * (n - 1) / n;
+
+	if (o->check) {
+		/* Fresh inputs (in place, the timed loop overwrote them) and
+		 * a sentinel where the result goes. */
+		if (o->inplace)
+			fill(dt, op, c->rank, c->recv, count);
+		else
+			memset(c->recv, SENTINEL, bytes);
+		memset(c->recv + bytes, SENTINEL,
+		       PC_MIN(GUARD_CHECK, c->buflen + GUARD_BYTES - bytes));
+		rc = fr_allreduce(c->comm, sbuf, c->recv, count, dt, op);
+		if (rc)
+			goto fail;
+		w = (uint64_t)count_wrong(c, dt, op, count);
+		rc = reduce_sum_u64(c, &w);
+		if (rc)
+			goto fail_meta;
+		r.wrong = (long long)w;
+		*total_wrong += r.wrong;
+	}
+	if (add_row(c, &r)) {
+		fprintf(stderr, "fr_allreduce_perf: out of memory\n");
+		return -1;
+	}
+	if (c->rank == 0)
+		print_row(c, &r);
+	return 0;
+
+fail:
+	lib_error(c, "fr_allreduce", rc);
+	return -1;
+fail_meta:
+	lib_error(c, "fr_allreduce (timing/check exchange)", rc);
+	return -1;
+}
+
+static int run_all(struct ctx *c, long long *total_wrong)
+{
+	struct opts *o = c->o;
+
+	for (int d = 0; d < o->ndtypes; d++) {
+		fr_dtype_t dt = o->dtypes[d];
+		size_t esz = fr_dtype_size(dt);
+
+		for (int p = 0; p < o->nops; p++) {
+			fr_op_t op = o->ops[p];
+			size_t size = o->minb;
+
+			if (op == FR_AVG && !is_float(dt))
+				continue; /* only with -o all: see parse */
+			/* Inputs once per (type, op) for the whole sweep;
+			 * the checked run refills what it needs. */
+			fill(dt, op, c->rank, o->inplace ? c->recv : c->send,
+			     c->buflen / esz);
+			for (;;) {
+				size_t count = size / esz;
+
+				if (count &&
+				    run_size(c, dt, op, count, total_wrong))
+					return -1;
+				if (size >= o->maxb)
+					break;
+				if (o->step)
+					size = size > o->maxb - o->step
+						       ? o->maxb + 1
+						       : size + o->step;
+				else
+					size = size > o->maxb / (size_t)o->factor
+						       ? o->maxb + 1
+						       : size * (size_t)o->factor;
+				if (size > o->maxb)
+					break;
+			}
+		}
+	}
+	return 0;
+}
+
+/* ---- setup --------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: fr_allreduce_perf [OPTIONS]\n"
+		"Measure libfastreduce All-Reduce (run it under frrun, mpirun, srun, torchrun).\n"
+		"\n"
+		"  -b, --minbytes SIZE      smallest message (default 8; K/M/G suffixes)\n"
+		"  -e, --maxbytes SIZE      largest message (default 64M)\n"
+		"  -f, --stepfactor F       multiply the size by F (default 2)\n"
+		"  -i, --stepbytes SIZE     add SIZE instead of multiplying\n"
+		"  -n, --iters N            timed iterations per size (default 20)\n"
+		"  -w, --warmup_iters N     untimed iterations first (default 5)\n"
+		"  -d, --datatype TYPE      f32 (default), f64, f16, bf16, i8, u8, i32, u32,\n"
+		"                           i64, u64, or all\n"
+		"  -o, --op OP              sum (default), prod, min, max, avg, or all\n"
+		"  -c, --check 0|1          verify the results (default 1)\n"
+		"  -I, --inplace 0|1        in-place All-Reduce (default 0: out of place)\n"
+		"  -R, --register 0|1       register buffers once (default 1; 0: rely on\n"
+		"                           the library's registration cache)\n"
+		"  -t, --timeout MS         peer timeout in milliseconds (FR_TIMEOUT_MS)\n"
+		"      --csv                CSV rows on stdout instead of the table\n"
+		"      --json               one JSON object on stdout instead of the table\n"
+		"  -h, --help               this text\n");
+}
+
+static int bad(const char *what, const char *arg)
+{
+	fprintf(stderr,
+		"fr_allreduce_perf: invalid %s '%s'\n"
+		"Try 'fr_allreduce_perf --help' for more information.\n",
+		what, arg);
+	return 2;
+}
+
+static int parse_opts(int argc, char **argv, struct opts *o)
+{
+	static const struct option lopts[] = {
+		{"minbytes", required_argument, NULL, 'b'},
+		{"maxbytes", required_argument, NULL, 'e'},
+		{"stepfactor", required_argument, NULL, 'f'},
+		{"stepbytes", required_argument, NULL, 'i'},
+		{"iters", required_argument, NULL, 'n'},
+		{"warmup_iters", required_argument, NULL, 'w'},
+		{"datatype", required_argument, NULL, 'd'},
+		{"op", required_argument, NULL, 'o'},
+		{"check", required_argument, NULL, 'c'},
+		{"inplace", required_argument, NULL, 'I'},
+		{"register", required_argument, NULL, 'R'},
+		{"timeout", required_argument, NULL, 't'},
+		{"csv", no_argument, NULL, 'C'},
+		{"json", no_argument, NULL, 'J'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *dname = "f32", *oname = "sum";
+	int ch;
+
+	memset(o, 0, sizeof(*o));
+	o->minb = 8;
+	o->maxb = 64u << 20;
+	o->factor = 2;
+	o->iters = 20;
+	o->warmup = 5;
+	o->check = true;
+	o->reg = true;
+	o->fmt = FMT_TABLE;
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, ":b:e:f:i:n:w:d:o:c:I:R:t:h",
+				 lopts, NULL)) != -1) {
+		switch (ch) {
+		case 'b':
+			if (pc_parse_size(optarg, &o->minb))
+				return bad("minimum size", optarg);
+			break;
+		case 'e':
+			if (pc_parse_size(optarg, &o->maxb))
+				return bad("maximum size", optarg);
+			break;
+		case 'f':
+			if (pc_parse_long(optarg, 2, 1 << 20, &o->factor))
+				return bad("step factor (integer >= 2)",
+					   optarg);
+			o->step = 0;
+			break;
+		case 'i':
+			if (pc_parse_size(optarg, &o->step) || !o->step)
+				return bad("step size", optarg);
+			break;
+		case 'n':
+			if (pc_parse_long(optarg, 1, 1000000000, &o->iters))
+				return bad("iteration count", optarg);
+			break;
+		case 'w':
+			if (pc_parse_long(optarg, 0, 1000000000, &o->warmup))
+				return bad("warm-up count", optarg);
+			break;
+		case 'd':
+			dname = optarg;
+			break;
+		case 'o':
+			oname = optarg;
+			break;
+		case 'c':
+			if (pc_parse_bool(optarg, &o->check))
+				return bad("-c value (0 or 1)", optarg);
+			break;
+		case 'I':
+			if (pc_parse_bool(optarg, &o->inplace))
+				return bad("-I value (0 or 1)", optarg);
+			break;
+		case 'R':
+			if (pc_parse_bool(optarg, &o->reg))
+				return bad("-R value (0 or 1)", optarg);
+			break;
+		case 't':
+			if (pc_parse_long(optarg, 1, 86400000, &o->timeout_ms))
+				return bad("timeout (milliseconds)", optarg);
+			break;
+		case 'C':
+			o->fmt = FMT_CSV;
+			break;
+		case 'J':
+			o->fmt = FMT_JSON;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		case ':':
+			return bad("use of option without a value",
+				   argv[optind - 1]);
+		default:
+			return bad("option", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return bad("argument", argv[optind]);
+	if (!o->minb)
+		return bad("minimum size (must be at least 1)", "0");
+	if (o->minb > o->maxb)
+		return bad("size range (-b is larger than -e)", "");
+
+	if (!strcmp(dname, "all")) {
+		for (int d = 0; d < FR_DTYPE_COUNT; d++)
+			o->dtypes[o->ndtypes++] = (fr_dtype_t)d;
+	} else if (fr_dtype_from_name(dname, &o->dtypes[0])) {
+		return bad("datatype", dname);
+	} else {
+		o->ndtypes = 1;
+	}
+	if (!strcmp(oname, "all")) {
+		for (int p = 0; p < FR_OP_COUNT; p++)
+			o->ops[o->nops++] = (fr_op_t)p;
+	} else if (fr_op_from_name(oname, &o->ops[0])) {
+		return bad("operation", oname);
+	} else {
+		o->nops = 1;
+	}
+	/* An explicit avg on an integer type is a mistake, not a skip. */
+	if (o->ndtypes == 1 && o->nops == 1 && o->ops[0] == FR_AVG &&
+	    !is_float(o->dtypes[0]))
+		return bad("operation for an integer type (avg needs floats)",
+			   oname);
+	return 0;
+}
+
+static void *alloc_buf(size_t len)
+{
+	size_t total = (len + GUARD_BYTES + 4095) & ~(size_t)4095;
+	void *p = aligned_alloc(4096, total);
+
+	if (p)
+		memset(p, SENTINEL, total); /* also faults the pages in */
+	return p;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	struct ctx c;
+	fr_config_t cfg;
+	long long total_wrong = 0;
+	int rc, ret = 1;
+
+	rc = parse_opts(argc, argv, &o);
+	if (rc)
+		return rc;
+	memset(&c, 0, sizeof(c));
+	c.o = &o;
+
+	fr_config_init(&cfg);
+	if (o.timeout_ms)
+		cfg.timeout_ms = (int)o.timeout_ms;
+	rc = fr_comm_create_from_env(&cfg, &c.comm);
+	if (rc) {
+		fprintf(stderr,
+			"fr_allreduce_perf: cannot create the communicator: %s (%s): %s\n",
+			fr_strerror(rc), fr_errname(rc),
+			fr_comm_last_error(NULL));
+		return 1;
+	}
+	c.rank = fr_comm_rank(c.comm);
+	c.nranks = fr_comm_size(c.comm);
+
+	/* Room for the largest message of any requested type. */
+	c.buflen = o.maxb < 64 ? 64 : o.maxb;
+	c.recv = alloc_buf(c.buflen);
+	c.send = o.inplace ? c.recv : alloc_buf(c.buflen);
+	c.meta = alloc_buf(sizeof(*c.meta));
+	if (!c.recv || !c.send || !c.meta) {
+		fprintf(stderr,
+			"fr_allreduce_perf: rank %d: cannot allocate 2 x %zu bytes\n",
+			c.rank, c.buflen);
+		goto out;
+	}
+	if (o.reg) {
+		rc = fr_mem_register(c.comm, c.recv, c.buflen, &c.recv_mem);
+		if (!rc && !o.inplace)
+			rc = fr_mem_register(c.comm, c.send, c.buflen,
+					     &c.send_mem);
+		if (!rc)
+			rc = fr_mem_register(c.comm, c.meta, sizeof(*c.meta),
+					     &c.meta_mem);
+		if (rc) {
+			lib_error(&c, "fr_mem_register", rc);
+			goto out;
+		}
+	}
+
+	if (c.rank == 0)
+		print_header(&c);
+	if (run_all(&c, &total_wrong))
+		goto out;
+	if (c.rank == 0)
+		print_footer(&c, total_wrong);
+	ret = total_wrong ? 1 : 0;
+
+out:
+	/* Teardown continues past a failure: free everything we hold. */
+	rc = fr_mem_deregister(c.meta_mem);
+	if (rc)
+		lib_error(&c, "fr_mem_deregister", rc);
+	rc = fr_mem_deregister(c.send_mem);
+	if (rc)
+		lib_error(&c, "fr_mem_deregister", rc);
+	rc = fr_mem_deregister(c.recv_mem);
+	if (rc)
+		lib_error(&c, "fr_mem_deregister", rc);
+	rc = fr_comm_destroy(c.comm);
+	if (rc) {
+		fprintf(stderr,
+			"fr_allreduce_perf: rank %d: fr_comm_destroy failed: %s\n",
+			c.rank, fr_strerror(rc));
+		ret = 1;
+	}
+	if (c.send != c.recv)
+		free(c.send);
+	free(c.recv);
+	free(c.meta);
+	free(c.rows);
+	return ret;
+}

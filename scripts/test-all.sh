@@ -1,0 +1,37 @@
+#!/bin/bash
+# The whole test suite, as CI runs it (README's second command):
+#   1. -Werror build, `make check` (CMocka units + multi-process runs);
+#   2. the same suite built with AddressSanitizer + UBSan;
+#   3. valgrind over the unit tests and a small multi-process run;
+#   4. `make distcheck`.
+# Build trees go to build/, build-asan/ (kept for inspection).
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+jobs=$(nproc 2>/dev/null || echo 2)
+step() { printf '\n=== %s ===\n' "$*"; }
+
+step "bootstrap"
+./autogen.sh >/dev/null 2>&1 || ./autogen.sh
+
+step "build (-Werror) and make check"
+mkdir -p build
+(cd build && ../configure --enable-werror >/dev/null && make -j"$jobs" >/dev/null &&
+	make -j"$jobs" check) || { cat build/test-suite.log 2>/dev/null | tail -100; exit 1; }
+
+step "ASan + UBSan build and make check"
+mkdir -p build-asan
+# LeakSanitizer needs ptrace-free /proc access; it works as root here.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+(cd build-asan && ../configure --enable-werror --enable-asan --enable-ubsan \
+	--enable-debug >/dev/null && make -j"$jobs" >/dev/null &&
+	make -j"$jobs" check FR_TEST_RANKS="1 2 3 5 8") ||
+	{ cat build-asan/test-suite.log 2>/dev/null | tail -100; exit 1; }
+
+step "valgrind"
+bash "$top/tests/valgrind.sh" "$top/build"
+
+step "make distcheck"
+(cd build && make -j"$jobs" distcheck >/dev/null) || { echo "distcheck failed"; exit 1; }
+echo "distcheck: ok"

@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bootstrap.h - the TCP rendezvous through which ranks find each other.
+ *
+ * Rank 0 serves at the rendezvous address; every other rank connects to it
+ * (retrying with back-off until the timeout), sends a HELLO with its rank,
+ * the job token, a configuration string that must be equal on all ranks
+ * and its "card" (transport address and remote keys, opaque here), and
+ * gets back a WELCOME with every rank's card and a random job nonce.  Then
+ * the connection is closed: after the rendezvous only ring neighbours talk.
+ *
+ * Wire format: every message is a 12-byte little-endian header
+ *   u32 magic "FRB1", u16 version, u16 type, u32 payload length
+ * followed by the payload (see bootstrap.c).  Parsers never trust a length.
+ */
+#ifndef FR_BOOTSTRAP_H
+#define FR_BOOTSTRAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FR_BOOT_MAGIC 0x31425246u /* "FRB1" */
+#define FR_BOOT_VERSION 1
+#define FR_BOOT_HDR 12
+#define FR_BOOT_CARD_MAX 512
+#define FR_BOOT_TOKEN_MAX 256
+#define FR_BOOT_CONFIG_MAX 256
+#define FR_BOOT_PAYLOAD_MAX (1u << 26)
+
+enum fr_boot_type { FR_BOOT_HELLO = 1, FR_BOOT_WELCOME = 2, FR_BOOT_REJECT = 3 };
+
+struct fr_boot_card {
+	uint16_t len;
+	uint8_t data[FR_BOOT_CARD_MAX];
+};
+
+struct fr_boot_hello {
+	uint32_t rank, nranks;
+	uint16_t token_len, config_len;
+	char token[FR_BOOT_TOKEN_MAX + 1];
+	char config[FR_BOOT_CONFIG_MAX + 1];
+	struct fr_boot_card card;
+};
+
+struct fr_boot_params {
+	int rank, nranks;
+	const char *rendezvous; /* host:port */
+	const char *token;      /* may be NULL */
+	int timeout_ms;
+	char *err;
+	size_t errlen;
+};
+
+struct fr_boot;
+
+/* Phase 1: rank 0 listens, accepts every other rank and reads its HELLO;
+ * the others connect.  Afterwards fr_boot_local_ip() is the address of the
+ * interface that reaches the rendezvous (for the transport to bind). */
+int fr_boot_begin(const struct fr_boot_params *p, struct fr_boot **boot);
+const char *fr_boot_local_ip(const struct fr_boot *boot);
+/* Phase 2: trade cards.  cards[] has nranks entries; on success cards[r]
+ * holds rank r's card and *nonce the job nonce. */
+int fr_boot_exchange(struct fr_boot *boot, const char *config,
+		     const struct fr_boot_card *mine, struct fr_boot_card *cards,
+		     uint64_t *nonce);
+void fr_boot_end(struct fr_boot *boot);
+
+/* Message codecs, exposed for the unit tests.  Each returns the number of
+ * bytes written / 0, or FR_EPROTO / FR_EINVAL on bad input. */
+int fr_boot_parse_header(const uint8_t *buf, size_t len, uint16_t *type,
+			 uint32_t *plen);
+size_t fr_boot_put_header(uint8_t *buf, uint16_t type, uint32_t plen);
+int fr_boot_parse_hello(const uint8_t *p, size_t len, struct fr_boot_hello *h);
+int fr_boot_build_hello(const struct fr_boot_hello *h, uint8_t *buf,
+			size_t len);
+int fr_boot_parse_welcome(const uint8_t *p, size_t len, uint32_t nranks,
+			  uint64_t *nonce, struct fr_boot_card *cards);
+int fr_boot_parse_reject(const uint8_t *p, size_t len, int32_t *code,
+			 char *msg, size_t msglen);
+
+#endif

@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * env.c - launcher environments.
+ *
+ * Rank and size come from the first launcher whose variables are present:
+ * frrun (or a user) FR_RANK/FR_NRANKS, Open MPI, MPICH/Hydra, torchrun,
+ * Slurm.  torchrun comes before Slurm because `srun torchrun ...` leaves
+ * the srun task's SLURM_PROCID in every worker torchrun starts.  The rendezvous address is FR_RENDEZVOUS, else torchrun-style
+ * MASTER_ADDR:MASTER_PORT+1 (MASTER_PORT itself belongs to torch's own
+ * TCPStore), else - when the launcher says every rank is on this host -
+ * 127.0.0.1 with a port derived from the launcher's job id, so that plain
+ * `mpirun -np 4 prog` works without extra variables.
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "env.h"
+#include "fastreduce.h"
+#include "util.h"
+
+const char *fr_env_getenv(const char *name, void *arg)
+{
+	(void)arg;
+	return getenv(name);
+}
+
+static const char *get_set(fr_getenv_fn get, void *arg, const char *name)
+{
+	const char *v = get(name, arg);
+
+	return v && *v ? v : NULL;
+}
+
+int fr_env_long(fr_getenv_fn get, void *arg, const char *name, long min,
+		long max, long *out, char *err, size_t errlen)
+{
+	const char *v = get_set(get, arg, name);
+
+	if (!v)
+		return 0;
+	if (fr_parse_long(v, min, max, out)) {
+		snprintf(err, errlen, "%s=\"%s\" is not an integer in [%ld, %ld]",
+			 name, v, min, max);
+		return FR_EINVAL;
+	}
+	return 1;
+}
+
+int fr_env_size(fr_getenv_fn get, void *arg, const char *name, size_t min,
+		size_t max, size_t *out, char *err, size_t errlen)
+{
+	const char *v = get_set(get, arg, name);
+	size_t s;
+
+	if (!v)
+		return 0;
+	if (fr_parse_size(v, &s) || s < min || s > max) {
+		snprintf(err, errlen,
+			 "%s=\"%s\" is not a size in [%zu, %zu] (K/M/G allowed)",
+			 name, v, min, max);
+		return FR_EINVAL;
+	}
+	*out = s;
+	return 1;
+}
+
+struct launcher {
+	const char *name;
+	const char *rank_var, *size_var;
+	/* Variables that, equal to the size, say "all ranks on one host". */
+	const char *local_size_var; /* compared with size */
+	const char *nnodes_var;     /* compared with 1 */
+	/* Variables whose text identifies the job (for the default port). */
+	const char *jobid_vars[3];
+};
+
+static const struct launcher launchers[] = {
+	{ "frrun", "FR_RANK", "FR_NRANKS", "FR_LOCAL_SIZE", NULL,
+	  { "FR_JOB_TOKEN", NULL, NULL } },
+	{ "Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+	  "OMPI_COMM_WORLD_LOCAL_SIZE", NULL,
+	  { "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid",
+	    "PMIX_NAMESPACE" } },
+	{ "MPICH/Hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS", NULL,
+	  { "PMI_KVSNAME", "PMI_JOBID", "PMI_PORT" } },
+	{ "torchrun", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", NULL,
+	  { "TORCHELASTIC_RUN_ID", NULL, NULL } },
+	{ "Slurm", "SLURM_PROCID", "SLURM_NTASKS", NULL, "SLURM_NNODES",
+	  { "SLURM_JOB_ID", "SLURM_STEP_ID", NULL } },
+};
+
+/* FNV-1a over the job id text: the same on every rank of the job. */
+static uint32_t hash_str(uint32_t h, const char *s)
+{
+	for (; *s; s++) {
+		h ^= (unsigned char)*s;
+		h *= 16777619u;
+	}
+	return h;
+}
+
+static int find_rendezvous(fr_getenv_fn get, void *arg,
+			   const struct launcher *l, long nranks,
+			   struct fr_launch *out, char *err, size_t errlen)
+{
+	const char *v, *maddr;
+	char host[256];
+	uint16_t port;
+	long mport, n;
+	uint32_t h = 2166136261u;
+	bool have_id = false, local = false;
+
+	v = get_set(get, arg, "FR_RENDEZVOUS");
+	if (v) {
+		if (fr_parse_hostport(v, host, sizeof(host), &port)) {
+			snprintf(err, errlen,
+				 "FR_RENDEZVOUS=\"%s\" is not host:port", v);
+			return FR_EINVAL;
+		}
+		snprintf(out->rendezvous, sizeof(out->rendezvous), "%s", v);
+		return 0;
+	}
+	maddr = get_set(get, arg, "MASTER_ADDR");
+	if (maddr) {
+		if (fr_env_long(get, arg, "MASTER_PORT", 1, 65534, &mport, err,
+				errlen) != 1) {
+			if (!err[0])
+				snprintf(err, errlen,
+					 "MASTER_ADDR is set but MASTER_PORT is not");
+			return FR_EINVAL;
+		}
+		snprintf(out->rendezvous, sizeof(out->rendezvous),
+			 strchr(maddr, ':') ? "[%s]:%ld" : "%s:%ld", maddr,
+			 mport + 1);
+		return 0;
+	}
+	if (nranks == 1) {
+		snprintf(out->rendezvous, sizeof(out->rendezvous),
+			 "127.0.0.1:1");
+		return 0;
+	}
+	if (l->local_size_var &&
+	    fr_env_long(get, arg, l->local_size_var, 1, 1 << 24, &n, err,
+			errlen) == 1 && n == nranks)
+		local = true;
+	if (l->nnodes_var &&
+	    fr_env_long(get, arg, l->nnodes_var, 1, 1 << 24, &n, err,
+			errlen) == 1 && n == 1)
+		local = true;
+	if (!local && l->nnodes_var && !strcmp(l->name, "Slurm") &&
+	    fr_env_long(get, arg, "SLURM_JOB_NUM_NODES", 1, 1 << 24, &n, err,
+			errlen) == 1 && n == 1)
+		local = true;
+	err[0] = '\0';
+	for (int i = 0; i < 3 && l->jobid_vars[i]; i++) {
+		v = get_set(get, arg, l->jobid_vars[i]);
+		if (v) {
+			h = hash_str(h, v);
+			h = hash_str(h, "/");
+			have_id = true;
+		}
+	}
+	if (!local || !have_id) {
+		snprintf(err, errlen,
+			 "%s: cannot tell where rank 0 serves the rendezvous%s; set FR_RENDEZVOUS=host:port (host of rank 0) on every rank",
+			 l->name,
+			 local ? " (no job id found)" :
+				 " (ranks are on several hosts)");
+		return FR_EINVAL;
+	}
+	snprintf(out->rendezvous, sizeof(out->rendezvous), "127.0.0.1:%u",
+		 20000u + h % 40000u);
+	return 0;
+}
+
+int fr_env_detect(fr_getenv_fn get, void *arg, struct fr_launch *out,
+		  char *err, size_t errlen)
+{
+	long rank, size;
+	int rc;
+
+	err[0] = '\0';
+	memset(out, 0, sizeof(*out));
+	for (size_t i = 0; i < FR_ARRAY_SIZE(launchers); i++) {
+		const struct launcher *l = &launchers[i];
+
+		if (!get_set(get, arg, l->rank_var) &&
+		    !get_set(get, arg, l->size_var))
+			continue;
+		rc = fr_env_long(get, arg, l->size_var, 1, 1 << 24, &size, err,
+				 errlen);
+		if (rc == 0) {
+			snprintf(err, errlen, "%s is set but %s is not",
+				 l->rank_var, l->size_var);
+			return FR_EINVAL;
+		}
+		if (rc < 0)
+			return rc;
+		rc = fr_env_long(get, arg, l->rank_var, 0, size - 1, &rank,
+				 err, errlen);
+		if (rc == 0) {
+			snprintf(err, errlen, "%s is set but %s is not",
+				 l->size_var, l->rank_var);
+			return FR_EINVAL;
+		}
+		if (rc < 0)
+			return rc;
+		out->rank = (int)rank;
+		out->nranks = (int)size;
+		out->launcher = l->name;
+		return find_rendezvous(get, arg, l, size, out, err, errlen);
+	}
+	snprintf(err, errlen,
+		 "no launcher environment found: run under frrun, mpirun, srun or torchrun, or set FR_RANK, FR_NRANKS and FR_RENDEZVOUS");
+	return FR_EINVAL;
+}

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * env.h - find rank, size and rendezvous address in a launcher's environment.
+ */
+#ifndef FR_ENV_H
+#define FR_ENV_H
+
+#include <stddef.h>
+
+/* getenv(3) or a table in tests. */
+typedef const char *(*fr_getenv_fn)(const char *name, void *arg);
+
+struct fr_launch {
+	int rank;
+	int nranks;
+	char rendezvous[300];  /* host:port */
+	const char *launcher;  /* "frrun", "Open MPI", "MPICH/Hydra", ... */
+};
+
+/*
+ * Detect the launcher: FR_RANK/FR_NRANKS, then Open MPI, MPICH/Hydra,
+ * torchrun, Slurm.  0, or FR_EINVAL with a message in err naming the
+ * variable at fault.
+ */
+int fr_env_detect(fr_getenv_fn get, void *arg, struct fr_launch *out,
+		  char *err, size_t errlen);
+
+/* Read an integer / size setting: 0 if unset (*out untouched), 1 if set,
+ * FR_EINVAL (message in err) if malformed or outside [min, max]. */
+int fr_env_long(fr_getenv_fn get, void *arg, const char *name, long min,
+		long max, long *out, char *err, size_t errlen);
+int fr_env_size(fr_getenv_fn get, void *arg, const char *name, size_t min,
+		size_t max, size_t *out, char *err, size_t errlen);
+
+/* The process environment as an fr_getenv_fn. */
+const char *fr_env_getenv(const char *name, void *arg);
+
+#endif

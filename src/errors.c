@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * errors.c - error codes, version, datatype and operation names.
+ *
+ * Everything here is generated from the tables in fastreduce.h or below, so
+ * a new code or dtype is added in exactly one place.
+ */
+#include <string.h>
+#include <strings.h>
+
+#include "fastreduce.h"
+
+const char *fr_version(void)
+{
+	return FR_VERSION_STRING;
+}
+
+unsigned fr_version_number(void)
+{
+	return FR_VERSION_NUMBER;
+}
+
+const char *fr_strerror(int err)
+{
+	switch (err) {
+	case FR_OK:
+		return "success";
+#define FR_ERRNO_MSG_(name, val, msg)                                          \
+	case FR_##name:                                                        \
+		return msg;
+		FR_ERRNO_MAP(FR_ERRNO_MSG_)
+#undef FR_ERRNO_MSG_
+	}
+	return "unknown error";
+}
+
+const char *fr_errname(int err)
+{
+	switch (err) {
+	case FR_OK:
+		return "FR_OK";
+#define FR_ERRNO_NAME_(name, val, msg)                                         \
+	case FR_##name:                                                        \
+		return "FR_" #name;
+		FR_ERRNO_MAP(FR_ERRNO_NAME_)
+#undef FR_ERRNO_NAME_
+	}
+	return "FR_E?";
+}
+
+/* name, size, aliases (NULL-terminated) per dtype, indexed by fr_dtype_t. */
+static const struct {
+	const char *name;
+	size_t size;
+	const char *alias[3];
+} dtypes[FR_DTYPE_COUNT] = {
+	[FR_F32] = { "f32", 4, { "float", "float32", NULL } },
+	[FR_F64] = { "f64", 8, { "double", "float64", NULL } },
+	[FR_F16] = { "f16", 2, { "half", "float16", NULL } },
+	[FR_BF16] = { "bf16", 2, { "bfloat16", NULL, NULL } },
+	[FR_I8] = { "i8", 1, { "int8", NULL, NULL } },
+	[FR_U8] = { "u8", 1, { "uint8", NULL, NULL } },
+	[FR_I32] = { "i32", 4, { "int32", "int", NULL } },
+	[FR_U32] = { "u32", 4, { "uint32", NULL, NULL } },
+	[FR_I64] = { "i64", 8, { "int64", NULL, NULL } },
+	[FR_U64] = { "u64", 8, { "uint64", NULL, NULL } },
+};
+
+static const char *const ops[FR_OP_COUNT] = {
+	[FR_SUM] = "sum", [FR_PROD] = "prod", [FR_MIN] = "min",
+	[FR_MAX] = "max", [FR_AVG] = "avg",
+};
+
+size_t fr_dtype_size(fr_dtype_t dtype)
+{
+	if ((unsigned)dtype >= FR_DTYPE_COUNT)
+		return 0;
+	return dtypes[dtype].size;
+}
+
+const char *fr_dtype_name(fr_dtype_t dtype)
+{
+	if ((unsigned)dtype >= FR_DTYPE_COUNT)
+		return "?";
+	return dtypes[dtype].name;
+}
+
+const char *fr_op_name(fr_op_t op)
+{
+	if ((unsigned)op >= FR_OP_COUNT)
+		return "?";
+	return ops[op];
+}
+
+int fr_dtype_from_name(const char *name, fr_dtype_t *dtype)
+{
+	if (!name || !dtype)
+		return FR_EINVAL;
+	for (int i = 0; i < FR_DTYPE_COUNT; i++) {
+		if (!strcasecmp(name, dtypes[i].name))
+			goto found;
+		for (int a = 0; a < 3 && dtypes[i].alias[a]; a++)
+			if (!strcasecmp(name, dtypes[i].alias[a]))
+				goto found;
+		continue;
+found:
+		*dtype = (fr_dtype_t)i;
+		return 0;
+	}
+	return FR_EINVAL;
+}
+
+int fr_op_from_name(const char *name, fr_op_t *op)
+{
+	if (!name || !op)
+		return FR_EINVAL;
+	for (int i = 0; i < FR_OP_COUNT; i++) {
+		if (!strcasecmp(name, ops[i])) {
+			*op = (fr_op_t)i;
+			return 0;
+		}
+	}
+	if (!strcasecmp(name, "mean")) {
+		*op = FR_AVG;
+		return 0;
+	}
+	return FR_EINVAL;
+}

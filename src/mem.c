@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mem.c - registered memory: user registrations and the registration cache.
+ *
+ * Zero copy needs every buffer registered with the transport, and
+ * registering is expensive on RDMA (pinning, NIC page tables), so it must
+ * happen once per buffer, not once per call.  fr_mem_register() does that
+ * explicitly.  Buffers that were never registered go through a cache keyed
+ * by page-aligned ranges: the first collective registers the pages around
+ * the buffer, later ones find a cached range containing theirs (exact byte
+ * ranges would almost never hit).  The cache is bounded; unreferenced
+ * entries are evicted least recently used first.  Each registration gets an
+ * id that is never reused in the communicator, which is how peers cache our
+ * remote keys (see ring.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "log.h"
+#include "util.h"
+
+static size_t page_size(void)
+{
+	long p = sysconf(_SC_PAGESIZE);
+
+	return p > 0 ? (size_t)p : 4096;
+}
+
+int fr_mem_register_internal(struct fr_comm *comm, void *buf, size_t len,
+			     int access, bool user, struct fr_mem **out)
+{
+	struct fr_mem *m = calloc(1, sizeof(*m));
+	int rc;
+
+	if (!m)
+		return FR_ENOMEM;
+	rc = comm->tp_ops->reg_mem(comm->tp, buf, len, access, &m->tp_mr);
+	if (rc) {
+		free(m);
+		return fr_comm_seterr(comm, rc,
+				      "rank %d: registering %zu bytes at %p with %s failed: %s",
+				      comm->rank, len, buf, comm->tp_ops->name,
+				      fr_strerror(rc));
+	}
+	m->comm = comm;
+	m->base = (uintptr_t)buf;
+	m->len = len;
+	m->access = access;
+	m->user = user;
+	m->id = ++comm->next_mem_id;
+	m->last_use = comm->seq;
+	comm->stats.mem_registrations++;
+	*out = m;
+	return 0;
+}
+
+void fr_mem_free_internal(struct fr_mem *m)
+{
+	if (!m)
+		return;
+	m->comm->tp_ops->dereg_mem(m->comm->tp, m->tp_mr);
+	free(m);
+}
+
+static bool covers(const struct fr_mem *m, uintptr_t a, size_t len, int access)
+{
+	return a >= m->base && len <= m->len && a - m->base <= m->len - len &&
+	       (m->access & access) == access;
+}
+
+/* Evict the least recently used unreferenced cache entry, if any. */
+static bool cache_evict_one(struct fr_comm *comm)
+{
+	struct fr_mem **pp, **victim = NULL;
+
+	for (pp = &comm->cache; *pp; pp = &(*pp)->next)
+		if (!(*pp)->refs &&
+		    (!victim || (*pp)->last_use < (*victim)->last_use))
+			victim = pp;
+	if (!victim)
+		return false;
+	struct fr_mem *m = *victim;
+
+	*victim = m->next;
+	comm->cache_entries--;
+	comm->stats.regcache_evictions++;
+	fr_mem_free_internal(m);
+	return true;
+}
+
+int fr_mem_acquire(struct fr_comm *comm, const void *buf, size_t len,
+		   int access, struct fr_mem **out)
+{
+	uintptr_t a = (uintptr_t)buf, lo, hi;
+	size_t ps = page_size();
+	struct fr_mem *m;
+	int rc;
+
+	for (m = comm->user_mems; m; m = m->next)
+		if (covers(m, a, len, access))
+			goto found;
+	for (m = comm->cache; m; m = m->next)
+		if (covers(m, a, len, access)) {
+			comm->stats.regcache_hits++;
+			goto found;
+		}
+	comm->stats.regcache_misses++;
+	while (comm->cache_entries >= comm->regcache_max &&
+	       cache_evict_one(comm))
+		;
+	lo = a & ~(uintptr_t)(ps - 1);
+	hi = (a + len + ps - 1) & ~(uintptr_t)(ps - 1);
+	/* Receive buffers also get local read: the all-gather forwards from
+	 * them.  Keep the union so a buffer used both ways hits next time. */
+	rc = fr_mem_register_internal(comm, (void *)lo, hi - lo, access, false,
+				      &m);
+	if (rc)
+		return rc;
+	m->next = comm->cache;
+	comm->cache = m;
+	comm->cache_entries++;
+found:
+	m->refs++;
+	m->last_use = comm->seq;
+	*out = m;
+	return 0;
+}
+
+void fr_mem_release(struct fr_mem *m)
+{
+	m->refs--;
+}
+
+void fr_mem_cache_flush(struct fr_comm *comm)
+{
+	while (comm->cache) {
+		struct fr_mem *m = comm->cache;
+
+		comm->cache = m->next;
+		fr_mem_free_internal(m);
+	}
+	comm->cache_entries = 0;
+	while (comm->user_mems) {
+		struct fr_mem *m = comm->user_mems;
+
+		comm->user_mems = m->next;
+		fr_mem_free_internal(m);
+	}
+}
+
+int fr_mem_register(fr_comm_t *comm, void *buf, size_t len, fr_mem_t **mem)
+{
+	struct fr_mem *m;
+	int rc;
+
+	if (!comm || !mem)
+		return FR_EINVAL;
+	if (!buf || !len)
+		return fr_comm_seterr(comm, FR_EINVAL,
+				      "rank %d: fr_mem_register: %s", comm->rank,
+				      !buf ? "NULL buffer" : "zero length");
+	if ((uintptr_t)buf + len < (uintptr_t)buf)
+		return fr_comm_seterr(comm, FR_EINVAL,
+				      "rank %d: fr_mem_register: range wraps around",
+				      comm->rank);
+	/* A gradient buffer may be a source and a destination. */
+	rc = fr_mem_register_internal(comm, buf, len,
+				      FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE |
+					      FR_TP_REMOTE_WRITE,
+				      true, &m);
+	if (rc)
+		return rc;
+	m->next = comm->user_mems;
+	comm->user_mems = m;
+	*mem = m;
+	return 0;
+}
+
+int fr_mem_deregister(fr_mem_t *mem)
+{
+	struct fr_comm *comm;
+	struct fr_mem **pp;
+
+	if (!mem)
+		return 0;
+	comm = mem->comm;
+	if (mem->refs)
+		return fr_comm_seterr(comm, FR_EBUSY,
+				      "rank %d: fr_mem_deregister: a collective in flight uses this buffer",
+				      comm->rank);
+	for (pp = &comm->user_mems; *pp && *pp != mem; pp = &(*pp)->next)
+		;
+	if (!*pp)
+		return fr_comm_seterr(comm, FR_EINVAL,
+				      "rank %d: fr_mem_deregister: not a registration of this communicator",
+				      comm->rank);
+	*pp = mem->next;
+	/* Cached ranges inside the buffer may belong to memory about to be
+	 * freed: drop unreferenced ones that overlap. */
+	for (pp = &comm->cache; *pp;) {
+		struct fr_mem *c = *pp;
+
+		if (!c->refs && c->base < mem->base + mem->len &&
+		    mem->base < c->base + c->len) {
+			*pp = c->next;
+			comm->cache_entries--;
+			fr_mem_free_internal(c);
+		} else {
+			pp = &c->next;
+		}
+	}
+	fr_mem_free_internal(mem);
+	return 0;
+}

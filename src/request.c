@@ -1,0 +1,327 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * request.c - collectives as requests, and the progress engine.
+ *
+ * Requests run one after another in the order they were started (every rank
+ * starts them in the same order).  Progress means: drain the transport's
+ * completions into the ring engine, then let the active collective post
+ * what it can.  Waiting spins for a short budget (FR_SPIN_US) and then
+ * blocks in the transport's wait (epoll / completion channel), because
+ * tests and laptops run more ranks than cores and pure busy-polling then
+ * steals the CPU from the very rank we are waiting for.
+ */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "log.h"
+#include "reduce.h"
+#include "ring.h"
+#include "util.h"
+
+#define CQE_BATCH 32
+
+static void req_finish(struct fr_request *req, int result)
+{
+	req->state = FR_REQ_DONE;
+	req->result = result;
+	fr_ring_free(req);
+	if (!result)
+		req->comm->stats.collectives++;
+}
+
+/* The failure reaches every request not yet finished. */
+static void fail_all(struct fr_comm *comm)
+{
+	for (struct fr_request *q = comm->queue; q; q = q->next)
+		if (q->state != FR_REQ_DONE)
+			req_finish(q, comm->failed);
+}
+
+static struct fr_request *first_pending(struct fr_comm *comm)
+{
+	struct fr_request *q = comm->queue;
+
+	while (q && q->state == FR_REQ_DONE)
+		q = q->next;
+	return q;
+}
+
+int fr_progress_internal(struct fr_comm *comm, bool *did_work)
+{
+	struct fr_tp_cqe cqe[CQE_BATCH];
+	struct fr_request *req;
+	int n, rc = 0;
+
+	if (comm->failed)
+		goto failed;
+	if (comm->nranks > 1) {
+		do {
+			n = comm->tp_ops->poll(comm->tp, cqe, CQE_BATCH);
+			if (n < 0) {
+				fr_comm_fail(comm, n,
+					     "rank %d: transport %s failed: %s",
+					     comm->rank, comm->tp_ops->name,
+					     fr_strerror(n));
+				goto failed;
+			}
+			if (n) {
+				*did_work = true;
+				comm->last_activity_ms = fr_now_ms();
+			}
+			for (int i = 0; i < n; i++)
+				if (fr_ring_on_cqe(comm, &cqe[i]))
+					goto failed;
+		} while (n == CQE_BATCH);
+		rc = fr_ring_flush_credits(comm, did_work);
+		if (rc && rc != FR_EAGAIN) {
+			fr_comm_fail(comm, rc, "rank %d: returning credits to rank %d: %s",
+				     comm->rank, comm->prev.rank,
+				     fr_strerror(rc));
+			goto failed;
+		}
+	}
+	/* Run collectives back to back while they complete. */
+	while ((req = first_pending(comm))) {
+		if (req->state == FR_REQ_QUEUED) {
+			req->state = FR_REQ_ACTIVE;
+			req->seq = comm->seq++;
+			comm->last_activity_ms = fr_now_ms();
+			rc = fr_ring_start(comm, req);
+			if (rc) {
+				if (!comm->failed)
+					fr_comm_fail(comm, rc,
+						     "rank %d: starting collective #%u: %s",
+						     comm->rank, req->seq,
+						     comm->errmsg[0] ?
+							     comm->errmsg :
+							     fr_strerror(rc));
+				goto failed;
+			}
+			*did_work = true;
+		}
+		rc = fr_ring_advance(comm, req, did_work);
+		if (rc) {
+			fr_comm_fail(comm, rc, "rank %d: collective #%u: %s",
+				     comm->rank, req->seq, fr_strerror(rc));
+			goto failed;
+		}
+		if (!fr_ring_done(req))
+			break;
+		req_finish(req, 0);
+		*did_work = true;
+	}
+	return 0;
+
+failed:
+	fail_all(comm);
+	return comm->failed;
+}
+
+/* Turn a silent neighbour into an error once the timeout has passed. */
+static int check_timeout(struct fr_comm *comm)
+{
+	struct fr_request *req = first_pending(comm);
+	uint64_t idle = fr_now_ms() - comm->last_activity_ms;
+	const char *which;
+	int peer;
+
+	if (!req || idle < (uint64_t)comm->timeout_ms)
+		return 0;
+	which = fr_ring_waiting_on(comm, req, &peer);
+	fr_comm_fail(comm, FR_ETIMEDOUT,
+		     "rank %d: collective #%u: no progress for %llu ms waiting on rank %d (%s)",
+		     comm->rank, req->seq, (unsigned long long)idle, peer,
+		     which);
+	fail_all(comm);
+	return FR_ETIMEDOUT;
+}
+
+static bool overlaps(const void *a, const void *b, size_t len)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+
+	return x < y ? y - x < len : x - y < len;
+}
+
+int fr_iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		  size_t count, fr_dtype_t dtype, fr_op_t op,
+		  fr_request_t **out)
+{
+	struct fr_request *req;
+	size_t es;
+
+	if (!comm || !out)
+		return FR_EINVAL;
+	*out = NULL;
+	if (comm->failed)
+		return comm->failed;
+	es = fr_dtype_size(dtype);
+	if (!es || fr_reduce_check(dtype, op))
+		return fr_comm_seterr(comm, FR_EINVAL,
+				      "rank %d: allreduce: invalid datatype/operation (%d, %d)%s",
+				      comm->rank, (int)dtype, (int)op,
+				      es && op == FR_AVG ?
+					      ": avg needs a floating type" :
+					      "");
+	if (count > SIZE_MAX / es / 2)
+		return fr_comm_seterr(comm, FR_EINVAL,
+				      "rank %d: allreduce: count %zu too large",
+				      comm->rank, count);
+	if (sendbuf == recvbuf)
+		sendbuf = FR_IN_PLACE;
+	if (count && (!recvbuf || !sendbuf))
+		return fr_comm_seterr(comm, FR_EINVAL,
+				      "rank %d: allreduce: NULL buffer with count %zu",
+				      comm->rank, count);
+	if (count && sendbuf != FR_IN_PLACE &&
+	    overlaps(sendbuf, recvbuf, count * es))
+		return fr_comm_seterr(comm, FR_EINVAL,
+				      "rank %d: allreduce: send and receive buffers overlap without being equal",
+				      comm->rank);
+	req = calloc(1, sizeof(*req));
+	if (!req)
+		return FR_ENOMEM;
+	req->comm = comm;
+	req->state = FR_REQ_QUEUED;
+	req->sendbuf = sendbuf;
+	req->recvbuf = recvbuf;
+	req->count = count;
+	req->dtype = dtype;
+	req->op = op;
+	if (comm->tail)
+		comm->tail->next = req;
+	else
+		comm->queue = req;
+	comm->tail = req;
+	*out = req;
+	/* Start it now so that the neighbours hear about it early. */
+	bool work = false;
+
+	fr_progress_internal(comm, &work);
+	return 0;
+}
+
+static void req_unlink_free(struct fr_request *req)
+{
+	struct fr_comm *comm = req->comm;
+	struct fr_request **pp, *prev = NULL;
+
+	for (pp = &comm->queue; *pp && *pp != req; pp = &(*pp)->next)
+		prev = *pp;
+	if (*pp)
+		*pp = req->next;
+	if (comm->tail == req)
+		comm->tail = prev;
+	fr_ring_free(req);
+	free(req);
+}
+
+int fr_test(fr_request_t **reqp, int *done)
+{
+	struct fr_request *req;
+	bool work = false;
+	int rc;
+
+	if (!reqp || !*reqp || !done)
+		return FR_EINVAL;
+	req = *reqp;
+	*done = 0;
+	if (req->state != FR_REQ_DONE) {
+		fr_progress_internal(req->comm, &work);
+		if (req->state != FR_REQ_DONE)
+			check_timeout(req->comm);
+	}
+	if (req->state != FR_REQ_DONE)
+		return 0;
+	rc = req->result;
+	*done = 1;
+	req_unlink_free(req);
+	*reqp = NULL;
+	return rc;
+}
+
+/* Progress until req is done, spinning briefly and then blocking. */
+static void wait_done(struct fr_request *req)
+{
+	struct fr_comm *comm = req->comm;
+	uint64_t spin_until = fr_now_ns() + (uint64_t)comm->spin_us * 1000u;
+
+	while (req->state != FR_REQ_DONE) {
+		bool work = false;
+		uint64_t idle;
+		int ms;
+
+		fr_progress_internal(comm, &work);
+		if (req->state == FR_REQ_DONE || check_timeout(comm))
+			break;
+		if (work) {
+			spin_until = fr_now_ns() + (uint64_t)comm->spin_us * 1000u;
+			continue;
+		}
+		if (comm->spin_us < 0 || fr_now_ns() < spin_until) {
+			sched_yield();
+			continue;
+		}
+		idle = fr_now_ms() - comm->last_activity_ms;
+		ms = idle >= (uint64_t)comm->timeout_ms ?
+			     0 :
+			     (int)FR_MIN((uint64_t)comm->timeout_ms - idle,
+					 (uint64_t)100);
+		if (comm->nranks > 1)
+			comm->tp_ops->wait(comm->tp, ms);
+	}
+}
+
+int fr_wait(fr_request_t **reqp)
+{
+	struct fr_request *req;
+	int rc;
+
+	if (!reqp || !*reqp)
+		return FR_EINVAL;
+	req = *reqp;
+	wait_done(req);
+	rc = req->result;
+	req_unlink_free(req);
+	*reqp = NULL;
+	return rc;
+}
+
+int fr_progress(fr_comm_t *comm)
+{
+	bool work = false;
+	int rc;
+
+	if (!comm)
+		return FR_EINVAL;
+	rc = fr_progress_internal(comm, &work);
+	if (!rc)
+		rc = check_timeout(comm);
+	return rc;
+}
+
+int fr_allreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		 size_t count, fr_dtype_t dtype, fr_op_t op)
+{
+	fr_request_t *req;
+	int rc;
+
+	rc = fr_iallreduce(comm, sendbuf, recvbuf, count, dtype, op, &req);
+	if (rc)
+		return rc;
+	return fr_wait(&req);
+}
+
+void fr_requests_abandon(struct fr_comm *comm)
+{
+	while (comm->queue) {
+		struct fr_request *req = comm->queue;
+
+		comm->queue = req->next;
+		fr_ring_free(req);
+		free(req);
+	}
+	comm->tail = NULL;
+}

@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * transport.h - the internal transport interface.
+ *
+ * Algorithms see the network only through this table of function pointers.
+ * Its one data operation is a one-sided write with immediate: copy len bytes
+ * from a local registered region into a peer's registered region at an
+ * offset, then deliver a 32-bit immediate to the peer as a completion.
+ *
+ * Semantics every transport honours (the conformance suite checks them):
+ *   - a FR_CQE_RECV completion means the bytes are already in place in the
+ *     receiver's region;
+ *   - a FR_CQE_SEND completion means the source bytes may be reused;
+ *   - writes on one connection complete in the order they were posted, on
+ *     both sides (FIFO);
+ *   - the receiver checks every write against its registered regions
+ *     (region exists, offset + len within it, remote write allowed) and fails
+ *     the connection with FR_ERANGE otherwise: nothing is written out of
+ *     bounds;
+ *   - write_imm returns FR_EAGAIN when the connection's send queue is full
+ *     (back-pressure); the caller polls and retries;
+ *   - a peer that closes or dies produces one completion with a negative
+ *     status on every connection to it; later operations on it fail.
+ *
+ * A transport is single-threaded: one thread drives one endpoint.
+ */
+#ifndef FR_TRANSPORT_H
+#define FR_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Largest opaque address blob and remote key blob. */
+#define FR_TP_ADDR_MAX 128
+#define FR_TP_RKEY_MAX 32
+
+/* Registration access flags (least privilege: a peer may write only into
+ * regions registered with FR_TP_REMOTE_WRITE). */
+#define FR_TP_LOCAL_READ 0x1
+#define FR_TP_LOCAL_WRITE 0x2
+#define FR_TP_REMOTE_WRITE 0x4
+
+struct fr_tp;      /* an endpoint: one per communicator  */
+struct fr_tp_conn; /* a connection to one peer           */
+struct fr_tp_mr;   /* a registered memory region         */
+
+/* A peer's region as unpacked from its key blob; contents are the
+ * transport's own (e.g. region id + length for TCP, addr + rkey for verbs). */
+struct fr_tp_rkey {
+	uint64_t a, b;
+	uint32_t c, d;
+};
+
+enum fr_tp_cqe_kind {
+	FR_CQE_SEND = 1, /* our write finished: the source may be reused      */
+	FR_CQE_RECV = 2, /* a peer's write landed: its bytes are in our region */
+};
+
+struct fr_tp_cqe {
+	int kind;                /* enum fr_tp_cqe_kind                    */
+	int status;              /* 0, or a negative FR_E* code            */
+	struct fr_tp_conn *conn; /* the connection it happened on          */
+	uint64_t ctx;            /* SEND: the ctx given to write_imm       */
+	uint32_t imm;            /* RECV: the immediate                    */
+	uint32_t len;            /* RECV: bytes written                    */
+};
+
+/* What the core tells a transport when it opens an endpoint. */
+struct fr_tp_params {
+	size_t size;        /* sizeof(struct fr_tp_params)                   */
+	int rank;           /* our rank, for messages and hello checks       */
+	uint64_t job_nonce; /* connections presenting another nonce are refused */
+	const char *local_ip; /* numeric address of the interface to use
+			       * (the one we reached the rendezvous over), or NULL */
+	int timeout_ms;     /* for connection establishment                  */
+	int sq_depth;       /* writes in flight per connection before EAGAIN */
+	char *errbuf;       /* where to write a message on failure           */
+	size_t errlen;
+};
+
+struct fr_tp_ops {
+	size_t size; /* sizeof(struct fr_tp_ops): lets the table grow */
+	const char *name;
+
+	/* Is the transport usable on this machine?  0 or FR_ENODEV with a
+	 * message in errbuf. */
+	int (*probe)(char *errbuf, size_t errlen);
+
+	/* Open an endpoint; write its address blob (<= FR_TP_ADDR_MAX) to
+	 * addr and its length to *addrlen. */
+	int (*open)(const struct fr_tp_params *p, struct fr_tp **tp, void *addr,
+		    size_t *addrlen);
+	/* Start connecting to the peer of rank `peer` at its address blob.
+	 * Non-blocking: returns a connection that connect_done() completes. */
+	int (*connect)(struct fr_tp *tp, int peer, const void *addr,
+		       size_t addrlen, struct fr_tp_conn **conn);
+	/* Take the connection that peer `peer` opened to us (the peer's hello
+	 * names its rank).  Non-blocking: FR_EAGAIN until it has arrived. */
+	int (*accept)(struct fr_tp *tp, int peer, struct fr_tp_conn **conn);
+	/* 0 once the connection is established, FR_EAGAIN before, or an error
+	 * (peer refused, wrong nonce, ...).  Advances the handshake. */
+	int (*connect_done)(struct fr_tp_conn *conn);
+
+	int (*reg_mem)(struct fr_tp *tp, void *buf, size_t len, int access,
+		       struct fr_tp_mr **mr);
+	int (*dereg_mem)(struct fr_tp *tp, struct fr_tp_mr *mr);
+	/* The key a peer needs to write into mr (<= FR_TP_RKEY_MAX bytes). */
+	int (*pack_rkey)(struct fr_tp_mr *mr, void *blob, size_t *len);
+	/* Validate and decode a peer's key blob. */
+	int (*unpack_rkey)(struct fr_tp *tp, const void *blob, size_t len,
+			   struct fr_tp_rkey *rkey);
+
+	/*
+	 * Write len bytes at loff in the local region lmr to roff in the peer's
+	 * region rkey, then deliver imm.  len may be 0 (lmr and rkey may then
+	 * be NULL): only the immediate travels.  ctx comes back in the SEND
+	 * completion.  FR_EAGAIN when the send queue is full.
+	 */
+	int (*write_imm)(struct fr_tp_conn *conn, struct fr_tp_mr *lmr,
+			 size_t loff, const struct fr_tp_rkey *rkey,
+			 uint64_t roff, size_t len, uint32_t imm, uint64_t ctx);
+
+	/* Make progress and return up to max completions (>= 0), or a negative
+	 * code if the endpoint itself failed. */
+	int (*poll)(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max);
+	/*
+	 * Block until there may be something for poll() or timeout_ms passes
+	 * (-1: forever).  Returns 0 (woken or timed out) or an error.  Called
+	 * only after poll() returned 0, so a transport can arm notifications
+	 * there.
+	 */
+	int (*wait)(struct fr_tp *tp, int timeout_ms);
+
+	void (*close_conn)(struct fr_tp_conn *conn);
+	void (*close)(struct fr_tp *tp);
+
+	/* The peer rank of a connection. */
+	int (*conn_peer)(const struct fr_tp_conn *conn);
+};
+
+extern const struct fr_tp_ops fr_tcp_ops;
+#ifdef FR_HAVE_VERBS
+extern const struct fr_tp_ops fr_verbs_ops;
+#endif
+
+/* The transport named `name` ("tcp", "verbs") or NULL. */
+const struct fr_tp_ops *fr_transport_find(const char *name);
+
+#endif /* FR_TRANSPORT_H */

@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/* util.c - clocks, number and address parsing. */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fastreduce.h"
+#include "util.h"
+
+uint64_t fr_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int fr_parse_long(const char *s, long min, long max, long *out)
+{
+	char *end;
+	long v;
+
+	if (!s || !*s || isspace((unsigned char)*s))
+		return FR_EINVAL;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || v < min || v > max)
+		return FR_EINVAL;
+	*out = v;
+	return 0;
+}
+
+int fr_parse_size(const char *s, size_t *out)
+{
+	unsigned long long v, mul = 1;
+	char *end;
+
+	if (!s || !*s || !isdigit((unsigned char)*s))
+		return FR_EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return FR_EINVAL;
+	switch (*end) {
+	case 'k': case 'K': mul = 1ull << 10; end++; break;
+	case 'm': case 'M': mul = 1ull << 20; end++; break;
+	case 'g': case 'G': mul = 1ull << 30; end++; break;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || (v && mul > SIZE_MAX / v))
+		return FR_EINVAL;
+	*out = (size_t)(v * mul);
+	return 0;
+}
+
+int fr_parse_hostport(const char *s, char *host, size_t hostlen,
+		      uint16_t *port)
+{
+	const char *colon, *hs = s, *he;
+	long p;
+
+	if (!s || !*s)
+		return FR_EINVAL;
+	if (*s == '[') {
+		he = strchr(s, ']');
+		if (!he || he[1] != ':')
+			return FR_EINVAL;
+		hs = s + 1;
+		colon = he + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon || memchr(s, ':', (size_t)(colon - s)))
+			return FR_EINVAL; /* bare IPv6 needs brackets */
+		he = colon;
+	}
+	if (he == hs || (size_t)(he - hs) >= hostlen)
+		return FR_EINVAL;
+	if (fr_parse_long(colon + 1, 1, 65535, &p))
+		return FR_EINVAL;
+	memcpy(host, hs, (size_t)(he - hs));
+	host[he - hs] = '\0';
+	*port = (uint16_t)p;
+	return 0;
+}
+
+int fr_resolve(const char *host, uint16_t port, struct sockaddr_storage *ss,
+	       socklen_t *sslen)
+{
+	struct addrinfo hints, *res;
+	char ps[8];
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	snprintf(ps, sizeof(ps), "%u", port);
+	if (getaddrinfo(host, ps, &hints, &res) || !res)
+		return FR_EINVAL;
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	*sslen = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+int fr_sockaddr_ip(const struct sockaddr *sa, char *buf, size_t len)
+{
+	const void *a;
+
+	if (sa->sa_family == AF_INET)
+		a = &((const struct sockaddr_in *)sa)->sin_addr;
+	else if (sa->sa_family == AF_INET6)
+		a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+	else
+		return FR_EINVAL;
+	return inet_ntop(sa->sa_family, a, buf, (socklen_t)len) ? 0 : FR_EINVAL;
+}

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/* util.h - small helpers: clocks, number parsing, host:port parsing. */
+#ifndef FR_UTIL_H
+#define FR_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define FR_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define FR_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define FR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Monotonic time in nanoseconds / milliseconds. */
+uint64_t fr_now_ns(void);
+static inline uint64_t fr_now_ms(void) { return fr_now_ns() / 1000000u; }
+
+/* Parse a whole decimal string into [min, max]; 0 or FR_EINVAL. */
+int fr_parse_long(const char *s, long min, long max, long *out);
+/* Like fr_parse_long, accepting a K/M/G suffix (powers of 1024). */
+int fr_parse_size(const char *s, size_t *out);
+
+/* Split "host:port", "[v6]:port" into host (NUL-terminated) and port. */
+int fr_parse_hostport(const char *s, char *host, size_t hostlen,
+		      uint16_t *port);
+/* Resolve host/port into a sockaddr (numeric or DNS).  0 or FR_EINVAL. */
+int fr_resolve(const char *host, uint16_t port, struct sockaddr_storage *ss,
+	       socklen_t *sslen);
+/* Numeric "a.b.c.d" / "v6" text of a sockaddr's address (no port). */
+int fr_sockaddr_ip(const struct sockaddr *sa, char *buf, size_t len);
+
+/* Little-endian fixed-width stores/loads for wire formats. */
+static inline void fr_put_le32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+static inline uint32_t fr_get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+static inline void fr_put_le64(uint8_t *p, uint64_t v)
+{
+	fr_put_le32(p, (uint32_t)v);
+	fr_put_le32(p + 4, (uint32_t)(v >> 32));
+}
+static inline uint64_t fr_get_le64(const uint8_t *p)
+{
+	return (uint64_t)fr_get_le32(p) | (uint64_t)fr_get_le32(p + 4) << 32;
+}
+static inline void fr_put_le16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+static inline uint16_t fr_get_le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
+#endif

@@ -1,0 +1,33 @@
+# Shared helpers for the multi-process test scripts (sourced).
+set -u
+B=${FR_BUILDDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+FRRUN="$B/frrun"
+MP="$B/tests/mp_allreduce"
+# The transport under test; the verbs suite sets FR_TEST_TRANSPORT=verbs.
+TRANSPORT=${FR_TEST_TRANSPORT:-tcp}
+npass=0
+nfail=0
+
+# run NAME CMD...: run one case, count it, show its output on failure.
+run() {
+	name=$1
+	shift
+	log=$(mktemp)
+	start=$(date +%s%N)
+	if "$@" >"$log" 2>&1; then
+		npass=$((npass + 1))
+		printf 'PASS %-50s %6.1fs\n' "$name" \
+			"$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { print (b - a) / 1e9 }')"
+	else
+		rc=$?
+		nfail=$((nfail + 1))
+		printf 'FAIL %-50s (exit %d)\n' "$name" "$rc"
+		tail -n 40 "$log"
+	fi
+	rm -f "$log"
+}
+
+finish() {
+	echo "$npass passed, $nfail failed"
+	[ "$nfail" -eq 0 ]
+}

@@ -1,0 +1,515 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mp_allreduce.c - multi-process All-Reduce checks, one process per rank,
+ * launched by frrun (or any launcher fr_comm_create_from_env knows).
+ *
+ *   mp_allreduce matrix [--counts a,b,..] [--dtypes all|f32,..] [--ops ..]
+ *       every dtype x op x count x {out of place, in place}: the result must
+ *       equal, bit for bit, a scalar reference that accumulates each chunk
+ *       in the ring's order (tests/reference.h), must be bit-identical on
+ *       all ranks, and must come out the same when run again;
+ *   mp_allreduce regonce [--iters N] [--count C]
+ *       N iterations on buffers registered once: registrations and remote
+ *       keys exchanged must not grow after the first iteration;
+ *   mp_allreduce die --victim R --at I [--how kill|exit|stall]
+ *       rank R dies (or stalls: stays alive but silent) at iteration I;
+ *       every other rank must get an error (not a hang) within
+ *       FR_TIMEOUT_MS plus a margin;
+ *   mp_allreduce mismatch --victim R [--what count|dtype|op|skip]
+ *       rank R calls with a different argument; every rank must get
+ *       FR_EMISMATCH (skip: rank R skips a collective; every rank must fail).
+ *
+ * Prints "N passed, N failed" and exits non-zero on any failure.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fastreduce.h"
+#include "reference.h"
+
+static int rank, nranks;
+static int passed, failed;
+
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (cond) {                                                    \
+			passed++;                                              \
+		} else {                                                       \
+			failed++;                                              \
+			fprintf(stderr, "FAIL rank %d: ", rank);               \
+			fprintf(stderr, __VA_ARGS__);                          \
+			fputc('\n', stderr);                                   \
+		}                                                              \
+	} while (0)
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t mix(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
+/* binary16 bits of d, which must be exactly representable (our inputs). */
+static uint16_t f16_exact(double d)
+{
+	uint16_t sign = signbit(d) ? 0x8000 : 0;
+	int e;
+	double m;
+
+	if (isnan(d))
+		return 0x7e00;
+	if (isinf(d))
+		return sign | 0x7c00;
+	if (d == 0)
+		return sign;
+	m = frexp(fabs(d), &e); /* d = m * 2^e, m in [0.5, 1) */
+	return sign | (uint16_t)((e - 1 + 15) << 10) |
+	       (uint16_t)((m * 2 - 1) * 1024);
+}
+
+/*
+ * Input element i of rank r, addressable so that every rank can compute
+ * any rank's input without holding it: small multiples of 1/8 (sums of a
+ * few are exact, products stay finite), and for float types the special
+ * values -0, +-Inf and NaN at sparse positions.
+ */
+static void input_elem(fr_dtype_t dt, fr_op_t op, int r, size_t i,
+		       uint32_t seed, void *out)
+{
+	uint64_t h = mix(((uint64_t)seed << 40) ^ ((uint64_t)r << 32) ^ i);
+	int v = (int)(h % 17) - 8; /* -8..8 */
+	double d = v / 8.0;
+	bool special = dt <= FR_BF16 && i % 211 == 17;
+
+	if (op == FR_PROD)
+		d = (h & 1 ? 1.0 : -1.0) * (h & 2 ? 2.0 : h & 4 ? 0.5 : 1.0);
+	if (special) {
+		static const double sp[] = { -0.0, 1.0 / 0.0, -1.0 / 0.0, 0.0 };
+		int k = (int)((h >> 8) % 5);
+
+		d = k < 4 ? sp[k] : __builtin_nan("");
+		/* only one rank contributes the special value */
+		if ((int)(i % (size_t)nranks) != r)
+			d = op == FR_PROD ? 1.0 : -0.0;
+	}
+	switch (dt) {
+	case FR_F32: { float f = (float)d; memcpy(out, &f, 4); break; }
+	case FR_F64: memcpy(out, &d, 8); break;
+	case FR_F16: { uint16_t b = f16_exact(d); memcpy(out, &b, 2); break; }
+	case FR_BF16: {
+		/* every value used is exact in bf16: truncation is exact */
+		float f = (float)d;
+		uint32_t u;
+
+		memcpy(&u, &f, 4);
+		uint16_t b = (uint16_t)(u >> 16);
+
+		memcpy(out, &b, 2);
+		break;
+	}
+	case FR_I8: case FR_U8: { uint8_t x = (uint8_t)(h >> 16); if (op == FR_PROD) x = (uint8_t)(1 + (h >> 20) % 3); memcpy(out, &x, 1); break; }
+	case FR_I32: case FR_U32: { uint32_t x = (uint32_t)(h >> 16); memcpy(out, &x, 4); break; }
+	case FR_I64: case FR_U64: memcpy(out, &h, 8); break;
+	default: break;
+	}
+}
+
+static void fill(fr_dtype_t dt, fr_op_t op, void *buf, size_t count, int r,
+		 uint32_t seed)
+{
+	size_t es = fr_dtype_size(dt);
+
+	for (size_t i = 0; i < count; i++)
+		input_elem(dt, op, r, i, seed, (char *)buf + i * es);
+}
+
+/* Expected element i: chunk c is accumulated in ring order c, c+1, ... */
+static void expect_elem(fr_dtype_t dt, fr_op_t op, size_t count, size_t i,
+			uint32_t seed, void *out)
+{
+	size_t base = count / (size_t)nranks, rem = count % (size_t)nranks;
+	size_t big = rem * (base + 1);
+	int c = (int)(i < big ? i / (base + 1) : rem + (i - big) / (base ? base : 1));
+	uint8_t acc[8], in[8];
+
+	input_elem(dt, op, c, i, seed, acc);
+	for (int t = 1; t < nranks; t++) {
+		input_elem(dt, op, (c + t) % nranks, i, seed, in);
+		ref_combine(dt, op, acc, acc, in, 1);
+	}
+	if (op == FR_AVG)
+		ref_scale_avg(dt, acc, 1, nranks);
+	memcpy(out, acc, fr_dtype_size(dt));
+}
+
+static uint64_t hash_bytes(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	uint64_t h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+/* 1 on every rank iff flag is 0 on every rank (uses the library). */
+static int all_ok(fr_comm_t *comm, int bad)
+{
+	int32_t v = bad ? 1 : 0;
+	int rc = fr_allreduce(comm, FR_IN_PLACE, &v, 1, FR_I32, FR_SUM);
+
+	return rc == 0 && v == 0;
+}
+
+/* Same 64-bit value on every rank? */
+static int all_same(fr_comm_t *comm, uint64_t h)
+{
+	uint64_t v[2] = { h, ~h };
+
+	if (fr_allreduce(comm, FR_IN_PLACE, v, 2, FR_U64, FR_MAX))
+		return 0;
+	return all_ok(comm, v[0] != h || v[1] != ~h);
+}
+
+static int parse_list(const char *s, long *out, int max)
+{
+	int n = 0;
+	char *dup = strdup(s), *save = NULL;
+
+	for (char *t = strtok_r(dup, ",", &save); t && n < max;
+	     t = strtok_r(NULL, ",", &save))
+		out[n++] = strtol(t, NULL, 0);
+	free(dup);
+	return n;
+}
+
+static int run_matrix(fr_comm_t *comm, const char *counts_s,
+		      const char *dtypes_s, const char *ops_s)
+{
+	long counts[16];
+	int ncounts;
+	size_t maxcount = 0;
+
+	if (counts_s) {
+		ncounts = parse_list(counts_s, counts, 16);
+	} else {
+		/* 0, 1, fewer than ranks, a prime, a large odd count */
+		long def[] = { 0, 1, nranks - 1, 7919, 1048577 };
+
+		ncounts = 5;
+		memcpy(counts, def, sizeof(def));
+	}
+	for (int i = 0; i < ncounts; i++)
+		if ((size_t)counts[i] > maxcount)
+			maxcount = (size_t)counts[i];
+	uint8_t *send = malloc(maxcount * 8 + 8), *recv = malloc(maxcount * 8 + 8);
+	uint8_t *again = malloc(maxcount * 8 + 8);
+
+	for (int dt = 0; dt < FR_DTYPE_COUNT; dt++) {
+		if (dtypes_s && strcmp(dtypes_s, "all") &&
+		    !strstr(dtypes_s, fr_dtype_name((fr_dtype_t)dt)))
+			continue;
+		for (int op = 0; op < FR_OP_COUNT; op++) {
+			size_t es = fr_dtype_size((fr_dtype_t)dt);
+
+			if (ops_s && strcmp(ops_s, "all") &&
+			    !strstr(ops_s, fr_op_name((fr_op_t)op)))
+				continue;
+			if (op == FR_AVG && dt > FR_BF16) {
+				/* avg on integers must be refused */
+				int rc = fr_allreduce(comm, send, recv, 1,
+						      (fr_dtype_t)dt, FR_AVG);
+				CHECK(rc == FR_EINVAL,
+				      "avg on %s returned %d",
+				      fr_dtype_name((fr_dtype_t)dt), rc);
+				continue;
+			}
+			for (int ci = 0; ci < ncounts; ci++) {
+				size_t count = (size_t)counts[ci];
+
+				for (int inplace = 0; inplace < 2; inplace++) {
+					uint32_t seed = (uint32_t)(dt * 131 + op * 17 + ci);
+					int rc, bad = 0;
+					size_t lo, hi;
+					char msg[256];
+					uint8_t want[8];
+
+					fill((fr_dtype_t)dt, (fr_op_t)op,
+					     inplace ? recv : send, count, rank,
+					     seed);
+					if (!inplace)
+						memset(recv, 0xa5, count * es + 8);
+					rc = fr_allreduce(comm,
+							  inplace ? FR_IN_PLACE : send,
+							  recv, count,
+							  (fr_dtype_t)dt,
+							  (fr_op_t)op);
+					if (rc) {
+						CHECK(0, "%s %s count %zu inplace %d: %s: %s",
+						      fr_dtype_name(dt), fr_op_name(op), count,
+						      inplace, fr_strerror(rc),
+						      fr_comm_last_error(comm));
+						goto out;
+					}
+					/* each rank checks a slice against the reference */
+					lo = count * (size_t)rank / (size_t)nranks;
+					hi = count * (size_t)(rank + 1) / (size_t)nranks;
+					for (size_t i = lo; i < hi && !bad; i++) {
+						expect_elem((fr_dtype_t)dt, (fr_op_t)op,
+							    count, i, seed, want);
+						if (memcmp(want, recv + i * es, es)) {
+							bad = 1;
+							ref_first_diff((fr_dtype_t)dt,
+								       recv + i * es,
+								       want, 1, msg,
+								       sizeof(msg));
+							CHECK(0, "%s %s count %zu inplace %d: element %zu: %s",
+							      fr_dtype_name(dt), fr_op_name(op),
+							      count, inplace, i, msg);
+						}
+					}
+					if (!inplace && recv[count * es] != 0xa5) {
+						bad = 1;
+						CHECK(0, "wrote past count %zu", count);
+					}
+					CHECK(all_ok(comm, bad),
+					      "%s %s count %zu inplace %d: reference mismatch on some rank",
+					      fr_dtype_name(dt), fr_op_name(op), count, inplace);
+					CHECK(all_same(comm, hash_bytes(recv, count * es)),
+					      "%s %s count %zu inplace %d: ranks differ",
+					      fr_dtype_name(dt), fr_op_name(op), count, inplace);
+					/* the same inputs give the same bits again */
+					if (count > 1 && ci == ncounts - 1) {
+						memcpy(again, recv, count * es);
+						fill((fr_dtype_t)dt, (fr_op_t)op,
+						     inplace ? recv : send, count,
+						     rank, seed);
+						rc = fr_allreduce(comm,
+								  inplace ? FR_IN_PLACE : send,
+								  recv, count,
+								  (fr_dtype_t)dt,
+								  (fr_op_t)op);
+						CHECK(!rc && !memcmp(again, recv, count * es),
+						      "%s %s count %zu: second run differs",
+						      fr_dtype_name(dt), fr_op_name(op), count);
+					}
+				}
+			}
+		}
+	}
+out:
+	free(send);
+	free(recv);
+	free(again);
+	return failed;
+}
+
+static int run_regonce(fr_comm_t *comm, int iters, size_t count)
+{
+	float *a = malloc(count * sizeof(float)), *b = malloc(count * sizeof(float));
+	fr_mem_t *ma = NULL, *mb = NULL;
+	fr_stats_t s1 = { .size = sizeof(s1) }, s2 = { .size = sizeof(s2) };
+	int rc = 0, wrong = 0;
+
+	CHECK(!fr_mem_register(comm, a, count * sizeof(float), &ma), "register a");
+	CHECK(!fr_mem_register(comm, b, count * sizeof(float), &mb), "register b");
+	for (int it = 0; it < iters && !rc; it++) {
+		for (size_t i = 0; i < count; i++)
+			a[i] = (float)((rank + i + (size_t)it) % 5);
+		rc = fr_allreduce(comm, a, b, count, FR_F32, FR_SUM);
+		for (size_t i = 0; i < count && !rc; i++) {
+			float want = 0;
+
+			for (int r = 0; r < nranks; r++)
+				want += (float)((r + i + (size_t)it) % 5);
+			wrong += b[i] != want;
+		}
+		if (it == 0)
+			fr_comm_stats(comm, &s1);
+	}
+	CHECK(!rc, "allreduce: %s", fr_comm_last_error(comm));
+	CHECK(!wrong, "%d wrong elements", wrong);
+	fr_comm_stats(comm, &s2);
+	CHECK(s2.collectives >= (uint64_t)iters, "collectives %" PRIu64, s2.collectives);
+	CHECK(s1.mem_registrations == s2.mem_registrations,
+	      "registrations grew from %" PRIu64 " to %" PRIu64,
+	      s1.mem_registrations, s2.mem_registrations);
+	CHECK(s1.rkeys_sent == s2.rkeys_sent,
+	      "remote keys sent grew from %" PRIu64 " to %" PRIu64, s1.rkeys_sent,
+	      s2.rkeys_sent);
+	CHECK(s2.regcache_misses == 0, "cache misses %" PRIu64, s2.regcache_misses);
+	if (rank == 0)
+		printf("regonce: %d iterations, registrations %" PRIu64
+		       ", remote keys sent %" PRIu64 ", bytes sent %" PRIu64 "\n",
+		       iters, s2.mem_registrations, s2.rkeys_sent, s2.bytes_sent);
+	CHECK(!fr_mem_deregister(ma), "deregister a");
+	CHECK(!fr_mem_deregister(mb), "deregister b");
+	free(a);
+	free(b);
+	return failed;
+}
+
+static int run_die(fr_comm_t *comm, int victim, int at, const char *how)
+{
+	size_t count = 1 << 18;
+	float *buf = calloc(count, sizeof(float));
+	int rc = 0, it;
+	double t0 = 0;
+	long timeout_ms = getenv("FR_TIMEOUT_MS") ? atol(getenv("FR_TIMEOUT_MS")) : 30000;
+
+	for (it = 0; it < at + 1000 && !rc; it++) {
+		/* survivors may still be finishing the previous collective */
+		if (it == at - 1)
+			t0 = now_s();
+		if (it == at) {
+			if (rank == victim) {
+				fprintf(stderr, "rank %d: dying now (%s)\n", rank, how);
+				if (!strcmp(how, "exit"))
+					_exit(0);
+				if (!strcmp(how, "stall")) {
+					/* alive but silent: the others time out */
+					sleep((unsigned)(timeout_ms / 1000 * 3 + 1));
+					t0 = now_s();
+					goto stalled;
+				}
+				raise(SIGKILL);
+			}
+		}
+stalled:
+		rc = fr_allreduce(comm, FR_IN_PLACE, buf, count, FR_F32, FR_SUM);
+	}
+	double dt = now_s() - t0;
+
+	CHECK(rc == FR_EPEER || rc == FR_ETIMEDOUT,
+	      "survivor got %d (%s) at iteration %d", rc, fr_errname(rc), it);
+	CHECK(dt < timeout_ms / 1000.0 + 5, "error after %.1f s", dt);
+	printf("rank %d: %s after %.3f s: %s\n", rank, fr_errname(rc), dt,
+	       fr_comm_last_error(comm));
+	/* the communicator stays failed */
+	rc = fr_allreduce(comm, FR_IN_PLACE, buf, 1, FR_F32, FR_SUM);
+	CHECK(rc == FR_EPEER || rc == FR_ETIMEDOUT, "failed communicator returned %d", rc);
+	free(buf);
+	return failed;
+}
+
+static int run_mismatch(fr_comm_t *comm, int victim, const char *what)
+{
+	double buf[64] = { 0 };
+	size_t count = 33;
+	fr_dtype_t dt = FR_F64;
+	fr_op_t op = FR_SUM;
+	int rc;
+
+	/* one good collective first */
+	rc = fr_allreduce(comm, FR_IN_PLACE, buf, count, dt, op);
+	CHECK(!rc, "first allreduce: %s", fr_comm_last_error(comm));
+	if (rank == victim) {
+		if (!strcmp(what, "count"))
+			count++;
+		else if (!strcmp(what, "dtype"))
+			dt = FR_I64;
+		else if (!strcmp(what, "op"))
+			op = FR_MAX;
+	}
+	if (rank == victim && !strcmp(what, "skip")) {
+		/* This rank is one collective behind: it destroys early,
+		 * so the others must not hang. */
+		return failed;
+	}
+	rc = fr_allreduce(comm, FR_IN_PLACE, buf, count, dt, op);
+	if (!strcmp(what, "skip"))
+		CHECK(rc == FR_EPEER || rc == FR_ETIMEDOUT || rc == FR_EMISMATCH,
+		      "got %s", fr_errname(rc));
+	else
+		CHECK(rc == FR_EMISMATCH, "got %s: %s", fr_errname(rc),
+		      fr_comm_last_error(comm));
+	printf("rank %d: %s: %s\n", rank, fr_errname(rc), fr_comm_last_error(comm));
+	return failed;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "counts", required_argument, 0, 'c' },
+		{ "dtypes", required_argument, 0, 'd' },
+		{ "ops", required_argument, 0, 'o' },
+		{ "iters", required_argument, 0, 'n' },
+		{ "count", required_argument, 0, 'C' },
+		{ "victim", required_argument, 0, 'v' },
+		{ "at", required_argument, 0, 'a' },
+		{ "how", required_argument, 0, 'h' },
+		{ "what", required_argument, 0, 'w' },
+		{ 0, 0, 0, 0 }
+	};
+	const char *counts = NULL, *dtypes = NULL, *ops = NULL, *how = "kill",
+		   *what = "count";
+	int iters = 1000, victim = 1, at = 3, c;
+
+	size_t count = 4099;
+	fr_comm_t *comm;
+	int rc;
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s matrix|regonce|die|mismatch [options]\n",
+			argv[0]);
+		return 2;
+	}
+	optind = 2;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': counts = optarg; break;
+		case 'd': dtypes = optarg; break;
+		case 'o': ops = optarg; break;
+		case 'n': iters = atoi(optarg); break;
+		case 'C': count = (size_t)atol(optarg); break;
+		case 'v': victim = atoi(optarg); break;
+		case 'a': at = atoi(optarg); break;
+		case 'h': how = optarg; break;
+		case 'w': what = optarg; break;
+		default: return 2;
+		}
+	}
+	rc = fr_comm_create_from_env(NULL, &comm);
+	if (rc) {
+		fprintf(stderr, "fr_comm_create_from_env: %s: %s\n",
+			fr_strerror(rc), fr_comm_last_error(NULL));
+		return 1;
+	}
+	rank = fr_comm_rank(comm);
+	nranks = fr_comm_size(comm);
+	if (!strcmp(argv[1], "matrix"))
+		run_matrix(comm, counts, dtypes, ops);
+	else if (!strcmp(argv[1], "regonce"))
+		run_regonce(comm, iters, count);
+	else if (!strcmp(argv[1], "die"))
+		run_die(comm, victim, at, how);
+	else if (!strcmp(argv[1], "mismatch"))
+		run_mismatch(comm, victim, what);
+	else
+		CHECK(0, "unknown mode %s", argv[1]);
+	fr_comm_destroy(comm);
+	if (rank == 0 || failed)
+		printf("rank %d: %s over %d ranks: %d passed, %d failed\n", rank,
+		       argv[1], nranks, passed, failed);
+	return failed ? 1 : 0;
+}

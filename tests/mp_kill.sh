@@ -1,0 +1,27 @@
+#!/bin/bash
+# A rank killed mid-run (or stalled): every other rank fails with an error
+# within the timeout instead of hanging, and reports it.
+. "$(dirname "$0")/lib.sh"
+export FR_TIMEOUT_MS=3000
+
+# survivors_ok N VICTIM HOW: frrun --keep-going lets the survivors finish;
+# each must print its error line, and none may report a failed check.
+survivors_ok() {
+	n=$1 v=$2 how=$3
+	out=$("$FRRUN" -n "$n" --transport "$TRANSPORT" --keep-going --timeout 60 \
+		"$MP" die --victim "$v" --at 3 --how "$how" 2>&1)
+	echo "$out"
+	for r in $(seq 0 $((n - 1))); do
+		[ "$r" = "$v" ] && continue
+		echo "$out" | grep -q "^\[$r\] rank $r: FR_E[A-Z]* after" || return 1
+	done
+	! echo "$out" | grep -q 'FAIL rank'
+}
+
+for n in 2 4 5; do
+	run "kill -9 rank $((n - 1)) of $n" survivors_ok "$n" $((n - 1)) kill
+	run "rank 1 of $n exits abruptly" survivors_ok "$n" 1 exit
+done
+# alive but silent: the timeout turns it into FR_ETIMEDOUT everywhere
+run "rank 1 of 4 stalls" survivors_ok 4 1 stall
+finish

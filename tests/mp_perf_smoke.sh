@@ -1,0 +1,33 @@
+#!/bin/bash
+# The perf tools run, check their results and print what they promise
+# (numbers are not judged here: speed goals are reported, not unit-tested).
+. "$(dirname "$0")/lib.sh"
+
+allreduce_table() {
+	out=$("$FRRUN" -n 3 --transport "$TRANSPORT" --timeout 120 "$B/fr_allreduce_perf" \
+		-b 8 -e 256K -f 32 -n 3 -w 1 -d all -o sum 2>&1) || { echo "$out"; return 1; }
+	echo "$out" | grep -q "Avg bus bandwidth" &&
+		echo "$out" | grep -q "Out of bounds values : 0" &&
+		echo "$out" | grep -Eq '^\[0\] +262144 +32768 +(f64|i64|u64) +sum'
+}
+allreduce_csv_json() {
+	csv=$("$FRRUN" -n 2 --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+		-b 1K -e 64K -f 4 -n 2 -w 1 -I 1 --csv 2>&1) || return 1
+	echo "$csv" | grep -q 'busbw' || return 1
+	json=$("$FRRUN" -n 2 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+		-b 1K -e 64K -f 4 -n 2 -w 1 -R 0 --json 2>/dev/null) || return 1
+	echo "$json" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d' 2>/dev/null ||
+		echo "$json" | grep -q '"busbw"'
+}
+transport_perf() {
+	out=$("$B/fr_transport_perf" -x "$TRANSPORT" -b 8 -e 64K -n 200 2>&1) || { echo "$out"; return 1; }
+	echo "$out" | grep -q 'BW average' && echo "$out" | grep -qi 'median\|t_typical\|lat'
+}
+reduce_perf() {
+	"$B/fr_reduce_perf" -d f32 -o sum -b 4K -e 64K -n 3 -w 1 | grep -qi 'memcpy'
+}
+run "fr_allreduce_perf every dtype, 3 ranks" allreduce_table
+run "fr_allreduce_perf --csv / --json" allreduce_csv_json
+run "fr_transport_perf bw + lat" transport_perf
+run "fr_reduce_perf" reduce_perf
+finish

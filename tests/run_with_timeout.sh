@@ -1,0 +1,8 @@
+#!/bin/sh
+# Test driver wrapper: every test gets a wall-clock bound (FR_TEST_TIMEOUT,
+# seconds, default 900) so that a hang fails the test instead of CI.
+t=${FR_TEST_TIMEOUT:-900}
+case "$1" in
+*.sh) exec timeout -k 10 "$t" bash "$@" ;;
+*) exec timeout -k 10 "$t" "$@" ;;
+esac

@@ -1,0 +1,1759 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_transport.c - the transport conformance suite.
+ *
+ * Written against `const struct fr_tp_ops *` only, so the same tests run
+ * against every transport: FR_TEST_TRANSPORT names it (default "tcp").  A
+ * transport whose probe() fails here is skipped (exit 77).
+ *
+ * Most tests use two endpoints in this process, driven from one thread by
+ * polling both; the peer-failure and wait() tests fork a child that owns
+ * its own endpoint, so that it can really die or send while we sleep.
+ * Every loop is bounded by DEADLINE_MS: a hang is a failure, not a stuck
+ * test.  The last tests are white-box checks of the TCP wire format and are
+ * skipped for other transports.
+ *
+ * Requirements checked beyond transport.h's own list:
+ *   - address and key blobs are validated: truncated, extended, all-zero
+ *     and all-0xff blobs are refused (so every blob needs a magic or
+ *     version byte);
+ *   - pack_rkey and open take *len / *addrlen as the buffer's capacity;
+ *   - writes posted after a failed one never land (the connection is dead);
+ *   - close_conn drops the connection's completions not yet polled.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fastreduce.h"
+#include "transport.h"
+
+#define DEADLINE_MS 10000
+#define NONCE 0x5eed1234abcd0001ull
+#define MAX_EPS 32
+#define MAX_BUFS 64
+#define GUARD 4096
+#define GUARD_BYTE 0xa5
+#define KiB (1024u)
+#define MiB (1024u * 1024u)
+
+static const struct fr_tp_ops *ops;
+
+/* An endpoint and every completion polled from it, in order. */
+struct ep {
+	struct fr_tp *tp;
+	int rank;
+	uint8_t addr[FR_TP_ADDR_MAX];
+	size_t addrlen;
+	struct fr_tp_cqe *cq;
+	size_t ncq, cap;
+};
+
+static struct ep eps[MAX_EPS];
+static int neps;
+static void *bufs[MAX_BUFS];
+static int nbufs;
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+/* Memory freed at teardown, after the endpoints are closed. */
+static void *tbuf(size_t len)
+{
+	void *p;
+
+	assert_true(nbufs < MAX_BUFS);
+	p = malloc(len ? len : 1);
+	assert_non_null(p);
+	bufs[nbufs++] = p;
+	return p;
+}
+
+static void fill(uint8_t *p, size_t n, uint64_t seed)
+{
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (size_t i = 0; i < n; i++) {
+		if (!(i & 7)) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+		}
+		p[i] = (uint8_t)(x >> ((i & 7) * 8));
+	}
+}
+
+/* A buffer with GUARD bytes of GUARD_BYTE on both sides of p[0, len). */
+struct gbuf {
+	uint8_t *all;
+	uint8_t *p;
+	size_t len;
+};
+
+static struct gbuf gbuf_new(size_t len, uint8_t fillb)
+{
+	struct gbuf g;
+
+	g.all = tbuf(len + 2 * GUARD);
+	g.p = g.all + GUARD;
+	g.len = len;
+	memset(g.all, GUARD_BYTE, GUARD);
+	memset(g.p, fillb, len);
+	memset(g.p + len, GUARD_BYTE, GUARD);
+	return g;
+}
+
+static bool all_bytes(const uint8_t *p, size_t n, uint8_t b)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != b)
+			return false;
+	return true;
+}
+
+static void check_guards(const struct gbuf *g)
+{
+	assert_true(all_bytes(g->all, GUARD, GUARD_BYTE));
+	assert_true(all_bytes(g->p + g->len, GUARD, GUARD_BYTE));
+}
+
+static int ep_try_open(int rank, uint64_t nonce, const char *ip, int sq_depth,
+		       int timeout_ms, struct ep **out)
+{
+	struct fr_tp_params p;
+	char err[256] = "";
+	struct ep *e;
+	int rc;
+
+	assert_true(neps < MAX_EPS);
+	e = &eps[neps];
+	memset(e, 0, sizeof(*e));
+	memset(&p, 0, sizeof(p));
+	p.size = sizeof(p);
+	p.rank = rank;
+	p.job_nonce = nonce;
+	p.local_ip = ip;
+	p.timeout_ms = timeout_ms;
+	p.sq_depth = sq_depth;
+	p.errbuf = err;
+	p.errlen = sizeof(err);
+	e->addrlen = sizeof(e->addr);
+	rc = ops->open(&p, &e->tp, e->addr, &e->addrlen);
+	if (rc) {
+		print_message("open: %s\n", err);
+		return rc;
+	}
+	assert_true(e->addrlen > 0 && e->addrlen <= FR_TP_ADDR_MAX);
+	e->rank = rank;
+	neps++;
+	*out = e;
+	return 0;
+}
+
+static struct ep *ep_open_ex(int rank, uint64_t nonce, int sq_depth,
+			     int timeout_ms)
+{
+	struct ep *e = NULL;
+
+	assert_int_equal(ep_try_open(rank, nonce, "127.0.0.1", sq_depth,
+				     timeout_ms, &e),
+			 0);
+	return e;
+}
+
+static struct ep *ep_open(int rank)
+{
+	return ep_open_ex(rank, NONCE, 0, DEADLINE_MS);
+}
+
+static void ep_close(struct ep *e)
+{
+	if (e->tp)
+		ops->close(e->tp);
+	e->tp = NULL;
+	free(e->cq);
+	e->cq = NULL;
+	e->ncq = e->cap = 0;
+}
+
+/* Poll one endpoint dry, recording its completions. */
+static void drain(struct ep *e)
+{
+	struct fr_tp_cqe c[16];
+	int n;
+
+	do {
+		n = ops->poll(e->tp, c, 16);
+		assert_true(n >= 0 && n <= 16);
+		if (!n)
+			break;
+		if (e->ncq + (size_t)n > e->cap) {
+			e->cap = (e->cap + (size_t)n) * 2;
+			e->cq = realloc(e->cq, e->cap * sizeof(*e->cq));
+			assert_non_null(e->cq);
+		}
+		memcpy(e->cq + e->ncq, c, (size_t)n * sizeof(*c));
+		e->ncq += (size_t)n;
+	} while (n == 16);
+}
+
+static void pump(void)
+{
+	for (int i = 0; i < neps; i++)
+		if (eps[i].tp)
+			drain(&eps[i]);
+}
+
+static void pump_for(int ms)
+{
+	uint64_t end = now_ms() + (uint64_t)ms;
+
+	while (now_ms() < end)
+		pump();
+}
+
+#define PUMP_UNTIL(cond)                                                       \
+	do {                                                                   \
+		uint64_t dl_ = now_ms() + DEADLINE_MS;                         \
+		while (!(cond)) {                                              \
+			if (now_ms() > dl_)                                    \
+				fail_msg("timed out waiting for %s", #cond);   \
+			pump();                                                \
+		}                                                              \
+	} while (0)
+
+/* Completions on c: want 0 = successful, -1 = failed, 1 = any. */
+static size_t count(const struct ep *e, const struct fr_tp_conn *c, int kind,
+		    int want)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < e->ncq; i++) {
+		const struct fr_tp_cqe *q = &e->cq[i];
+
+		if (q->conn != c || (kind && q->kind != kind))
+			continue;
+		if (want == 1 || (want == 0 && !q->status) ||
+		    (want == -1 && q->status < 0))
+			n++;
+	}
+	return n;
+}
+
+static size_t n_ok(const struct ep *e, const struct fr_tp_conn *c, int kind)
+{
+	return count(e, c, kind, 0);
+}
+
+static size_t n_err(const struct ep *e, const struct fr_tp_conn *c)
+{
+	return count(e, c, 0, -1);
+}
+
+static int first_err(const struct ep *e, const struct fr_tp_conn *c)
+{
+	for (size_t i = 0; i < e->ncq; i++)
+		if (e->cq[i].conn == c && e->cq[i].status < 0)
+			return e->cq[i].status;
+	return 0;
+}
+
+/* The idx-th successful completion of `kind` on c, or NULL. */
+static const struct fr_tp_cqe *nth_ok(const struct ep *e,
+				      const struct fr_tp_conn *c, int kind,
+				      size_t idx)
+{
+	for (size_t i = 0; i < e->ncq; i++) {
+		const struct fr_tp_cqe *q = &e->cq[i];
+
+		if (q->conn == c && q->kind == kind && !q->status && !idx--)
+			return q;
+	}
+	return NULL;
+}
+
+static void connect_pair(struct ep *a, struct ep *b, struct fr_tp_conn **ab,
+			 struct fr_tp_conn **ba)
+{
+	uint64_t dl = now_ms() + DEADLINE_MS;
+	int rc = FR_EAGAIN, ra;
+
+	*ba = NULL;
+	assert_int_equal(ops->connect(a->tp, b->rank, b->addr, b->addrlen, ab),
+			 0);
+	while (rc || !*ba) {
+		if (rc) {
+			rc = ops->connect_done(*ab);
+			if (rc != FR_EAGAIN)
+				assert_int_equal(rc, 0);
+		}
+		if (!*ba) {
+			ra = ops->accept(b->tp, a->rank, ba);
+			if (ra != FR_EAGAIN)
+				assert_int_equal(ra, 0);
+		}
+		if (now_ms() > dl)
+			fail_msg("connection %d -> %d not established", a->rank,
+				 b->rank);
+	}
+	assert_int_equal(ops->connect_done(*ba), 0);
+	assert_int_equal(ops->conn_peer(*ab), b->rank);
+	assert_int_equal(ops->conn_peer(*ba), a->rank);
+}
+
+static struct fr_tp_mr *reg(struct ep *e, void *buf, size_t len, int access)
+{
+	struct fr_tp_mr *mr = NULL;
+
+	assert_int_equal(ops->reg_mem(e->tp, buf, len, access, &mr), 0);
+	assert_non_null(mr);
+	return mr;
+}
+
+/* owner's key for mr, as `user` sees it. */
+static struct fr_tp_rkey rkey_of(struct ep *owner, struct fr_tp_mr *mr,
+				 struct ep *user)
+{
+	uint8_t blob[FR_TP_RKEY_MAX];
+	size_t len = sizeof(blob);
+	struct fr_tp_rkey rk;
+
+	(void)owner;
+	assert_int_equal(ops->pack_rkey(mr, blob, &len), 0);
+	assert_true(len > 0 && len <= FR_TP_RKEY_MAX);
+	memset(&rk, 0, sizeof(rk));
+	assert_int_equal(ops->unpack_rkey(user->tp, blob, len, &rk), 0);
+	return rk;
+}
+
+/* write_imm, polling through back-pressure. */
+static void post(struct fr_tp_conn *c, struct fr_tp_mr *mr, size_t loff,
+		 const struct fr_tp_rkey *rk, uint64_t roff, size_t len,
+		 uint32_t imm, uint64_t ctx)
+{
+	uint64_t dl = now_ms() + DEADLINE_MS;
+	int rc;
+
+	while ((rc = ops->write_imm(c, mr, loff, rk, roff, len, imm, ctx)) ==
+	       FR_EAGAIN) {
+		if (now_ms() > dl)
+			fail_msg("send queue never drained");
+		pump();
+	}
+	assert_int_equal(rc, 0);
+}
+
+/* Bounded waitpid; a child that does not exit is killed and fails. */
+static int reap(pid_t pid)
+{
+	uint64_t dl = now_ms() + DEADLINE_MS;
+	int st = 0;
+
+	while (waitpid(pid, &st, WNOHANG) == 0) {
+		if (now_ms() > dl) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			fail_msg("child %d did not exit", (int)pid);
+		}
+		sleep_ms(5);
+	}
+	return st;
+}
+
+/* Wait for one byte on fd without driving any endpoint. */
+static char read_byte(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char ch = 0;
+
+	if (poll(&p, 1, DEADLINE_MS) != 1 || read(fd, &ch, 1) != 1)
+		fail_msg("no message from the child");
+	return ch;
+}
+
+static int setup(void **state)
+{
+	neps = 0;
+	nbufs = 0;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	for (int i = 0; i < neps; i++)
+		ep_close(&eps[i]);
+	neps = 0;
+	for (int i = 0; i < nbufs; i++)
+		free(bufs[i]);
+	nbufs = 0;
+	return 0;
+}
+
+/* ---- establishment ------------------------------------------------------- */
+
+static void test_handshake(void **state)
+{
+	struct fr_tp_conn *ab, *ba, *aa, *aa2, *x;
+	struct ep *a = ep_open(0), *b = ep_open(1);
+	char err[128] = "";
+	uint64_t dl;
+	int rc = FR_EAGAIN;
+
+	assert_int_equal(ops->probe(err, sizeof(err)), 0);
+	assert_int_equal(ops->accept(b->tp, 0, &x), FR_EAGAIN);
+	connect_pair(a, b, &ab, &ba);
+	/* Each hello is handed out once, and only to the rank it names. */
+	assert_int_equal(ops->accept(b->tp, 0, &x), FR_EAGAIN);
+	assert_int_equal(ops->accept(b->tp, 7, &x), FR_EAGAIN);
+	assert_int_equal(ops->accept(a->tp, 1, &x), FR_EAGAIN);
+
+	/* A one-rank ring connects an endpoint to itself. */
+	aa2 = NULL;
+	assert_int_equal(ops->connect(a->tp, 0, a->addr, a->addrlen, &aa), 0);
+	dl = now_ms() + DEADLINE_MS;
+	while (rc || !aa2) {
+		if (rc) {
+			rc = ops->connect_done(aa);
+			if (rc != FR_EAGAIN)
+				assert_int_equal(rc, 0);
+		}
+		if (!aa2 && ops->accept(a->tp, 0, &aa2) != FR_EAGAIN)
+			assert_non_null(aa2);
+		assert_true(now_ms() < dl);
+	}
+	assert_int_equal(ops->conn_peer(aa), 0);
+	assert_int_equal(ops->conn_peer(aa2), 0);
+	assert_ptr_not_equal(aa, aa2);
+
+	/* Idle connections produce no completions. */
+	pump_for(50);
+	assert_int_equal(a->ncq, 0);
+	assert_int_equal(b->ncq, 0);
+	ops->close_conn(aa);
+	ops->close_conn(aa2);
+	ops->close_conn(ab);
+	ops->close_conn(ba);
+}
+
+static void test_wrong_nonce(void **state)
+{
+	struct ep *b = ep_open_ex(1, NONCE, 0, DEADLINE_MS);
+	struct ep *a = ep_open_ex(0, NONCE + 1, 0, DEADLINE_MS);
+	struct ep *good;
+	struct fr_tp_conn *ab, *x = NULL, *gb, *bg;
+	uint64_t dl = now_ms() + DEADLINE_MS;
+	int rc;
+
+	assert_int_equal(ops->connect(a->tp, 1, b->addr, b->addrlen, &ab), 0);
+	while ((rc = ops->connect_done(ab)) == FR_EAGAIN) {
+		assert_int_equal(ops->accept(b->tp, 0, &x), FR_EAGAIN);
+		if (now_ms() > dl)
+			fail_msg("the refusal never came");
+	}
+	assert_int_equal(rc, FR_EAUTH);
+	pump_for(50);
+	assert_int_equal(ops->accept(b->tp, 0, &x), FR_EAGAIN);
+	/* Later operations on the refused connection fail too. */
+	assert_true(ops->write_imm(ab, NULL, 0, NULL, 0, 0, 1, 1) < 0);
+	assert_true(ops->write_imm(ab, NULL, 0, NULL, 0, 0, 1, 1) != FR_EAGAIN);
+	ops->close_conn(ab);
+
+	/* The endpoint still takes a genuine rank 0 afterwards. */
+	good = ep_open(0);
+	connect_pair(good, b, &gb, &bg);
+}
+
+static void test_connect_refused_times_out(void **state)
+{
+	struct ep *x = ep_open(1), *a;
+	uint8_t addr[FR_TP_ADDR_MAX];
+	size_t addrlen = x->addrlen;
+	struct fr_tp_conn *c;
+	uint64_t t0, dl;
+	int rc;
+
+	/* An address where nothing listens any more. */
+	memcpy(addr, x->addr, addrlen);
+	ep_close(x);
+	a = ep_open_ex(0, NONCE, 0, 400);
+	t0 = now_ms();
+	dl = t0 + DEADLINE_MS;
+	assert_int_equal(ops->connect(a->tp, 1, addr, addrlen, &c), 0);
+	while ((rc = ops->connect_done(c)) == FR_EAGAIN) {
+		assert_int_equal(ops->wait(a->tp, 50), 0);
+		if (now_ms() > dl)
+			fail_msg("connect_done never gave up");
+	}
+	/* It kept retrying until the timeout, then said so. */
+	assert_true(rc == FR_ETIMEDOUT || rc == FR_EPEER);
+	assert_true(now_ms() - t0 >= 300);
+	ops->close_conn(c);
+}
+
+static void test_duplicate_rank(void **state)
+{
+	struct ep *a = ep_open(0), *b = ep_open(1), *imposter = ep_open(0);
+	struct fr_tp_conn *ab, *ba, *ib, *x = NULL;
+	uint8_t *src = tbuf(8), *dst = tbuf(8);
+	struct fr_tp_mr *smr, *dmr;
+	struct fr_tp_rkey rk;
+	uint64_t dl = now_ms() + DEADLINE_MS;
+	int rc;
+
+	connect_pair(a, b, &ab, &ba);
+	assert_int_equal(ops->connect(imposter->tp, 1, b->addr, b->addrlen,
+				      &ib),
+			 0);
+	while ((rc = ops->connect_done(ib)) == FR_EAGAIN) {
+		assert_int_equal(ops->accept(b->tp, 0, &x), FR_EAGAIN);
+		if (now_ms() > dl)
+			fail_msg("the duplicate was never refused");
+	}
+	assert_true(rc < 0);
+	assert_int_equal(ops->accept(b->tp, 0, &x), FR_EAGAIN);
+
+	/* The original connection is unharmed. */
+	fill(src, 8, 1);
+	memset(dst, 0, 8);
+	smr = reg(a, src, 8, FR_TP_LOCAL_READ);
+	dmr = reg(b, dst, 8, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	rk = rkey_of(b, dmr, a);
+	post(ab, smr, 0, &rk, 0, 8, 11, 12);
+	PUMP_UNTIL(n_ok(b, ba, FR_CQE_RECV) == 1);
+	assert_memory_equal(dst, src, 8);
+	assert_int_equal(n_err(b, ba), 0);
+}
+
+/* ---- data path ------------------------------------------------------------- */
+
+static void test_write_sizes(void **state)
+{
+	static const size_t sizes[] = { 8, 64 * KiB, 16 * MiB };
+	struct ep *a = ep_open(0), *b = ep_open(1);
+	struct fr_tp_conn *ab, *ba;
+
+	connect_pair(a, b, &ab, &ba);
+	for (size_t k = 0; k < 3; k++) {
+		size_t len = sizes[k], loff = 7, roff = 33;
+		uint8_t *src = tbuf(len + 64);
+		struct gbuf dst = gbuf_new(len + 128, 0);
+		struct fr_tp_mr *smr, *dmr;
+		const struct fr_tp_cqe *q;
+		struct fr_tp_rkey rk;
+
+		fill(src, len + 64, k + 1);
+		smr = reg(a, src, len + 64, FR_TP_LOCAL_READ);
+		dmr = reg(b, dst.p, dst.len,
+			  FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+		rk = rkey_of(b, dmr, a);
+		post(ab, smr, loff, &rk, roff, len, 0x1000 + (uint32_t)k,
+		     0xc0ffee00 + k);
+		PUMP_UNTIL(n_ok(b, ba, FR_CQE_RECV) == k + 1 &&
+			   n_ok(a, ab, FR_CQE_SEND) == k + 1);
+		q = nth_ok(b, ba, FR_CQE_RECV, k);
+		assert_int_equal(q->imm, 0x1000 + k);
+		assert_int_equal(q->len, len);
+		assert_memory_equal(dst.p + roff, src + loff, len);
+		assert_true(all_bytes(dst.p, roff, 0));
+		assert_true(all_bytes(dst.p + roff + len, dst.len - roff - len,
+				      0));
+		check_guards(&dst);
+		q = nth_ok(a, ab, FR_CQE_SEND, k);
+		assert_int_equal(q->ctx, 0xc0ffee00 + k);
+		assert_int_equal(ops->dereg_mem(a->tp, smr), 0);
+		assert_int_equal(ops->dereg_mem(b->tp, dmr), 0);
+	}
+	assert_int_equal(n_err(a, ab), 0);
+	assert_int_equal(n_err(b, ba), 0);
+}
+
+static void test_zero_length(void **state)
+{
+	struct ep *a = ep_open(0), *b = ep_open(1);
+	struct fr_tp_conn *ab, *ba;
+	struct gbuf dst = gbuf_new(16, 0x11);
+	uint8_t *src = tbuf(16);
+	const struct fr_tp_cqe *q;
+	struct fr_tp_mr *smr, *dmr;
+	struct fr_tp_rkey rk;
+
+	connect_pair(a, b, &ab, &ba);
+	post(ab, NULL, 0, NULL, 0, 0, 0xdeadbeef, 77);
+	PUMP_UNTIL(n_ok(b, ba, FR_CQE_RECV) == 1 &&
+		   n_ok(a, ab, FR_CQE_SEND) == 1);
+	q = nth_ok(b, ba, FR_CQE_RECV, 0);
+	assert_int_equal(q->imm, 0xdeadbeef);
+	assert_int_equal(q->len, 0);
+	assert_int_equal(nth_ok(a, ab, FR_CQE_SEND, 0)->ctx, 77);
+
+	/* With real regions, len 0 still moves no bytes. */
+	memset(src, 0x22, 16);
+	smr = reg(a, src, 16, FR_TP_LOCAL_READ);
+	dmr = reg(b, dst.p, 16, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	rk = rkey_of(b, dmr, a);
+	post(ab, smr, 4, &rk, 8, 0, 0xfeed, 78);
+	PUMP_UNTIL(n_ok(b, ba, FR_CQE_RECV) == 2);
+	q = nth_ok(b, ba, FR_CQE_RECV, 1);
+	assert_int_equal(q->imm, 0xfeed);
+	assert_int_equal(q->len, 0);
+	assert_true(all_bytes(dst.p, 16, 0x11));
+	check_guards(&dst);
+}
+
+static void test_fifo_many(void **state)
+{
+	enum { N = 2000, SLOT = 2048 };
+	struct ep *a = ep_open(0), *b = ep_open(1);
+	uint8_t *src = tbuf((size_t)N * SLOT);
+	struct gbuf dst = gbuf_new((size_t)N * SLOT, 0);
+	struct fr_tp_conn *ab, *ba;
+	struct fr_tp_mr *smr, *dmr;
+	struct fr_tp_rkey rk;
+
+	connect_pair(a, b, &ab, &ba);
+	fill(src, (size_t)N * SLOT, 42);
+	smr = reg(a, src, (size_t)N * SLOT, FR_TP_LOCAL_READ);
+	dmr = reg(b, dst.p, dst.len, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	rk = rkey_of(b, dmr, a);
+	for (uint32_t i = 0; i < N; i++) {
+		size_t len = i % 10 == 9 ? 0 : (i * 37u) % SLOT + 1;
+
+		post(ab, smr, (size_t)i * SLOT, &rk, (uint64_t)i * SLOT, len,
+		     i, 1000000u + i);
+	}
+	PUMP_UNTIL(n_ok(b, ba, FR_CQE_RECV) == N &&
+		   n_ok(a, ab, FR_CQE_SEND) == N);
+	for (uint32_t i = 0; i < N; i++) {
+		size_t len = i % 10 == 9 ? 0 : (i * 37u) % SLOT + 1;
+		const struct fr_tp_cqe *r = nth_ok(b, ba, FR_CQE_RECV, i);
+		const struct fr_tp_cqe *s = nth_ok(a, ab, FR_CQE_SEND, i);
+
+		assert_int_equal(r->imm, i);
+		assert_int_equal(r->len, len);
+		assert_int_equal(s->ctx, 1000000u + i);
+		assert_memory_equal(dst.p + (size_t)i * SLOT,
+				    src + (size_t)i * SLOT, len);
+		assert_true(all_bytes(dst.p + (size_t)i * SLOT + len,
+				      SLOT - len, 0));
+	}
+	check_guards(&dst);
+	assert_int_equal(n_err(b, ba), 0);
+}
+
+static void test_bidirectional(void **state)
+{
+	enum { N = 200, SMALL = 16 * KiB };
+	const size_t big = 4 * MiB, total = (size_t)N * SMALL + big;
+	struct ep *a = ep_open(0), *b = ep_open(1);
+	uint8_t *sa = tbuf(total), *sb = tbuf(total);
+	uint8_t *da = tbuf(total), *db = tbuf(total);
+	struct fr_tp_mr *msa, *msb, *mda, *mdb;
+	struct fr_tp_conn *ab, *ba;
+	struct fr_tp_rkey to_b, to_a;
+
+	connect_pair(a, b, &ab, &ba);
+	fill(sa, total, 7);
+	fill(sb, total, 8);
+	memset(da, 0, total);
+	memset(db, 0, total);
+	msa = reg(a, sa, total, FR_TP_LOCAL_READ);
+	msb = reg(b, sb, total, FR_TP_LOCAL_READ);
+	mda = reg(a, da, total, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	mdb = reg(b, db, total, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	to_b = rkey_of(b, mdb, a);
+	to_a = rkey_of(a, mda, b);
+	/* The big ones first, so that small ones queue behind them. */
+	post(ab, msa, 0, &to_b, 0, big, 0xb16, 0);
+	post(ba, msb, 0, &to_a, 0, big, 0xb16, 0);
+	for (uint32_t i = 0; i < N; i++) {
+		size_t off = big + (size_t)i * SMALL;
+
+		post(ab, msa, off, &to_b, off, SMALL, i, i + 1);
+		post(ba, msb, off, &to_a, off, SMALL, i, i + 1);
+	}
+	PUMP_UNTIL(n_ok(b, ba, FR_CQE_RECV) == N + 1 &&
+		   n_ok(a, ab, FR_CQE_RECV) == N + 1 &&
+		   n_ok(a, ab, FR_CQE_SEND) == N + 1 &&
+		   n_ok(b, ba, FR_CQE_SEND) == N + 1);
+	assert_int_equal(nth_ok(b, ba, FR_CQE_RECV, 0)->imm, 0xb16);
+	assert_int_equal(nth_ok(a, ab, FR_CQE_RECV, 0)->imm, 0xb16);
+	for (uint32_t i = 0; i < N; i++) {
+		assert_int_equal(nth_ok(b, ba, FR_CQE_RECV, i + 1)->imm, i);
+		assert_int_equal(nth_ok(a, ab, FR_CQE_RECV, i + 1)->imm, i);
+		assert_int_equal(nth_ok(a, ab, FR_CQE_SEND, i + 1)->ctx, i + 1);
+		assert_int_equal(nth_ok(b, ba, FR_CQE_SEND, i + 1)->ctx, i + 1);
+	}
+	assert_memory_equal(db, sa, total);
+	assert_memory_equal(da, sb, total);
+	assert_int_equal(n_err(a, ab) + n_err(b, ba), 0);
+}
+
+/* ---- bounds ------------------------------------------------------------------ */
+
+enum bad_kind {
+	BAD_PAST_END,
+	BAD_AT_END,
+	BAD_OVERFLOW,
+	BAD_DEREGISTERED,
+	BAD_SLOT_REUSED,
+	BAD_NO_REMOTE_WRITE,
+};
+
+/*
+ * One bad write on a fresh connection, then a good one behind it: the
+ * receiver fails the connection with FR_ERANGE, writes nothing outside the
+ * region (guards), and the later write never lands.
+ */
+static void bad_write_case(enum bad_kind kind)
+{
+	const size_t rlen = 4096;
+	struct ep *a = ep_open(0), *b = ep_open(1);
+	struct gbuf dst = gbuf_new(rlen, 0x3c);
+	struct gbuf okd = gbuf_new(64, 0x4d);
+	uint8_t *src = tbuf(rlen);
+	struct fr_tp_mr *smr, *dmr, *okmr, *newmr = NULL;
+	struct fr_tp_rkey rk, okrk;
+	struct fr_tp_conn *ab, *ba;
+	struct gbuf fresh = gbuf_new(rlen, 0x5e);
+	uint64_t roff = 0;
+	size_t len = 64;
+	int access = FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE;
+
+	connect_pair(a, b, &ab, &ba);
+	fill(src, rlen, 99);
+	smr = reg(a, src, rlen, FR_TP_LOCAL_READ);
+	if (kind == BAD_NO_REMOTE_WRITE)
+		access = FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE;
+	dmr = reg(b, dst.p, rlen, access);
+	okmr = reg(b, okd.p, 64, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	rk = rkey_of(b, dmr, a);
+	okrk = rkey_of(b, okmr, a);
+	switch (kind) {
+	case BAD_PAST_END:
+		roff = rlen - 96;
+		len = 200;
+		break;
+	case BAD_AT_END:
+		roff = rlen;
+		len = 1;
+		break;
+	case BAD_OVERFLOW:
+		roff = UINT64_MAX - 50;
+		len = 100;
+		break;
+	case BAD_DEREGISTERED:
+		assert_int_equal(ops->dereg_mem(b->tp, dmr), 0);
+		break;
+	case BAD_SLOT_REUSED:
+		/* A new region, probably in the old one's slot: the stale
+		 * key must not reach it. */
+		assert_int_equal(ops->dereg_mem(b->tp, dmr), 0);
+		newmr = reg(b, fresh.p, rlen,
+			    FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+		break;
+	case BAD_NO_REMOTE_WRITE:
+		break;
+	}
+	post(ab, smr, 0, &rk, roff, len, 1, 1);
+	post(ab, smr, 0, &okrk, 0, 64, 2, 2);
+	PUMP_UNTIL(n_err(b, ba) >= 1);
+	assert_int_equal(first_err(b, ba), FR_ERANGE);
+	/* The sender learns that its connection is gone. */
+	PUMP_UNTIL(n_err(a, ab) >= 1);
+	pump_for(50);
+	assert_int_equal(n_ok(b, ba, FR_CQE_RECV), 0);
+	assert_int_equal(count(b, ba, FR_CQE_RECV, -1), 1);
+	check_guards(&dst);
+	check_guards(&okd);
+	assert_true(all_bytes(okd.p, 64, 0x4d));
+	if (kind == BAD_SLOT_REUSED) {
+		assert_true(all_bytes(fresh.p, rlen, 0x5e));
+		check_guards(&fresh);
+		assert_non_null(newmr);
+	}
+	if (kind == BAD_NO_REMOTE_WRITE || kind == BAD_DEREGISTERED ||
+	    kind == BAD_AT_END || kind == BAD_OVERFLOW)
+		assert_true(all_bytes(dst.p, rlen, 0x3c));
+	/* Later operations on both ends fail. */
+	assert_true(ops->write_imm(ba, NULL, 0, NULL, 0, 0, 3, 3) < 0);
+	assert_true(ops->write_imm(ab, NULL, 0, NULL, 0, 0, 3, 3) < 0);
+	assert_true(ops->write_imm(ab, NULL, 0, NULL, 0, 0, 3, 3) != FR_EAGAIN);
+	ep_close(a);
+	ep_close(b);
+}
+
+static void test_bounds_past_end(void **state)
+{
+	bad_write_case(BAD_PAST_END);
+	bad_write_case(BAD_AT_END);
+}
+
+static void test_bounds_overflow(void **state)
+{
+	bad_write_case(BAD_OVERFLOW);
+}
+
+static void test_bounds_deregistered(void **state)
+{
+	bad_write_case(BAD_DEREGISTERED);
+	bad_write_case(BAD_SLOT_REUSED);
+}
+
+static void test_bounds_no_remote_write(void **state)
+{
+	bad_write_case(BAD_NO_REMOTE_WRITE);
+}
+
+/* ---- flow control ---------------------------------------------------------- */
+
+static void test_backpressure(void **state)
+{
+	enum { N = 256, STEP = 64 };
+	const size_t len = 128 * KiB, srclen = len + (size_t)N * STEP;
+	struct ep *a = ep_open_ex(0, NONCE, 4, DEADLINE_MS), *b = ep_open(1);
+	uint8_t *src = tbuf(srclen);
+	struct gbuf dst = gbuf_new((size_t)N * len, 0);
+	struct fr_tp_conn *ab, *ba;
+	struct fr_tp_mr *smr, *dmr;
+	struct fr_tp_rkey rk;
+	uint32_t i = 0;
+	int rc;
+
+	connect_pair(a, b, &ab, &ba);
+	/* Message i is a different window of src, so mix-ups show. */
+	fill(src, srclen, 5);
+	smr = reg(a, src, srclen, FR_TP_LOCAL_READ);
+	dmr = reg(b, dst.p, dst.len, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	rk = rkey_of(b, dmr, a);
+	/* Nobody polls: the queue must fill up and say so. */
+	for (;;) {
+		if (i == N)
+			fail_msg("%d writes of %zu bytes posted without FR_EAGAIN",
+				 N, len);
+		rc = ops->write_imm(ab, smr, (size_t)i * STEP, &rk,
+				    (uint64_t)i * len, len, i, i);
+		if (rc == FR_EAGAIN)
+			break;
+		assert_int_equal(rc, 0);
+		i++;
+	}
+	assert_true(i >= 1);
+	/* Refused posts stay refused until someone polls. */
+	assert_int_equal(ops->write_imm(ab, smr, (size_t)i * STEP, &rk,
+					(uint64_t)i * len, len, i, i),
+			 FR_EAGAIN);
+	for (; i < N; i++)
+		post(ab, smr, (size_t)i * STEP, &rk, (uint64_t)i * len, len, i,
+		     i);
+	PUMP_UNTIL(n_ok(b, ba, FR_CQE_RECV) == N &&
+		   n_ok(a, ab, FR_CQE_SEND) == N);
+	for (i = 0; i < N; i++) {
+		assert_int_equal(nth_ok(b, ba, FR_CQE_RECV, i)->imm, i);
+		assert_int_equal(nth_ok(a, ab, FR_CQE_SEND, i)->ctx, i);
+		assert_memory_equal(dst.p + (size_t)i * len,
+				    src + (size_t)i * STEP, len);
+	}
+	check_guards(&dst);
+	assert_int_equal(n_err(a, ab) + n_err(b, ba), 0);
+}
+
+/* ---- peer failure ---------------------------------------------------------- */
+
+static int child_open_connect(int rank, const uint8_t *addr, size_t addrlen,
+			      struct fr_tp **tp, struct fr_tp_conn **c)
+{
+	uint8_t mine[FR_TP_ADDR_MAX];
+	size_t ml = sizeof(mine);
+	struct fr_tp_params p;
+	uint64_t dl = now_ms() + DEADLINE_MS;
+	int rc;
+
+	memset(&p, 0, sizeof(p));
+	p.size = sizeof(p);
+	p.rank = rank;
+	p.job_nonce = NONCE;
+	p.local_ip = "127.0.0.1";
+	p.timeout_ms = DEADLINE_MS;
+	if (ops->open(&p, tp, mine, &ml))
+		return -1;
+	if (ops->connect(*tp, 0, addr, addrlen, c))
+		return -1;
+	while ((rc = ops->connect_done(*c)) == FR_EAGAIN) {
+		if (now_ms() > dl)
+			return -1;
+		ops->wait(*tp, 20);
+	}
+	return rc ? -1 : 0;
+}
+
+static struct fr_tp_conn *accept_from(struct ep *e, int rank)
+{
+	uint64_t dl = now_ms() + DEADLINE_MS;
+	struct fr_tp_conn *c = NULL;
+	int rc;
+
+	while ((rc = ops->accept(e->tp, rank, &c)) == FR_EAGAIN) {
+		if (now_ms() > dl)
+			fail_msg("rank %d never connected", rank);
+		assert_int_equal(ops->wait(e->tp, 20), 0);
+	}
+	assert_int_equal(rc, 0);
+	return c;
+}
+
+/* Child: start a write bigger than the socket buffers, then _exit(). */
+static int child_sender(const struct ep *parent, const uint8_t *blob,
+			size_t bloblen, size_t len, int report)
+{
+	struct fr_tp_cqe q[8];
+	struct fr_tp_rkey rk;
+	struct fr_tp_conn *c;
+	struct fr_tp_mr *mr;
+	struct fr_tp *tp;
+	uint64_t end;
+	uint8_t *src;
+	char ch = 'R';
+	int n;
+
+	if (child_open_connect(1, parent->addr, parent->addrlen, &tp, &c))
+		return 2;
+	src = malloc(len);
+	if (!src || ops->reg_mem(tp, src, len, FR_TP_LOCAL_READ, &mr) ||
+	    ops->unpack_rkey(tp, blob, bloblen, &rk))
+		return 3;
+	memset(src, 0x77, len);
+	if (ops->write_imm(c, mr, 0, &rk, 0, len, 42, 1))
+		return 4;
+	/* Push what the kernel takes; the parent is not reading. */
+	end = now_ms() + 200;
+	while (now_ms() < end) {
+		n = ops->poll(tp, q, 8);
+		for (int i = 0; i < n; i++)
+			if (q[i].kind == FR_CQE_SEND)
+				ch = 'F'; /* it all went: no mid-transfer death */
+		sleep_ms(1);
+	}
+	if (write(report, &ch, 1) != 1)
+		return 5;
+	return 0; /* _exit() with the message half sent */
+}
+
+static void test_peer_exits_mid_transfer(void **state)
+{
+	const size_t len = 16 * MiB;
+	struct ep *p = ep_open(0);
+	struct gbuf dst = gbuf_new(len, 0);
+	uint8_t blob[FR_TP_RKEY_MAX];
+	size_t bloblen = sizeof(blob);
+	struct fr_tp_conn *c;
+	struct fr_tp_mr *mr;
+	int pfd[2];
+	pid_t pid;
+
+	mr = reg(p, dst.p, len, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	assert_int_equal(ops->pack_rkey(mr, blob, &bloblen), 0);
+	assert_int_equal(pipe(pfd), 0);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		close(pfd[0]);
+		_exit(child_sender(p, blob, bloblen, len, pfd[1]));
+	}
+	close(pfd[1]);
+	c = accept_from(p, 1);
+	/* Not polling until the child is gone keeps the message unfinished. */
+	assert_int_equal(read_byte(pfd[0]), 'R');
+	close(pfd[0]);
+	assert_true(WIFEXITED(reap(pid)));
+	PUMP_UNTIL(n_err(p, c) >= 1);
+	assert_int_equal(first_err(p, c), FR_EPEER);
+	assert_int_equal(n_ok(p, c, FR_CQE_RECV), 0);
+	assert_int_equal(ops->write_imm(c, NULL, 0, NULL, 0, 0, 1, 1), FR_EPEER);
+	pump_for(100);
+	assert_int_equal(n_err(p, c), 1);
+	check_guards(&dst);
+}
+
+/* Child: connect, hand over a key, then sleep without reading. */
+static int child_sink(const struct ep *parent, size_t len, int report)
+{
+	uint8_t msg[1 + FR_TP_RKEY_MAX];
+	size_t kl = FR_TP_RKEY_MAX;
+	struct fr_tp_conn *c;
+	struct fr_tp_mr *mr;
+	struct fr_tp *tp;
+	void *dst = malloc(len); /* never touched: costs no memory */
+
+	if (!dst || child_open_connect(1, parent->addr, parent->addrlen, &tp,
+				       &c))
+		return 2;
+	if (ops->reg_mem(tp, dst, len, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE,
+			 &mr) ||
+	    ops->pack_rkey(mr, msg + 1, &kl))
+		return 3;
+	msg[0] = (uint8_t)kl;
+	if (write(report, msg, 1 + kl) != (ssize_t)(1 + kl))
+		return 4;
+	for (;;)
+		pause(); /* until SIGKILL */
+}
+
+static void test_peer_killed_while_sending(void **state)
+{
+	const size_t len = 16 * MiB;
+	struct ep *p = ep_open(0);
+	uint8_t *src = tbuf(len), msg[1 + FR_TP_RKEY_MAX];
+	struct fr_tp_rkey rk;
+	struct fr_tp_conn *c;
+	struct fr_tp_mr *mr;
+	const struct fr_tp_cqe *q = NULL;
+	int pfd[2];
+	pid_t pid;
+
+	assert_int_equal(pipe(pfd), 0);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		close(pfd[0]);
+		_exit(child_sink(p, len, pfd[1]));
+	}
+	close(pfd[1]);
+	c = accept_from(p, 1);
+	msg[0] = (uint8_t)read_byte(pfd[0]);
+	assert_true(msg[0] > 0 && msg[0] <= FR_TP_RKEY_MAX);
+	assert_int_equal(read(pfd[0], msg + 1, msg[0]), msg[0]);
+	close(pfd[0]);
+	assert_int_equal(ops->unpack_rkey(p->tp, msg + 1, msg[0], &rk), 0);
+	fill(src, len, 3);
+	mr = reg(p, src, len, FR_TP_LOCAL_READ);
+	/* Writes on an accepted connection go the other way. */
+	post(c, mr, 0, &rk, 0, len, 9, 99);
+	pump_for(200);
+	assert_int_equal(count(p, c, FR_CQE_SEND, 1), 0); /* stuck */
+	kill(pid, SIGKILL);
+	assert_true(WIFSIGNALED(reap(pid)));
+	PUMP_UNTIL(count(p, c, FR_CQE_SEND, 1) == 1);
+	for (size_t i = 0; i < p->ncq; i++)
+		if (p->cq[i].kind == FR_CQE_SEND && p->cq[i].conn == c)
+			q = &p->cq[i];
+	assert_non_null(q);
+	assert_int_equal(q->ctx, 99);
+	assert_true(q->status < 0);
+	assert_true(n_err(p, c) >= 1);
+	assert_int_equal(n_ok(p, c, FR_CQE_RECV), 0);
+	assert_int_equal(ops->write_imm(c, NULL, 0, NULL, 0, 0, 1, 1), FR_EPEER);
+	/* Its source is no longer in use. */
+	assert_int_equal(ops->dereg_mem(p->tp, mr), 0);
+}
+
+/* ---- wait() ---------------------------------------------------------------- */
+
+static void test_wait_idle_and_wake(void **state)
+{
+	struct ep *a = ep_open(0), *b = ep_open(1);
+	uint8_t *src = tbuf(8), *dst = tbuf(8);
+	struct fr_tp_conn *ab, *ba;
+	struct fr_tp_mr *smr, *dmr;
+	struct fr_tp_rkey rk;
+	uint64_t t0, el, dl;
+
+	connect_pair(a, b, &ab, &ba);
+	fill(src, 8, 4);
+	memset(dst, 0, 8);
+	smr = reg(a, src, 8, FR_TP_LOCAL_READ);
+	dmr = reg(b, dst, 8, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	rk = rkey_of(b, dmr, a);
+	pump_for(20);
+
+	/* Nothing to do: wait() sleeps for its timeout, not a spin. */
+	t0 = now_ms();
+	assert_int_equal(ops->wait(b->tp, 150), 0);
+	el = now_ms() - t0;
+	assert_true(el >= 100 && el < 2000);
+
+	/* Data already there: wait() returns at once. */
+	post(ab, smr, 0, &rk, 0, 8, 0x77, 1);
+	dl = now_ms() + DEADLINE_MS;
+	while (!n_ok(a, ab, FR_CQE_SEND)) {
+		drain(a); /* only the sender: b must not consume it yet */
+		assert_true(now_ms() < dl);
+	}
+	t0 = now_ms();
+	assert_int_equal(ops->wait(b->tp, 5000), 0);
+	assert_true(now_ms() - t0 < 1000);
+	dl = now_ms() + DEADLINE_MS;
+	while (!n_ok(b, ba, FR_CQE_RECV)) {
+		drain(b);
+		assert_true(now_ms() < dl);
+	}
+	assert_memory_equal(dst, src, 8);
+}
+
+/* Child: connect, sleep, send 8 bytes, wait for the parent's word. */
+static int child_late_sender(const struct ep *parent, const uint8_t *blob,
+			     size_t bloblen, int report, int go)
+{
+	uint64_t src = 0x0123456789abcdefull, dl;
+	struct fr_tp_cqe q[4];
+	struct fr_tp_rkey rk;
+	struct fr_tp_conn *c;
+	struct fr_tp_mr *mr;
+	struct fr_tp *tp;
+	bool sent = false;
+	char ch = 'C';
+	int n;
+
+	if (child_open_connect(1, parent->addr, parent->addrlen, &tp, &c))
+		return 2;
+	if (ops->reg_mem(tp, &src, 8, FR_TP_LOCAL_READ, &mr) ||
+	    ops->unpack_rkey(tp, blob, bloblen, &rk))
+		return 3;
+	if (write(report, &ch, 1) != 1)
+		return 4;
+	sleep_ms(300);
+	if (ops->write_imm(c, mr, 0, &rk, 0, 8, 0x5157, 1))
+		return 5;
+	dl = now_ms() + DEADLINE_MS;
+	while (!sent) {
+		n = ops->poll(tp, q, 4);
+		for (int i = 0; i < n; i++)
+			if (q[i].kind == FR_CQE_SEND && !q[i].status)
+				sent = true;
+		if (n < 0 || now_ms() > dl)
+			return 6;
+		if (!n)
+			ops->wait(tp, 20);
+	}
+	{
+		struct pollfd pf = { .fd = go, .events = POLLIN };
+
+		if (poll(&pf, 1, DEADLINE_MS) != 1)
+			return 7;
+	}
+	ops->close_conn(c);
+	ops->dereg_mem(tp, mr);
+	ops->close(tp);
+	return 0;
+}
+
+static void test_wait_wakes_on_arrival(void **state)
+{
+	struct ep *p = ep_open(0);
+	uint8_t blob[FR_TP_RKEY_MAX], *dst = tbuf(8);
+	size_t bloblen = sizeof(blob);
+	const struct fr_tp_cqe *q;
+	struct fr_tp_conn *c;
+	struct fr_tp_mr *mr;
+	uint64_t t0, dl, want = 0x0123456789abcdefull;
+	int report[2], go[2], waits = 0, st;
+	pid_t pid;
+
+	memset(dst, 0, 8);
+	mr = reg(p, dst, 8, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	assert_int_equal(ops->pack_rkey(mr, blob, &bloblen), 0);
+	assert_int_equal(pipe(report), 0);
+	assert_int_equal(pipe(go), 0);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		close(report[0]);
+		close(go[1]);
+		_exit(child_late_sender(p, blob, bloblen, report[1], go[0]));
+	}
+	close(report[1]);
+	close(go[0]);
+	c = accept_from(p, 1);
+	assert_int_equal(read_byte(report[0]), 'C');
+	drain(p);
+	/* Sleep in wait(); the child's write must wake us. */
+	t0 = now_ms();
+	dl = t0 + DEADLINE_MS;
+	while (!n_ok(p, c, FR_CQE_RECV)) {
+		drain(p);
+		if (n_ok(p, c, FR_CQE_RECV))
+			break;
+		if (now_ms() > dl)
+			fail_msg("the child's write never arrived");
+		assert_int_equal(ops->wait(p->tp, 5000), 0);
+		waits++;
+	}
+	assert_true(now_ms() - t0 < 3000);
+	assert_true(waits <= 20); /* blocked, did not spin */
+	q = nth_ok(p, c, FR_CQE_RECV, 0);
+	assert_int_equal(q->imm, 0x5157);
+	assert_int_equal(q->len, 8);
+	assert_memory_equal(dst, &want, 8);
+	assert_int_equal(write(go[1], "D", 1), 1);
+	close(go[1]);
+	close(report[0]);
+	st = reap(pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* ---- validation ---------------------------------------------------------- */
+
+static void test_malformed_rkey(void **state)
+{
+	struct ep *a = ep_open(0), *b = ep_open(1);
+	uint8_t blob[FR_TP_RKEY_MAX + 8], bad[FR_TP_RKEY_MAX + 8];
+	uint8_t *buf = tbuf(64);
+	size_t len = FR_TP_RKEY_MAX, small;
+	struct fr_tp_rkey rk;
+	struct fr_tp_mr *mr;
+
+	mr = reg(b, buf, 64, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	memset(blob, 0, sizeof(blob));
+	assert_int_equal(ops->pack_rkey(mr, blob, &len), 0);
+	assert_true(len > 1 && len <= FR_TP_RKEY_MAX);
+	assert_int_equal(ops->unpack_rkey(a->tp, blob, len, &rk), 0);
+	/* *len is the capacity: too small a buffer is refused. */
+	small = 1;
+	assert_true(ops->pack_rkey(mr, bad, &small) < 0);
+
+	assert_true(ops->unpack_rkey(a->tp, blob, len - 1, &rk) < 0);
+	assert_true(ops->unpack_rkey(a->tp, blob, len + 1, &rk) < 0);
+	assert_true(ops->unpack_rkey(a->tp, blob, 0, &rk) < 0);
+	assert_true(ops->unpack_rkey(a->tp, NULL, len, &rk) < 0);
+	memset(bad, 0, sizeof(bad));
+	assert_true(ops->unpack_rkey(a->tp, bad, len, &rk) < 0);
+	memset(bad, 0xff, sizeof(bad));
+	assert_true(ops->unpack_rkey(a->tp, bad, len, &rk) < 0);
+	memcpy(bad, blob, len);
+	bad[0] ^= 0xff;
+	assert_true(ops->unpack_rkey(a->tp, bad, len, &rk) < 0);
+	/* Still fine after all that. */
+	assert_int_equal(ops->unpack_rkey(a->tp, blob, len, &rk), 0);
+}
+
+/* A refused blob fails in connect() or, at the latest, in connect_done(). */
+static void expect_bad_addr(struct ep *a, const void *blob, size_t len)
+{
+	uint64_t dl = now_ms() + DEADLINE_MS;
+	struct fr_tp_conn *c = NULL;
+	int rc;
+
+	rc = ops->connect(a->tp, 1, blob, len, &c);
+	if (rc) {
+		assert_true(rc < 0 && rc != FR_EAGAIN);
+		return;
+	}
+	while ((rc = ops->connect_done(c)) == FR_EAGAIN)
+		if (now_ms() > dl)
+			fail_msg("a malformed address was still connecting");
+	assert_true(rc < 0);
+	ops->close_conn(c);
+}
+
+static void test_malformed_addr(void **state)
+{
+	struct ep *a = ep_open_ex(0, NONCE, 0, 300), *b = ep_open(1);
+	uint8_t bad[FR_TP_ADDR_MAX + 8];
+
+	memcpy(bad, b->addr, b->addrlen);
+	expect_bad_addr(a, bad, 0);
+	expect_bad_addr(a, bad, 3);
+	expect_bad_addr(a, bad, b->addrlen - 1);
+	bad[b->addrlen] = 0;
+	expect_bad_addr(a, bad, b->addrlen + 1);
+	memset(bad, 0, sizeof(bad));
+	expect_bad_addr(a, bad, b->addrlen);
+	memset(bad, 0xff, sizeof(bad));
+	expect_bad_addr(a, bad, b->addrlen);
+}
+
+static void test_local_validation(void **state)
+{
+	struct ep *a = ep_open(0), *b = ep_open(1);
+	uint8_t *src = tbuf(100), *dst = tbuf(100);
+	struct fr_tp_conn *ab, *ba;
+	struct fr_tp_mr *smr, *dmr;
+	struct fr_tp_rkey rk;
+	int rc;
+
+	connect_pair(a, b, &ab, &ba);
+	fill(src, 100, 6);
+	memset(dst, 0, 100);
+	smr = reg(a, src, 100, FR_TP_LOCAL_READ);
+	dmr = reg(b, dst, 100, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	rk = rkey_of(b, dmr, a);
+
+	rc = ops->write_imm(ab, smr, 50, &rk, 0, 51, 1, 1);
+	assert_true(rc < 0 && rc != FR_EAGAIN);
+	rc = ops->write_imm(ab, smr, SIZE_MAX - 1, &rk, 0, 4, 1, 1);
+	assert_true(rc < 0 && rc != FR_EAGAIN);
+	rc = ops->write_imm(ab, NULL, 0, &rk, 0, 10, 1, 1);
+	assert_true(rc < 0 && rc != FR_EAGAIN);
+	rc = ops->write_imm(ab, smr, 0, NULL, 0, 10, 1, 1);
+	assert_true(rc < 0 && rc != FR_EAGAIN);
+	rc = ops->write_imm(NULL, smr, 0, &rk, 0, 10, 1, 1);
+	assert_true(rc < 0 && rc != FR_EAGAIN);
+
+	/* None of them went anywhere; the connection still works. */
+	post(ab, smr, 0, &rk, 0, 100, 5, 5);
+	PUMP_UNTIL(n_ok(b, ba, FR_CQE_RECV) >= 1 &&
+		   n_ok(a, ab, FR_CQE_SEND) >= 1);
+	pump_for(50);
+	assert_int_equal(count(b, ba, 0, 1), 1);
+	assert_int_equal(count(a, ab, 0, 1), 1);
+	assert_int_equal(nth_ok(b, ba, FR_CQE_RECV, 0)->imm, 5);
+	assert_memory_equal(dst, src, 100);
+}
+
+static void test_close_drops_completions(void **state)
+{
+	struct ep *a = ep_open(0), *b = ep_open(1);
+	uint8_t *src = tbuf(256 * KiB), *dst = tbuf(256 * KiB);
+	struct fr_tp_conn *ab, *ba;
+	struct fr_tp_mr *smr, *dmr;
+	struct fr_tp_rkey rk;
+	const void *gone;
+	int rc;
+
+	connect_pair(a, b, &ab, &ba);
+	fill(src, 256 * KiB, 2);
+	smr = reg(a, src, 256 * KiB, FR_TP_LOCAL_READ);
+	dmr = reg(b, dst, 256 * KiB, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	rk = rkey_of(b, dmr, a);
+	for (int i = 0; i < 8; i++) {
+		rc = ops->write_imm(ab, smr, 0, &rk, 0, 256 * KiB, (uint32_t)i,
+				    (uint64_t)i);
+		if (rc == FR_EAGAIN)
+			break;
+		assert_int_equal(rc, 0);
+	}
+	gone = ab;
+	ops->close_conn(ab);
+	/* Nothing may surface naming the closed connection. */
+	pump_for(50);
+	for (size_t i = 0; i < a->ncq; i++)
+		assert_ptr_not_equal(a->cq[i].conn, gone);
+	/* Its sources are free again. */
+	assert_int_equal(ops->dereg_mem(a->tp, smr), 0);
+	/* The peer sees the close, once. */
+	PUMP_UNTIL(n_err(b, ba) >= 1);
+	assert_int_equal(first_err(b, ba), FR_EPEER);
+	pump_for(50);
+	assert_int_equal(n_err(b, ba), 1);
+}
+
+static void test_ipv6_loopback(void **state)
+{
+	struct ep *a = NULL, *b = NULL;
+	uint8_t *src = tbuf(64 * KiB), *dst = tbuf(64 * KiB);
+	struct fr_tp_conn *ab, *ba;
+	struct fr_tp_mr *smr, *dmr;
+	struct fr_tp_rkey rk;
+
+	if (ep_try_open(0, NONCE, "::1", 0, DEADLINE_MS, &a) ||
+	    ep_try_open(1, NONCE, "::1", 0, DEADLINE_MS, &b))
+		skip();
+	connect_pair(a, b, &ab, &ba);
+	fill(src, 64 * KiB, 66);
+	memset(dst, 0, 64 * KiB);
+	smr = reg(a, src, 64 * KiB, FR_TP_LOCAL_READ);
+	dmr = reg(b, dst, 64 * KiB, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	rk = rkey_of(b, dmr, a);
+	post(ab, smr, 0, &rk, 0, 64 * KiB, 6, 6);
+	PUMP_UNTIL(n_ok(b, ba, FR_CQE_RECV) == 1);
+	assert_memory_equal(dst, src, 64 * KiB);
+}
+
+/* ---- TCP white-box: the wire format from the outside ------------------------ */
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	put16(p, (uint16_t)v);
+	put16(p + 2, (uint16_t)(v >> 16));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	put32(p, (uint32_t)v);
+	put32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+#define WB_MAGIC 0x43545246u
+
+static void wb_hello(uint8_t *h, uint32_t magic, uint16_t version, int rank,
+		     uint64_t nonce)
+{
+	put32(h, magic);
+	put16(h + 4, version);
+	put16(h + 6, 1);
+	put32(h + 8, (uint32_t)rank);
+	put32(h + 12, 0);
+	put64(h + 16, nonce);
+}
+
+static void wb_header(uint8_t *h, uint8_t version, uint32_t imm, uint32_t id,
+		      uint32_t gen, uint64_t off, uint32_t len)
+{
+	memset(h, 0, 32);
+	h[0] = version;
+	h[1] = 1;
+	put32(h + 4, imm);
+	put32(h + 8, id);
+	put32(h + 12, gen);
+	put64(h + 16, off);
+	put32(h + 24, len);
+}
+
+static void wb_sendall(int fd, const void *buf, size_t len)
+{
+	assert_int_equal(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+/* A plain socket to an IPv4 endpoint, taken from its address blob. */
+static int wb_connect(const struct ep *e)
+{
+	struct sockaddr_in sa;
+	int fd;
+
+	assert_int_equal(e->addrlen, 24);
+	assert_int_equal(e->addr[0], 4);
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)(e->addr[2] | e->addr[3] << 8));
+	memcpy(&sa.sin_addr, e->addr + 8, 4);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+	return fd;
+}
+
+/* Read up to cap bytes until EOF, driving the endpoints meanwhile. */
+static size_t wb_read_to_eof(int fd, uint8_t *buf, size_t cap)
+{
+	uint64_t dl = now_ms() + DEADLINE_MS;
+	size_t have = 0;
+	ssize_t n;
+
+	for (;;) {
+		pump();
+		n = recv(fd, buf + have, cap - have, 0);
+		if (n == 0 || (n < 0 && errno == ECONNRESET))
+			return have;
+		if (n > 0)
+			have += (size_t)n;
+		else
+			assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+		assert_true(have < cap);
+		if (now_ms() > dl)
+			fail_msg("the endpoint kept the connection open");
+	}
+}
+
+static void wb_read_exact(int fd, uint8_t *buf, size_t len)
+{
+	uint64_t dl = now_ms() + DEADLINE_MS;
+	size_t have = 0;
+	ssize_t n;
+
+	while (have < len) {
+		pump();
+		n = recv(fd, buf + have, len - have, 0);
+		if (n > 0)
+			have += (size_t)n;
+		else if (n == 0)
+			fail_msg("EOF after %zu of %zu bytes", have, len);
+		else
+			assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+		if (now_ms() > dl)
+			fail_msg("got %zu of %zu bytes", have, len);
+	}
+}
+
+static void wb_expect_refusal(struct ep *b, const uint8_t *hello, size_t len,
+			      int status)
+{
+	uint8_t r[64];
+	size_t n;
+	int fd = wb_connect(b);
+
+	wb_sendall(fd, hello, len);
+	n = wb_read_to_eof(fd, r, sizeof(r));
+	if (status) {
+		assert_int_equal(n, 12);
+		assert_int_equal(get32(r), WB_MAGIC);
+		assert_int_equal(r[6], 2);
+		assert_int_equal((int32_t)get32(r + 8), status);
+	} else {
+		assert_int_equal(n, 0);
+	}
+	close(fd);
+}
+
+static void test_tcp_wire_acceptor(void **state)
+{
+	uint8_t h[64], r[12], key[FR_TP_RKEY_MAX], payload[16];
+	struct fr_tp_conn *c5, *c6, *x = NULL;
+	struct gbuf region;
+	struct fr_tp_mr *mr;
+	size_t kl = sizeof(key);
+	struct ep *b;
+	int fd;
+
+	if (strcmp(ops->name, "tcp"))
+		skip();
+	b = ep_open(1);
+	/* Not our protocol at all: closed without a word. */
+	memset(h, 'x', sizeof(h));
+	memcpy(h, "GET / HTTP/1.0\r\n\r\n", 18);
+	wb_expect_refusal(b, h, 24, 0);
+	/* Our magic, another version / nonce / a negative rank. */
+	wb_hello(h, WB_MAGIC, 99, 3, NONCE);
+	wb_expect_refusal(b, h, 24, FR_EPROTO);
+	wb_hello(h, WB_MAGIC, 1, 3, NONCE ^ 1);
+	wb_expect_refusal(b, h, 24, FR_EAUTH);
+	wb_hello(h, WB_MAGIC, 1, -4, NONCE);
+	wb_expect_refusal(b, h, 24, FR_EPROTO);
+	/* Half a hello, then gone. */
+	fd = wb_connect(b);
+	wb_sendall(fd, h, 10);
+	close(fd);
+	pump_for(30);
+	assert_int_equal(ops->accept(b->tp, 3, &x), FR_EAGAIN);
+
+	/* A well-formed peer: then a malformed header fails it (EPROTO). */
+	fd = wb_connect(b);
+	wb_hello(h, WB_MAGIC, 1, 5, NONCE);
+	wb_sendall(fd, h, 24);
+	wb_read_exact(fd, r, 12);
+	assert_int_equal(get32(r), WB_MAGIC);
+	assert_int_equal((int32_t)get32(r + 8), 0);
+	c5 = accept_from(b, 5);
+	wb_header(h, 9, 1, 0, 1, 0, 0);
+	wb_sendall(fd, h, 32);
+	PUMP_UNTIL(n_err(b, c5) == 1);
+	assert_int_equal(first_err(b, c5), FR_EPROTO);
+	assert_int_equal(wb_read_to_eof(fd, h, sizeof(h)), 0);
+	close(fd);
+
+	/* One good write as the header documents, then EOF mid-payload. */
+	region = gbuf_new(256, 0);
+	mr = reg(b, region.p, 256, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	assert_int_equal(ops->pack_rkey(mr, key, &kl), 0);
+	assert_int_equal(kl, 20);
+	assert_int_equal(key[0], 0xfc);
+	assert_int_equal(get64(key + 12), 256);
+	fd = wb_connect(b);
+	wb_hello(h, WB_MAGIC, 1, 6, NONCE);
+	wb_sendall(fd, h, 24);
+	wb_read_exact(fd, r, 12);
+	c6 = accept_from(b, 6);
+	fill(payload, 16, 9);
+	wb_header(h, 1, 0x77, get32(key + 4), get32(key + 8), 16, 16);
+	memcpy(h + 32, payload, 16);
+	wb_sendall(fd, h, 48);
+	PUMP_UNTIL(n_ok(b, c6, FR_CQE_RECV) == 1);
+	assert_int_equal(nth_ok(b, c6, FR_CQE_RECV, 0)->imm, 0x77);
+	assert_memory_equal(region.p + 16, payload, 16);
+	wb_header(h, 1, 0x78, get32(key + 4), get32(key + 8), 100, 100);
+	memcpy(h + 32, payload, 10);
+	wb_sendall(fd, h, 42);
+	close(fd);
+	PUMP_UNTIL(n_err(b, c6) == 1);
+	assert_int_equal(first_err(b, c6), FR_EPEER);
+	assert_int_equal(n_ok(b, c6, FR_CQE_RECV), 1);
+	check_guards(&region);
+}
+
+static void test_tcp_wire_connector(void **state)
+{
+	uint8_t blob[24], key[20], h[96], r[12], *src;
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof(sa);
+	struct fr_tp_conn *c;
+	struct fr_tp_rkey rk;
+	struct fr_tp_mr *mr;
+	uint64_t dl;
+	struct ep *a;
+	int lfd, fd = -1, one = 1, rc;
+
+	if (strcmp(ops->name, "tcp"))
+		skip();
+	a = ep_open(0);
+	/* A port where nobody listens yet. */
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+	close(lfd);
+	memset(blob, 0, sizeof(blob));
+	blob[0] = 4;
+	blob[1] = 1;
+	put16(blob + 2, ntohs(sa.sin_port));
+	memcpy(blob + 8, &sa.sin_addr, 4);
+	assert_int_equal(ops->connect(a->tp, 1, blob, sizeof(blob), &c), 0);
+	/* Refused, and refused again: it keeps trying. */
+	dl = now_ms() + 300;
+	while (now_ms() < dl)
+		assert_int_equal(ops->connect_done(c), FR_EAGAIN);
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	assert_int_equal(fcntl(lfd, F_SETFL, O_NONBLOCK), 0);
+	dl = now_ms() + DEADLINE_MS;
+	while (fd < 0) {
+		assert_int_equal(ops->connect_done(c), FR_EAGAIN);
+		fd = accept(lfd, NULL, NULL);
+		if (now_ms() > dl)
+			fail_msg("the retry never came");
+	}
+	close(lfd);
+	assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+	wb_read_exact(fd, h, 24);
+	assert_int_equal(get32(h), WB_MAGIC);
+	assert_int_equal(h[4] | h[5] << 8, 1);
+	assert_int_equal(h[6] | h[7] << 8, 1);
+	assert_int_equal(get32(h + 8), 0);
+	assert_int_equal(get32(h + 12), 0);
+	assert_true(get64(h + 16) == NONCE);
+	put32(r, WB_MAGIC);
+	put16(r + 4, 1);
+	put16(r + 6, 2);
+	put32(r + 8, 0);
+	wb_sendall(fd, r, 12);
+	dl = now_ms() + DEADLINE_MS;
+	while ((rc = ops->connect_done(c)) == FR_EAGAIN)
+		assert_true(now_ms() < dl);
+	assert_int_equal(rc, 0);
+
+	/* A key as a TCP peer would send it; then check the frame. */
+	key[0] = 0xfc;
+	key[1] = 1;
+	put16(key + 2, 0);
+	put32(key + 4, 3);
+	put32(key + 8, 9);
+	put64(key + 12, 4096);
+	assert_int_equal(ops->unpack_rkey(a->tp, key, 20, &rk), 0);
+	src = tbuf(8);
+	fill(src, 8, 1);
+	mr = reg(a, src, 8, FR_TP_LOCAL_READ);
+	post(c, mr, 0, &rk, 16, 8, 0xabcdef01, 5);
+	post(c, NULL, 0, NULL, 0, 0, 0x42, 6);
+	wb_read_exact(fd, h, 40 + 32);
+	assert_int_equal(h[0], 1);
+	assert_int_equal(h[1], 1);
+	assert_int_equal(h[2] | h[3], 0);
+	assert_int_equal(get32(h + 4), 0xabcdef01);
+	assert_int_equal(get32(h + 8), 3);
+	assert_int_equal(get32(h + 12), 9);
+	assert_true(get64(h + 16) == 16);
+	assert_int_equal(get32(h + 24), 8);
+	assert_int_equal(get32(h + 28), 0);
+	assert_memory_equal(h + 32, src, 8);
+	assert_int_equal(get32(h + 40 + 4), 0x42);
+	assert_int_equal(get32(h + 40 + 24), 0);
+	PUMP_UNTIL(n_ok(a, c, FR_CQE_SEND) == 2);
+	close(fd);
+	PUMP_UNTIL(n_err(a, c) == 1);
+	assert_int_equal(first_err(a, c), FR_EPEER);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+		T(test_handshake),
+		T(test_wrong_nonce),
+		T(test_connect_refused_times_out),
+		T(test_duplicate_rank),
+		T(test_write_sizes),
+		T(test_zero_length),
+		T(test_fifo_many),
+		T(test_bidirectional),
+		T(test_bounds_past_end),
+		T(test_bounds_overflow),
+		T(test_bounds_deregistered),
+		T(test_bounds_no_remote_write),
+		T(test_backpressure),
+		T(test_peer_exits_mid_transfer),
+		T(test_peer_killed_while_sending),
+		T(test_wait_idle_and_wake),
+		T(test_wait_wakes_on_arrival),
+		T(test_malformed_rkey),
+		T(test_malformed_addr),
+		T(test_local_validation),
+		T(test_close_drops_completions),
+		T(test_ipv6_loopback),
+		T(test_tcp_wire_acceptor),
+		T(test_tcp_wire_connector),
+#undef T
+	};
+	const char *name = getenv("FR_TEST_TRANSPORT");
+	char err[256] = "";
+
+	if (!name || !*name)
+		name = "tcp";
+	ops = fr_transport_find(name);
+	if (!ops) {
+		fprintf(stderr, "test_transport: no transport named '%s'\n",
+			name);
+		return 1;
+	}
+	if (ops->probe(err, sizeof(err))) {
+		fprintf(stderr, "test_transport: %s not usable here: %s\n",
+			name, err);
+		return 77; /* automake: skipped */
+	}
+	return cmocka_run_group_tests_name(name, tests, NULL, NULL);
+}

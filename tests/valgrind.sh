@@ -1,0 +1,32 @@
+#!/bin/bash
+# valgrind (memcheck, leaks) over the unit tests and a small multi-process
+# matrix of a build tree ($1, default ./build).  Prints N passed, N failed.
+set -u
+B=$(cd "${1:-build}" && pwd)
+VG="valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --quiet"
+pass=0 fail=0
+check() {
+	name=$1
+	shift
+	if timeout 900 "$@" >/tmp/fr-vg.$$ 2>&1; then
+		pass=$((pass + 1))
+		echo "PASS valgrind $name"
+	else
+		fail=$((fail + 1))
+		echo "FAIL valgrind $name"
+		tail -n 40 /tmp/fr-vg.$$
+	fi
+}
+for t in "$B"/tests/test_*; do
+	case "$t" in *.o | *.log | *.trs) continue ;; esac
+	[ -x "$t" ] || continue
+	check "$(basename "$t")" "$B/libtool" --mode=execute $VG "$t"
+done
+check "mp_allreduce matrix n=3" "$B/frrun" -n 3 --timeout 900 \
+	"$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" matrix \
+	--counts 0,1,2,1001 --dtypes f32,f16,bf16,i64,u8 --ops sum,min,avg
+check "mp_allreduce mismatch n=3" env FR_TIMEOUT_MS=20000 "$B/frrun" -n 3 --timeout 300 \
+	"$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" mismatch --victim 2 --what count
+rm -f /tmp/fr-vg.$$
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,1670 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fr_tcp.c - the TCP transport: one-sided write-with-immediate over sockets.
+ *
+ * TCP has no one-sided writes, so the receiver does the "NIC" part itself,
+ * as libfabric's tcp provider does: every write travels as a header naming
+ * the target region and offset, followed by the payload; the receiver checks
+ * the header against its own region table and reads the payload straight
+ * into the registered memory (no bounce buffer), then raises the RECV
+ * completion.  The sender never touches the peer's memory.
+ *
+ * Design
+ *   - One endpoint = one listening socket + one epoll instance (for wait())
+ *     + a table of registered regions + a fixed ring of completions.
+ *   - Everything is non-blocking.  Progress (accepting sockets, handshakes,
+ *     sending, receiving) happens inside poll(), accept() and
+ *     connect_done(); wait() only sleeps in epoll_wait().
+ *   - Each connection has a fixed send queue of sq_depth descriptors that
+ *     point into the caller's registered memory: no allocation and no copy
+ *     per message.  Several queued messages leave in one sendmsg() as
+ *     header/payload iovec pairs; partial sends resume mid-header or
+ *     mid-payload.  A SEND completion is raised once the kernel has the
+ *     whole message (the source may then be reused).
+ *   - Completions wait in a per-endpoint ring of FR_TCP_CQ_SIZE entries.
+ *     Progress never produces a completion the ring cannot hold: it stops
+ *     sending and receiving on a connection instead, and resumes once
+ *     poll() has drained the ring.  Error completions of a failed
+ *     connection are owed (state, not queue) and delivered as room appears.
+ *   - Incoming connections are not read beyond their hello until accept()
+ *     hands them out, so no completion can name a connection the caller
+ *     does not know yet.
+ *
+ * Wire format (all integers little-endian)
+ *
+ *   hello, connector -> acceptor, 24 bytes
+ *      0 u32 magic "FRTC" (0x43545246)   4 u16 version (1)
+ *      6 u16 kind (1 = hello)            8 i32 connector's rank
+ *     12 u32 reserved (0)               16 u64 job nonce
+ *   reply, acceptor -> connector, 12 bytes
+ *      0 u32 magic   4 u16 version   6 u16 kind (2 = reply)
+ *      8 i32 status: 0, or FR_EPROTO (version, malformed), FR_EAUTH (wrong
+ *        nonce), FR_EBUSY (a connection from that rank already exists);
+ *        the acceptor closes the socket after a refusal.  A hello with the
+ *        wrong magic is closed without a reply (not our protocol).
+ *   then any number of messages in either direction, each a 32-byte header
+ *      0 u8  version (1)       1 u8  op (1 = write with immediate)
+ *      2 u16 flags (0)         4 u32 immediate
+ *      8 u32 region id        12 u32 region generation
+ *     16 u64 offset in the region
+ *     24 u32 payload length   28 u32 reserved (0)
+ *   followed by the payload.  A zero-length write carries only the
+ *   immediate; its region fields are ignored.  A malformed header fails the
+ *   connection with FR_EPROTO; a write outside a region (unknown id, stale
+ *   generation, no remote-write access, offset + length past its end)
+ *   fails it with FR_ERANGE before a single payload byte is read.
+ *
+ *   address blob, 24 bytes: u8 kind (4 = IPv4, 6 = IPv6), u8 version (1),
+ *     u16 port, u32 IPv6 scope id (0 for IPv4), u8[16] address (IPv4 uses
+ *     the first 4 bytes, the rest are 0).
+ *   remote key blob, 20 bytes: u8 magic (0xfc), u8 version (1),
+ *     u16 reserved (0), u32 region id, u32 generation, u64 region length.
+ *     Unpacked into struct fr_tp_rkey as a = length, b = 0, c = id,
+ *     d = generation.  A region id is a slot of the table; the slot's
+ *     generation goes up at every deregistration, so a key kept after
+ *     dereg_mem never reaches whatever is registered in that slot next.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "fastreduce.h"
+#include "log.h"
+#include "transport.h"
+#include "util.h"
+
+#define TCP_MAGIC 0x43545246u /* "FRTC" */
+#define TCP_VERSION 1
+#define TCP_KIND_HELLO 1
+#define TCP_KIND_REPLY 2
+#define TCP_HELLO_LEN 24
+#define TCP_REPLY_LEN 12
+#define TCP_HDR_LEN 32
+#define TCP_OP_WRITE_IMM 1
+
+#define TCP_ADDR_LEN 24
+#define TCP_ADDR_VERSION 1
+#define TCP_ADDR_IPV4 4
+#define TCP_ADDR_IPV6 6
+
+#define TCP_RKEY_LEN 20
+#define TCP_RKEY_MAGIC 0xfc
+#define TCP_RKEY_VERSION 1
+
+/* Completions kept for poll(); progress pauses when this is full. */
+#define FR_TCP_CQ_SIZE 1024
+#define TCP_DEFAULT_SQ_DEPTH 64
+#define TCP_MAX_SQ_DEPTH 65536
+#define TCP_DEFAULT_TIMEOUT_MS 30000
+#define TCP_MAX_REGIONS (1u << 20)
+/* Incoming connections not yet handed out by accept(): strangers beyond
+ * this are closed at once rather than costing memory. */
+#define TCP_MAX_PENDING 256
+/* Messages gathered into one sendmsg() (two iovecs each). */
+#define TCP_TX_BATCH 32
+/* Bytes read from one connection per progress call, so a busy peer cannot
+ * starve the others. */
+#define TCP_RX_BUDGET (8u << 20)
+#define TCP_BACKOFF_MIN_MS 10
+#define TCP_BACKOFF_MAX_MS 1000
+#define TCP_ERRBUF_LEN 256
+
+struct fr_tp_mr {
+	struct fr_tp *tp;
+	uint8_t *base;
+	size_t len;
+	int access;
+	uint32_t id;
+	uint32_t gen;
+	unsigned int inflight; /* queued sends still reading from it */
+};
+
+/* One slot of the region table. */
+struct tcp_region {
+	struct fr_tp_mr *mr; /* NULL when free */
+	uint32_t gen;        /* of the current or next registration */
+};
+
+/* A queued write: points at the caller's memory, never copies it. */
+struct tcp_sqe {
+	uint8_t hdr[TCP_HDR_LEN];
+	const uint8_t *payload;
+	size_t len;
+	uint64_t ctx;
+	struct fr_tp_mr *mr; /* NULL once the bytes no longer need it */
+};
+
+enum tcp_state {
+	TCP_RETRY,      /* outgoing: connect() refused, trying again later */
+	TCP_CONNECTING, /* outgoing: connect() in progress */
+	TCP_HELLO,      /* outgoing: sending the hello, awaiting the reply */
+	TCP_GREET,      /* incoming: reading the peer's hello */
+	TCP_UP,         /* established */
+	TCP_FAILED,     /* socket closed; error completions may be owed */
+};
+
+enum tcp_rx_state {
+	TCP_RX_HDR,  /* filling rx_hdr */
+	TCP_RX_DATA, /* landing a payload at rx_dst */
+};
+
+struct fr_tp_conn {
+	struct fr_tp *tp;
+	struct fr_tp_conn *prev, *next; /* tp->conns */
+	int fd;
+	int peer;
+	enum tcp_state state;
+	bool incoming;
+	bool owned;      /* the caller holds it (from connect or accept) */
+	int error;       /* why it failed */
+	bool err_owed;   /* its error completion is not in the ring yet */
+	bool ep_added;   /* fd is in the epoll set, with ep_events */
+	uint32_t ep_events;
+
+	/* establishment */
+	struct sockaddr_storage sa;
+	socklen_t salen;
+	uint64_t deadline_ms;
+	uint64_t retry_ms;
+	int backoff_ms;
+	int last_errno;
+	uint8_t hs_in[TCP_HELLO_LEN];
+	size_t hs_in_off, hs_in_len;
+	uint8_t hs_out[TCP_HELLO_LEN];
+	size_t hs_out_off, hs_out_len;
+
+	/* send queue: sq_count descriptors from sq_head, FIFO */
+	struct tcp_sqe *sq;
+	unsigned int sq_depth, sq_head, sq_count;
+	size_t tx_off; /* bytes of the head message already sent */
+
+	/* receive */
+	enum tcp_rx_state rx_state;
+	uint8_t rx_hdr[TCP_HDR_LEN];
+	size_t rx_off; /* header bytes in rx_hdr */
+	uint8_t *rx_dst;
+	size_t rx_len, rx_done;
+	uint32_t rx_imm, rx_region, rx_gen;
+};
+
+struct fr_tp {
+	int rank;
+	uint64_t nonce;
+	int timeout_ms;
+	unsigned int sq_depth;
+	int lfd;
+	int epfd;
+	struct fr_tp_conn *conns;
+	unsigned int npending; /* incoming connections not handed out */
+	struct tcp_region *regions;
+	uint32_t nregions;
+	struct fr_tp_cqe cq[FR_TCP_CQ_SIZE];
+	unsigned int cq_head, cq_count;
+	char errbuf[TCP_ERRBUF_LEN];
+};
+
+/* ---- small helpers ------------------------------------------------------- */
+
+static void tcp_vseterr(struct fr_tp *tp, int level, const char *fmt,
+			va_list ap)
+{
+	vsnprintf(tp->errbuf, sizeof(tp->errbuf), fmt, ap);
+	fr_log(level, "tcp: rank %d: %s", tp->rank, tp->errbuf);
+}
+
+static void __attribute__((format(printf, 3, 4)))
+tcp_seterr(struct fr_tp *tp, int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	tcp_vseterr(tp, level, fmt, ap);
+	va_end(ap);
+}
+
+static const char *tcp_sa_str(const struct sockaddr_storage *sa,
+			      socklen_t len, char *buf, size_t size)
+{
+	char host[64], serv[8];
+
+	if (getnameinfo((const struct sockaddr *)sa, len, host, sizeof(host),
+			serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV))
+		snprintf(buf, size, "?");
+	else if (sa->ss_family == AF_INET6)
+		snprintf(buf, size, "[%s]:%s", host, serv);
+	else
+		snprintf(buf, size, "%s:%s", host, serv);
+	return buf;
+}
+
+static bool tcp_would_block(int e)
+{
+	return e == EAGAIN || e == EWOULDBLOCK;
+}
+
+/* connect() failures worth another try: the peer may not listen yet. */
+static bool tcp_retryable(int e)
+{
+	return e == ECONNREFUSED || e == ECONNRESET || e == ECONNABORTED ||
+	       e == ETIMEDOUT || e == EHOSTUNREACH || e == ENETUNREACH;
+}
+
+static void tcp_nodelay(int fd)
+{
+	int one = 1;
+
+	/* Latency of small control writes matters more than packet count. */
+	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)))
+		fr_dbg("tcp: TCP_NODELAY: %s", strerror(errno));
+}
+
+static uint32_t tcp_gen_next(uint32_t gen)
+{
+	/* 0 is never a valid generation, so a zeroed key matches nothing. */
+	return gen == UINT32_MAX ? 1 : gen + 1;
+}
+
+/* ---- completion ring ---------------------------------------------------- */
+
+static bool tcp_cq_full(const struct fr_tp *tp)
+{
+	return tp->cq_count == FR_TCP_CQ_SIZE;
+}
+
+/* The caller has checked that there is room. */
+static void tcp_cq_push(struct fr_tp *tp, int kind, int status,
+			struct fr_tp_conn *c, uint64_t ctx, uint32_t imm,
+			uint32_t len)
+{
+	struct fr_tp_cqe *e;
+
+	e = &tp->cq[(tp->cq_head + tp->cq_count) % FR_TCP_CQ_SIZE];
+	e->kind = kind;
+	e->status = status;
+	e->conn = c;
+	e->ctx = ctx;
+	e->imm = imm;
+	e->len = len;
+	tp->cq_count++;
+}
+
+/* Drop completions naming c: it is being freed. */
+static void tcp_cq_purge(struct fr_tp *tp, const struct fr_tp_conn *c)
+{
+	unsigned int i, j = 0;
+
+	for (i = 0; i < tp->cq_count; i++) {
+		struct fr_tp_cqe *e = &tp->cq[(tp->cq_head + i) % FR_TCP_CQ_SIZE];
+
+		if (e->conn == c)
+			continue;
+		tp->cq[(tp->cq_head + j) % FR_TCP_CQ_SIZE] = *e;
+		j++;
+	}
+	tp->cq_count = j;
+}
+
+/* ---- connections: life cycle --------------------------------------------- */
+
+static struct fr_tp_conn *tcp_conn_new(struct fr_tp *tp)
+{
+	struct fr_tp_conn *c;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->sq = calloc(tp->sq_depth, sizeof(*c->sq));
+	if (!c->sq) {
+		free(c);
+		return NULL;
+	}
+	c->tp = tp;
+	c->fd = -1;
+	c->peer = -1;
+	c->sq_depth = tp->sq_depth;
+	c->rx_state = TCP_RX_HDR;
+	return c;
+}
+
+static void tcp_conn_link(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+
+	c->prev = NULL;
+	c->next = tp->conns;
+	if (tp->conns)
+		tp->conns->prev = c;
+	tp->conns = c;
+}
+
+static void tcp_close_fd(struct fr_tp_conn *c)
+{
+	if (c->fd < 0)
+		return;
+	if (c->ep_added)
+		epoll_ctl(c->tp->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	c->ep_added = false;
+	close(c->fd);
+	c->fd = -1;
+}
+
+/* Queued sends stop reading their regions (the conn failed or goes away). */
+static void tcp_sq_release(struct fr_tp_conn *c)
+{
+	unsigned int i;
+
+	for (i = 0; i < c->sq_count; i++) {
+		struct tcp_sqe *e = &c->sq[(c->sq_head + i) % c->sq_depth];
+
+		if (e->mr) {
+			e->mr->inflight--;
+			e->mr = NULL;
+		}
+	}
+}
+
+static void tcp_conn_free(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		tp->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	if (c->incoming && !c->owned)
+		tp->npending--;
+	tcp_close_fd(c);
+	tcp_sq_release(c);
+	free(c->sq);
+	free(c);
+}
+
+/*
+ * Fail a connection: close its socket now (the peer sees EOF), remember the
+ * error for later calls, and owe the caller one error completion plus one
+ * per queued send if it was established.
+ */
+static void __attribute__((format(printf, 3, 4)))
+tcp_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
+{
+	bool was_up = c->state == TCP_UP;
+	char msg[160];
+	va_list ap;
+
+	if (c->state == TCP_FAILED)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	/* A peer breaking the protocol on a live connection deserves a
+	 * warning; refused strangers were already reported when judged. */
+	tcp_seterr(c->tp,
+		   c->owned && (err == FR_ERANGE || err == FR_EPROTO) ?
+			   FR_LOG_WARN : FR_LOG_DEBUG,
+		   "connection %s rank %d: %s", c->incoming ? "from" : "to",
+		   c->peer, msg);
+	tcp_close_fd(c);
+	c->error = err;
+	c->state = TCP_FAILED;
+	tcp_sq_release(c);
+	c->err_owed = was_up && c->owned;
+}
+
+/* Move a failed connection's owed completions into the ring, in order. */
+static void tcp_flush_failed(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+
+	if (c->err_owed) {
+		if (tcp_cq_full(tp))
+			return;
+		tcp_cq_push(tp, FR_CQE_RECV, c->error, c, 0, 0, 0);
+		c->err_owed = false;
+	}
+	while (c->sq_count) {
+		if (tcp_cq_full(tp))
+			return;
+		tcp_cq_push(tp, FR_CQE_SEND, c->error, c,
+			    c->sq[c->sq_head].ctx, 0, 0);
+		c->sq_head = (c->sq_head + 1) % c->sq_depth;
+		c->sq_count--;
+	}
+}
+
+/* ---- handshake ----------------------------------------------------------- */
+
+/* 0 when hs_out is all sent, FR_EAGAIN, or FR_EPEER (last_errno set). */
+static int tcp_hs_send(struct fr_tp_conn *c)
+{
+	while (c->hs_out_off < c->hs_out_len) {
+		ssize_t n = send(c->fd, c->hs_out + c->hs_out_off,
+				 c->hs_out_len - c->hs_out_off,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (tcp_would_block(errno))
+				return FR_EAGAIN;
+			c->last_errno = errno;
+			return FR_EPEER;
+		}
+		c->hs_out_off += (size_t)n;
+	}
+	return 0;
+}
+
+/*
+ * 0 when hs_in holds hs_in_len bytes, FR_EAGAIN, or FR_EPEER (last_errno,
+ * 0 for EOF).  Reads exactly what is missing: bytes after the handshake
+ * belong to the message stream.
+ */
+static int tcp_hs_recv(struct fr_tp_conn *c)
+{
+	while (c->hs_in_off < c->hs_in_len) {
+		ssize_t n = recv(c->fd, c->hs_in + c->hs_in_off,
+				 c->hs_in_len - c->hs_in_off, MSG_DONTWAIT);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (tcp_would_block(errno))
+				return FR_EAGAIN;
+			c->last_errno = errno;
+			return FR_EPEER;
+		}
+		if (n == 0) {
+			c->last_errno = 0;
+			return FR_EPEER;
+		}
+		c->hs_in_off += (size_t)n;
+	}
+	return 0;
+}
+
+static void tcp_put_reply(uint8_t *b, int status)
+{
+	fr_put_le32(b, TCP_MAGIC);
+	fr_put_le16(b + 4, TCP_VERSION);
+	fr_put_le16(b + 6, TCP_KIND_REPLY);
+	fr_put_le32(b + 8, (uint32_t)status);
+}
+
+static void tcp_hello_start(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+
+	fr_put_le32(c->hs_out, TCP_MAGIC);
+	fr_put_le16(c->hs_out + 4, TCP_VERSION);
+	fr_put_le16(c->hs_out + 6, TCP_KIND_HELLO);
+	fr_put_le32(c->hs_out + 8, (uint32_t)tp->rank);
+	fr_put_le32(c->hs_out + 12, 0);
+	fr_put_le64(c->hs_out + 16, tp->nonce);
+	c->hs_out_off = 0;
+	c->hs_out_len = TCP_HELLO_LEN;
+	c->hs_in_off = 0;
+	c->hs_in_len = TCP_REPLY_LEN;
+	c->state = TCP_HELLO;
+}
+
+static void tcp_schedule_retry(struct fr_tp_conn *c, int e, uint64_t now)
+{
+	c->last_errno = e;
+	c->state = TCP_RETRY;
+	c->retry_ms = now + (uint64_t)c->backoff_ms;
+	c->backoff_ms = FR_MIN(c->backoff_ms * 2, TCP_BACKOFF_MAX_MS);
+}
+
+/*
+ * One connect() attempt.  Refusals become a later retry; only failures
+ * that another attempt cannot fix (no socket, bad address) are returned.
+ */
+static int tcp_start_connect(struct fr_tp_conn *c, uint64_t now)
+{
+	char where[96];
+	int fd, e;
+
+	fd = socket(c->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+	if (fd < 0) {
+		c->last_errno = errno;
+		return FR_ESYS;
+	}
+	tcp_nodelay(fd);
+	if (!connect(fd, (struct sockaddr *)&c->sa, c->salen)) {
+		c->fd = fd;
+		tcp_hello_start(c);
+		return 0;
+	}
+	e = errno;
+	/* EINTR: the connection still completes asynchronously. */
+	if (e == EINPROGRESS || e == EINTR) {
+		c->fd = fd;
+		c->state = TCP_CONNECTING;
+		return 0;
+	}
+	close(fd);
+	if (tcp_retryable(e)) {
+		tcp_schedule_retry(c, e, now);
+		return 0;
+	}
+	c->last_errno = e;
+	fr_dbg("tcp: connect to %s: %s",
+	       tcp_sa_str(&c->sa, c->salen, where, sizeof(where)), strerror(e));
+	return FR_ESYS;
+}
+
+static void tcp_check_connected(struct fr_tp_conn *c, uint64_t now)
+{
+	struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
+	socklen_t sl = sizeof(int);
+	char where[96];
+	int soerr = 0, r;
+
+	r = poll(&pfd, 1, 0);
+	if (r == 0 || (r < 0 && errno == EINTR))
+		return;
+	if (r < 0 || getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl))
+		soerr = errno;
+	if (!soerr) {
+		tcp_hello_start(c);
+		return;
+	}
+	tcp_close_fd(c);
+	if (tcp_retryable(soerr)) {
+		tcp_schedule_retry(c, soerr, now);
+		return;
+	}
+	c->last_errno = soerr;
+	tcp_conn_fail(c, FR_EPEER, "connect to %s: %s",
+		      tcp_sa_str(&c->sa, c->salen, where, sizeof(where)),
+		      strerror(soerr));
+}
+
+static void tcp_hello_progress(struct fr_tp_conn *c)
+{
+	const uint8_t *r = c->hs_in;
+	char where[96];
+	int err, status;
+
+	tcp_sa_str(&c->sa, c->salen, where, sizeof(where));
+	err = tcp_hs_send(c);
+	if (err == FR_EAGAIN)
+		return;
+	if (!err)
+		err = tcp_hs_recv(c);
+	if (err == FR_EAGAIN)
+		return;
+	if (err) {
+		tcp_conn_fail(c, FR_EPEER, "%s closed the connection during the handshake%s%s",
+			      where, c->last_errno ? ": " : "",
+			      c->last_errno ? strerror(c->last_errno) : "");
+		return;
+	}
+	if (fr_get_le32(r) != TCP_MAGIC || fr_get_le16(r + 4) != TCP_VERSION ||
+	    fr_get_le16(r + 6) != TCP_KIND_REPLY) {
+		tcp_conn_fail(c, FR_EPROTO, "%s answered with a malformed handshake",
+			      where);
+		return;
+	}
+	status = (int32_t)fr_get_le32(r + 8);
+	if (!status) {
+		c->state = TCP_UP;
+		fr_dbg("tcp: rank %d: connected to rank %d at %s", c->tp->rank,
+		       c->peer, where);
+		return;
+	}
+	/* Only the refusals the protocol defines; anything else is garbage. */
+	if (status != FR_EAUTH && status != FR_EBUSY && status != FR_EPROTO)
+		status = FR_EPROTO;
+	tcp_conn_fail(c, status, "%s refused the connection: %s", where,
+		      status == FR_EAUTH ? "wrong job nonce" :
+		      status == FR_EBUSY ? "it already has a connection from this rank" :
+					   "protocol mismatch");
+}
+
+/* Advance an outgoing connection that is not established yet. */
+static void tcp_out_progress(struct fr_tp_conn *c, uint64_t now)
+{
+	enum tcp_state before;
+	char where[96];
+	int err;
+
+	do {
+		before = c->state;
+		switch (c->state) {
+		case TCP_RETRY:
+			if (now < c->retry_ms)
+				break;
+			err = tcp_start_connect(c, now);
+			if (err)
+				tcp_conn_fail(c, err, "connect to %s: %s",
+					      tcp_sa_str(&c->sa, c->salen, where,
+							 sizeof(where)),
+					      strerror(c->last_errno));
+			break;
+		case TCP_CONNECTING:
+			tcp_check_connected(c, now);
+			break;
+		case TCP_HELLO:
+			tcp_hello_progress(c);
+			break;
+		default:
+			return;
+		}
+	} while (c->state != before);
+
+	if (c->state == TCP_UP || c->state == TCP_FAILED || now < c->deadline_ms)
+		return;
+	tcp_sa_str(&c->sa, c->salen, where, sizeof(where));
+	if (c->state == TCP_HELLO)
+		tcp_conn_fail(c, FR_ETIMEDOUT,
+			      "no handshake reply from %s within %d ms", where,
+			      c->tp->timeout_ms);
+	else
+		tcp_conn_fail(c, FR_ETIMEDOUT,
+			      "could not connect to %s within %d ms%s%s", where,
+			      c->tp->timeout_ms, c->last_errno ? ": " : "",
+			      c->last_errno ? strerror(c->last_errno) : "");
+}
+
+/* Accept every socket waiting on the listener. */
+static void tcp_accept_new(struct fr_tp *tp, uint64_t now)
+{
+	struct fr_tp_conn *c;
+	int fd;
+
+	for (;;) {
+		fd = accept4(tp->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (!tcp_would_block(errno))
+				fr_warn("tcp: rank %d: accept: %s", tp->rank,
+					strerror(errno));
+			return;
+		}
+		if (tp->npending >= TCP_MAX_PENDING) {
+			fr_warn("tcp: rank %d: too many connections awaiting accept; closing a new one",
+				tp->rank);
+			close(fd);
+			continue;
+		}
+		c = tcp_conn_new(tp);
+		if (!c) {
+			close(fd);
+			return;
+		}
+		tcp_nodelay(fd);
+		c->fd = fd;
+		c->incoming = true;
+		c->state = TCP_GREET;
+		c->deadline_ms = now + (uint64_t)tp->timeout_ms;
+		c->hs_in_len = TCP_HELLO_LEN;
+		tcp_conn_link(c);
+		tp->npending++;
+	}
+}
+
+/* A parked (not yet accepted) connection whose peer has gone away. */
+static bool tcp_parked_gone(struct fr_tp_conn *c)
+{
+	uint8_t b;
+	ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	return n == 0 || (n < 0 && !tcp_would_block(errno) && errno != EINTR);
+}
+
+/* Does another live incoming connection already speak for `rank`? */
+static bool tcp_rank_taken(struct fr_tp *tp, int rank,
+			   const struct fr_tp_conn *self)
+{
+	struct fr_tp_conn *c;
+
+	for (c = tp->conns; c; c = c->next) {
+		if (c == self || !c->incoming || c->state != TCP_UP ||
+		    c->peer != rank)
+			continue;
+		/* A reconnecting rank must not be locked out by its own
+		 * dead, never-accepted connection. */
+		if (!c->owned && tcp_parked_gone(c)) {
+			tcp_conn_fail(c, FR_EPEER, "closed before accept");
+			continue;
+		}
+		return true;
+	}
+	return false;
+}
+
+/* Refuse a hello: best-effort reply, then close (the peer sees why). */
+static void tcp_refuse(struct fr_tp_conn *c, int status)
+{
+	uint8_t b[TCP_REPLY_LEN];
+
+	tcp_put_reply(b, status);
+	if (send(c->fd, b, sizeof(b), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		fr_dbg("tcp: refusal not sent: %s", strerror(errno));
+	tcp_conn_fail(c, status, "refused");
+}
+
+static void tcp_tx(struct fr_tp_conn *c);
+
+/* Read and judge an incoming connection's hello. */
+static void tcp_greet_progress(struct fr_tp_conn *c, uint64_t now)
+{
+	struct fr_tp *tp = c->tp;
+	const uint8_t *h = c->hs_in;
+	uint64_t nonce;
+	int err, rank;
+
+	err = tcp_hs_recv(c);
+	if (err == FR_EAGAIN) {
+		if (now >= c->deadline_ms) {
+			fr_warn("tcp: rank %d: no hello within %d ms; closing an incoming connection",
+				tp->rank, tp->timeout_ms);
+			tcp_conn_fail(c, FR_ETIMEDOUT, "no hello");
+		}
+		return;
+	}
+	if (err) {
+		tcp_conn_fail(c, FR_EPEER, "closed before its hello");
+		return;
+	}
+	if (fr_get_le32(h) != TCP_MAGIC ||
+	    fr_get_le16(h + 6) != TCP_KIND_HELLO) {
+		fr_warn("tcp: rank %d: closing an incoming connection that is not a fastreduce hello",
+			tp->rank);
+		tcp_conn_fail(c, FR_EPROTO, "bad magic");
+		return;
+	}
+	rank = (int32_t)fr_get_le32(h + 8);
+	nonce = fr_get_le64(h + 16);
+	if (fr_get_le16(h + 4) != TCP_VERSION) {
+		fr_warn("tcp: rank %d: refused rank %d: protocol version %u, we speak %u",
+			tp->rank, rank, fr_get_le16(h + 4), TCP_VERSION);
+		tcp_refuse(c, FR_EPROTO);
+		return;
+	}
+	if (nonce != tp->nonce) {
+		fr_warn("tcp: rank %d: refused a connection claiming rank %d: wrong job nonce",
+			tp->rank, rank);
+		tcp_refuse(c, FR_EAUTH);
+		return;
+	}
+	if (rank < 0 || fr_get_le32(h + 12)) {
+		fr_warn("tcp: rank %d: refused a malformed hello (rank %d)",
+			tp->rank, rank);
+		tcp_refuse(c, FR_EPROTO);
+		return;
+	}
+	if (tcp_rank_taken(tp, rank, c)) {
+		fr_warn("tcp: rank %d: refused a second connection from rank %d",
+			tp->rank, rank);
+		tcp_refuse(c, FR_EBUSY);
+		return;
+	}
+	c->peer = rank;
+	c->state = TCP_UP;
+	tcp_put_reply(c->hs_out, 0);
+	c->hs_out_off = 0;
+	c->hs_out_len = TCP_REPLY_LEN;
+	tcp_tx(c);
+}
+
+/* ---- data path ----------------------------------------------------------- */
+
+/* The head of the send queue has left: complete it. */
+static void tcp_sq_retire(struct fr_tp_conn *c)
+{
+	struct tcp_sqe *e = &c->sq[c->sq_head];
+
+	if (e->mr) {
+		e->mr->inflight--;
+		e->mr = NULL;
+	}
+	tcp_cq_push(c->tp, FR_CQE_SEND, 0, c, e->ctx, 0, 0);
+	c->sq_head = (c->sq_head + 1) % c->sq_depth;
+	c->sq_count--;
+	c->tx_off = 0;
+}
+
+/*
+ * Send what is queued: the handshake reply first (it precedes every
+ * message in the stream), then as many messages as fit in one sendmsg(),
+ * but never more than the completion ring can take.
+ */
+static void tcp_tx(struct fr_tp_conn *c)
+{
+	struct iovec iov[1 + 2 * TCP_TX_BATCH];
+	struct fr_tp *tp = c->tp;
+	unsigned int i, room;
+	size_t hs_left, off, n;
+	struct msghdr msg;
+	ssize_t sent;
+	int niov;
+
+	while (c->state == TCP_UP) {
+		niov = 0;
+		hs_left = c->hs_out_len - c->hs_out_off;
+		if (hs_left) {
+			iov[niov].iov_base = c->hs_out + c->hs_out_off;
+			iov[niov++].iov_len = hs_left;
+		}
+		room = FR_TCP_CQ_SIZE - tp->cq_count;
+		off = c->tx_off;
+		for (i = 0; i < c->sq_count && i < TCP_TX_BATCH && i < room; i++) {
+			struct tcp_sqe *e = &c->sq[(c->sq_head + i) % c->sq_depth];
+
+			if (off < TCP_HDR_LEN) {
+				iov[niov].iov_base = e->hdr + off;
+				iov[niov++].iov_len = TCP_HDR_LEN - off;
+				off = 0;
+			} else {
+				off -= TCP_HDR_LEN;
+			}
+			if (e->len > off) {
+				iov[niov].iov_base = (void *)(e->payload + off);
+				iov[niov++].iov_len = e->len - off;
+			}
+			off = 0;
+		}
+		if (!niov)
+			return;
+		memset(&msg, 0, sizeof(msg));
+		msg.msg_iov = iov;
+		msg.msg_iovlen = (size_t)niov;
+		/* MSG_NOSIGNAL: a dead peer is an error code, never SIGPIPE. */
+		sent = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (sent < 0) {
+			if (errno == EINTR)
+				continue;
+			if (tcp_would_block(errno))
+				return;
+			tcp_conn_fail(c, FR_EPEER, "send: %s", strerror(errno));
+			return;
+		}
+		n = (size_t)sent;
+		if (hs_left) {
+			size_t t = FR_MIN(n, hs_left);
+
+			c->hs_out_off += t;
+			n -= t;
+		}
+		while (n) {
+			size_t rest = TCP_HDR_LEN + c->sq[c->sq_head].len -
+				      c->tx_off;
+
+			if (n < rest) {
+				c->tx_off += n;
+				break;
+			}
+			n -= rest;
+			tcp_sq_retire(c);
+		}
+	}
+}
+
+/* Judge a complete header; 0 to go on, else the connection has failed. */
+static int tcp_rx_header(struct fr_tp_conn *c)
+{
+	const uint8_t *h = c->rx_hdr;
+	struct fr_tp *tp = c->tp;
+	struct fr_tp_mr *mr = NULL;
+	uint32_t imm, id, gen, len;
+	uint64_t off;
+
+	imm = fr_get_le32(h + 4);
+	id = fr_get_le32(h + 8);
+	gen = fr_get_le32(h + 12);
+	off = fr_get_le64(h + 16);
+	len = fr_get_le32(h + 24);
+	if (h[0] != TCP_VERSION || h[1] != TCP_OP_WRITE_IMM ||
+	    fr_get_le16(h + 2) || fr_get_le32(h + 28)) {
+		tcp_conn_fail(c, FR_EPROTO,
+			      "malformed message header (version %u, op %u)",
+			      h[0], h[1]);
+		return -1;
+	}
+	if (len) {
+		if (id < tp->nregions)
+			mr = tp->regions[id].mr;
+		if (!mr || mr->gen != gen) {
+			tcp_conn_fail(c, FR_ERANGE,
+				      "write of %u bytes to unknown or deregistered region %u/%u",
+				      len, id, gen);
+			return -1;
+		}
+		if (!(mr->access & FR_TP_REMOTE_WRITE)) {
+			tcp_conn_fail(c, FR_ERANGE,
+				      "write to region %u, which does not allow remote writes",
+				      id);
+			return -1;
+		}
+		/* Overflow-safe: never form off + len. */
+		if (off > mr->len || len > mr->len - off) {
+			tcp_conn_fail(c, FR_ERANGE,
+				      "write of %u bytes at offset %llu outside region %u of %zu bytes",
+				      len, (unsigned long long)off, id, mr->len);
+			return -1;
+		}
+	}
+	c->rx_state = TCP_RX_DATA;
+	c->rx_dst = mr ? mr->base + off : NULL;
+	c->rx_len = len;
+	c->rx_done = 0;
+	c->rx_off = 0;
+	c->rx_imm = imm;
+	c->rx_region = id;
+	c->rx_gen = gen;
+	return 0;
+}
+
+/*
+ * Receive: a header into rx_hdr, then its payload straight into the
+ * region.  While a payload lands, the same readv() also takes the next
+ * header, so a stream of small writes costs one system call each.
+ */
+static void tcp_rx(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+	size_t budget = TCP_RX_BUDGET, take;
+	struct iovec iov[2];
+	int niov;
+	ssize_t n;
+
+	for (;;) {
+		if (c->rx_state == TCP_RX_HDR && c->rx_off == TCP_HDR_LEN) {
+			if (tcp_rx_header(c))
+				return;
+			continue;
+		}
+		if (c->rx_state == TCP_RX_DATA && c->rx_done == c->rx_len) {
+			/* Full ring: stop reading until poll() drains it. */
+			if (tcp_cq_full(tp))
+				return;
+			tcp_cq_push(tp, FR_CQE_RECV, 0, c, 0, c->rx_imm,
+				    (uint32_t)c->rx_len);
+			/* rx_off keeps header bytes that came with it. */
+			c->rx_state = TCP_RX_HDR;
+			continue;
+		}
+		if (!budget)
+			return;
+		if (c->rx_state == TCP_RX_DATA) {
+			iov[0].iov_base = c->rx_dst + c->rx_done;
+			iov[0].iov_len = c->rx_len - c->rx_done;
+			iov[1].iov_base = c->rx_hdr;
+			iov[1].iov_len = TCP_HDR_LEN;
+			niov = 2;
+		} else {
+			iov[0].iov_base = c->rx_hdr + c->rx_off;
+			iov[0].iov_len = TCP_HDR_LEN - c->rx_off;
+			niov = 1;
+		}
+		n = readv(c->fd, iov, niov);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (tcp_would_block(errno))
+				return;
+			tcp_conn_fail(c, FR_EPEER, "receive: %s",
+				      strerror(errno));
+			return;
+		}
+		if (n == 0) {
+			if (c->rx_state == TCP_RX_HDR && c->rx_off == 0)
+				tcp_conn_fail(c, FR_EPEER,
+					      "peer closed the connection");
+			else
+				tcp_conn_fail(c, FR_EPEER,
+					      "peer closed the connection in the middle of a message");
+			return;
+		}
+		budget -= FR_MIN((size_t)n, budget);
+		if (c->rx_state == TCP_RX_DATA) {
+			take = FR_MIN((size_t)n, c->rx_len - c->rx_done);
+			c->rx_done += take;
+			c->rx_off = (size_t)n - take;
+		} else {
+			c->rx_off += (size_t)n;
+		}
+	}
+}
+
+/* Everything non-blocking, on every connection. */
+static void tcp_progress(struct fr_tp *tp)
+{
+	struct fr_tp_conn *c, *next;
+	uint64_t now = fr_now_ms();
+
+	tcp_accept_new(tp, now);
+	for (c = tp->conns; c; c = next) {
+		next = c->next;
+		switch (c->state) {
+		case TCP_RETRY:
+		case TCP_CONNECTING:
+		case TCP_HELLO:
+			tcp_out_progress(c, now);
+			break;
+		case TCP_GREET:
+			tcp_greet_progress(c, now);
+			break;
+		case TCP_UP:
+			tcp_tx(c);
+			/* Parked connections are read only once accepted. */
+			if (c->owned && c->state == TCP_UP)
+				tcp_rx(c);
+			break;
+		case TCP_FAILED:
+			break;
+		}
+		if (c->state != TCP_FAILED)
+			continue;
+		if (c->owned)
+			tcp_flush_failed(c);
+		else
+			tcp_conn_free(c); /* nobody will ever ask for it */
+	}
+}
+
+/* ---- the operations ------------------------------------------------------ */
+
+static int tcp_probe(char *errbuf, size_t errlen)
+{
+	return 0;
+}
+
+static int tcp_local_addr(const char *ip, struct sockaddr_storage *sa,
+			  socklen_t *salen)
+{
+	struct addrinfo hints, *res;
+	int ok;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+	if (getaddrinfo(ip ? ip : "0.0.0.0", "0", &hints, &res))
+		return FR_EINVAL;
+	ok = (res->ai_family == AF_INET || res->ai_family == AF_INET6) &&
+	     res->ai_addrlen <= sizeof(*sa);
+	if (ok) {
+		memcpy(sa, res->ai_addr, res->ai_addrlen);
+		*salen = res->ai_addrlen;
+	}
+	freeaddrinfo(res);
+	return ok ? 0 : FR_EINVAL;
+}
+
+/* The blob peers use to reach us; a wildcard bind advertises loopback. */
+static void tcp_addr_encode(uint8_t *b, const struct sockaddr_storage *sa)
+{
+	memset(b, 0, TCP_ADDR_LEN);
+	b[1] = TCP_ADDR_VERSION;
+	if (sa->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+		struct in_addr a = in->sin_addr;
+
+		if (a.s_addr == htonl(INADDR_ANY))
+			a.s_addr = htonl(INADDR_LOOPBACK);
+		b[0] = TCP_ADDR_IPV4;
+		fr_put_le16(b + 2, ntohs(in->sin_port));
+		memcpy(b + 8, &a, 4);
+	} else {
+		const struct sockaddr_in6 *in6 =
+			(const struct sockaddr_in6 *)sa;
+		struct in6_addr a = in6->sin6_addr;
+
+		if (IN6_IS_ADDR_UNSPECIFIED(&a))
+			a = in6addr_loopback;
+		b[0] = TCP_ADDR_IPV6;
+		fr_put_le16(b + 2, ntohs(in6->sin6_port));
+		fr_put_le32(b + 4, in6->sin6_scope_id);
+		memcpy(b + 8, &a, 16);
+	}
+}
+
+static int tcp_addr_decode(const void *blob, size_t len,
+			   struct sockaddr_storage *sa, socklen_t *salen)
+{
+	const uint8_t *b = blob;
+	uint16_t port;
+	int i;
+
+	if (len != TCP_ADDR_LEN || b[1] != TCP_ADDR_VERSION)
+		return FR_EPROTO;
+	port = fr_get_le16(b + 2);
+	if (!port)
+		return FR_EPROTO;
+	memset(sa, 0, sizeof(*sa));
+	if (b[0] == TCP_ADDR_IPV4) {
+		struct sockaddr_in *in = (struct sockaddr_in *)sa;
+
+		if (fr_get_le32(b + 4))
+			return FR_EPROTO;
+		for (i = 12; i < TCP_ADDR_LEN; i++)
+			if (b[i])
+				return FR_EPROTO;
+		in->sin_family = AF_INET;
+		in->sin_port = htons(port);
+		memcpy(&in->sin_addr, b + 8, 4);
+		*salen = sizeof(*in);
+	} else if (b[0] == TCP_ADDR_IPV6) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
+
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons(port);
+		in6->sin6_scope_id = fr_get_le32(b + 4);
+		memcpy(&in6->sin6_addr, b + 8, 16);
+		*salen = sizeof(*in6);
+	} else {
+		return FR_EPROTO;
+	}
+	return 0;
+}
+
+static void __attribute__((format(printf, 2, 3)))
+tcp_open_err(const struct fr_tp_params *p, const char *fmt, ...)
+{
+	char msg[TCP_ERRBUF_LEN];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (p->errbuf && p->errlen)
+		snprintf(p->errbuf, p->errlen, "%s", msg);
+	fr_dbg("tcp: %s", msg);
+}
+
+static int tcp_open(const struct fr_tp_params *params, struct fr_tp **out,
+		    void *addr, size_t *addrlen)
+{
+	struct fr_tp_params p;
+	struct sockaddr_storage sa;
+	struct epoll_event ev;
+	socklen_t salen;
+	struct fr_tp *tp;
+	char where[96];
+	int rc;
+
+	if (!params || !out || !addr || !addrlen || !params->size)
+		return FR_EINVAL;
+	/* Fields past the caller's size read as zero: the struct may grow. */
+	memset(&p, 0, sizeof(p));
+	memcpy(&p, params, FR_MIN(params->size, sizeof(p)));
+	if (*addrlen < TCP_ADDR_LEN) {
+		tcp_open_err(&p, "tcp: address buffer of %zu bytes, need %d",
+			     *addrlen, TCP_ADDR_LEN);
+		return FR_EINVAL;
+	}
+	if (p.rank < 0 || p.sq_depth < 0 || p.sq_depth > TCP_MAX_SQ_DEPTH) {
+		tcp_open_err(&p, "tcp: invalid rank %d or send queue depth %d",
+			     p.rank, p.sq_depth);
+		return FR_EINVAL;
+	}
+	if (tcp_local_addr(p.local_ip, &sa, &salen)) {
+		tcp_open_err(&p, "tcp: local address '%s' is not a numeric IP address",
+			     p.local_ip);
+		return FR_EINVAL;
+	}
+
+	tp = calloc(1, sizeof(*tp));
+	if (!tp) {
+		tcp_open_err(&p, "tcp: out of memory");
+		return FR_ENOMEM;
+	}
+	tp->rank = p.rank;
+	tp->nonce = p.job_nonce;
+	tp->timeout_ms = p.timeout_ms > 0 ? p.timeout_ms : TCP_DEFAULT_TIMEOUT_MS;
+	tp->sq_depth = p.sq_depth ? (unsigned int)p.sq_depth :
+				    TCP_DEFAULT_SQ_DEPTH;
+
+	rc = FR_ESYS;
+	tp->lfd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			 0);
+	if (tp->lfd < 0) {
+		tcp_open_err(&p, "tcp: socket: %s", strerror(errno));
+		goto err_socket;
+	}
+	if (bind(tp->lfd, (struct sockaddr *)&sa, salen) ||
+	    listen(tp->lfd, SOMAXCONN)) {
+		tcp_open_err(&p, "tcp: cannot listen on %s: %s",
+			     p.local_ip ? p.local_ip : "0.0.0.0", strerror(errno));
+		goto err_listen;
+	}
+	salen = sizeof(sa);
+	if (getsockname(tp->lfd, (struct sockaddr *)&sa, &salen)) {
+		tcp_open_err(&p, "tcp: getsockname: %s", strerror(errno));
+		goto err_listen;
+	}
+	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (tp->epfd < 0) {
+		tcp_open_err(&p, "tcp: epoll_create1: %s", strerror(errno));
+		goto err_listen;
+	}
+	memset(&ev, 0, sizeof(ev));
+	ev.events = EPOLLIN;
+	ev.data.ptr = NULL; /* the listener */
+	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->lfd, &ev)) {
+		tcp_open_err(&p, "tcp: epoll_ctl: %s", strerror(errno));
+		goto err_epoll;
+	}
+	tcp_addr_encode(addr, &sa);
+	*addrlen = TCP_ADDR_LEN;
+	*out = tp;
+	fr_dbg("tcp: rank %d listening on %s", tp->rank,
+	       tcp_sa_str(&sa, salen, where, sizeof(where)));
+	return 0;
+
+err_epoll:
+	close(tp->epfd);
+err_listen:
+	close(tp->lfd);
+err_socket:
+	free(tp);
+	return rc;
+}
+
+static int tcp_connect(struct fr_tp *tp, int peer, const void *addr,
+		       size_t addrlen, struct fr_tp_conn **out)
+{
+	struct fr_tp_conn *c;
+	uint64_t now;
+	int rc;
+
+	if (!tp || !addr || !out || peer < 0)
+		return FR_EINVAL;
+	c = tcp_conn_new(tp);
+	if (!c) {
+		tcp_seterr(tp, FR_LOG_DEBUG, "out of memory");
+		return FR_ENOMEM;
+	}
+	rc = tcp_addr_decode(addr, addrlen, &c->sa, &c->salen);
+	if (rc) {
+		tcp_seterr(tp, FR_LOG_WARN,
+			   "malformed address blob for rank %d (%zu bytes)",
+			   peer, addrlen);
+		goto err_addr;
+	}
+	now = fr_now_ms();
+	c->peer = peer;
+	c->owned = true;
+	c->deadline_ms = now + (uint64_t)tp->timeout_ms;
+	c->backoff_ms = TCP_BACKOFF_MIN_MS;
+	rc = tcp_start_connect(c, now);
+	if (rc) {
+		tcp_seterr(tp, FR_LOG_DEBUG, "connect to rank %d: %s", peer,
+			   strerror(c->last_errno));
+		goto err_addr;
+	}
+	tcp_conn_link(c);
+	*out = c;
+	return 0;
+
+err_addr:
+	free(c->sq);
+	free(c);
+	return rc;
+}
+
+static int tcp_accept(struct fr_tp *tp, int peer, struct fr_tp_conn **out)
+{
+	struct fr_tp_conn *c;
+
+	if (!tp || !out || peer < 0)
+		return FR_EINVAL;
+	tcp_progress(tp);
+	for (c = tp->conns; c; c = c->next) {
+		if (c->incoming && !c->owned && c->state == TCP_UP &&
+		    c->peer == peer) {
+			c->owned = true;
+			tp->npending--;
+			*out = c;
+			return 0;
+		}
+	}
+	return FR_EAGAIN;
+}
+
+static int tcp_connect_done(struct fr_tp_conn *c)
+{
+	if (!c)
+		return FR_EINVAL;
+	tcp_progress(c->tp);
+	if (c->state == TCP_UP)
+		return 0;
+	if (c->state == TCP_FAILED)
+		return c->error;
+	return FR_EAGAIN;
+}
+
+static int tcp_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
+		       struct fr_tp_mr **out)
+{
+	const int all = FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE;
+	struct tcp_region *regions;
+	struct fr_tp_mr *mr;
+	uint32_t id, i, cap;
+
+	if (!tp || !out || (access & ~all) || (!buf && len) ||
+	    (uintptr_t)buf + len < (uintptr_t)buf)
+		return FR_EINVAL;
+	for (id = 0; id < tp->nregions; id++)
+		if (!tp->regions[id].mr)
+			break;
+	if (id == tp->nregions) {
+		if (tp->nregions >= TCP_MAX_REGIONS)
+			return FR_ENOMEM;
+		cap = tp->nregions ? tp->nregions * 2 : 16;
+		regions = realloc(tp->regions, cap * sizeof(*regions));
+		if (!regions)
+			return FR_ENOMEM;
+		for (i = tp->nregions; i < cap; i++) {
+			regions[i].mr = NULL;
+			regions[i].gen = 1;
+		}
+		tp->regions = regions;
+		tp->nregions = cap;
+	}
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return FR_ENOMEM;
+	mr->tp = tp;
+	mr->base = buf;
+	mr->len = len;
+	mr->access = access;
+	mr->id = id;
+	mr->gen = tp->regions[id].gen;
+	tp->regions[id].mr = mr;
+	*out = mr;
+	return 0;
+}
+
+static int tcp_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
+{
+	struct fr_tp_conn *c;
+
+	if (!tp || !mr || mr->tp != tp || mr->id >= tp->nregions ||
+	    tp->regions[mr->id].mr != mr)
+		return FR_EINVAL;
+	/* Queued sends still read from it: the caller must poll first. */
+	if (mr->inflight)
+		return FR_EBUSY;
+	/* A write landing in it right now can never finish in place. */
+	for (c = tp->conns; c; c = c->next)
+		if (c->state == TCP_UP && c->rx_state == TCP_RX_DATA &&
+		    c->rx_done < c->rx_len && c->rx_region == mr->id &&
+		    c->rx_gen == mr->gen)
+			tcp_conn_fail(c, FR_ERANGE,
+				      "region %u deregistered while a write into it was arriving",
+				      mr->id);
+	tp->regions[mr->id].mr = NULL;
+	tp->regions[mr->id].gen = tcp_gen_next(mr->gen);
+	free(mr);
+	return 0;
+}
+
+static int tcp_pack_rkey(struct fr_tp_mr *mr, void *blob, size_t *len)
+{
+	uint8_t *b = blob;
+
+	if (!mr || !blob || !len || *len < TCP_RKEY_LEN)
+		return FR_EINVAL;
+	b[0] = TCP_RKEY_MAGIC;
+	b[1] = TCP_RKEY_VERSION;
+	fr_put_le16(b + 2, 0);
+	fr_put_le32(b + 4, mr->id);
+	fr_put_le32(b + 8, mr->gen);
+	fr_put_le64(b + 12, mr->len);
+	*len = TCP_RKEY_LEN;
+	return 0;
+}
+
+static int tcp_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
+			   struct fr_tp_rkey *rkey)
+{
+	const uint8_t *b = blob;
+	uint32_t id, gen;
+
+	if (!blob || !rkey)
+		return FR_EINVAL;
+	if (len != TCP_RKEY_LEN || b[0] != TCP_RKEY_MAGIC ||
+	    b[1] != TCP_RKEY_VERSION || fr_get_le16(b + 2))
+		return FR_EPROTO;
+	id = fr_get_le32(b + 4);
+	gen = fr_get_le32(b + 8);
+	if (id >= TCP_MAX_REGIONS || !gen)
+		return FR_EPROTO;
+	rkey->a = fr_get_le64(b + 12);
+	rkey->b = 0;
+	rkey->c = id;
+	rkey->d = gen;
+	return 0;
+}
+
+static int tcp_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
+			 size_t loff, const struct fr_tp_rkey *rkey,
+			 uint64_t roff, size_t len, uint32_t imm, uint64_t ctx)
+{
+	struct tcp_sqe *e;
+	uint8_t *h;
+
+	if (!c)
+		return FR_EINVAL;
+	if (c->state == TCP_FAILED)
+		return c->error;
+	if (c->state != TCP_UP)
+		return FR_EAGAIN;
+	/* The RECV completion reports the length in 32 bits. */
+	if (len > UINT32_MAX)
+		return FR_EINVAL;
+	if (len) {
+		if (!lmr || !rkey || lmr->tp != c->tp || !rkey->d)
+			return FR_EINVAL;
+		if (loff > lmr->len || len > lmr->len - loff)
+			return FR_ERANGE;
+	}
+	/*
+	 * The peer's region bounds (rkey->a) are not checked here: the
+	 * receiver is the authority and checks every write itself.
+	 */
+	if (c->sq_count == c->sq_depth)
+		return FR_EAGAIN;
+	e = &c->sq[(c->sq_head + c->sq_count) % c->sq_depth];
+	h = e->hdr;
+	h[0] = TCP_VERSION;
+	h[1] = TCP_OP_WRITE_IMM;
+	fr_put_le16(h + 2, 0);
+	fr_put_le32(h + 4, imm);
+	fr_put_le32(h + 8, rkey ? rkey->c : 0);
+	fr_put_le32(h + 12, rkey ? rkey->d : 0);
+	fr_put_le64(h + 16, roff);
+	fr_put_le32(h + 24, (uint32_t)len);
+	fr_put_le32(h + 28, 0);
+	e->payload = len ? lmr->base + loff : NULL;
+	e->len = len;
+	e->ctx = ctx;
+	e->mr = len ? lmr : NULL;
+	if (e->mr)
+		e->mr->inflight++;
+	c->sq_count++;
+	/*
+	 * Send at once when the queue was empty (the socket likely has
+	 * room); behind older messages, the socket was full: leave it to poll.
+	 */
+	if (c->sq_count == 1)
+		tcp_tx(c);
+	return 0;
+}
+
+static int tcp_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
+{
+	int n = 0;
+
+	if (!tp || max < 0 || (max && !cqe))
+		return FR_EINVAL;
+	tcp_progress(tp);
+	while (n < max && tp->cq_count) {
+		cqe[n++] = tp->cq[tp->cq_head];
+		tp->cq_head = (tp->cq_head + 1) % FR_TCP_CQ_SIZE;
+		tp->cq_count--;
+	}
+	return n;
+}
+
+/* The events a connection needs wait() to watch for. */
+static uint32_t tcp_want_events(const struct fr_tp_conn *c)
+{
+	bool out = c->hs_out_off < c->hs_out_len;
+
+	if (c->fd < 0)
+		return 0;
+	switch (c->state) {
+	case TCP_CONNECTING:
+		return EPOLLOUT;
+	case TCP_HELLO:
+		return EPOLLIN | (out ? EPOLLOUT : 0);
+	case TCP_GREET:
+		return EPOLLIN;
+	case TCP_UP:
+		/* Parked: its data waits for accept(), do not wake on it. */
+		if (!c->owned)
+			return out ? EPOLLOUT : 0;
+		/* EPOLLOUT only with pending sends, or every wait spins. */
+		return EPOLLIN | (out || c->sq_count ? EPOLLOUT : 0);
+	default:
+		return 0;
+	}
+}
+
+static int tcp_arm(struct fr_tp_conn *c, uint32_t want)
+{
+	struct epoll_event ev;
+	int op;
+
+	if (!want) {
+		if (c->ep_added)
+			epoll_ctl(c->tp->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		c->ep_added = false;
+		return 0;
+	}
+	if (c->ep_added && c->ep_events == want)
+		return 0;
+	op = c->ep_added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+	memset(&ev, 0, sizeof(ev));
+	ev.events = want;
+	ev.data.ptr = c;
+	if (epoll_ctl(c->tp->epfd, op, c->fd, &ev))
+		return FR_ESYS;
+	c->ep_added = true;
+	c->ep_events = want;
+	return 0;
+}
+
+static int tcp_wait(struct fr_tp *tp, int timeout_ms)
+{
+	struct epoll_event ev[16];
+	struct fr_tp_conn *c;
+	uint64_t now, due;
+	int t = timeout_ms < 0 ? -1 : timeout_ms;
+
+	if (!tp)
+		return FR_EINVAL;
+	if (tp->cq_count)
+		return 0;
+	now = fr_now_ms();
+	for (c = tp->conns; c; c = c->next) {
+		if (c->state == TCP_FAILED) {
+			if (c->owned && (c->err_owed || c->sq_count))
+				return 0;
+			continue;
+		}
+		/* Handshakes have deadlines and retries: wake for them. */
+		if (c->state != TCP_UP) {
+			due = c->state == TCP_RETRY ?
+				      FR_MIN(c->retry_ms, c->deadline_ms) :
+				      c->deadline_ms;
+			due = due > now ? due - now : 0;
+			if (due > INT_MAX)
+				due = INT_MAX;
+			if (t < 0 || (int)due < t)
+				t = (int)due;
+		}
+		if (tcp_arm(c, tcp_want_events(c))) {
+			tcp_seterr(tp, FR_LOG_ERROR, "epoll_ctl: %s",
+				   strerror(errno));
+			return FR_ESYS;
+		}
+	}
+	if (epoll_wait(tp->epfd, ev, (int)FR_ARRAY_SIZE(ev), t) < 0 &&
+	    errno != EINTR) {
+		tcp_seterr(tp, FR_LOG_ERROR, "epoll_wait: %s", strerror(errno));
+		return FR_ESYS;
+	}
+	return 0;
+}
+
+static void tcp_close_conn(struct fr_tp_conn *c)
+{
+	if (!c)
+		return;
+	tcp_cq_purge(c->tp, c);
+	tcp_conn_free(c);
+}
+
+static void tcp_close(struct fr_tp *tp)
+{
+	uint32_t i;
+
+	if (!tp)
+		return;
+	while (tp->conns)
+		tcp_conn_free(tp->conns);
+	for (i = 0; i < tp->nregions; i++)
+		free(tp->regions[i].mr);
+	free(tp->regions);
+	close(tp->epfd);
+	close(tp->lfd);
+	free(tp);
+}
+
+static int tcp_conn_peer(const struct fr_tp_conn *c)
+{
+	return c ? c->peer : -1;
+}
+
+const struct fr_tp_ops fr_tcp_ops = {
+	.size = sizeof(struct fr_tp_ops),
+	.name = "tcp",
+	.probe = tcp_probe,
+	.open = tcp_open,
+	.connect = tcp_connect,
+	.accept = tcp_accept,
+	.connect_done = tcp_connect_done,
+	.reg_mem = tcp_reg_mem,
+	.dereg_mem = tcp_dereg_mem,
+	.pack_rkey = tcp_pack_rkey,
+	.unpack_rkey = tcp_unpack_rkey,
+	.write_imm = tcp_write_imm,
+	.poll = tcp_poll,
+	.wait = tcp_wait,
+	.close_conn = tcp_close_conn,
+	.close = tcp_close,
+	.conn_peer = tcp_conn_peer,
+};

@@ -59,15 +59,16 @@ struct result {
 static void usage(FILE *f, const char *prog)
 {
 	fprintf(f,
-		"usage: %s [-d dtype] [-o op] [-b minbytes] [-e maxbytes] [-f factor]\n"
-		"          [-n iters] [-w warmup] [--csv] [-h]\n"
-		"  -d dtype    f32 f64 f16 bf16 i8 u8 i32 u32 i64 u64, or all (default)\n"
-		"  -o op       sum prod min max avg, or all (default); avg runs the\n"
-		"              sum kernel and exists for floating types only\n"
-		"  -b minbytes smallest vector size, K/M/G suffixes (default 4K)\n"
-		"  -e maxbytes largest vector size (default 64M)\n"
-		"  -f factor   size multiplier between steps, >= 2 (default 4)\n"
-		"  -n iters    timed samples per point; the median is shown (default 10)\n"
+		"usage: %s [-d dtype] [-o op] [-b minbytes] [-e maxbytes]\n"
+		"          [-f factor] [-n iters] [-w warmup] [--csv] [-h]\n"
+		"  -d dtype    f32 f64 f16 bf16 i8 u8 i32 u32 i64 u64, or all\n"
+		"              (default all)\n"
+		"  -o op       sum prod min max avg, or all (default all);\n"
+		"              avg runs the sum kernel, floating types only\n"
+		"  -b minbytes smallest vector, K/M/G suffixes (default 4K)\n"
+		"  -e maxbytes largest vector (default 64M)\n"
+		"  -f factor   size multiplier per step, >= 2 (default 4)\n"
+		"  -n iters    timed samples per point (median; default 10)\n"
 		"  -w warmup   untimed samples per point (default 2)\n"
 		"  --csv       comma-separated output\n"
 		"  -h          this help\n",
@@ -190,7 +191,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			bad = parse_int(v, 0, &o->warmup);
 			break;
 		default:
-			fprintf(stderr, "%s: unknown option '%s'\n", argv[0], a);
+			fprintf(stderr, "%s: unknown option '%s'\n", argv[0],
+				a);
 			return -1;
 		}
 		if (bad) {
@@ -250,7 +252,8 @@ static void fill(int dt, unsigned char *buf, size_t bytes, unsigned seed)
 		uint16_t h;
 
 		x = x * 1664525u + 1013904223u;
-		f = 0.75f + (float)(x >> 8) * 0x1p-24f;	/* [0.75, 1.75) */
+		/* [0.75, 1.75) */
+		f = 0.75f + (float)(x >> 8) * 0x1p-24f;
 		switch (dt) {
 		case FR_F32:
 			memcpy(buf + i * 4, &f, 4);
@@ -328,14 +331,30 @@ static void *alloc_buf(size_t bytes)
 	return p;
 }
 
+/* One row of the table (or of the CSV). */
+static void report(const struct opts *o, const struct result *r,
+		   const char *hsize, size_t n)
+{
+	double ratio = r->kernel_gbps / r->memcpy_gbps;
+
+	if (o->csv)
+		printf("%zu,%s,%s,%zu,%.3f,%.3f,%.3f\n", r->size,
+		       dt_names[r->dtype], op_names[r->op], n, r->kernel_gbps,
+		       r->memcpy_gbps, ratio);
+	else
+		printf("%10s  %-5s %-5s %12.2f %12.2f %6.2f\n", hsize,
+		       dt_names[r->dtype], op_names[r->op], r->kernel_gbps,
+		       r->memcpy_gbps, ratio);
+}
+
 static void summary(const struct opts *o, const struct result *res,
 		    size_t nres)
 {
 	const char *pre = o->csv ? "# " : "";
 
-	printf("%s\n%ssummary: ratio kernel/memcpy in cache (size nearest "
+	printf("%s%ssummary: ratio kernel/memcpy in cache (size nearest "
 	       "256 KiB) and out of it (largest size)\n",
-	       o->csv ? "#" : "", pre);
+	       o->csv ? "" : "\n", pre);
 	for (size_t i = 0; i < nres; i++) {
 		const struct result *small = NULL, *large = NULL;
 		double goal = 0;
@@ -418,12 +437,12 @@ int main(int argc, char **argv)
 		printf("size_bytes,dtype,op,elements,kernel_gbps,memcpy_gbps,"
 		       "ratio\n");
 	} else {
-		printf("# fr_reduce_perf: dst[i] = a[i] OP b[i], three separate "
-		       "buffers of 'size' bytes each\n"
-		       "# GB/s = bytes moved per second: kernel 3*size "
-		       "(read a, read b, write dst), memcpy 2*size (read, "
-		       "write)\n"
-		       "# ratio = kernel GB/s / memcpy GB/s on the same "
+		printf("# fr_reduce_perf: dst[i] = a[i] OP b[i], three "
+		       "separate buffers of 'size' bytes each\n");
+		printf("# GB/s = bytes moved per second: kernel 3*size "
+		       "(read a, read b, write dst), memcpy 2*size "
+		       "(read, write)\n");
+		printf("# ratio = kernel GB/s / memcpy GB/s on the same "
 		       "buffers; median of %d samples, %d warm-up\n",
 		       o.iters, o.warmup);
 		printf("%10s  %-5s %-5s %12s %12s %6s\n", "size", "dtype", "op",
@@ -458,17 +477,7 @@ int main(int argc, char **argv)
 				r->size = bytes;
 				nres++;
 				human(bytes, hb, sizeof(hb));
-				if (o.csv)
-					printf("%zu,%s,%s,%zu,%.3f,%.3f,%.3f\n",
-					       bytes, dt_names[dt], op_names[op],
-					       n, r->kernel_gbps, r->memcpy_gbps,
-					       r->kernel_gbps / r->memcpy_gbps);
-				else
-					printf("%10s  %-5s %-5s %12.2f %12.2f "
-					       "%6.2f\n",
-					       hb, dt_names[dt], op_names[op],
-					       r->kernel_gbps, r->memcpy_gbps,
-					       r->kernel_gbps / r->memcpy_gbps);
+				report(&o, r, hb, n);
 				fflush(stdout);
 			}
 		}

@@ -26,7 +26,7 @@
 #define FR_DEFAULT_SPIN_US 50
 /* Control messages (ready-to-receive, abort) land in a small inbox ring. */
 #define FR_CTRL_SLOTS 8
-#define FR_CTRL_MSG_SIZE 64
+#define FR_CTRL_MSG_SIZE 128
 /* Peers' remote keys are cached direct-mapped by registration id. */
 #define FR_RKEY_CACHE 256
 

@@ -77,7 +77,7 @@ static bool cache_evict_one(struct fr_comm *comm)
 
 	for (pp = &comm->cache; *pp; pp = &(*pp)->next)
 		if (!(*pp)->refs &&
-		    (!victim || (*pp)->last_use < (*victim)->last_use))
+		    (!victim || (*pp)->last_use <= (*victim)->last_use))
 			victim = pp;
 	if (!victim)
 		return false;

@@ -356,7 +356,7 @@ static inline uint16_t bf16_out(float f)
 	uint32_t x = f32_bits(f);
 
 	if ((x & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((x >> 16) | 0x40u);	/* quiet, keep sign */
+		return (uint16_t)((x >> 16) | 0x40u);	/* quiet, signed */
 	/* Round to nearest-even; a carry out of the mantissa gives Inf. */
 	return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
@@ -419,23 +419,35 @@ static inline void bf16_store(uint16_t *h, const float *f)
  * F16C converts eight elements per instruction and rounds exactly like
  * f16_fin_out() (nearest-even, and NaNs the same way).
  */
+FR_X86_ATTR static inline void f16c_load16(float *f, const uint16_t *h)
+{
+	__m128i lo = _mm_loadu_si128((const __m128i *)h);
+	__m128i hi = _mm_loadu_si128((const __m128i *)(h + 8));
+
+	_mm256_storeu_ps(f, _mm256_cvtph_ps(lo));
+	_mm256_storeu_ps(f + 8, _mm256_cvtph_ps(hi));
+}
+
+FR_X86_ATTR static inline void f16c_store16(uint16_t *h, const float *f)
+{
+	__m256 lo = _mm256_loadu_ps(f), hi = _mm256_loadu_ps(f + 8);
+
+	_mm_storeu_si128((__m128i *)h,
+			 _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT));
+	_mm_storeu_si128((__m128i *)(h + 8),
+			 _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT));
+}
+
 FR_X86_ATTR static inline void f16_load_f16c(float *f, const uint16_t *h)
 {
-	for (size_t j = 0; j < FR_HBLOCK; j += 8) {
-		__m128i v = _mm_loadu_si128((const __m128i *)(h + j));
-
-		_mm256_storeu_ps(f + j, _mm256_cvtph_ps(v));
-	}
+	for (size_t j = 0; j < FR_HBLOCK; j += 16)
+		f16c_load16(f + j, h + j);
 }
 
 FR_X86_ATTR static inline void f16_store_f16c(uint16_t *h, const float *f)
 {
-	for (size_t j = 0; j < FR_HBLOCK; j += 8) {
-		__m256 v = _mm256_loadu_ps(f + j);
-
-		_mm_storeu_si128((__m128i *)(h + j),
-				 _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-	}
+	for (size_t j = 0; j < FR_HBLOCK; j += 16)
+		f16c_store16(h + j, f + j);
 }
 #endif
 
@@ -505,20 +517,108 @@ ATTR static void name(uint16_t *h, size_t n, float s)			\
 	}								\
 }
 
-/* bf16 converts with plain integer code on either path. */
-FR_BOTH(FR_HALF_GEN, k_bf16_sum, bf16_load, bf16_store, f32_sum)
-FR_BOTH(FR_HALF_GEN, k_bf16_prod, bf16_load, bf16_store, f32_prod)
+/*
+ * bf16 sum/prod work on pairs of elements in 32-bit words, so that no lane
+ * is widened or narrowed: the element in a word's high half is already a
+ * float once its low half is cleared, the one in the low half once shifted
+ * up, and rounding puts each back in its own half.  Nothing depends on
+ * which half holds the first element, so byte order does not matter;
+ * memcpy makes the word loads free of alignment and aliasing trouble and
+ * compiles to plain loads.  An odd last element goes through bf16_out(),
+ * which rounds the same way.
+ */
+static inline uint32_t bf16_round(float f)
+{
+	uint32_t x = f32_bits(f);
+
+	/* The canonical NaN, 0x7fc00000, rounds to itself. */
+	return x + 0x7fffu + ((x >> 16) & 1u);
+}
+
+#define FR_BF16_PAIR(name, F)						\
+static inline uint32_t name##_pair(uint32_t u, uint32_t v)		\
+{									\
+	float hi = F(f32_from(u & 0xffff0000u), f32_from(v & 0xffff0000u)); \
+	float lo = F(f32_from(u << 16), f32_from(v << 16));		\
+									\
+	return (bf16_round(hi) & 0xffff0000u) | bf16_round(lo) >> 16;	\
+}									\
+static inline uint16_t name(uint16_t x, uint16_t y)			\
+{									\
+	return bf16_out(F(bf16_in(x), bf16_in(y)));			\
+}
+
+FR_BF16_PAIR(bf16_sum, f32_sum)
+FR_BF16_PAIR(bf16_prod, f32_prod)
+
+#define FR_BF16_GEN(name, ATTR, F)					\
+ATTR static void name(void *dst, const void *a, const void *b, size_t n) \
+{									\
+	enum { B = FR_BLOCK_BYTES / 4 };	/* words per block */	\
+	unsigned char *d = dst;						\
+	const unsigned char *x = a, *y = b;				\
+	size_t i = 0, words = n / 2;					\
+	uint16_t hx, hy, hd;						\
+									\
+	for (; words - i >= B; i += B) {				\
+		FR_IVDEP						\
+		for (size_t j = 0; j < B; j++) {			\
+			uint32_t u, v, r;				\
+									\
+			memcpy(&u, x + 4 * (i + j), 4);			\
+			memcpy(&v, y + 4 * (i + j), 4);			\
+			r = F##_pair(u, v);				\
+			memcpy(d + 4 * (i + j), &r, 4);			\
+		}							\
+	}								\
+	for (i *= 2; i < n; i++) {					\
+		memcpy(&hx, x + 2 * i, 2);				\
+		memcpy(&hy, y + 2 * i, 2);				\
+		hd = F(hx, hy);						\
+		memcpy(d + 2 * i, &hd, 2);				\
+	}								\
+}
+
+FR_BOTH(FR_BF16_GEN, k_bf16_sum, bf16_sum)
+FR_BOTH(FR_BF16_GEN, k_bf16_prod, bf16_prod)
 FR_BOTH(FR_HALF_SCALE_GEN, scale_bf16, bf16_load, bf16_store)
 
 /* f16: the portable conversions, or F16C. */
 FR_HALF_GEN(k_f16_sum_base, , f16_load_soft, f16_store_soft, f32_sum)
 FR_HALF_GEN(k_f16_prod_base, , f16_load_soft, f16_store_soft, f32_prod)
 FR_HALF_SCALE_GEN(scale_f16_base, , f16_load_soft, f16_store_soft)
+
 #ifdef FR_X86
-FR_HALF_GEN(k_f16_sum_avx2, FR_X86_ATTR, f16_load_f16c, f16_store_f16c,
-	    f32_sum)
-FR_HALF_GEN(k_f16_prod_avx2, FR_X86_ATTR, f16_load_f16c, f16_store_f16c,
-	    f32_prod)
+/*
+ * With F16C no block buffers are needed: sixteen elements at a time go
+ * through two small float arrays that gcc keeps in registers, between the
+ * conversion instructions and the plain C operation.  The scalar forms of
+ * the same instructions finish the tail.
+ */
+#define FR_F16C_GEN(name, F)						\
+FR_X86_ATTR static void name(void *dst, const void *a, const void *b,	\
+			     size_t n)					\
+{									\
+	uint16_t *d = dst;						\
+	const uint16_t *x = a, *y = b;					\
+	size_t i = 0;							\
+									\
+	for (; n - i >= 16; i += 16) {					\
+		float fx[16], fy[16];					\
+									\
+		f16c_load16(fx, x + i);					\
+		f16c_load16(fy, y + i);					\
+		for (size_t j = 0; j < 16; j++)				\
+			fx[j] = F(fx[j], fy[j]);			\
+		f16c_store16(d + i, fx);				\
+	}								\
+	for (; i < n; i++)						\
+		d[i] = _cvtss_sh(F(_cvtsh_ss(x[i]), _cvtsh_ss(y[i])),	\
+				 _MM_FROUND_TO_NEAREST_INT);		\
+}
+
+FR_F16C_GEN(k_f16_sum_avx2, f32_sum)
+FR_F16C_GEN(k_f16_prod_avx2, f32_prod)
 FR_HALF_SCALE_GEN(scale_f16_avx2, FR_X86_ATTR, f16_load_f16c,
 		  f16_store_f16c)
 #endif
@@ -599,7 +699,7 @@ int fr_reduce_check(fr_dtype_t dtype, fr_op_t op)
 
 void fr_reduce_scale_avg(fr_dtype_t dtype, void *buf, size_t n, int nranks)
 {
-	/* Dividing by 1 changes nothing; 0 and negatives are not rank counts. */
+	/* Dividing by 1 changes nothing; 0 and below are not rank counts. */
 	if (nranks <= 1)
 		return;
 	switch (dtype) {

@@ -82,6 +82,10 @@ static struct fr_request *active_req(struct fr_comm *comm);
 
 /* ---- control messages --------------------------------------------------------- */
 
+/* The layout below ends with the key at byte 44. */
+_Static_assert(44 + FR_TP_RKEY_MAX <= FR_CTRL_MSG_SIZE,
+	       "control message too small for a remote key");
+
 void fr_ctrl_encode(const struct fr_ctrl *m, uint8_t *b)
 {
 	memset(b, 0, FR_CTRL_MSG_SIZE);

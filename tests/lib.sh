@@ -1,8 +1,12 @@
 # Shared helpers for the multi-process test scripts (sourced).
 set -u
 B=${FR_BUILDDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-FRRUN="$B/frrun"
 MP="$B/tests/mp_allreduce"
+# frrun ARGS...: the launcher, on FR_TEST_HOST when set (rdma_cm needs a real
+# interface address, not 127.0.0.1).
+frrun() {
+	"$B/frrun" ${FR_TEST_HOST:+--host "$FR_TEST_HOST"} "$@"
+}
 # The transport under test; the verbs suite sets FR_TEST_TRANSPORT=verbs.
 TRANSPORT=${FR_TEST_TRANSPORT:-tcp}
 npass=0

@@ -8,7 +8,7 @@ export FR_TIMEOUT_MS=3000
 # each must print its error line, and none may report a failed check.
 survivors_ok() {
 	n=$1 v=$2 how=$3
-	out=$("$FRRUN" -n "$n" --transport "$TRANSPORT" --keep-going --timeout 60 \
+	out=$(frrun -n "$n" --transport "$TRANSPORT" --keep-going --timeout 60 \
 		"$MP" die --victim "$v" --at 3 --how "$how" 2>&1)
 	echo "$out"
 	for r in $(seq 0 $((n - 1))); do

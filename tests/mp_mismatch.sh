@@ -1,13 +1,13 @@
 #!/bin/bash
 # Ranks that call with different arguments all get FR_EMISMATCH, no hang.
 . "$(dirname "$0")/lib.sh"
-export FR_TIMEOUT_MS=5000
+export FR_TIMEOUT_MS=20000
 for n in 2 3 5; do
 	for what in count dtype op; do
 		run "mismatch $what n=$n" \
-			"$FRRUN" -n "$n" --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim $((n - 1)) --what $what
+			frrun -n "$n" --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim $((n - 1)) --what $what
 	done
 done
 run "rank skips a collective n=4" \
-	"$FRRUN" -n 4 --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 2 --what skip
+	frrun -n 4 --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 2 --what skip
 finish

@@ -4,17 +4,17 @@
 . "$(dirname "$0")/lib.sh"
 
 allreduce_table() {
-	out=$("$FRRUN" -n 3 --transport "$TRANSPORT" --timeout 120 "$B/fr_allreduce_perf" \
+	out=$(frrun -n 3 --transport "$TRANSPORT" --timeout 120 "$B/fr_allreduce_perf" \
 		-b 8 -e 256K -f 32 -n 3 -w 1 -d all -o sum 2>&1) || { echo "$out"; return 1; }
 	echo "$out" | grep -q "Avg bus bandwidth" &&
 		echo "$out" | grep -q "Out of bounds values : 0" &&
 		echo "$out" | grep -Eq '^\[0\] +262144 +32768 +(f64|i64|u64) +sum'
 }
 allreduce_csv_json() {
-	csv=$("$FRRUN" -n 2 --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+	csv=$(frrun -n 2 --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
 		-b 1K -e 64K -f 4 -n 2 -w 1 -I 1 --csv 2>&1) || return 1
 	echo "$csv" | grep -q 'busbw' || return 1
-	json=$("$FRRUN" -n 2 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+	json=$(frrun -n 2 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
 		-b 1K -e 64K -f 4 -n 2 -w 1 -R 0 --json 2>/dev/null) || return 1
 	echo "$json" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d' 2>/dev/null ||
 		echo "$json" | grep -q '"busbw"'

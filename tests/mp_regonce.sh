@@ -3,6 +3,6 @@
 . "$(dirname "$0")/lib.sh"
 for n in 2 4; do
 	run "regonce n=$n 1000 iterations" \
-		"$FRRUN" -n "$n" --transport "$TRANSPORT" --timeout 300 "$MP" regonce --iters 1000 --count 4099
+		frrun -n "$n" --transport "$TRANSPORT" --timeout 300 "$MP" regonce --iters 1000 --count 4099
 done
 finish

@@ -165,7 +165,8 @@ static inline uint16_t ref_f32_to_f16(float f)
 	}
 	/* f16 subnormal: multiples of 2^-24, i.e. shift 13 + (-14 - e). */
 	q = ref_shift_rne(sig, (unsigned)(13 + (-14 - e)));
-	return (uint16_t)(sign | q);	/* 0x400 here is the smallest normal */
+	/* q == 0x400 here is right too: the smallest normal. */
+	return (uint16_t)(sign | q);
 }
 
 static inline float ref_bf16_to_f32(uint16_t h)
@@ -179,7 +180,18 @@ static inline uint16_t ref_f32_to_bf16(float f)
 
 	if (isnan(f))
 		return (uint16_t)((x >> 16) | 0x40);
-	return (uint16_t)ref_shift_rne(x, 16);	/* a carry into Inf is right */
+	/* A carry out of the mantissa rightly gives Inf. */
+	return (uint16_t)ref_shift_rne(x, 16);
+}
+
+static inline float ref_half_to_f32(fr_dtype_t dt, uint16_t h)
+{
+	return dt == FR_F16 ? ref_f16_to_f32(h) : ref_bf16_to_f32(h);
+}
+
+static inline uint16_t ref_f32_to_half(fr_dtype_t dt, float f)
+{
+	return dt == FR_F16 ? ref_f32_to_f16(f) : ref_f32_to_bf16(f);
 }
 
 /* ---- one element ------------------------------------------------------- */
@@ -317,15 +329,14 @@ static inline void ref_combine(fr_dtype_t dt, fr_op_t op, void *dst,
 
 			memcpy(&hx, xa, 2);
 			memcpy(&hy, xb, 2);
-			x = dt == FR_F16 ? ref_f16_to_f32(hx) : ref_bf16_to_f32(hx);
-			y = dt == FR_F16 ? ref_f16_to_f32(hy) : ref_bf16_to_f32(hy);
-			x = ref_f32_op(op, x, y);
-			hr = dt == FR_F16 ? ref_f32_to_f16(x) : ref_f32_to_bf16(x);
+			x = ref_half_to_f32(dt, hx);
+			y = ref_half_to_f32(dt, hy);
+			hr = ref_f32_to_half(dt, ref_f32_op(op, x, y));
 			memcpy(xd, &hr, 2);
 			break;
 		}
 		default: {
-			/* Integers: little or big endian alike, via the type. */
+			/* Integers, via their own types (any byte order). */
 			uint64_t x = 0, y = 0, r;
 			int sgn = dt == FR_I8 || dt == FR_I32 || dt == FR_I64;
 
@@ -405,11 +416,11 @@ static inline void ref_scale_avg(fr_dtype_t dt, void *buf, size_t n,
 			float v;
 
 			memcpy(&h, p + i * 2, 2);
-			v = dt == FR_F16 ? ref_f16_to_f32(h) : ref_bf16_to_f32(h);
+			v = ref_half_to_f32(dt, h);
 			v = v / (float)nranks;
 			if (isnan(v))
 				v = ref_f32_from(0x7fc00000u);
-			h = dt == FR_F16 ? ref_f32_to_f16(v) : ref_f32_to_bf16(v);
+			h = ref_f32_to_half(dt, v);
 			memcpy(p + i * 2, &h, 2);
 		}
 	}
@@ -444,7 +455,8 @@ static inline void ref_fill(fr_dtype_t dt, void *buf, size_t n, int rank,
 	unsigned char *p = (unsigned char *)buf;
 
 	for (size_t i = 0; i < n; i++) {
-		uint32_t h = ref_hash(seed ^ (uint32_t)dt * 0x1000193u, rank, i);
+		uint32_t dseed = seed ^ (uint32_t)dt * 0x1000193u;
+		uint32_t h = ref_hash(dseed, rank, i);
 		unsigned char *x = p + i * es;
 
 		if (ref_is_float(dt)) {
@@ -461,8 +473,7 @@ static inline void ref_fill(fr_dtype_t dt, void *buf, size_t n, int rank,
 
 				memcpy(x, &dv, 8);
 			} else {
-				uint16_t hv = dt == FR_F16 ? ref_f32_to_f16(v)
-							   : ref_f32_to_bf16(v);
+				uint16_t hv = ref_f32_to_half(dt, v);
 
 				memcpy(x, &hv, 2);
 			}
@@ -536,9 +547,7 @@ static inline void ref_format(fr_dtype_t dt, const void *p, char *buf,
 
 		memcpy(&h, p, 2);
 		snprintf(buf, len, "%.9g (0x%04x)",
-			 (double)(dt == FR_F16 ? ref_f16_to_f32(h)
-					       : ref_bf16_to_f32(h)),
-			 (unsigned)h);
+			 (double)ref_half_to_f32(dt, h), (unsigned)h);
 		break;
 	}
 	case FR_I8: {
@@ -600,10 +609,12 @@ static inline const char *ref_first_diff(fr_dtype_t dt, const void *got,
 	size_t es = ref_dtype_size(dt);
 	const unsigned char *g = (const unsigned char *)got;
 	const unsigned char *w = (const unsigned char *)want;
-	char gs[64], ws[64];
+	char gs[64], ws[64], msg[192];
+	size_t k;
 
 	if (es == 0) {
-		snprintf(buf, len, "invalid dtype %d", (int)dt);
+		if (len)
+			snprintf(buf, len, "invalid dtype %d", (int)dt);
 		return buf;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -611,10 +622,16 @@ static inline const char *ref_first_diff(fr_dtype_t dt, const void *got,
 			continue;
 		ref_format(dt, g + i * es, gs, sizeof(gs));
 		ref_format(dt, w + i * es, ws, sizeof(ws));
-		/* Truncation is acceptable; looking at the result says so. */
-		if (snprintf(buf, len, "index %zu of %zu: got %s, want %s", i,
-			     n, gs, ws) < 0 && len)
-			buf[0] = '\0';
+		/* msg has room for everything; buf may cut it short. */
+		snprintf(msg, sizeof(msg), "index %zu of %zu: got %s, want %s",
+			 i, n, gs, ws);
+		k = strlen(msg);
+		if (len == 0)
+			return buf;
+		if (k >= len)
+			k = len - 1;
+		memcpy(buf, msg, k);
+		buf[k] = '\0';
 		return buf;
 	}
 	return NULL;

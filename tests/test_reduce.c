@@ -413,7 +413,7 @@ static const struct known known[] = {
 	{ FR_F16, FR_SUM, 0x0001, 0x0001, 0x0002 },
 	{ FR_F16, FR_SUM, 0x3c00, 0x0000, 0x3c00 },
 	{ FR_F16, FR_SUM, 0x8000, 0x0000, 0x0000 },
-	{ FR_F16, FR_PROD, 0x0001, 0x3800, 0x0000 },	/* 2^-25: tie to 0 */
+	{ FR_F16, FR_PROD, 0x0001, 0x3800, 0x0000 },	/* 2^-25: to 0 */
 	{ FR_F16, FR_PROD, 0x0003, 0x3800, 0x0002 },	/* 1.5 ulp: to 2 */
 	{ FR_F16, FR_PROD, 0x8001, 0x3800, 0x8000 },
 	{ FR_F16, FR_PROD, 0x7800, 0x7800, 0x7c00 },	/* 32768^2 */
@@ -869,8 +869,7 @@ static void test_ref_fill(void **state)
 					uint16_t hv;
 
 					memcpy(&hv, acc + i * 2, 2);
-					v = dt == FR_F16 ? ref_f16_to_f32(hv)
-							 : ref_bf16_to_f32(hv);
+					v = ref_half_to_f32(dt, hv);
 				}
 				assert_true(isfinite(v));
 			}

@@ -209,6 +209,7 @@ struct fr_tp {
 	int epfd;
 	struct fr_tp_conn *conns;
 	unsigned int npending; /* incoming connections not handed out */
+	int accept_errno;      /* last accept() failure, warned about once */
 	struct tcp_region *regions;
 	uint32_t nregions;
 	struct fr_tp_cqe cq[FR_TCP_CQ_SIZE];
@@ -596,13 +597,18 @@ static void tcp_check_connected(struct fr_tp_conn *c, uint64_t now)
 		      strerror(soerr));
 }
 
+static const char *tcp_where(const struct fr_tp_conn *c, char *buf,
+			     size_t size)
+{
+	return tcp_sa_str(&c->sa, c->salen, buf, size);
+}
+
 static void tcp_hello_progress(struct fr_tp_conn *c)
 {
 	const uint8_t *r = c->hs_in;
 	char where[96];
 	int err, status;
 
-	tcp_sa_str(&c->sa, c->salen, where, sizeof(where));
 	err = tcp_hs_send(c);
 	if (err == FR_EAGAIN)
 		return;
@@ -612,27 +618,29 @@ static void tcp_hello_progress(struct fr_tp_conn *c)
 		return;
 	if (err) {
 		tcp_conn_fail(c, FR_EPEER, "%s closed the connection during the handshake%s%s",
-			      where, c->last_errno ? ": " : "",
+			      tcp_where(c, where, sizeof(where)),
+			      c->last_errno ? ": " : "",
 			      c->last_errno ? strerror(c->last_errno) : "");
 		return;
 	}
 	if (fr_get_le32(r) != TCP_MAGIC || fr_get_le16(r + 4) != TCP_VERSION ||
 	    fr_get_le16(r + 6) != TCP_KIND_REPLY) {
 		tcp_conn_fail(c, FR_EPROTO, "%s answered with a malformed handshake",
-			      where);
+			      tcp_where(c, where, sizeof(where)));
 		return;
 	}
 	status = (int32_t)fr_get_le32(r + 8);
 	if (!status) {
 		c->state = TCP_UP;
 		fr_dbg("tcp: rank %d: connected to rank %d at %s", c->tp->rank,
-		       c->peer, where);
+		       c->peer, tcp_where(c, where, sizeof(where)));
 		return;
 	}
 	/* Only the refusals the protocol defines; anything else is garbage. */
 	if (status != FR_EAUTH && status != FR_EBUSY && status != FR_EPROTO)
 		status = FR_EPROTO;
-	tcp_conn_fail(c, status, "%s refused the connection: %s", where,
+	tcp_conn_fail(c, status, "%s refused the connection: %s",
+		      tcp_where(c, where, sizeof(where)),
 		      status == FR_EAUTH ? "wrong job nonce" :
 		      status == FR_EBUSY ? "it already has a connection from this rank" :
 					   "protocol mismatch");
@@ -694,11 +702,15 @@ static void tcp_accept_new(struct fr_tp *tp, uint64_t now)
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
-			if (!tcp_would_block(errno))
+			/* Out of descriptors persists: say it once, not per poll. */
+			if (!tcp_would_block(errno) && errno != tp->accept_errno)
 				fr_warn("tcp: rank %d: accept: %s", tp->rank,
 					strerror(errno));
+			if (!tcp_would_block(errno))
+				tp->accept_errno = errno;
 			return;
 		}
+		tp->accept_errno = 0;
 		if (tp->npending >= TCP_MAX_PENDING) {
 			fr_warn("tcp: rank %d: too many connections awaiting accept; closing a new one",
 				tp->rank);
@@ -1300,7 +1312,7 @@ static int tcp_connect(struct fr_tp *tp, int peer, const void *addr,
 		tcp_seterr(tp, FR_LOG_WARN,
 			   "malformed address blob for rank %d (%zu bytes)",
 			   peer, addrlen);
-		goto err_addr;
+		goto err_conn;
 	}
 	now = fr_now_ms();
 	c->peer = peer;
@@ -1311,13 +1323,13 @@ static int tcp_connect(struct fr_tp *tp, int peer, const void *addr,
 	if (rc) {
 		tcp_seterr(tp, FR_LOG_DEBUG, "connect to rank %d: %s", peer,
 			   strerror(c->last_errno));
-		goto err_addr;
+		goto err_conn;
 	}
 	tcp_conn_link(c);
 	*out = c;
 	return 0;
 
-err_addr:
+err_conn:
 	free(c->sq);
 	free(c);
 	return rc;

@@ -1,0 +1,63 @@
+#!/bin/bash
+# Inside the Soft-RoCE VM (started by tests/verbs_vm.sh): the verbs suite on
+# one host - the transport conformance suite, the multi-process suite over
+# verbs (same checks as over TCP: bit-exact reference, bitwise equal ranks),
+# registration once, failures - then the perf comparisons, written to
+# $FR_VM_OUT/perf-verbs.txt.
+set -u
+src=$(cd "$(dirname "$0")/.." && pwd)
+B=${FR_BUILDDIR:?}
+OUT=${FR_VM_OUT:-$B}
+export FR_BUILDDIR=$B FR_TEST_TRANSPORT=verbs FR_TEST_HOST=${RDMAVM_IP:?}
+export FR_TEST_IP=$RDMAVM_IP
+ulimit -l unlimited
+rc=0 nsuites=0 nbad=0
+suite() {
+	echo "--- $1"
+	shift
+	nsuites=$((nsuites + 1))
+	if "$@"; then :; else
+		nbad=$((nbad + 1))
+		rc=1
+	fi
+}
+
+suite "transport conformance over verbs" "$B/tests/test_transport"
+# Emulated RDMA moves ~25 MB/s under TCG: the full dtype x op sweep uses a
+# large odd count of 65537; 1Mi+1 runs for f32/bf16 sum below.
+suite "matrix over verbs" env FR_TEST_RANKS="1 2 3 4 5" \
+	FR_TEST_COUNTS="0,1,2,3,4,7919,65537" bash "$src/tests/mp_matrix.sh"
+suite "matrix 1Mi+1 over verbs" bash -c '. "$0/tests/lib.sh"
+	run "matrix n=3 count 1048577" frrun -n 3 --transport verbs --timeout 900 \
+		"$MP" matrix --counts 1048577 --dtypes f32,bf16 --ops sum
+	finish' "$src"
+suite "register once over verbs" bash "$src/tests/mp_regonce.sh"
+suite "dead and stalled peers over verbs" bash "$src/tests/mp_kill.sh"
+suite "mismatched arguments over verbs" bash "$src/tests/mp_mismatch.sh"
+suite "perf tools over verbs" bash "$src/tests/mp_perf_smoke.sh"
+
+# --- perf: the same rxe device, side by side (emulated: ratios only) -------
+{
+	dev=${RDMAVM_DEV:-rxe0} gid=${RDMAVM_GID_INDEX:-1}
+	echo "# ib_write_bw vs fr_transport_perf -x verbs, 64 KiB, 2000 writes"
+	ib_write_bw -d "$dev" -x "$gid" -s 65536 -n 2000 -p 18515 >/tmp/ibbw.srv 2>&1 &
+	sleep 1
+	ib_write_bw -d "$dev" -x "$gid" -s 65536 -n 2000 -p 18515 "$RDMAVM_IP" 2>&1 | grep -A1 'BW peak'
+	wait
+	"$B/fr_transport_perf" -x verbs --ip "$RDMAVM_IP" --bw -s 65536 -n 2000 2>&1 | tail -2
+	echo "# ib_write_lat vs fr_transport_perf -x verbs --lat, 8 B"
+	ib_write_lat -d "$dev" -x "$gid" -s 8 -n 1000 -p 18516 >/tmp/iblat.srv 2>&1 &
+	sleep 1
+	ib_write_lat -d "$dev" -x "$gid" -s 8 -n 1000 -p 18516 "$RDMAVM_IP" 2>&1 | grep -A1 't_min'
+	wait
+	"$B/fr_transport_perf" -x verbs --ip "$RDMAVM_IP" --lat -s 8 -n 1000 2>&1 | tail -2
+	for t in verbs tcp; do
+		echo "# fr_allreduce_perf, 4 ranks, $t"
+		"$B/frrun" -n 4 --host "$RDMAVM_IP" -x "$t" --timeout 600 \
+			"$B/fr_allreduce_perf" -b 8 -e 4M -f 8 -n 5 -w 2 2>&1 | grep -v '^\[0\] #  \|^\[0\] #$'
+	done
+} >"$OUT/perf-verbs.txt" 2>&1 || true
+cat "$OUT/perf-verbs.txt"
+
+echo "verbs suites: $((nsuites - nbad)) passed, $nbad failed"
+exit $rc

@@ -1,0 +1,2606 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fr_verbs.c - the RDMA verbs transport: write-with-immediate on RC queue
+ * pairs, connections set up with librdmacm.
+ *
+ * Here the interface in transport.h maps one to one onto the hardware:
+ * write_imm() is an IBV_WR_RDMA_WRITE_WITH_IMM into the peer's registered
+ * region, the peer's HCA checks the remote key and the bounds (so no byte
+ * lands outside a region, whatever the sender does), and the immediate
+ * consumes one of the zero-length receives the peer keeps posted, raising
+ * its FR_CQE_RECV.  RC delivers and completes in order, which gives the
+ * FIFO rule on both sides.
+ *
+ * Design
+ *   - One endpoint = one rdma_cm event channel + one listening cm id bound
+ *     to the chosen address (port 0: ephemeral) + one protection domain +
+ *     one completion queue shared by the send and receive sides of every
+ *     QP, with a completion channel for wait().  PD and CQ are made at
+ *     open() on the listening id's device, so the core can register memory
+ *     before any connection exists.
+ *   - Device, port and GID: FR_IB_DEV=name[:port] restricts the search;
+ *     otherwise the ACTIVE port whose RoCE v2 GID table holds local_ip (the
+ *     interface the rendezvous went over) wins; failing that, the first
+ *     ACTIVE port, ranking devices by hwloc locality to the calling thread
+ *     when there are several.  The GID is the RoCE v2 IPv4-mapped entry
+ *     (FR_IB_GID_INDEX=n overrides); its address is what we bind and
+ *     advertise, so rdma_cm resolves to that very GID.  InfiniBand ports
+ *     are addressed by their IPoIB address (local_ip), as rdma_cm expects.
+ *     A loopback local_ip is no hint at all (rdma_cm cannot run over lo).
+ *   - Everything is non-blocking: cm events are read from a non-blocking
+ *     channel inside accept(), connect_done(), poll() and wait(); connects
+ *     that are refused (the peer may not listen yet) or fail to resolve
+ *     are retried with a back-off until the timeout.  An incoming request
+ *     is judged (magic, version, job nonce, a rank not already connected)
+ *     and accepted at once, so the connector's connect_done() and our
+ *     accept() both complete on ESTABLISHED without waiting for each
+ *     other's calls; a refusal carries a reply the connector turns into
+ *     FR_EAUTH / FR_EBUSY / FR_EPROTO.  Receive completions of a connection
+ *     accept() has not handed out yet are held back (its receives are then
+ *     not reposted, so the hold is bounded) and released in order after.
+ *   - Send queue accounting: each QP has a ring of the WRs posted on it.
+ *     At most sq_depth writes are in flight per QP (then FR_EAGAIN), plus a
+ *     few slots for fences (below).  The HW send queue has exactly as many
+ *     entries as the ring, and an entry leaves the ring only when the
+ *     completion that covers it is polled, so ibv_post_send() never meets
+ *     a full queue.
+ *   - Selective signalling: a WR is signalled when its ctx is not 0 (the
+ *     core wants to know when that source is free), every 16th WR, and when
+ *     the queue is about to fill (so a full queue always has a completion
+ *     coming).  RC completes WRs in order, so a signalled completion also
+ *     completes every earlier unsignalled WR: it retires the ring up to
+ *     itself, raising one FR_CQE_SEND per write, in order.
+ *   - Fences: the core waits for a SEND completion of every write, so an
+ *     unsignalled tail must not stay uncovered.  After draining the CQ
+ *     (and before wait() sleeps) every QP whose newest WR is unsignalled
+ *     gets a signalled zero-length RDMA WRITE.  It carries no immediate, so
+ *     it consumes no receive at the peer and raises nothing there; its
+ *     completion retires the tail.  A busy QP pays one fence per poll, an
+ *     idle one none.
+ *   - Completions: ibv_poll_cq in batches, into a ring of FR completions
+ *     that poll() hands out.  One work completion retires at most 16
+ *     writes, and the CQ is polled only while the ring has room for that,
+ *     so nothing is ever dropped.  wc.status is checked before wc.opcode
+ *     (the opcode of an error completion is undefined).  wr_id names the
+ *     connection (slot, generation) and the ring position; wc.qp_num must
+ *     also match, so completions of a QP destroyed meanwhile (they stay in
+ *     a shared CQ) are recognised and ignored.
+ *   - Failure: the first error on a connection (a work completion in
+ *     error, the peer's DISCONNECTED, a local error) fails it: we
+ *     rdma_disconnect() (the peer learns at once, and the QP enters the
+ *     error state, which flushes every outstanding WR with a completion:
+ *     each write gets its FR_CQE_SEND with an error, once), and we owe the
+ *     caller one FR_CQE_RECV with the error unless the failure itself was
+ *     a receive completion.  Flushed receives raise nothing.  Later
+ *     write_imm() calls return FR_EPEER.  Answering DISCONNECTED with
+ *     rdma_disconnect() sends the DREP; without it the peer waits out the
+ *     CM's DREQ timeout (~100 s).  The DISCONNECTED of a live connection is
+ *     applied only after the CQ has been drained, so that completions that
+ *     happened before it (a receive in error, the last writes) come first.
+ *   - CQ size: every QP reserves its send and receive depth in the shared
+ *     CQ (ibv_resize_cq when it would not fit), so the CQ cannot overflow.
+ *     A destroyed QP's reservation is kept until the CQ has been seen
+ *     empty, because its completions may still sit in the CQ.
+ *
+ * Wire formats (all integers little-endian)
+ *
+ *   connection request private data (hello), 24 bytes
+ *      0 u32 magic "FRVB" (0x42565246)   4 u16 version (1)
+ *      6 u16 kind (1 = hello)            8 i32 connector's rank
+ *     12 u32 reserved (0)               16 u64 job nonce
+ *   accept private data, 12 bytes: magic, version, kind 2, i32 our rank
+ *   reject private data, 12 bytes: magic, version, kind 3, i32 status
+ *     (FR_EPROTO: version or malformed, FR_EAUTH: wrong nonce, FR_EBUSY:
+ *     that rank is already connected).  A request without our magic is
+ *     rejected without private data.  A rejection without our reply (no
+ *     listener yet) is retried; one with it is final.
+ *   address blob, 28 bytes: u8 magic (0xfb), u8 version (1), u8 family
+ *     (4 = IPv4, 6 = IPv6), u8 reserved (0), u16 port, u16 reserved (0),
+ *     u32 IPv6 scope id (0 for IPv4), u8[16] address (IPv4: first 4 bytes).
+ *   remote key blob, 24 bytes: u8 magic (0xfd), u8 version (1), u16
+ *     reserved (0), u32 rkey, u64 region address, u64 region length.
+ *     Unpacked as a = address, b = length, c = rkey, d = VERBS_RKEY_TAG.
+ *     roff in write_imm() is relative to the region start; the sender
+ *     checks roff + len against the length (FR_ERANGE, nothing posted), the
+ *     peer's HCA checks it again against its real registration.
+ *
+ * Environment: FR_IB_DEV=name[:port], FR_IB_GID_INDEX=n, FR_POLL=spin
+ * (wait() returns at once: the core then busy-polls).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <hwloc.h>
+#include <hwloc/openfabrics-verbs.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "fastreduce.h"
+#include "log.h"
+#include "transport.h"
+#include "util.h"
+
+#define VERBS_MAGIC 0x42565246u /* "FRVB" */
+#define VERBS_VERSION 1
+#define VERBS_KIND_HELLO 1
+#define VERBS_KIND_ACCEPT 2
+#define VERBS_KIND_REJECT 3
+#define VERBS_HELLO_LEN 24
+#define VERBS_REPLY_LEN 12
+
+#define VERBS_ADDR_LEN 28
+#define VERBS_ADDR_MAGIC 0xfb
+#define VERBS_ADDR_VERSION 1
+#define VERBS_ADDR_IPV4 4
+#define VERBS_ADDR_IPV6 6
+
+#define VERBS_RKEY_LEN 24
+#define VERBS_RKEY_MAGIC 0xfd
+#define VERBS_RKEY_VERSION 1
+/* struct fr_tp_rkey.d of a key we unpacked: a zeroed or foreign key has
+ * another value and is refused. */
+#define VERBS_RKEY_TAG 0x76657262u
+
+#define VERBS_DEFAULT_SQ_DEPTH 64
+#define VERBS_MAX_SQ_DEPTH 16384
+#define VERBS_DEFAULT_TIMEOUT_MS 30000
+/* Ring slots beyond sq_depth, for fences only. */
+#define VERBS_FENCE_SLOTS 4
+/* At most this many WRs in a row go unsignalled. */
+#define VERBS_SIG_INTERVAL 16
+#define VERBS_MAX_INLINE 64
+#define VERBS_POLL_BATCH 32
+/* FR completions kept for poll(). */
+#define VERBS_RING_SIZE 4096
+/* One work completion becomes at most this many FR completions (the
+ * writes it retires, plus an owed receive error). */
+#define VERBS_WC_FANOUT (VERBS_SIG_INTERVAL + 1)
+#define VERBS_RESOLVE_MS 2000
+#define VERBS_BACKOFF_MIN_MS 10
+#define VERBS_BACKOFF_MAX_MS 500
+#define VERBS_MAX_SLOTS 65535
+/* Accepted connections not yet handed out by accept(). */
+#define VERBS_MAX_PENDING 256
+#define VERBS_LISTEN_BACKLOG 64
+#define VERBS_CQ_ACK_BATCH 64
+#define VERBS_RECV_BATCH 64
+#define VERBS_ERRBUF_LEN 256
+#define VERBS_MAX_CANDS 64
+/* rdma_cm: retry_count and rnr_retry_count; 7 = retry RNR forever, so a
+ * receiver that is slow to repost only delays the sender. */
+#define VERBS_CM_RETRY 7
+
+#define VERBS_WRID_RECV (1ull << 32)
+
+struct fr_tp_mr {
+	struct fr_tp *tp;
+	struct fr_tp_mr *prev, *next; /* tp->mrs */
+	struct ibv_mr *mr;            /* NULL for an empty region */
+	uint8_t *base;
+	size_t len;
+	unsigned int inflight; /* posted writes still reading from it */
+};
+
+/* A posted send WR, in posting order. */
+struct verbs_sqe {
+	uint64_t ctx;
+	struct fr_tp_mr *mr; /* NULL once it no longer reads it */
+	bool user;           /* a write_imm(); false: a fence */
+};
+
+/* A receive completion held back until accept() hands the conn out. */
+struct verbs_held {
+	uint32_t imm, len;
+};
+
+enum verbs_state {
+	VERBS_RETRY,      /* outgoing: waiting for the next attempt */
+	VERBS_ADDR,       /* outgoing: resolving the address */
+	VERBS_ROUTE,      /* outgoing: resolving the route */
+	VERBS_CONNECTING, /* outgoing: request sent, awaiting the reply */
+	VERBS_ACCEPTING,  /* incoming: accepted, awaiting ESTABLISHED */
+	VERBS_UP,         /* established */
+	VERBS_FAILED,     /* dead; completions may still be owed */
+};
+
+struct fr_tp_conn {
+	struct fr_tp *tp;
+	struct fr_tp_conn *prev, *next; /* tp->conns */
+	uint32_t slot;                  /* in tp->slots, for wr_id */
+	uint32_t gen;                   /* of the slot, for wr_id */
+	struct rdma_cm_id *id;
+	struct ibv_qp *qp; /* id->qp while it exists */
+	int peer;
+	enum verbs_state state;
+	bool incoming;
+	bool owned;        /* the caller holds it (from connect or accept) */
+	int error;         /* why it failed */
+	bool was_up;       /* it failed after being established */
+	bool err_owed;     /* its error FR_CQE_RECV is not in the ring yet */
+	bool synth;        /* no flush will come: complete the ring ourselves */
+	bool disconnected; /* rdma_disconnect() was called */
+	bool peer_gone;    /* DISCONNECTED seen, applied after the CQ drain */
+
+	/* establishment */
+	struct sockaddr_storage dst;
+	uint64_t deadline_ms;
+	uint64_t retry_ms;
+	int backoff_ms;
+	char why[128]; /* the last reason an attempt failed */
+
+	/* send ring: WRs sq_head .. sq_tail-1, slot = seq % sq_cap */
+	struct verbs_sqe *sq;
+	unsigned int sq_cap;
+	uint64_t sq_head, sq_tail;
+	unsigned int user_inflight; /* write_imm()s in the ring */
+	unsigned int unsignaled;    /* unsignalled WRs at the tail */
+	unsigned int max_inline;
+	uint64_t last_raddr; /* for fences: a remote address known valid */
+	uint32_t last_rkey;
+	unsigned int cq_share; /* CQ entries reserved for this QP */
+
+	/* receive completions held back until accept() */
+	struct verbs_held *held;
+	unsigned int held_head, held_count;
+};
+
+struct fr_tp {
+	int rank;
+	uint64_t nonce;
+	int timeout_ms;
+	unsigned int sq_depth; /* writes in flight per QP */
+	unsigned int sq_cap;   /* ring and HW send queue size */
+	unsigned int rq_depth; /* receives posted per QP */
+	bool spin;             /* FR_POLL=spin: wait() never blocks */
+	int fatal;             /* the endpoint itself failed */
+
+	struct rdma_event_channel *ec;
+	struct rdma_cm_id *lid; /* listening */
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *cc;
+	struct ibv_cq *cq;
+	int cq_size;
+	int max_cqe;
+	unsigned int cq_need;   /* reserved by live QPs */
+	unsigned int cq_linger; /* reserved by destroyed QPs */
+	unsigned int cq_unacked;
+	uint32_t max_msg;
+	struct sockaddr_storage addr; /* bound */
+
+	struct fr_tp_conn *conns;
+	unsigned int npending; /* accepted, not handed out */
+	struct fr_tp_conn **slots;
+	uint32_t *slot_gen;
+	uint32_t nslots;
+	struct fr_tp_mr *mrs;
+
+	struct fr_tp_cqe ring[VERBS_RING_SIZE];
+	unsigned int ring_head, ring_count;
+	char errbuf[VERBS_ERRBUF_LEN];
+};
+
+/* ---- small helpers ------------------------------------------------------- */
+
+static void __attribute__((format(printf, 3, 4)))
+verbs_seterr(struct fr_tp *tp, int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(tp->errbuf, sizeof(tp->errbuf), fmt, ap);
+	va_end(ap);
+	fr_log(level, "verbs: rank %d: %s", tp->rank, tp->errbuf);
+}
+
+static void __attribute__((format(printf, 3, 4)))
+verbs_msg(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!buf || !len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+}
+
+static const char *verbs_sa_str(const struct sockaddr *sa, char *buf,
+				size_t size)
+{
+	char host[INET6_ADDRSTRLEN + 16], serv[8];
+	socklen_t len = sa->sa_family == AF_INET6 ?
+				sizeof(struct sockaddr_in6) :
+				sizeof(struct sockaddr_in);
+
+	if (getnameinfo(sa, len, host, sizeof(host), serv, sizeof(serv),
+			NI_NUMERICHOST | NI_NUMERICSERV))
+		snprintf(buf, size, "?");
+	else if (sa->sa_family == AF_INET6)
+		snprintf(buf, size, "[%s]:%s", host, serv);
+	else
+		snprintf(buf, size, "%s:%s", host, serv);
+	return buf;
+}
+
+static void verbs_sa_set_port(struct sockaddr_storage *sa, uint16_t port)
+{
+	if (sa->ss_family == AF_INET6)
+		((struct sockaddr_in6 *)sa)->sin6_port = htons(port);
+	else
+		((struct sockaddr_in *)sa)->sin_port = htons(port);
+}
+
+static int verbs_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -1;
+	return 0;
+}
+
+static bool verbs_v4mapped(const uint8_t *raw)
+{
+	static const uint8_t prefix[12] = { 0, 0, 0, 0, 0, 0,
+					    0, 0, 0, 0, 0xff, 0xff };
+
+	return !memcmp(raw, prefix, sizeof(prefix));
+}
+
+/* "PORT_ACTIVE" -> "ACTIVE" */
+static const char *verbs_port_state(enum ibv_port_state s)
+{
+	const char *t = ibv_port_state_str(s);
+
+	return strncmp(t, "PORT_", 5) ? t : t + 5;
+}
+
+/* The FR status of a failed work completion. */
+static int verbs_wc_status(enum ibv_wc_status s)
+{
+	switch (s) {
+	case IBV_WC_REM_ACCESS_ERR:
+	case IBV_WC_LOC_PROT_ERR:
+		return FR_ERANGE;
+	default:
+		return FR_EPEER;
+	}
+}
+
+/* ---- completion ring ------------------------------------------------------ */
+
+static unsigned int verbs_ring_room(const struct fr_tp *tp)
+{
+	return VERBS_RING_SIZE - tp->ring_count;
+}
+
+/* The caller has checked that there is room. */
+static void verbs_ring_push(struct fr_tp *tp, int kind, int status,
+			    struct fr_tp_conn *c, uint64_t ctx, uint32_t imm,
+			    uint32_t len)
+{
+	struct fr_tp_cqe *e;
+
+	e = &tp->ring[(tp->ring_head + tp->ring_count) % VERBS_RING_SIZE];
+	e->kind = kind;
+	e->status = status;
+	e->conn = c;
+	e->ctx = ctx;
+	e->imm = imm;
+	e->len = len;
+	tp->ring_count++;
+}
+
+/* Drop completions naming c: it is being freed. */
+static void verbs_ring_purge(struct fr_tp *tp, const struct fr_tp_conn *c)
+{
+	unsigned int i, j = 0;
+
+	for (i = 0; i < tp->ring_count; i++) {
+		struct fr_tp_cqe *e =
+			&tp->ring[(tp->ring_head + i) % VERBS_RING_SIZE];
+
+		if (e->conn == c)
+			continue;
+		tp->ring[(tp->ring_head + j) % VERBS_RING_SIZE] = *e;
+		j++;
+	}
+	tp->ring_count = j;
+}
+
+/* ---- connections: life cycle ---------------------------------------------- */
+
+static uint64_t verbs_wrid(const struct fr_tp_conn *c, bool recv,
+			   uint32_t seq)
+{
+	return (uint64_t)c->slot << 48 | (uint64_t)(c->gen & 0x7fff) << 33 |
+	       (recv ? VERBS_WRID_RECV : 0) | seq;
+}
+
+static int verbs_slot_get(struct fr_tp *tp, struct fr_tp_conn *c)
+{
+	struct fr_tp_conn **slots;
+	uint32_t *gens;
+	uint32_t i, cap;
+
+	for (i = 0; i < tp->nslots; i++)
+		if (!tp->slots[i])
+			break;
+	if (i == tp->nslots) {
+		if (tp->nslots >= VERBS_MAX_SLOTS)
+			return FR_ENOMEM;
+		cap = FR_MIN(tp->nslots ? tp->nslots * 2 : 16,
+			     (uint32_t)VERBS_MAX_SLOTS);
+		slots = realloc(tp->slots, cap * sizeof(*slots));
+		if (!slots)
+			return FR_ENOMEM;
+		tp->slots = slots;
+		gens = realloc(tp->slot_gen, cap * sizeof(*gens));
+		if (!gens)
+			return FR_ENOMEM;
+		tp->slot_gen = gens;
+		memset(slots + tp->nslots, 0,
+		       (cap - tp->nslots) * sizeof(*slots));
+		memset(gens + tp->nslots, 0, (cap - tp->nslots) * sizeof(*gens));
+		tp->nslots = cap;
+	}
+	/* A new generation per use: completions of the slot's previous
+	 * connection, still in the CQ, never match the new one. */
+	tp->slot_gen[i] = (tp->slot_gen[i] + 1) & 0x7fff;
+	c->slot = i;
+	c->gen = tp->slot_gen[i];
+	tp->slots[i] = c;
+	return 0;
+}
+
+static struct fr_tp_conn *verbs_conn_new(struct fr_tp *tp)
+{
+	struct fr_tp_conn *c;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->sq = calloc(tp->sq_cap, sizeof(*c->sq));
+	if (!c->sq)
+		goto err_sq;
+	c->held = calloc(tp->rq_depth, sizeof(*c->held));
+	if (!c->held)
+		goto err_held;
+	c->tp = tp;
+	c->peer = -1;
+	c->sq_cap = tp->sq_cap;
+	if (verbs_slot_get(tp, c))
+		goto err_slot;
+	return c;
+
+err_slot:
+	free(c->held);
+err_held:
+	free(c->sq);
+err_sq:
+	free(c);
+	return NULL;
+}
+
+static void verbs_conn_link(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+
+	c->prev = NULL;
+	c->next = tp->conns;
+	if (tp->conns)
+		tp->conns->prev = c;
+	tp->conns = c;
+}
+
+/* The ring's writes no longer read their regions (the QP is gone). */
+static void verbs_sq_release(struct fr_tp_conn *c)
+{
+	uint64_t s;
+
+	for (s = c->sq_head; s < c->sq_tail; s++) {
+		struct verbs_sqe *e = &c->sq[s % c->sq_cap];
+
+		if (e->mr) {
+			e->mr->inflight--;
+			e->mr = NULL;
+		}
+	}
+	c->sq_head = c->sq_tail = 0;
+	c->user_inflight = 0;
+	c->unsignaled = 0;
+}
+
+static void verbs_drop_qp(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+
+	if (!c->qp)
+		return;
+	rdma_destroy_qp(c->id);
+	c->qp = NULL;
+	/* Its completions may still be in the CQ until we see it empty. */
+	tp->cq_need -= c->cq_share;
+	tp->cq_linger += c->cq_share;
+	c->cq_share = 0;
+	verbs_sq_release(c);
+}
+
+/* Destroy the QP and the cm id (the kernel drops the id's unread events). */
+static void verbs_drop_id(struct fr_tp_conn *c)
+{
+	verbs_drop_qp(c);
+	if (c->id) {
+		rdma_destroy_id(c->id);
+		c->id = NULL;
+	}
+}
+
+static void verbs_conn_free(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		tp->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	if (c->incoming && !c->owned)
+		tp->npending--;
+	verbs_drop_id(c);
+	tp->slots[c->slot] = NULL;
+	free(c->held);
+	free(c->sq);
+	free(c);
+}
+
+/*
+ * Stop a QP that may have work in flight: rdma_disconnect() tells the peer
+ * and moves the QP to the error state, and the error state flushes every
+ * outstanding WR with a completion.  If neither can be done, nobody will
+ * complete the ring: we do (synth).
+ */
+static void verbs_stop_qp(struct fr_tp_conn *c)
+{
+	struct ibv_qp_attr a;
+
+	if (c->id && !c->disconnected) {
+		if (!rdma_disconnect(c->id)) {
+			c->disconnected = true;
+			if (c->qp)
+				return;
+		}
+	}
+	if (c->qp) {
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_ERR;
+		if (!ibv_modify_qp(c->qp, &a, IBV_QP_STATE))
+			return;
+	}
+	c->synth = true;
+}
+
+/*
+ * Fail a connection: remember why, owe the caller one error completion if
+ * it was established and is theirs, and stop the QP.  A connection that
+ * never came up has nothing in flight: its QP and id go at once.
+ */
+static void __attribute__((format(printf, 3, 4)))
+verbs_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
+{
+	bool up = c->state == VERBS_UP;
+	char msg[192];
+	va_list ap;
+
+	if (c->state == VERBS_FAILED)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	/* A peer breaking the rules on a live connection deserves a
+	 * warning; the rest is reported by whoever gets the error code. */
+	verbs_seterr(c->tp,
+		     up && c->owned && (err == FR_ERANGE || err == FR_EPROTO) ?
+			     FR_LOG_WARN :
+			     FR_LOG_DEBUG,
+		     "connection %s rank %d: %s", c->incoming ? "from" : "to",
+		     c->peer, msg);
+	c->state = VERBS_FAILED;
+	c->error = err;
+	c->was_up = up;
+	c->err_owed = up && c->owned;
+	c->peer_gone = false;
+	if (up)
+		verbs_stop_qp(c);
+	else
+		verbs_drop_id(c);
+}
+
+/* ---- memory in the CQ -------------------------------------------------------- */
+
+/* Make room in the shared CQ for a QP of `need` entries. */
+static int verbs_cq_reserve(struct fr_tp *tp, unsigned int need)
+{
+	unsigned long want = (unsigned long)tp->cq_need + tp->cq_linger + need;
+	unsigned long size;
+
+	if (want <= (unsigned long)tp->cq_size)
+		return 0;
+	size = FR_MAX(want, (unsigned long)tp->cq_size * 2);
+	size = FR_MIN(size, (unsigned long)tp->max_cqe);
+	if (size < want) {
+		verbs_seterr(tp, FR_LOG_WARN,
+			     "the completion queue cannot grow to %lu entries (device limit %d): too many connections",
+			     want, tp->max_cqe);
+		return FR_ENOMEM;
+	}
+	if (ibv_resize_cq(tp->cq, (int)size)) {
+		verbs_seterr(tp, FR_LOG_WARN,
+			     "ibv_resize_cq to %lu entries: %s", size,
+			     strerror(errno));
+		return FR_ENOMEM;
+	}
+	tp->cq_size = tp->cq->cqe;
+	return 0;
+}
+
+/* ---- queue pairs -------------------------------------------------------------- */
+
+/* Post n zero-length receives: each takes one write-with-immediate. */
+static int verbs_post_recvs(struct fr_tp_conn *c, unsigned int n)
+{
+	struct ibv_recv_wr wr[VERBS_RECV_BATCH], *bad;
+	unsigned int i, k;
+	int rc;
+
+	while (n) {
+		k = FR_MIN(n, (unsigned int)VERBS_RECV_BATCH);
+		memset(wr, 0, k * sizeof(wr[0]));
+		for (i = 0; i < k; i++) {
+			wr[i].wr_id = verbs_wrid(c, true, 0);
+			wr[i].next = i + 1 < k ? &wr[i + 1] : NULL;
+		}
+		/* ibv_post_* return the error; errno may be stale. */
+		rc = ibv_post_recv(c->qp, wr, &bad);
+		if (rc)
+			return rc;
+		n -= k;
+	}
+	return 0;
+}
+
+/*
+ * Create the RC QP of c on our PD and shared CQ.  rdma_create_qp() leaves
+ * it in INIT, where receives can be posted; rdma_connect/rdma_accept take
+ * it to RTS.
+ */
+static int verbs_qp_create(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+	struct ibv_qp_init_attr attr;
+	unsigned int need = tp->sq_cap + tp->rq_depth;
+	int rc, inl;
+
+	if (c->id->verbs != tp->pd->context) {
+		verbs_seterr(tp, FR_LOG_WARN,
+			     "connection with rank %d runs over device %s, not %s where our memory is registered",
+			     c->peer,
+			     c->id->verbs ? ibv_get_device_name(c->id->verbs->device) :
+					    "?",
+			     ibv_get_device_name(tp->pd->context->device));
+		return FR_ENODEV;
+	}
+	rc = verbs_cq_reserve(tp, need);
+	if (rc)
+		return rc;
+	for (inl = VERBS_MAX_INLINE;; inl = 0) {
+		memset(&attr, 0, sizeof(attr));
+		attr.send_cq = tp->cq;
+		attr.recv_cq = tp->cq;
+		attr.qp_type = IBV_QPT_RC;
+		attr.cap.max_send_wr = tp->sq_cap;
+		attr.cap.max_recv_wr = tp->rq_depth;
+		attr.cap.max_send_sge = 1;
+		attr.cap.max_recv_sge = 1;
+		attr.cap.max_inline_data = (uint32_t)inl;
+		attr.sq_sig_all = 0;
+		if (!rdma_create_qp(c->id, tp->pd, &attr))
+			break;
+		/* A device that cannot inline: send from registered memory. */
+		if (!inl) {
+			verbs_seterr(tp, FR_LOG_WARN,
+				     "rdma_create_qp (%u send, %u receive WRs): %s",
+				     tp->sq_cap, tp->rq_depth, strerror(errno));
+			return errno == ENOMEM ? FR_ENOMEM : FR_ESYS;
+		}
+	}
+	c->qp = c->id->qp;
+	/* A new generation per QP: completions of an earlier attempt's QP
+	 * never match this one, even if its number is reused. */
+	tp->slot_gen[c->slot] = (tp->slot_gen[c->slot] + 1) & 0x7fff;
+	c->gen = tp->slot_gen[c->slot];
+	c->max_inline = attr.cap.max_inline_data;
+	c->cq_share = need;
+	tp->cq_need += need;
+	c->sq_head = c->sq_tail = 0;
+	c->user_inflight = 0;
+	c->unsignaled = 0;
+	rc = verbs_post_recvs(c, tp->rq_depth);
+	if (rc) {
+		verbs_seterr(tp, FR_LOG_WARN, "ibv_post_recv: %s", strerror(rc));
+		verbs_drop_qp(c);
+		return FR_ESYS;
+	}
+	return 0;
+}
+
+/* ---- establishment ------------------------------------------------------------ */
+
+static void verbs_put_reply(uint8_t *b, int kind, int32_t value)
+{
+	fr_put_le32(b, VERBS_MAGIC);
+	fr_put_le16(b + 4, VERBS_VERSION);
+	fr_put_le16(b + 6, (uint16_t)kind);
+	fr_put_le32(b + 8, (uint32_t)value);
+}
+
+static bool verbs_outgoing_pending(const struct fr_tp_conn *c)
+{
+	return !c->incoming &&
+	       (c->state == VERBS_RETRY || c->state == VERBS_ADDR ||
+		c->state == VERBS_ROUTE || c->state == VERBS_CONNECTING);
+}
+
+/* Another attempt later: the peer may not be listening yet. */
+static void __attribute__((format(printf, 2, 3)))
+verbs_retry(struct fr_tp_conn *c, const char *fmt, ...)
+{
+	uint64_t now = fr_now_ms();
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->why, sizeof(c->why), fmt, ap);
+	va_end(ap);
+	fr_dbg("verbs: rank %d: connecting to rank %d: %s; again in %d ms",
+	       c->tp->rank, c->peer, c->why, c->backoff_ms);
+	verbs_drop_id(c);
+	c->state = VERBS_RETRY;
+	c->retry_ms = now + (uint64_t)c->backoff_ms;
+	c->backoff_ms = FR_MIN(c->backoff_ms * 2, VERBS_BACKOFF_MAX_MS);
+}
+
+static int verbs_resolve_ms(const struct fr_tp_conn *c)
+{
+	uint64_t now = fr_now_ms();
+	uint64_t left = c->deadline_ms > now ? c->deadline_ms - now : 1;
+
+	return (int)FR_MAX(FR_MIN(left, (uint64_t)VERBS_RESOLVE_MS),
+			   (uint64_t)1);
+}
+
+/* One attempt: a fresh cm id, then address resolution from our address. */
+static void verbs_start_connect(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+	struct sockaddr_storage src = tp->addr;
+
+	if (rdma_create_id(tp->ec, &c->id, c, RDMA_PS_TCP)) {
+		c->id = NULL;
+		verbs_conn_fail(c, FR_ESYS, "rdma_create_id: %s",
+				strerror(errno));
+		return;
+	}
+	/* Leave through the device we registered memory on. */
+	verbs_sa_set_port(&src, 0);
+	if (rdma_resolve_addr(c->id, (struct sockaddr *)&src,
+			      (struct sockaddr *)&c->dst,
+			      verbs_resolve_ms(c))) {
+		verbs_retry(c, "rdma_resolve_addr: %s", strerror(errno));
+		return;
+	}
+	c->state = VERBS_ADDR;
+}
+
+static void verbs_on_addr_resolved(struct fr_tp_conn *c)
+{
+	if (rdma_resolve_route(c->id, verbs_resolve_ms(c))) {
+		verbs_retry(c, "rdma_resolve_route: %s", strerror(errno));
+		return;
+	}
+	c->state = VERBS_ROUTE;
+}
+
+static void verbs_on_route_resolved(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+	struct rdma_conn_param param;
+	uint8_t hello[VERBS_HELLO_LEN];
+	int rc;
+
+	rc = verbs_qp_create(c);
+	if (rc) {
+		verbs_conn_fail(c, rc, "cannot create a queue pair: %s",
+				tp->errbuf);
+		return;
+	}
+	fr_put_le32(hello, VERBS_MAGIC);
+	fr_put_le16(hello + 4, VERBS_VERSION);
+	fr_put_le16(hello + 6, VERBS_KIND_HELLO);
+	fr_put_le32(hello + 8, (uint32_t)tp->rank);
+	fr_put_le32(hello + 12, 0);
+	fr_put_le64(hello + 16, tp->nonce);
+	memset(&param, 0, sizeof(param));
+	param.private_data = hello;
+	param.private_data_len = sizeof(hello);
+	/* No RDMA READ or atomics either way: the QPs then allow remote
+	 * writes only. */
+	param.responder_resources = 0;
+	param.initiator_depth = 0;
+	param.retry_count = VERBS_CM_RETRY;
+	param.rnr_retry_count = VERBS_CM_RETRY;
+	if (rdma_connect(c->id, &param)) {
+		verbs_retry(c, "rdma_connect: %s", strerror(errno));
+		return;
+	}
+	c->state = VERBS_CONNECTING;
+}
+
+static void verbs_on_established(struct fr_tp_conn *c, const uint8_t *pd,
+				 size_t pdlen)
+{
+	char where[96];
+	int rank;
+
+	if (c->state == VERBS_ACCEPTING) {
+		c->state = VERBS_UP;
+		fr_dbg("verbs: rank %d: connection from rank %d established",
+		       c->tp->rank, c->peer);
+		return;
+	}
+	if (c->state != VERBS_CONNECTING)
+		return;
+	verbs_sa_str((struct sockaddr *)&c->dst, where, sizeof(where));
+	if (pdlen < VERBS_REPLY_LEN || fr_get_le32(pd) != VERBS_MAGIC ||
+	    fr_get_le16(pd + 6) != VERBS_KIND_ACCEPT) {
+		verbs_conn_fail(c, FR_EPROTO,
+				"%s accepted without a fastreduce reply", where);
+		return;
+	}
+	rank = (int32_t)fr_get_le32(pd + 8);
+	if (fr_get_le16(pd + 4) != VERBS_VERSION || rank != c->peer) {
+		verbs_conn_fail(c, FR_EPROTO,
+				"%s answered as rank %d (protocol version %u), expected rank %d",
+				where, rank, fr_get_le16(pd + 4), c->peer);
+		return;
+	}
+	c->state = VERBS_UP;
+	fr_dbg("verbs: rank %d: connected to rank %d at %s", c->tp->rank,
+	       c->peer, where);
+}
+
+static void verbs_on_rejected(struct fr_tp_conn *c, int status,
+			      const uint8_t *pd, size_t pdlen)
+{
+	int st;
+
+	if (!verbs_outgoing_pending(c))
+		return;
+	/* Our own refusal is final; anything else (nobody listening on
+	 * that port yet) is worth another try. */
+	if (pdlen >= VERBS_REPLY_LEN && fr_get_le32(pd) == VERBS_MAGIC &&
+	    fr_get_le16(pd + 6) == VERBS_KIND_REJECT) {
+		st = (int32_t)fr_get_le32(pd + 8);
+		if (st != FR_EAUTH && st != FR_EBUSY && st != FR_EPROTO)
+			st = FR_EPROTO;
+		verbs_conn_fail(c, st, "rank %d refused the connection: %s",
+				c->peer,
+				st == FR_EAUTH ? "wrong job nonce" :
+				st == FR_EBUSY ?
+						 "it already has a connection from this rank" :
+						 "protocol mismatch");
+		return;
+	}
+	verbs_retry(c, "rejected (reason %d)", status);
+}
+
+/* Refuse a request; `status` 0 = without a reply (not our protocol). */
+static void verbs_refuse(struct rdma_cm_id *id, int status)
+{
+	uint8_t b[VERBS_REPLY_LEN];
+
+	verbs_put_reply(b, VERBS_KIND_REJECT, status);
+	if (rdma_reject(id, status ? b : NULL, status ? sizeof(b) : 0))
+		fr_dbg("verbs: rdma_reject: %s", strerror(errno));
+	rdma_destroy_id(id);
+}
+
+static struct fr_tp_conn *verbs_incoming_from(struct fr_tp *tp, int rank)
+{
+	struct fr_tp_conn *c;
+
+	for (c = tp->conns; c; c = c->next)
+		if (c->incoming && c->peer == rank && c->state != VERBS_FAILED)
+			return c;
+	return NULL;
+}
+
+/* A connection request: judge its hello, then accept it at once. */
+static void verbs_on_request(struct fr_tp *tp, struct rdma_cm_id *id,
+			     const uint8_t *pd, size_t pdlen)
+{
+	struct rdma_conn_param param;
+	uint8_t reply[VERBS_REPLY_LEN];
+	struct fr_tp_conn *c, *old;
+	uint16_t version;
+	uint64_t nonce;
+	int rank, rc;
+
+	if (pdlen < VERBS_HELLO_LEN || fr_get_le32(pd) != VERBS_MAGIC ||
+	    fr_get_le16(pd + 6) != VERBS_KIND_HELLO) {
+		fr_warn("verbs: rank %d: refused a connection request that is not a fastreduce hello",
+			tp->rank);
+		verbs_refuse(id, 0);
+		return;
+	}
+	version = fr_get_le16(pd + 4);
+	rank = (int32_t)fr_get_le32(pd + 8);
+	nonce = fr_get_le64(pd + 16);
+	if (version != VERBS_VERSION) {
+		fr_warn("verbs: rank %d: refused rank %d: protocol version %u, we speak %u",
+			tp->rank, rank, version, VERBS_VERSION);
+		verbs_refuse(id, FR_EPROTO);
+		return;
+	}
+	if (nonce != tp->nonce) {
+		fr_warn("verbs: rank %d: refused a connection claiming rank %d: wrong job nonce",
+			tp->rank, rank);
+		verbs_refuse(id, FR_EAUTH);
+		return;
+	}
+	if (rank < 0 || fr_get_le32(pd + 12)) {
+		fr_warn("verbs: rank %d: refused a malformed hello (rank %d)",
+			tp->rank, rank);
+		verbs_refuse(id, FR_EPROTO);
+		return;
+	}
+	old = verbs_incoming_from(tp, rank);
+	if (old && (old->owned || old->state == VERBS_UP)) {
+		fr_warn("verbs: rank %d: refused a second connection from rank %d",
+			tp->rank, rank);
+		verbs_refuse(id, FR_EBUSY);
+		return;
+	}
+	/* An acceptance that never completed: the peer gave up on it and
+	 * tries again, so the new request replaces it. */
+	if (old)
+		verbs_conn_fail(old, FR_EPEER, "superseded by a new request");
+	if (tp->npending >= VERBS_MAX_PENDING) {
+		fr_warn("verbs: rank %d: too many connections awaiting accept; refusing rank %d",
+			tp->rank, rank);
+		verbs_refuse(id, FR_EBUSY);
+		return;
+	}
+	c = verbs_conn_new(tp);
+	if (!c) {
+		verbs_refuse(id, FR_EBUSY);
+		return;
+	}
+	c->id = id;
+	id->context = c;
+	c->incoming = true;
+	c->peer = rank;
+	c->state = VERBS_ACCEPTING;
+	c->deadline_ms = fr_now_ms() + (uint64_t)tp->timeout_ms;
+	verbs_conn_link(c);
+	tp->npending++;
+	rc = verbs_qp_create(c);
+	if (rc) {
+		fr_warn("verbs: rank %d: refusing rank %d: %s", tp->rank, rank,
+			tp->errbuf);
+		c->id = NULL;
+		verbs_conn_free(c);
+		verbs_refuse(id, FR_EBUSY);
+		return;
+	}
+	verbs_put_reply(reply, VERBS_KIND_ACCEPT, tp->rank);
+	memset(&param, 0, sizeof(param));
+	param.private_data = reply;
+	param.private_data_len = sizeof(reply);
+	param.responder_resources = 0;
+	param.initiator_depth = 0;
+	param.retry_count = VERBS_CM_RETRY;
+	param.rnr_retry_count = VERBS_CM_RETRY;
+	if (rdma_accept(id, &param)) {
+		verbs_conn_fail(c, FR_ESYS, "rdma_accept: %s", strerror(errno));
+		return;
+	}
+	fr_dbg("verbs: rank %d: accepting a connection from rank %d",
+	       tp->rank, rank);
+}
+
+static void verbs_on_disconnected(struct fr_tp_conn *c)
+{
+	switch (c->state) {
+	case VERBS_UP:
+		/* After the CQ is drained: what came before comes first. */
+		c->peer_gone = true;
+		break;
+	case VERBS_FAILED:
+		/* We failed it first; this is the peer's answer, or its own
+		 * disconnect crossing ours: reply so it need not wait. */
+		if (c->id && !c->disconnected && !rdma_disconnect(c->id))
+			c->disconnected = true;
+		break;
+	default:
+		if (verbs_outgoing_pending(c))
+			verbs_retry(c, "disconnected during the handshake");
+		else
+			verbs_conn_fail(c, FR_EPEER,
+					"disconnected during the handshake");
+		break;
+	}
+}
+
+/* One cm event, already acknowledged (pd is a copy of its private data). */
+static void verbs_cm_event(struct fr_tp *tp, enum rdma_cm_event_type type,
+			   int status, struct rdma_cm_id *id,
+			   const uint8_t *pd, size_t pdlen)
+{
+	struct fr_tp_conn *c;
+
+	if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+		verbs_on_request(tp, id, pd, pdlen);
+		return;
+	}
+	c = id->context;
+	if (!c || c->id != id) {
+		/* The listener: only the loss of the device matters. */
+		if (type == RDMA_CM_EVENT_DEVICE_REMOVAL && !tp->fatal) {
+			tp->fatal = FR_ENODEV;
+			verbs_seterr(tp, FR_LOG_ERROR,
+				     "the RDMA device was removed");
+		}
+		return;
+	}
+	switch (type) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		if (c->state == VERBS_ADDR)
+			verbs_on_addr_resolved(c);
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		if (c->state == VERBS_ROUTE)
+			verbs_on_route_resolved(c);
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		verbs_on_established(c, pd, pdlen);
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		verbs_on_rejected(c, status, pd, pdlen);
+		break;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		if (verbs_outgoing_pending(c))
+			verbs_retry(c, "%s (status %d)", rdma_event_str(type),
+				    status);
+		else if (c->state != VERBS_FAILED)
+			verbs_conn_fail(c, FR_EPEER, "%s (status %d)",
+					rdma_event_str(type), status);
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+		verbs_on_disconnected(c);
+		break;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		verbs_conn_fail(c, FR_ENODEV, "the RDMA device was removed");
+		break;
+	default:
+		fr_dbg("verbs: rank %d: %s on the connection with rank %d",
+		       tp->rank, rdma_event_str(type), c->peer);
+		break;
+	}
+}
+
+/* Read every cm event waiting on the (non-blocking) channel. */
+static void verbs_cm_drain(struct fr_tp *tp)
+{
+	struct rdma_cm_event *ev;
+	enum rdma_cm_event_type type;
+	struct rdma_cm_id *id;
+	uint8_t pd[256];
+	size_t pdlen;
+	int status;
+
+	for (;;) {
+		if (rdma_get_cm_event(tp->ec, &ev)) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK &&
+			    errno != EINTR)
+				fr_dbg("verbs: rdma_get_cm_event: %s",
+				       strerror(errno));
+			return;
+		}
+		type = ev->event;
+		status = ev->status;
+		id = ev->id;
+		pdlen = 0;
+		/* param.conn is meaningful for these only; copy its private
+		 * data, since acknowledging the event frees it. */
+		if ((type == RDMA_CM_EVENT_CONNECT_REQUEST ||
+		     type == RDMA_CM_EVENT_ESTABLISHED ||
+		     type == RDMA_CM_EVENT_REJECTED) &&
+		    ev->param.conn.private_data) {
+			pdlen = FR_MIN((size_t)ev->param.conn.private_data_len,
+				       sizeof(pd));
+			memcpy(pd, ev->param.conn.private_data, pdlen);
+		}
+		/* Acknowledge before acting: acting may destroy the id, and
+		 * rdma_destroy_id() waits for its events to be acknowledged. */
+		rdma_ack_cm_event(ev);
+		verbs_cm_event(tp, type, status, id, pd, pdlen);
+	}
+}
+
+/* Retries that are due, handshakes past their deadline. */
+static void verbs_timers(struct fr_tp *tp)
+{
+	struct fr_tp_conn *c, *next;
+	uint64_t now = fr_now_ms();
+	char where[96];
+
+	for (c = tp->conns; c; c = next) {
+		next = c->next;
+		if (c->state == VERBS_UP || c->state == VERBS_FAILED)
+			continue;
+		if (now >= c->deadline_ms) {
+			if (c->incoming) {
+				verbs_conn_fail(c, FR_ETIMEDOUT,
+						"never established");
+				continue;
+			}
+			verbs_sa_str((struct sockaddr *)&c->dst, where,
+				     sizeof(where));
+			verbs_conn_fail(c, FR_ETIMEDOUT,
+					"could not connect to rank %d at %s within %d ms%s%s",
+					c->peer, where, c->tp->timeout_ms,
+					c->why[0] ? ": " : "", c->why);
+			continue;
+		}
+		if (c->state == VERBS_RETRY && now >= c->retry_ms)
+			verbs_start_connect(c);
+	}
+}
+
+/* Incoming connections that failed before anyone took them: free. */
+static void verbs_sweep(struct fr_tp *tp)
+{
+	struct fr_tp_conn *c, *next;
+
+	for (c = tp->conns; c; c = next) {
+		next = c->next;
+		if (!c->owned && c->state == VERBS_FAILED) {
+			verbs_ring_purge(tp, c);
+			verbs_conn_free(c);
+		}
+	}
+}
+
+static void verbs_progress(struct fr_tp *tp)
+{
+	verbs_cm_drain(tp);
+	verbs_timers(tp);
+	verbs_sweep(tp);
+}
+
+/* ---- data path: completions ------------------------------------------------------ */
+
+/* Retire the ring up to seq s: the writes before it completed without
+ * error (RC completes in order), s itself with `status`. */
+static void verbs_sq_retire(struct fr_tp_conn *c, uint64_t s, int status)
+{
+	struct fr_tp *tp = c->tp;
+
+	while (c->sq_head <= s) {
+		struct verbs_sqe *e = &c->sq[c->sq_head % c->sq_cap];
+
+		if (e->mr) {
+			e->mr->inflight--;
+			e->mr = NULL;
+		}
+		if (e->user) {
+			verbs_ring_push(tp, FR_CQE_SEND,
+					c->sq_head == s ? status : 0, c,
+					e->ctx, 0, 0);
+			c->user_inflight--;
+		}
+		c->sq_head++;
+	}
+	if (c->sq_head == c->sq_tail)
+		c->unsignaled = 0;
+}
+
+static void verbs_repost(struct fr_tp_conn *c)
+{
+	int rc;
+
+	if (c->state == VERBS_FAILED || !c->qp)
+		return;
+	rc = verbs_post_recvs(c, 1);
+	if (rc)
+		verbs_conn_fail(c, FR_ESYS, "ibv_post_recv: %s", strerror(rc));
+}
+
+static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
+{
+	struct fr_tp *tp = c->tp;
+	struct verbs_held *h;
+	int st;
+
+	if (wc->status != IBV_WC_SUCCESS) {
+		/* Flushed receives (and any after the first error) say
+		 * nothing new: the connection has its one error. */
+		if (c->state == VERBS_FAILED)
+			return;
+		st = verbs_wc_status(wc->status);
+		/* This completion becomes the one error the caller is owed
+		 * (after any held receives, which came first). */
+		verbs_conn_fail(c, st,
+				"receive from rank %d failed: %s (vendor error 0x%x)",
+				c->peer, ibv_wc_status_str(wc->status),
+				wc->vendor_err);
+		return;
+	}
+	if (c->state == VERBS_FAILED)
+		return; /* landed before the failure; nobody reads it now */
+	if (wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
+		verbs_conn_fail(c, FR_EPROTO,
+				"rank %d sent a message that is not a write with immediate (opcode %d)",
+				c->peer, (int)wc->opcode);
+		return;
+	}
+	/* Held back until accept(), and behind older held ones. */
+	if (!c->owned || c->held_count) {
+		h = &c->held[(c->held_head + c->held_count) % tp->rq_depth];
+		h->imm = ntohl(wc->imm_data);
+		h->len = wc->byte_len;
+		c->held_count++;
+		return;
+	}
+	verbs_ring_push(tp, FR_CQE_RECV, 0, c, 0, ntohl(wc->imm_data),
+			wc->byte_len);
+	verbs_repost(c);
+}
+
+static void verbs_wc_send(struct fr_tp_conn *c, const struct ibv_wc *wc)
+{
+	uint32_t off = (uint32_t)wc->wr_id - (uint32_t)c->sq_head;
+	uint64_t s;
+	int st;
+
+	/* Not in the ring: already completed (synthesised after a failure). */
+	if (off >= c->sq_tail - c->sq_head)
+		return;
+	s = c->sq_head + off;
+	if (wc->status == IBV_WC_SUCCESS) {
+		verbs_sq_retire(c, s, 0);
+		return;
+	}
+	st = wc->status == IBV_WC_WR_FLUSH_ERR ? FR_EPEER :
+						 verbs_wc_status(wc->status);
+	if (c->state != VERBS_FAILED) {
+		if (wc->status != IBV_WC_WR_FLUSH_ERR)
+			fr_warn("verbs: rank %d: write to rank %d failed: %s (vendor error 0x%x)",
+				c->tp->rank, c->peer,
+				ibv_wc_status_str(wc->status), wc->vendor_err);
+		verbs_conn_fail(c, st, "write to rank %d failed: %s", c->peer,
+				ibv_wc_status_str(wc->status));
+	}
+	verbs_sq_retire(c, s, st);
+}
+
+static void verbs_wc(struct fr_tp *tp, const struct ibv_wc *wc)
+{
+	uint32_t slot = (uint32_t)(wc->wr_id >> 48);
+	uint32_t gen = (uint32_t)(wc->wr_id >> 33) & 0x7fff;
+	struct fr_tp_conn *c = slot < tp->nslots ? tp->slots[slot] : NULL;
+
+	/* A QP destroyed meanwhile leaves its completions in the CQ. */
+	if (!c || c->gen != gen || !c->qp || c->qp->qp_num != wc->qp_num)
+		return;
+	if (wc->wr_id & VERBS_WRID_RECV)
+		verbs_wc_recv(c, wc);
+	else
+		verbs_wc_send(c, wc);
+}
+
+/* Poll the CQ while the ring has room for what a batch can produce.
+ * Returns the number of work completions taken, or FR_ESYS. */
+static int verbs_cq_drain(struct fr_tp *tp)
+{
+	struct ibv_wc wc[VERBS_POLL_BATCH];
+	int n, i, batch, total = 0;
+
+	for (;;) {
+		batch = (int)FR_MIN(verbs_ring_room(tp) / VERBS_WC_FANOUT,
+				    (unsigned int)VERBS_POLL_BATCH);
+		if (batch <= 0)
+			return total;
+		n = ibv_poll_cq(tp->cq, batch, wc);
+		if (n < 0) {
+			tp->fatal = FR_ESYS;
+			verbs_seterr(tp, FR_LOG_ERROR,
+				     "ibv_poll_cq failed (%d)", n);
+			return FR_ESYS;
+		}
+		for (i = 0; i < n; i++)
+			verbs_wc(tp, &wc[i]);
+		total += n;
+		if (n < batch) {
+			/* Seen empty: destroyed QPs left nothing behind. */
+			tp->cq_linger = 0;
+			return total;
+		}
+	}
+}
+
+/*
+ * Signal the tail of every QP whose newest WR is unsignalled with a
+ * zero-length RDMA WRITE: no immediate, so nothing happens at the peer; its
+ * completion retires the writes before it.
+ */
+static void verbs_post_fences(struct fr_tp *tp)
+{
+	struct ibv_send_wr wr, *bad;
+	struct verbs_sqe *e;
+	struct fr_tp_conn *c;
+	int rc;
+
+	for (c = tp->conns; c; c = c->next) {
+		if (c->state != VERBS_UP || !c->unsignaled ||
+		    c->sq_tail - c->sq_head >= c->sq_cap)
+			continue;
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = verbs_wrid(c, false, (uint32_t)c->sq_tail);
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.num_sge = 0;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		/* Zero bytes need no valid key; give the last used one
+		 * anyway, for devices that look at it. */
+		wr.wr.rdma.remote_addr = c->last_raddr;
+		wr.wr.rdma.rkey = c->last_rkey;
+		rc = ibv_post_send(c->qp, &wr, &bad);
+		if (rc) {
+			verbs_conn_fail(c, FR_EPEER, "ibv_post_send (fence): %s",
+					strerror(rc));
+			continue;
+		}
+		e = &c->sq[c->sq_tail % c->sq_cap];
+		e->ctx = 0;
+		e->mr = NULL;
+		e->user = false;
+		c->sq_tail++;
+		c->unsignaled = 0;
+	}
+}
+
+/* Apply the DISCONNECTED events of live connections (after the drain). */
+static void verbs_apply_peer_gone(struct fr_tp *tp)
+{
+	struct fr_tp_conn *c;
+
+	for (c = tp->conns; c; c = c->next)
+		if (c->peer_gone && c->state == VERBS_UP)
+			verbs_conn_fail(c, FR_EPEER,
+					"rank %d closed the connection",
+					c->peer);
+}
+
+/* Move what connections owe the caller into the ring, as room allows:
+ * held receives first (they came first), then the error, then the
+ * writes nobody else will complete. */
+static void verbs_flush_owed(struct fr_tp *tp)
+{
+	struct fr_tp_conn *c;
+
+	for (c = tp->conns; c; c = c->next) {
+		if (!c->owned)
+			continue;
+		while (c->held_count && verbs_ring_room(tp)) {
+			struct verbs_held *h = &c->held[c->held_head];
+
+			verbs_ring_push(tp, FR_CQE_RECV, 0, c, 0, h->imm,
+					h->len);
+			c->held_head = (c->held_head + 1) % tp->rq_depth;
+			c->held_count--;
+			verbs_repost(c);
+		}
+		if (c->held_count)
+			return;
+		if (c->err_owed) {
+			if (!verbs_ring_room(tp))
+				return;
+			verbs_ring_push(tp, FR_CQE_RECV, c->error, c, 0, 0, 0);
+			c->err_owed = false;
+		}
+		while (c->synth && c->sq_head < c->sq_tail) {
+			if (verbs_ring_room(tp) < VERBS_WC_FANOUT)
+				return;
+			verbs_sq_retire(c, c->sq_head, FR_EPEER);
+		}
+	}
+}
+
+static bool verbs_owes(const struct fr_tp *tp)
+{
+	const struct fr_tp_conn *c;
+
+	if (tp->ring_count || tp->fatal)
+		return true;
+	for (c = tp->conns; c; c = c->next)
+		if (c->owned && (c->held_count || c->err_owed || c->peer_gone ||
+				 (c->synth && c->sq_head < c->sq_tail)))
+			return true;
+	return false;
+}
+
+/* ---- device choice ----------------------------------------------------------------- */
+
+struct verbs_cand {
+	int dev;       /* index in the device list */
+	uint8_t port;
+	bool ib;       /* InfiniBand link layer: addressed by IPoIB */
+	int match;     /* GID index holding local_ip, or -1 */
+	int v4;        /* first RoCE v2 IPv4-mapped GID, or -1 */
+	int v6;        /* first RoCE v2 global IPv6 GID, or -1 */
+	bool ovr;      /* FR_IB_GID_INDEX exists on this port */
+	struct ibv_gid_entry match_e, v4_e, v6_e, ovr_e;
+	int score;     /* hwloc: 0 near this thread, 1 unknown, 2 far */
+};
+
+struct verbs_choice {
+	char dev[IBV_SYSFS_NAME_MAX];
+	uint8_t port;
+	bool ib;
+	int gid_index; /* -1: none (InfiniBand) */
+	struct sockaddr_storage sa;
+	const char *why;
+};
+
+/* FR_IB_DEV=name[:port]; port 0 = any. */
+static int verbs_parse_dev(const char *s, char *name, size_t len, int *port)
+{
+	const char *colon = strchr(s, ':');
+	size_t n = colon ? (size_t)(colon - s) : strlen(s);
+	long p = 0;
+
+	if (!n || n >= len)
+		return FR_EINVAL;
+	if (colon && fr_parse_long(colon + 1, 1, 255, &p))
+		return FR_EINVAL;
+	memcpy(name, s, n);
+	name[n] = '\0';
+	*port = (int)p;
+	return 0;
+}
+
+/* local_ip as a GID-comparable address; false if it is no usable hint. */
+static bool verbs_hint(const char *ip, uint8_t *raw, int *family)
+{
+	struct in6_addr a6;
+	struct in_addr a4;
+
+	if (!ip)
+		return false;
+	if (inet_pton(AF_INET, ip, &a4) == 1) {
+		/* rdma_cm cannot run over loopback; 0.0.0.0 names nothing. */
+		if ((ntohl(a4.s_addr) >> 24) == 127 || a4.s_addr == INADDR_ANY)
+			return false;
+		memset(raw, 0, 10);
+		raw[10] = raw[11] = 0xff;
+		memcpy(raw + 12, &a4, 4);
+		*family = AF_INET;
+		return true;
+	}
+	if (inet_pton(AF_INET6, ip, &a6) == 1) {
+		if (IN6_IS_ADDR_LOOPBACK(&a6) || IN6_IS_ADDR_UNSPECIFIED(&a6))
+			return false;
+		memcpy(raw, &a6, 16);
+		*family = AF_INET6;
+		return true;
+	}
+	return false;
+}
+
+static void verbs_gid_sockaddr(const struct ibv_gid_entry *e,
+			       struct sockaddr_storage *sa)
+{
+	memset(sa, 0, sizeof(*sa));
+	if (verbs_v4mapped(e->gid.raw)) {
+		struct sockaddr_in *in = (struct sockaddr_in *)sa;
+
+		in->sin_family = AF_INET;
+		memcpy(&in->sin_addr, e->gid.raw + 12, 4);
+	} else {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
+
+		in6->sin6_family = AF_INET6;
+		memcpy(&in6->sin6_addr, e->gid.raw, 16);
+		if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr))
+			in6->sin6_scope_id = e->ndev_ifindex;
+	}
+}
+
+/* Scan a port's GID table for the RoCE v2 entries we can use. */
+static void verbs_scan_gids(struct ibv_context *ctx, struct verbs_cand *k,
+			    int tbl_len, const uint8_t *hint, bool hint_ok,
+			    long ovr)
+{
+	struct ibv_gid_entry e;
+	int g;
+
+	for (g = 0; g < tbl_len; g++) {
+		if (ibv_query_gid_ex(ctx, k->port, (uint32_t)g, &e, 0))
+			continue; /* an empty slot */
+		if (g == ovr) {
+			k->ovr = true;
+			k->ovr_e = e;
+		}
+		if (e.gid_type != IBV_GID_TYPE_ROCE_V2)
+			continue;
+		if (hint_ok && k->match < 0 && !memcmp(e.gid.raw, hint, 16)) {
+			k->match = g;
+			k->match_e = e;
+		}
+		if (verbs_v4mapped(e.gid.raw)) {
+			if (k->v4 < 0) {
+				k->v4 = g;
+				k->v4_e = e;
+			}
+		} else if (k->v6 < 0 &&
+			   !IN6_IS_ADDR_LINKLOCAL((struct in6_addr *)e.gid.raw)) {
+			k->v6 = g;
+			k->v6_e = e;
+		}
+	}
+}
+
+/*
+ * The ACTIVE ports worth considering (FR_IB_DEV filters), with what their
+ * GID tables offer.  why: a message for when there is none.
+ */
+static int verbs_scan(struct ibv_device **list, int ndev, const char *want,
+		      int want_port, const uint8_t *hint, bool hint_ok,
+		      long ovr, struct verbs_cand *cands, char *why,
+		      size_t whylen)
+{
+	int i, p, n = 0;
+	bool named = false;
+
+	verbs_msg(why, whylen, "no RDMA device has an ACTIVE port");
+	for (i = 0; i < ndev && n < VERBS_MAX_CANDS; i++) {
+		const char *name = ibv_get_device_name(list[i]);
+		struct ibv_device_attr da;
+		struct ibv_context *ctx;
+
+		if (want && strcmp(name, want))
+			continue;
+		named = true;
+		ctx = ibv_open_device(list[i]);
+		if (!ctx) {
+			verbs_msg(why, whylen, "device %s: ibv_open_device: %s",
+				  name, strerror(errno));
+			continue;
+		}
+		if (ibv_query_device(ctx, &da)) {
+			verbs_msg(why, whylen, "device %s: ibv_query_device: %s",
+				  name, strerror(errno));
+			ibv_close_device(ctx);
+			continue;
+		}
+		if (want_port > da.phys_port_cnt)
+			verbs_msg(why, whylen, "device %s has no port %d", name,
+				  want_port);
+		for (p = 1; p <= da.phys_port_cnt && n < VERBS_MAX_CANDS; p++) {
+			struct verbs_cand *k = &cands[n];
+			struct ibv_port_attr pa;
+
+			if (want_port && p != want_port)
+				continue;
+			if (ibv_query_port(ctx, (uint8_t)p, &pa)) {
+				verbs_msg(why, whylen,
+					  "device %s port %d: ibv_query_port: %s",
+					  name, p, strerror(errno));
+				continue;
+			}
+			if (pa.state != IBV_PORT_ACTIVE) {
+				verbs_msg(why, whylen, "device %s port %d is %s",
+					  name, p, verbs_port_state(pa.state));
+				continue;
+			}
+			memset(k, 0, sizeof(*k));
+			k->dev = i;
+			k->port = (uint8_t)p;
+			k->ib = pa.link_layer != IBV_LINK_LAYER_ETHERNET;
+			k->match = k->v4 = k->v6 = -1;
+			k->score = 1;
+			verbs_scan_gids(ctx, k, pa.gid_tbl_len, hint,
+					hint_ok && !k->ib, ovr);
+			n++;
+		}
+		ibv_close_device(ctx);
+	}
+	if (want && !named)
+		verbs_msg(why, whylen, "FR_IB_DEV=%s: no RDMA device of that name",
+			  want);
+	return n;
+}
+
+/*
+ * Rank candidates by locality to the calling thread: 0 when the device
+ * hangs off this thread's NUMA node, 2 when it is elsewhere, 1 unknown
+ * (a software device has no PCI locality).  Best effort: without hwloc's
+ * answer every device stays at 1 and the first one wins.
+ */
+static void verbs_hwloc_rank(struct ibv_device **list, struct verbs_cand *cands,
+			     int n)
+{
+	hwloc_topology_t topo;
+	hwloc_bitmap_t here, nodes, set;
+	hwloc_const_cpuset_t all;
+	int i;
+
+	if (hwloc_topology_init(&topo))
+		return;
+	/* I/O objects are needed to find the OS device of an HCA. */
+	hwloc_topology_set_io_types_filter(topo,
+					   HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+	if (hwloc_topology_load(topo))
+		goto out_load;
+	here = hwloc_bitmap_alloc();
+	if (!here)
+		goto out_here;
+	nodes = hwloc_bitmap_alloc();
+	if (!nodes)
+		goto out_nodes;
+	set = hwloc_bitmap_alloc();
+	if (!set)
+		goto out_set;
+	/* A pinned thread stays where it is bound; an unbound one is best
+	 * described by where it runs now. */
+	all = hwloc_topology_get_allowed_cpuset(topo);
+	if (hwloc_get_cpubind(topo, here, HWLOC_CPUBIND_THREAD) ||
+	    hwloc_bitmap_isincluded(all, here)) {
+		if (hwloc_get_last_cpu_location(topo, here,
+						HWLOC_CPUBIND_THREAD))
+			goto out_where;
+	}
+	hwloc_cpuset_to_nodeset(topo, here, nodes);
+	for (i = 0; i < n; i++) {
+		struct ibv_device *dev = list[cands[i].dev];
+		hwloc_obj_t os = hwloc_ibv_get_device_osdev(topo, dev);
+		hwloc_obj_t anc = os ? hwloc_get_non_io_ancestor_obj(topo, os) :
+				       NULL;
+
+		if (anc && anc->nodeset && !hwloc_bitmap_iszero(anc->nodeset) &&
+		    !hwloc_bitmap_iszero(nodes)) {
+			cands[i].score =
+				hwloc_bitmap_intersects(anc->nodeset, nodes) ? 0 : 2;
+		} else if (!hwloc_ibv_get_device_cpuset(topo, dev, set) &&
+			   !hwloc_bitmap_iszero(set) &&
+			   !hwloc_bitmap_isincluded(all, set)) {
+			cands[i].score =
+				hwloc_bitmap_intersects(set, here) ? 0 : 2;
+		}
+		fr_dbg("verbs: %s port %u: locality score %d",
+		       ibv_get_device_name(dev), cands[i].port, cands[i].score);
+	}
+out_where:
+	hwloc_bitmap_free(set);
+out_set:
+	hwloc_bitmap_free(nodes);
+out_nodes:
+	hwloc_bitmap_free(here);
+out_here:
+out_load:
+	hwloc_topology_destroy(topo);
+}
+
+/* Can we bind an address on this port without a hint? */
+static bool verbs_cand_usable(const struct verbs_cand *k, bool have_ip,
+			      long ovr)
+{
+	if (k->ib)
+		return have_ip;
+	if (ovr >= 0)
+		return k->ovr;
+	return k->v4 >= 0 || k->v6 >= 0;
+}
+
+/* Choose device, port, GID and the address to bind (see the top). */
+static int verbs_choose(const struct fr_tp_params *p, struct verbs_choice *ch,
+			char *err, size_t errlen)
+{
+	struct verbs_cand cands[VERBS_MAX_CANDS], *k = NULL;
+	char want[IBV_SYSFS_NAME_MAX], why[160];
+	const char *env;
+	struct ibv_device **list;
+	uint8_t hint[16];
+	int ndev, n, i, want_port = 0, family = 0, ndevs_usable = 0;
+	bool hint_ok, have_ip;
+	long ovr = -1;
+
+	env = getenv("FR_IB_DEV");
+	if (env && *env &&
+	    verbs_parse_dev(env, want, sizeof(want), &want_port)) {
+		verbs_msg(err, errlen, "FR_IB_DEV=\"%s\" is not name[:port]",
+			  env);
+		return FR_EINVAL;
+	}
+	env = env && *env ? want : NULL;
+	{
+		const char *g = getenv("FR_IB_GID_INDEX");
+
+		if (g && *g && fr_parse_long(g, 0, 65535, &ovr)) {
+			verbs_msg(err, errlen,
+				  "FR_IB_GID_INDEX=\"%s\" is not a GID index", g);
+			return FR_EINVAL;
+		}
+	}
+	hint_ok = verbs_hint(p->local_ip, hint, &family);
+	have_ip = hint_ok;
+
+	list = ibv_get_device_list(&ndev);
+	if (!list) {
+		verbs_msg(err, errlen, "no RDMA device: ibv_get_device_list: %s",
+			  strerror(errno));
+		return FR_ENODEV;
+	}
+	n = verbs_scan(list, ndev, env, want_port, hint, hint_ok, ovr, cands,
+		       why, sizeof(why));
+	if (!n) {
+		verbs_msg(err, errlen, "%s", ndev ? why : "no RDMA device found");
+		ibv_free_device_list(list);
+		return FR_ENODEV;
+	}
+	memset(ch, 0, sizeof(*ch));
+	ch->gid_index = -1;
+
+	/* 1. The port that owns the address we bootstrapped over. */
+	for (i = 0; i < n && !k; i++)
+		if (cands[i].match >= 0) {
+			k = &cands[i];
+			ch->why = "its GID holds local_ip";
+		}
+	/* 2. local_ip on InfiniBand is an IPoIB address: bind it and let
+	 *    rdma_cm find its port (checked after binding). */
+	for (i = 0; i < n && !k && hint_ok; i++)
+		if (cands[i].ib) {
+			k = &cands[i];
+			ch->why = "InfiniBand, local_ip as its IPoIB address";
+		}
+	/* 3. The first usable port, on the device nearest to us. */
+	if (!k) {
+		int last = -1;
+
+		/* Ports come grouped by device: count distinct devices. */
+		for (i = 0; i < n; i++)
+			if (verbs_cand_usable(&cands[i], have_ip, ovr) &&
+			    cands[i].dev != last) {
+				last = cands[i].dev;
+				ndevs_usable++;
+			}
+		if (ndevs_usable > 1)
+			verbs_hwloc_rank(list, cands, n);
+		for (i = 0; i < n; i++)
+			if (verbs_cand_usable(&cands[i], have_ip, ovr) &&
+			    (!k || cands[i].score < k->score))
+				k = &cands[i];
+		ch->why = ndevs_usable > 1 ? "nearest to this thread (hwloc)" :
+					     "first ACTIVE port";
+	}
+	if (!k) {
+		k = &cands[0];
+		if (ovr >= 0)
+			verbs_msg(err, errlen,
+				  "FR_IB_GID_INDEX=%ld: no such GID on %s port %u",
+				  ovr, ibv_get_device_name(list[k->dev]), k->port);
+		else if (k->ib)
+			verbs_msg(err, errlen,
+				  "device %s port %u is InfiniBand, and rdma_cm needs its IPoIB address, but no local address was given",
+				  ibv_get_device_name(list[k->dev]), k->port);
+		else
+			verbs_msg(err, errlen,
+				  "device %s port %u has no RoCE v2 GID with an IP address",
+				  ibv_get_device_name(list[k->dev]), k->port);
+		ibv_free_device_list(list);
+		return FR_ENODEV;
+	}
+	snprintf(ch->dev, sizeof(ch->dev), "%s", ibv_get_device_name(list[k->dev]));
+	ibv_free_device_list(list);
+	ch->port = k->port;
+	ch->ib = k->ib;
+
+	if (k->ib) {
+		if (ovr >= 0)
+			fr_info("verbs: FR_IB_GID_INDEX has no effect on InfiniBand port %s:%u (rdma_cm addresses it by IPoIB)",
+				ch->dev, ch->port);
+		if (inet_pton(AF_INET, p->local_ip, &((struct sockaddr_in *)&ch->sa)->sin_addr) == 1) {
+			ch->sa.ss_family = AF_INET;
+		} else {
+			inet_pton(AF_INET6, p->local_ip,
+				  &((struct sockaddr_in6 *)&ch->sa)->sin6_addr);
+			ch->sa.ss_family = AF_INET6;
+		}
+		return 0;
+	}
+	if (ovr >= 0) {
+		if (!k->ovr) {
+			verbs_msg(err, errlen,
+				  "FR_IB_GID_INDEX=%ld: no such GID on %s port %u",
+				  ovr, ch->dev, ch->port);
+			return FR_ENODEV;
+		}
+		ch->gid_index = (int)ovr;
+		verbs_gid_sockaddr(&k->ovr_e, &ch->sa);
+		ch->why = "FR_IB_GID_INDEX";
+		return 0;
+	}
+	if (k->match >= 0) {
+		ch->gid_index = k->match;
+		verbs_gid_sockaddr(&k->match_e, &ch->sa);
+	} else if (k->v4 >= 0) {
+		ch->gid_index = k->v4;
+		verbs_gid_sockaddr(&k->v4_e, &ch->sa);
+	} else {
+		ch->gid_index = k->v6;
+		verbs_gid_sockaddr(&k->v6_e, &ch->sa);
+	}
+	return 0;
+}
+
+/* ---- the operations ------------------------------------------------------------------- */
+
+static int verbs_probe(char *errbuf, size_t errlen)
+{
+	struct verbs_cand cands[VERBS_MAX_CANDS];
+	char want[IBV_SYSFS_NAME_MAX], why[160];
+	struct rdma_event_channel *ec;
+	struct ibv_device **list;
+	const char *env = getenv("FR_IB_DEV");
+	int ndev, n, port = 0;
+
+	if (env && *env &&
+	    verbs_parse_dev(env, want, sizeof(want), &port)) {
+		verbs_msg(errbuf, errlen, "FR_IB_DEV=\"%s\" is not name[:port]",
+			  env);
+		return FR_ENODEV;
+	}
+	list = ibv_get_device_list(&ndev);
+	if (!list) {
+		verbs_msg(errbuf, errlen,
+			  "no RDMA device: ibv_get_device_list: %s",
+			  strerror(errno));
+		return FR_ENODEV;
+	}
+	/* Any ACTIVE port will do: which one is open()'s business. */
+	n = verbs_scan(list, ndev, env && *env ? want : NULL, port, NULL,
+		       false, -1, cands, why, sizeof(why));
+	ibv_free_device_list(list);
+	if (!n) {
+		verbs_msg(errbuf, errlen, "%s",
+			  ndev ? why : "no RDMA device found");
+		return FR_ENODEV;
+	}
+	/* Verbs alone are not enough: connections need rdma_cm. */
+	ec = rdma_create_event_channel();
+	if (!ec) {
+		verbs_msg(errbuf, errlen,
+			  "rdma_cm unavailable: rdma_create_event_channel: %s",
+			  strerror(errno));
+		return FR_ENODEV;
+	}
+	rdma_destroy_event_channel(ec);
+	return 0;
+}
+
+static void verbs_addr_encode(uint8_t *b, const struct sockaddr_storage *sa)
+{
+	memset(b, 0, VERBS_ADDR_LEN);
+	b[0] = VERBS_ADDR_MAGIC;
+	b[1] = VERBS_ADDR_VERSION;
+	if (sa->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+
+		b[2] = VERBS_ADDR_IPV4;
+		fr_put_le16(b + 4, ntohs(in->sin_port));
+		memcpy(b + 12, &in->sin_addr, 4);
+	} else {
+		const struct sockaddr_in6 *in6 =
+			(const struct sockaddr_in6 *)sa;
+
+		b[2] = VERBS_ADDR_IPV6;
+		fr_put_le16(b + 4, ntohs(in6->sin6_port));
+		fr_put_le32(b + 8, in6->sin6_scope_id);
+		memcpy(b + 12, &in6->sin6_addr, 16);
+	}
+}
+
+static int verbs_addr_decode(const void *blob, size_t len,
+			     struct sockaddr_storage *sa)
+{
+	const uint8_t *b = blob;
+	uint16_t port;
+	int i;
+
+	if (len != VERBS_ADDR_LEN || b[0] != VERBS_ADDR_MAGIC ||
+	    b[1] != VERBS_ADDR_VERSION || b[3] || fr_get_le16(b + 6))
+		return FR_EPROTO;
+	port = fr_get_le16(b + 4);
+	if (!port)
+		return FR_EPROTO;
+	memset(sa, 0, sizeof(*sa));
+	if (b[2] == VERBS_ADDR_IPV4) {
+		struct sockaddr_in *in = (struct sockaddr_in *)sa;
+
+		if (fr_get_le32(b + 8))
+			return FR_EPROTO;
+		for (i = 16; i < VERBS_ADDR_LEN; i++)
+			if (b[i])
+				return FR_EPROTO;
+		in->sin_family = AF_INET;
+		in->sin_port = htons(port);
+		memcpy(&in->sin_addr, b + 12, 4);
+	} else if (b[2] == VERBS_ADDR_IPV6) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
+
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons(port);
+		in6->sin6_scope_id = fr_get_le32(b + 8);
+		memcpy(&in6->sin6_addr, b + 12, 16);
+	} else {
+		return FR_EPROTO;
+	}
+	return 0;
+}
+
+/* Limits of the device we ended up on, and the sizes derived from them. */
+static int verbs_limits(struct fr_tp *tp, const struct fr_tp_params *p,
+			char *err, size_t errlen)
+{
+	struct ibv_context *ctx = tp->lid->verbs;
+	struct ibv_device_attr da;
+	struct ibv_port_attr pa;
+	unsigned int depth;
+
+	if (ibv_query_device(ctx, &da) ||
+	    ibv_query_port(ctx, tp->lid->port_num, &pa)) {
+		verbs_msg(err, errlen, "verbs: querying %s: %s",
+			  ibv_get_device_name(ctx->device), strerror(errno));
+		return FR_ENODEV;
+	}
+	if (pa.state != IBV_PORT_ACTIVE) {
+		verbs_msg(err, errlen, "verbs: device %s port %u is %s",
+			  ibv_get_device_name(ctx->device), tp->lid->port_num,
+			  verbs_port_state(pa.state));
+		return FR_ENODEV;
+	}
+	depth = p->sq_depth ? (unsigned int)p->sq_depth : VERBS_DEFAULT_SQ_DEPTH;
+	if (da.max_qp_wr > VERBS_FENCE_SLOTS &&
+	    depth > (unsigned int)da.max_qp_wr - VERBS_FENCE_SLOTS) {
+		fr_dbg("verbs: send queue depth %u capped to the device's %d",
+		       depth, da.max_qp_wr - VERBS_FENCE_SLOTS);
+		depth = (unsigned int)da.max_qp_wr - VERBS_FENCE_SLOTS;
+	}
+	tp->sq_depth = depth;
+	tp->sq_cap = depth + VERBS_FENCE_SLOTS;
+	/* Enough receives for the peer's writes in flight and the credits
+	 * and control messages beside them. */
+	tp->rq_depth = FR_MIN(2 * depth, (unsigned int)da.max_qp_wr);
+	tp->max_cqe = da.max_cqe;
+	tp->cq_size = (int)FR_MIN(4ul * (tp->sq_cap + tp->rq_depth),
+				  (unsigned long)da.max_cqe);
+	tp->max_msg = pa.max_msg_sz;
+	return 0;
+}
+
+static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
+		      void *addr, size_t *addrlen)
+{
+	struct fr_tp_params p;
+	struct verbs_choice ch;
+	struct sockaddr *la;
+	struct fr_tp *tp;
+	const char *poll_env, *actual;
+	char where[96];
+	int rc;
+
+	if (!params || !out || !addr || !addrlen || !params->size)
+		return FR_EINVAL;
+	/* Fields past the caller's size read as zero: the struct may grow. */
+	memset(&p, 0, sizeof(p));
+	memcpy(&p, params, FR_MIN(params->size, sizeof(p)));
+	if (*addrlen < VERBS_ADDR_LEN) {
+		verbs_msg(p.errbuf, p.errlen,
+			  "verbs: address buffer of %zu bytes, need %d",
+			  *addrlen, VERBS_ADDR_LEN);
+		return FR_EINVAL;
+	}
+	if (p.rank < 0 || p.sq_depth < 0 || p.sq_depth > VERBS_MAX_SQ_DEPTH) {
+		verbs_msg(p.errbuf, p.errlen,
+			  "verbs: invalid rank %d or send queue depth %d",
+			  p.rank, p.sq_depth);
+		return FR_EINVAL;
+	}
+	rc = verbs_choose(&p, &ch, p.errbuf, p.errlen);
+	if (rc)
+		return rc;
+
+	tp = calloc(1, sizeof(*tp));
+	if (!tp) {
+		verbs_msg(p.errbuf, p.errlen, "verbs: out of memory");
+		return FR_ENOMEM;
+	}
+	tp->rank = p.rank;
+	tp->nonce = p.job_nonce;
+	tp->timeout_ms = p.timeout_ms > 0 ? p.timeout_ms :
+					    VERBS_DEFAULT_TIMEOUT_MS;
+	poll_env = getenv("FR_POLL");
+	tp->spin = poll_env && !strcmp(poll_env, "spin");
+
+	rc = FR_ESYS;
+	tp->ec = rdma_create_event_channel();
+	if (!tp->ec) {
+		verbs_msg(p.errbuf, p.errlen,
+			  "verbs: rdma_create_event_channel: %s",
+			  strerror(errno));
+		rc = FR_ENODEV;
+		goto err_ec;
+	}
+	if (verbs_nonblock(tp->ec->fd)) {
+		verbs_msg(p.errbuf, p.errlen, "verbs: fcntl: %s",
+			  strerror(errno));
+		goto err_id;
+	}
+	if (rdma_create_id(tp->ec, &tp->lid, NULL, RDMA_PS_TCP)) {
+		verbs_msg(p.errbuf, p.errlen, "verbs: rdma_create_id: %s",
+			  strerror(errno));
+		goto err_id;
+	}
+	if (rdma_bind_addr(tp->lid, (struct sockaddr *)&ch.sa) ||
+	    !tp->lid->verbs) {
+		verbs_msg(p.errbuf, p.errlen,
+			  "verbs: cannot bind %s (device %s port %u): %s",
+			  verbs_sa_str((struct sockaddr *)&ch.sa, where,
+				       sizeof(where)),
+			  ch.dev, ch.port,
+			  tp->lid->verbs ? strerror(errno) :
+					   "no RDMA device owns that address");
+		rc = FR_ENODEV;
+		goto err_bind;
+	}
+	/* rdma_cm decides which port an address belongs to; it must be the
+	 * one we chose, or FR_IB_DEV would be ignored silently. */
+	actual = ibv_get_device_name(tp->lid->verbs->device);
+	if (strcmp(actual, ch.dev) || tp->lid->port_num != ch.port) {
+		if (getenv("FR_IB_DEV") && *getenv("FR_IB_DEV")) {
+			verbs_msg(p.errbuf, p.errlen,
+				  "verbs: FR_IB_DEV names %s port %u, but its address %s belongs to %s port %u",
+				  ch.dev, ch.port,
+				  verbs_sa_str((struct sockaddr *)&ch.sa,
+					       where, sizeof(where)),
+				  actual, tp->lid->port_num);
+			rc = FR_ENODEV;
+			goto err_bind;
+		}
+		fr_info("verbs: rank %d: address of %s port %u is served by %s port %u; using that",
+			p.rank, ch.dev, ch.port, actual, tp->lid->port_num);
+		ch.gid_index = -1;
+	}
+	rc = verbs_limits(tp, &p, p.errbuf, p.errlen);
+	if (rc)
+		goto err_bind;
+	rc = FR_ESYS;
+	tp->pd = ibv_alloc_pd(tp->lid->verbs);
+	if (!tp->pd) {
+		verbs_msg(p.errbuf, p.errlen, "verbs: ibv_alloc_pd: %s",
+			  strerror(errno));
+		goto err_pd;
+	}
+	tp->cc = ibv_create_comp_channel(tp->lid->verbs);
+	if (!tp->cc) {
+		verbs_msg(p.errbuf, p.errlen,
+			  "verbs: ibv_create_comp_channel: %s", strerror(errno));
+		goto err_cc;
+	}
+	if (verbs_nonblock(tp->cc->fd)) {
+		verbs_msg(p.errbuf, p.errlen, "verbs: fcntl: %s",
+			  strerror(errno));
+		goto err_cq;
+	}
+	tp->cq = ibv_create_cq(tp->lid->verbs, tp->cq_size, NULL, tp->cc, 0);
+	if (!tp->cq) {
+		verbs_msg(p.errbuf, p.errlen,
+			  "verbs: ibv_create_cq (%d entries): %s", tp->cq_size,
+			  strerror(errno));
+		goto err_cq;
+	}
+	tp->cq_size = tp->cq->cqe;
+	if (rdma_listen(tp->lid, VERBS_LISTEN_BACKLOG)) {
+		verbs_msg(p.errbuf, p.errlen, "verbs: rdma_listen on %s: %s",
+			  verbs_sa_str((struct sockaddr *)&ch.sa, where,
+				       sizeof(where)),
+			  strerror(errno));
+		goto err_listen;
+	}
+	la = rdma_get_local_addr(tp->lid);
+	memcpy(&tp->addr, la,
+	       la->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
+					   sizeof(struct sockaddr_in));
+	verbs_sa_set_port(&tp->addr, ntohs(rdma_get_src_port(tp->lid)));
+	verbs_addr_encode(addr, &tp->addr);
+	*addrlen = VERBS_ADDR_LEN;
+	fr_info("verbs: rank %d: device %s port %u (%s), gid index %d, listening on %s; %s",
+		tp->rank, actual, tp->lid->port_num,
+		ch.ib ? "InfiniBand" : "RoCE", ch.gid_index,
+		verbs_sa_str((struct sockaddr *)&tp->addr, where, sizeof(where)),
+		ch.why);
+	*out = tp;
+	return 0;
+
+err_listen:
+	ibv_destroy_cq(tp->cq);
+err_cq:
+	ibv_destroy_comp_channel(tp->cc);
+err_cc:
+	ibv_dealloc_pd(tp->pd);
+err_pd:
+err_bind:
+	rdma_destroy_id(tp->lid);
+err_id:
+	rdma_destroy_event_channel(tp->ec);
+err_ec:
+	free(tp);
+	return rc;
+}
+
+static int verbs_connect(struct fr_tp *tp, int peer, const void *addr,
+			 size_t addrlen, struct fr_tp_conn **out)
+{
+	struct fr_tp_conn *c;
+	int rc;
+
+	if (!tp || !addr || !out || peer < 0)
+		return FR_EINVAL;
+	if (tp->fatal)
+		return tp->fatal;
+	c = verbs_conn_new(tp);
+	if (!c) {
+		verbs_seterr(tp, FR_LOG_DEBUG, "out of memory");
+		return FR_ENOMEM;
+	}
+	rc = verbs_addr_decode(addr, addrlen, &c->dst);
+	if (rc) {
+		verbs_seterr(tp, FR_LOG_WARN,
+			     "malformed address blob for rank %d (%zu bytes)",
+			     peer, addrlen);
+		tp->slots[c->slot] = NULL;
+		free(c->held);
+		free(c->sq);
+		free(c);
+		return rc;
+	}
+	c->peer = peer;
+	c->owned = true;
+	c->deadline_ms = fr_now_ms() + (uint64_t)tp->timeout_ms;
+	c->backoff_ms = VERBS_BACKOFF_MIN_MS;
+	verbs_conn_link(c);
+	verbs_start_connect(c);
+	if (c->state == VERBS_FAILED) {
+		rc = c->error;
+		verbs_conn_free(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+static int verbs_accept(struct fr_tp *tp, int peer, struct fr_tp_conn **out)
+{
+	struct fr_tp_conn *c;
+
+	if (!tp || !out || peer < 0)
+		return FR_EINVAL;
+	if (tp->fatal)
+		return tp->fatal;
+	verbs_progress(tp);
+	for (c = tp->conns; c; c = c->next) {
+		if (c->incoming && !c->owned && c->state == VERBS_UP &&
+		    c->peer == peer) {
+			/* Receives held so far go out with the next poll. */
+			c->owned = true;
+			tp->npending--;
+			*out = c;
+			return 0;
+		}
+	}
+	return FR_EAGAIN;
+}
+
+static int verbs_connect_done(struct fr_tp_conn *c)
+{
+	if (!c)
+		return FR_EINVAL;
+	if (c->tp->fatal)
+		return c->tp->fatal;
+	verbs_progress(c->tp);
+	if (c->state == VERBS_UP)
+		return 0;
+	if (c->state == VERBS_FAILED)
+		return c->was_up ? FR_EPEER : c->error;
+	return FR_EAGAIN;
+}
+
+static int verbs_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
+			 struct fr_tp_mr **out)
+{
+	const int all = FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE;
+	struct fr_tp_mr *mr;
+	struct rlimit rl;
+	char lim[32];
+	int flags = 0, e;
+
+	if (!tp || !out || (access & ~all) || (!buf && len) ||
+	    (uintptr_t)buf + len < (uintptr_t)buf)
+		return FR_EINVAL;
+	/* Least privilege: never remote read; the HCA needs local write
+	 * to let a peer write into the region. */
+	if (access & (FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE))
+		flags |= IBV_ACCESS_LOCAL_WRITE;
+	if (access & FR_TP_REMOTE_WRITE)
+		flags |= IBV_ACCESS_REMOTE_WRITE;
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return FR_ENOMEM;
+	if (len) {
+		mr->mr = ibv_reg_mr(tp->pd, buf, len, flags);
+		if (!mr->mr) {
+			e = errno;
+			free(mr);
+			if (e != ENOMEM && e != EPERM) {
+				verbs_seterr(tp, FR_LOG_WARN,
+					     "ibv_reg_mr of %zu bytes at %p: %s",
+					     len, buf, strerror(e));
+				return FR_ESYS;
+			}
+			if (getrlimit(RLIMIT_MEMLOCK, &rl) ||
+			    rl.rlim_cur == RLIM_INFINITY)
+				snprintf(lim, sizeof(lim), "unlimited");
+			else
+				snprintf(lim, sizeof(lim), "%llu KiB",
+					 (unsigned long long)rl.rlim_cur / 1024);
+			verbs_seterr(tp, FR_LOG_WARN,
+				     "ibv_reg_mr of %zu bytes at %p: %s; registered memory is pinned and counts against the locked-memory limit (ulimit -l: %s): raise it (ulimit -l unlimited, or memlock in /etc/security/limits.conf)",
+				     len, buf, strerror(e), lim);
+			return FR_ENOMEM;
+		}
+	}
+	mr->tp = tp;
+	mr->base = buf;
+	mr->len = len;
+	mr->prev = NULL;
+	mr->next = tp->mrs;
+	if (tp->mrs)
+		tp->mrs->prev = mr;
+	tp->mrs = mr;
+	*out = mr;
+	return 0;
+}
+
+static int verbs_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
+{
+	int rc;
+
+	if (!tp || !mr || mr->tp != tp)
+		return FR_EINVAL;
+	/* Posted writes still read from it: the caller must poll first. */
+	if (mr->inflight)
+		return FR_EBUSY;
+	if (mr->mr) {
+		rc = ibv_dereg_mr(mr->mr);
+		if (rc) {
+			verbs_seterr(tp, FR_LOG_WARN, "ibv_dereg_mr: %s",
+				     strerror(rc));
+			return FR_ESYS;
+		}
+	}
+	if (mr->prev)
+		mr->prev->next = mr->next;
+	else
+		tp->mrs = mr->next;
+	if (mr->next)
+		mr->next->prev = mr->prev;
+	free(mr);
+	return 0;
+}
+
+static int verbs_pack_rkey(struct fr_tp_mr *mr, void *blob, size_t *len)
+{
+	uint8_t *b = blob;
+
+	if (!mr || !blob || !len || *len < VERBS_RKEY_LEN)
+		return FR_EINVAL;
+	/* Only what a peer needs: never the ibv_mr (lkey, handles). */
+	b[0] = VERBS_RKEY_MAGIC;
+	b[1] = VERBS_RKEY_VERSION;
+	fr_put_le16(b + 2, 0);
+	fr_put_le32(b + 4, mr->mr ? mr->mr->rkey : 0);
+	fr_put_le64(b + 8, (uint64_t)(uintptr_t)mr->base);
+	fr_put_le64(b + 16, mr->len);
+	*len = VERBS_RKEY_LEN;
+	return 0;
+}
+
+static int verbs_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
+			     struct fr_tp_rkey *rkey)
+{
+	const uint8_t *b = blob;
+	uint64_t addr, rlen;
+
+	if (!blob || !rkey)
+		return FR_EINVAL;
+	if (len != VERBS_RKEY_LEN || b[0] != VERBS_RKEY_MAGIC ||
+	    b[1] != VERBS_RKEY_VERSION || fr_get_le16(b + 2))
+		return FR_EPROTO;
+	addr = fr_get_le64(b + 8);
+	rlen = fr_get_le64(b + 16);
+	/* addr + roff never wraps once roff + len <= rlen is checked. */
+	if (addr + rlen < addr)
+		return FR_EPROTO;
+	rkey->a = addr;
+	rkey->b = rlen;
+	rkey->c = fr_get_le32(b + 4);
+	rkey->d = VERBS_RKEY_TAG;
+	return 0;
+}
+
+static int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
+			   size_t loff, const struct fr_tp_rkey *rkey,
+			   uint64_t roff, size_t len, uint32_t imm, uint64_t ctx)
+{
+	struct ibv_send_wr wr, *bad;
+	struct verbs_sqe *e;
+	struct ibv_sge sge;
+	struct fr_tp *tp;
+	bool sig;
+	int rc;
+
+	if (!c)
+		return FR_EINVAL;
+	tp = c->tp;
+	if (c->state == VERBS_FAILED)
+		return c->was_up ? FR_EPEER : c->error;
+	if (c->state != VERBS_UP)
+		return FR_EAGAIN;
+	/* One SGE, and the RECV completion reports 32 bits. */
+	if (len > UINT32_MAX || len > tp->max_msg)
+		return FR_EINVAL;
+	if (len) {
+		if (!lmr || !rkey || lmr->tp != tp || !lmr->mr ||
+		    rkey->d != VERBS_RKEY_TAG)
+			return FR_EINVAL;
+		if (loff > lmr->len || len > lmr->len - loff)
+			return FR_ERANGE;
+		/* Overflow-safe; the peer's HCA checks again. */
+		if (roff > rkey->b || len > rkey->b - roff)
+			return FR_ERANGE;
+	}
+	if (c->user_inflight >= tp->sq_depth ||
+	    c->sq_tail - c->sq_head >= c->sq_cap)
+		return FR_EAGAIN;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = verbs_wrid(c, false, (uint32_t)c->sq_tail);
+	wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+	wr.imm_data = htonl(imm);
+	if (len) {
+		sge.addr = (uint64_t)(uintptr_t)(lmr->base + loff);
+		sge.length = (uint32_t)len;
+		sge.lkey = lmr->mr->lkey;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.wr.rdma.remote_addr = rkey->a + roff;
+		wr.wr.rdma.rkey = rkey->c;
+		/* Small writes are copied into the WQE: no DMA read. */
+		if (len <= c->max_inline)
+			wr.send_flags |= IBV_SEND_INLINE;
+	}
+	sig = ctx || c->unsignaled + 1 >= VERBS_SIG_INTERVAL ||
+	      c->user_inflight + 1 >= tp->sq_depth ||
+	      c->sq_tail - c->sq_head + 1 >= c->sq_cap;
+	if (sig)
+		wr.send_flags |= IBV_SEND_SIGNALED;
+	rc = ibv_post_send(c->qp, &wr, &bad);
+	if (rc) {
+		verbs_conn_fail(c, FR_EPEER, "ibv_post_send: %s", strerror(rc));
+		return FR_EPEER;
+	}
+	e = &c->sq[c->sq_tail % c->sq_cap];
+	e->ctx = ctx;
+	e->user = true;
+	e->mr = len && !(wr.send_flags & IBV_SEND_INLINE) ? lmr : NULL;
+	if (e->mr)
+		e->mr->inflight++;
+	if (len) {
+		c->last_raddr = wr.wr.rdma.remote_addr;
+		c->last_rkey = wr.wr.rdma.rkey;
+	}
+	c->sq_tail++;
+	c->user_inflight++;
+	c->unsignaled = sig ? 0 : c->unsignaled + 1;
+	return 0;
+}
+
+static int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
+{
+	int n = 0, rc;
+
+	if (!tp || max < 0 || (max && !cqe))
+		return FR_EINVAL;
+	if (tp->fatal)
+		return tp->fatal;
+	verbs_cm_drain(tp);
+	verbs_timers(tp);
+	rc = verbs_cq_drain(tp);
+	if (rc < 0)
+		return rc;
+	verbs_apply_peer_gone(tp);
+	verbs_flush_owed(tp);
+	verbs_post_fences(tp);
+	verbs_sweep(tp);
+	while (n < max && tp->ring_count) {
+		cqe[n++] = tp->ring[tp->ring_head];
+		tp->ring_head = (tp->ring_head + 1) % VERBS_RING_SIZE;
+		tp->ring_count--;
+	}
+	return n;
+}
+
+/* How long wait() may sleep before a retry or deadline is due. */
+static int verbs_wait_cap(const struct fr_tp *tp, int t)
+{
+	const struct fr_tp_conn *c;
+	uint64_t now = fr_now_ms(), due;
+
+	for (c = tp->conns; c; c = c->next) {
+		if (c->state == VERBS_UP || c->state == VERBS_FAILED)
+			continue;
+		due = c->state == VERBS_RETRY ?
+			      FR_MIN(c->retry_ms, c->deadline_ms) :
+			      c->deadline_ms;
+		due = due > now ? due - now : 0;
+		if (due > INT_MAX)
+			due = INT_MAX;
+		if (t < 0 || (int)due < t)
+			t = (int)due;
+	}
+	return t;
+}
+
+static int verbs_wait(struct fr_tp *tp, int timeout_ms)
+{
+	struct pollfd pfd[2];
+	struct ibv_cq *ecq;
+	void *ectx;
+	int t, rc;
+
+	if (!tp)
+		return FR_EINVAL;
+	if (tp->spin || verbs_owes(tp))
+		return 0;
+	/* An uncovered tail would never raise the completion we sleep on. */
+	verbs_post_fences(tp);
+	t = verbs_wait_cap(tp, timeout_ms < 0 ? -1 : timeout_ms);
+	/* Arm, then look once more: a completion that arrived before the
+	 * arming raises no event. */
+	rc = ibv_req_notify_cq(tp->cq, 0);
+	if (rc) {
+		verbs_seterr(tp, FR_LOG_ERROR, "ibv_req_notify_cq: %s",
+			     strerror(rc));
+		return FR_ESYS;
+	}
+	rc = verbs_cq_drain(tp);
+	if (rc < 0)
+		return rc;
+	if (rc > 0 || verbs_owes(tp))
+		return 0;
+	pfd[0].fd = tp->cc->fd;
+	pfd[0].events = POLLIN;
+	pfd[1].fd = tp->ec->fd;
+	pfd[1].events = POLLIN;
+	if (poll(pfd, 2, t) < 0 && errno != EINTR) {
+		verbs_seterr(tp, FR_LOG_ERROR, "poll: %s", strerror(errno));
+		return FR_ESYS;
+	}
+	if ((pfd[0].revents & POLLIN) &&
+	    !ibv_get_cq_event(tp->cc, &ecq, &ectx)) {
+		/* Acknowledging takes a lock: do it in batches. */
+		if (++tp->cq_unacked >= VERBS_CQ_ACK_BATCH) {
+			ibv_ack_cq_events(tp->cq, tp->cq_unacked);
+			tp->cq_unacked = 0;
+		}
+	}
+	return 0;
+}
+
+static void verbs_close_conn(struct fr_tp_conn *c)
+{
+	if (!c)
+		return;
+	verbs_ring_purge(c->tp, c);
+	/* Tell the peer now rather than leave it to its timeouts. */
+	if (c->id && !c->disconnected && c->state == VERBS_UP &&
+	    !rdma_disconnect(c->id))
+		c->disconnected = true;
+	verbs_conn_free(c);
+}
+
+static void verbs_close(struct fr_tp *tp)
+{
+	if (!tp)
+		return;
+	while (tp->conns)
+		verbs_close_conn(tp->conns);
+	while (tp->mrs) {
+		tp->mrs->inflight = 0;
+		verbs_dereg_mem(tp, tp->mrs);
+	}
+	/* ibv_destroy_cq() waits for every event to be acknowledged. */
+	if (tp->cq_unacked)
+		ibv_ack_cq_events(tp->cq, tp->cq_unacked);
+	ibv_destroy_cq(tp->cq);
+	ibv_destroy_comp_channel(tp->cc);
+	ibv_dealloc_pd(tp->pd);
+	rdma_destroy_id(tp->lid);
+	rdma_destroy_event_channel(tp->ec);
+	free(tp->slots);
+	free(tp->slot_gen);
+	free(tp);
+}
+
+static int verbs_conn_peer(const struct fr_tp_conn *c)
+{
+	return c ? c->peer : -1;
+}
+
+const struct fr_tp_ops fr_verbs_ops = {
+	.size = sizeof(struct fr_tp_ops),
+	.name = "verbs",
+	.probe = verbs_probe,
+	.open = verbs_open,
+	.connect = verbs_connect,
+	.accept = verbs_accept,
+	.connect_done = verbs_connect_done,
+	.reg_mem = verbs_reg_mem,
+	.dereg_mem = verbs_dereg_mem,
+	.pack_rkey = verbs_pack_rkey,
+	.unpack_rkey = verbs_unpack_rkey,
+	.write_imm = verbs_write_imm,
+	.poll = verbs_poll,
+	.wait = verbs_wait,
+	.close_conn = verbs_close_conn,
+	.close = verbs_close,
+	.conn_peer = verbs_conn_peer,
+};

@@ -113,6 +113,12 @@ struct fr_comm {
 	uint64_t rs_received; /* segments landed in our staging */
 	int credits;          /* free slots at next */
 	int credits_owed;     /* slots freed here, not yet told to prev */
+	/* segments prev wrote into our staging for a collective we have not
+	 * started yet (it need not wait for us: the slots are ours) */
+	struct {
+		uint32_t payload, len;
+	} rs_early[FR_MAX_SLOTS];
+	int n_rs_early;
 	int outstanding;      /* our writes without a SEND completion */
 
 	uint64_t last_activity_ms; /* last completion seen, for timeouts */

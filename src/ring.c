@@ -33,11 +33,15 @@
  * message to both neighbours with the collective's sequence number, count,
  * dtype and op; the one to the previous rank also names our recvbuf (its
  * registration id and offset, plus the remote key the first time that
- * registration is used).  Nothing is written into a neighbour before its
- * READY has arrived, so a neighbour's buffers are never touched before it
- * entered the collective, and ranks that called with different arguments
- * detect it and fail with FR_EMISMATCH; the failure travels around the ring
- * as ABORT messages so that every rank reports it instead of hanging.
+ * registration is used).  Nothing is written into a neighbour's user
+ * buffers before its READY has arrived, so they are never touched before it
+ * entered the collective.  Reduce-scatter segments need not wait: they land
+ * in the neighbour's own staging slots, behind our READY on the same FIFO
+ * connection, and a neighbour that has not started yet keeps them (credits
+ * bound how many) - which takes the READY's hop off the critical path of
+ * small collectives.  Ranks that called with different arguments detect it
+ * from the READY and fail with FR_EMISMATCH; the failure travels around the
+ * ring as ABORT messages so that every rank reports it instead of hanging.
  *
  * Determinism: chunk c is accumulated in the fixed order c, c+1, ..., c-1
  * and then copied bit for bit to everybody, so all ranks end with identical
@@ -263,6 +267,7 @@ static struct fr_request *active_req(struct fr_comm *comm)
 
 static int apply_ready(struct fr_comm *comm, struct fr_request *req,
 		       bool from_next, const struct fr_ctrl *m);
+static int on_rs(struct fr_comm *comm, uint32_t payload, uint32_t len);
 
 int fr_ring_start(struct fr_comm *comm, struct fr_request *req)
 {
@@ -346,6 +351,14 @@ int fr_ring_start(struct fr_comm *comm, struct fr_request *req)
 		if (rc)
 			return rc;
 	}
+	/* Segments that arrived before we started. */
+	for (int i = 0; i < comm->n_rs_early; i++) {
+		rc = on_rs(comm, comm->rs_early[i].payload,
+			   comm->rs_early[i].len);
+		if (rc)
+			return rc;
+	}
+	comm->n_rs_early = 0;
 	return 0;
 }
 
@@ -549,10 +562,14 @@ int fr_ring_advance(struct fr_comm *comm, struct fr_request *req,
 		st->sent_ready_prev = true;
 		*did_work = true;
 	}
-	if (!st->ready_next)
-		return 0;
+	/*
+	 * Reduce-scatter segments go into the next rank's staging slots,
+	 * which are its communicator's, not its user buffers: they may go
+	 * before its READY (it keeps them until it starts).  The all-gather
+	 * writes into its recvbuf and waits for the READY naming it.
+	 */
 	rc = send_rs(comm, st, did_work);
-	if (!rc)
+	if (!rc && st->ready_next)
 		rc = send_ag(comm, st, did_work);
 	return rc;
 }
@@ -688,7 +705,15 @@ static int on_rs(struct fr_comm *comm, uint32_t payload, uint32_t len)
 	const uint8_t *in;
 	struct cursor *c;
 
-	if (!st || cur_done(st, RS_RECV) || payload != (serial << 8 | slot))
+	/* For a collective we have not started: keep it until we do. */
+	if ((!st || cur_done(st, RS_RECV)) &&
+	    comm->n_rs_early < comm->slots) {
+		comm->rs_early[comm->n_rs_early].payload = payload;
+		comm->rs_early[comm->n_rs_early++].len = len;
+		return 0;
+	}
+	if (!st || cur_done(st, RS_RECV) || !st->ready_prev ||
+	    payload != (serial << 8 | slot))
 		return fr_comm_fail(comm, FR_EPROTO,
 				    "rank %d: unexpected reduce-scatter segment from rank %d",
 				    comm->rank, comm->prev.rank);

@@ -21,11 +21,14 @@
  *   - writes posted after a failed one never land (the connection is dead);
  *   - close_conn drops the connection's completions not yet polled.
  */
+/* cmocka.h needs these first, in this order. */
+/* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+/* clang-format on */
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -72,7 +75,8 @@ static int neps;
 static void *bufs[MAX_BUFS];
 static int nbufs;
 
-/* ---- helpers --------------------------------------------------------------- */
+/* ---- helpers ---------------------------------------------------------------
+ */
 
 static uint64_t now_ms(void)
 {
@@ -84,7 +88,7 @@ static uint64_t now_ms(void)
 
 static void sleep_ms(int ms)
 {
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
@@ -188,9 +192,9 @@ static struct ep *ep_open_ex(int rank, uint64_t nonce, int sq_depth,
 {
 	struct ep *e = NULL;
 
-	assert_int_equal(ep_try_open(rank, nonce, "127.0.0.1", sq_depth,
-				     timeout_ms, &e),
-			 0);
+	assert_int_equal(
+		ep_try_open(rank, nonce, "127.0.0.1", sq_depth, timeout_ms, &e),
+		0);
 	return e;
 }
 
@@ -245,14 +249,14 @@ static void pump_for(int ms)
 		pump();
 }
 
-#define PUMP_UNTIL(cond)                                                       \
-	do {                                                                   \
-		uint64_t dl_ = now_ms() + DEADLINE_MS;                         \
-		while (!(cond)) {                                              \
-			if (now_ms() > dl_)                                    \
-				fail_msg("timed out waiting for %s", #cond);   \
-			pump();                                                \
-		}                                                              \
+#define PUMP_UNTIL(cond)                                                     \
+	do {                                                                 \
+		uint64_t dl_ = now_ms() + DEADLINE_MS;                       \
+		while (!(cond)) {                                            \
+			if (now_ms() > dl_)                                  \
+				fail_msg("timed out waiting for %s", #cond); \
+			pump();                                              \
+		}                                                            \
 	} while (0)
 
 /* Completions on c: want 0 = successful, -1 = failed, 1 = any. */
@@ -292,9 +296,8 @@ static int first_err(const struct ep *e, const struct fr_tp_conn *c)
 }
 
 /* The idx-th successful completion of `kind` on c, or NULL. */
-static const struct fr_tp_cqe *nth_ok(const struct ep *e,
-				      const struct fr_tp_conn *c, int kind,
-				      size_t idx)
+static const struct fr_tp_cqe *
+nth_ok(const struct ep *e, const struct fr_tp_conn *c, int kind, size_t idx)
 {
 	for (size_t i = 0; i < e->ncq; i++) {
 		const struct fr_tp_cqe *q = &e->cq[i];
@@ -398,7 +401,7 @@ static int reap(pid_t pid)
 /* Wait for one byte on fd without driving any endpoint. */
 static char read_byte(int fd)
 {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct pollfd p = {.fd = fd, .events = POLLIN};
 	char ch = 0;
 
 	if (poll(&p, 1, DEADLINE_MS) != 1 || read(fd, &ch, 1) != 1)
@@ -536,9 +539,8 @@ static void test_duplicate_rank(void **state)
 	int rc;
 
 	connect_pair(a, b, &ab, &ba);
-	assert_int_equal(ops->connect(imposter->tp, 1, b->addr, b->addrlen,
-				      &ib),
-			 0);
+	assert_int_equal(
+		ops->connect(imposter->tp, 1, b->addr, b->addrlen, &ib), 0);
 	while ((rc = ops->connect_done(ib)) == FR_EAGAIN) {
 		assert_int_equal(ops->accept(b->tp, 0, &x), FR_EAGAIN);
 		if (now_ms() > dl)
@@ -592,11 +594,12 @@ static void test_write_before_accept(void **state)
 		assert_ptr_equal(b->cq[i].conn, ba);
 }
 
-/* ---- data path ------------------------------------------------------------- */
+/* ---- data path -------------------------------------------------------------
+ */
 
 static void test_write_sizes(void **state)
 {
-	static const size_t sizes[] = { 8, 64 * KiB, 16 * MiB };
+	static const size_t sizes[] = {8, 64 * KiB, 16 * MiB};
 	struct ep *a = ep_open(0), *b = ep_open(1);
 	struct fr_tp_conn *ab, *ba;
 
@@ -623,8 +626,8 @@ static void test_write_sizes(void **state)
 		assert_int_equal(q->len, len);
 		assert_memory_equal(dst.p + roff, src + loff, len);
 		assert_true(all_bytes(dst.p, roff, 0));
-		assert_true(all_bytes(dst.p + roff + len, dst.len - roff - len,
-				      0));
+		assert_true(
+			all_bytes(dst.p + roff + len, dst.len - roff - len, 0));
 		check_guards(&dst);
 		q = nth_ok(a, ab, FR_CQE_SEND, k);
 		assert_int_equal(q->ctx, 0xc0ffee00 + k);
@@ -686,8 +689,8 @@ static void test_fifo_many(void **state)
 	for (uint32_t i = 0; i < N; i++) {
 		size_t len = i % 10 == 9 ? 0 : (i * 37u) % SLOT + 1;
 
-		post(ab, smr, (size_t)i * SLOT, &rk, (uint64_t)i * SLOT, len,
-		     i, 1000000u + i);
+		post(ab, smr, (size_t)i * SLOT, &rk, (uint64_t)i * SLOT, len, i,
+		     1000000u + i);
 	}
 	PUMP_UNTIL(n_ok(b, ba, FR_CQE_RECV) == N &&
 		   n_ok(a, ab, FR_CQE_SEND) == N);
@@ -756,7 +759,8 @@ static void test_bidirectional(void **state)
 	assert_int_equal(n_err(a, ab) + n_err(b, ba), 0);
 }
 
-/* ---- bounds ------------------------------------------------------------------ */
+/* ---- bounds
+ * ------------------------------------------------------------------ */
 
 enum bad_kind {
 	BAD_PAST_END,
@@ -872,7 +876,8 @@ static void test_bounds_no_remote_write(void **state)
 	bad_write_case(BAD_NO_REMOTE_WRITE);
 }
 
-/* ---- flow control ---------------------------------------------------------- */
+/* ---- flow control ----------------------------------------------------------
+ */
 
 static void test_backpressure(void **state)
 {
@@ -896,8 +901,9 @@ static void test_backpressure(void **state)
 	/* Nobody polls: the queue must fill up and say so. */
 	for (;;) {
 		if (i == N)
-			fail_msg("%d writes of %zu bytes posted without FR_EAGAIN",
-				 N, len);
+			fail_msg(
+				"%d writes of %zu bytes posted without FR_EAGAIN",
+				N, len);
 		rc = ops->write_imm(ab, smr, (size_t)i * STEP, &rk,
 				    (uint64_t)i * len, len, i, i);
 		if (rc == FR_EAGAIN)
@@ -925,7 +931,8 @@ static void test_backpressure(void **state)
 	assert_int_equal(n_err(a, ab) + n_err(b, ba), 0);
 }
 
-/* ---- peer failure ---------------------------------------------------------- */
+/* ---- peer failure ----------------------------------------------------------
+ */
 
 static int child_open_connect(int rank, const uint8_t *addr, size_t addrlen,
 			      struct fr_tp **tp, struct fr_tp_conn **c)
@@ -996,7 +1003,8 @@ static int child_sender(const struct ep *parent, const uint8_t *blob,
 		n = ops->poll(tp, q, 8);
 		for (int i = 0; i < n; i++)
 			if (q[i].kind == FR_CQE_SEND)
-				ch = 'F'; /* it all went: no mid-transfer death */
+				ch = 'F'; /* it all went: no mid-transfer death
+					   */
 		sleep_ms(1);
 	}
 	if (write(report, &ch, 1) != 1)
@@ -1035,7 +1043,8 @@ static void test_peer_exits_mid_transfer(void **state)
 	PUMP_UNTIL(n_err(p, c) >= 1);
 	assert_int_equal(first_err(p, c), FR_EPEER);
 	assert_int_equal(n_ok(p, c, FR_CQE_RECV), 0);
-	assert_int_equal(ops->write_imm(c, NULL, 0, NULL, 0, 0, 1, 1), FR_EPEER);
+	assert_int_equal(ops->write_imm(c, NULL, 0, NULL, 0, 0, 1, 1),
+			 FR_EPEER);
 	pump_for(100);
 	assert_int_equal(n_err(p, c), 1);
 	check_guards(&dst);
@@ -1109,12 +1118,14 @@ static void test_peer_killed_while_sending(void **state)
 	assert_true(q->status < 0);
 	assert_true(n_err(p, c) >= 1);
 	assert_int_equal(n_ok(p, c, FR_CQE_RECV), 0);
-	assert_int_equal(ops->write_imm(c, NULL, 0, NULL, 0, 0, 1, 1), FR_EPEER);
+	assert_int_equal(ops->write_imm(c, NULL, 0, NULL, 0, 0, 1, 1),
+			 FR_EPEER);
 	/* Its source is no longer in use. */
 	assert_int_equal(ops->dereg_mem(p->tp, mr), 0);
 }
 
-/* ---- wait() ---------------------------------------------------------------- */
+/* ---- wait() ----------------------------------------------------------------
+ */
 
 static void test_wait_idle_and_wake(void **state)
 {
@@ -1193,7 +1204,7 @@ static int child_late_sender(const struct ep *parent, const uint8_t *blob,
 			ops->wait(tp, 20);
 	}
 	{
-		struct pollfd pf = { .fd = go, .events = POLLIN };
+		struct pollfd pf = {.fd = go, .events = POLLIN};
 
 		if (poll(&pf, 1, DEADLINE_MS) != 1)
 			return 7;
@@ -1432,7 +1443,8 @@ static void test_ipv6_loopback(void **state)
 	assert_memory_equal(dst, src, 64 * KiB);
 }
 
-/* ---- TCP white-box: the wire format from the outside ------------------------ */
+/* ---- TCP white-box: the wire format from the outside ------------------------
+ */
 
 static void put16(uint8_t *p, uint16_t v)
 {

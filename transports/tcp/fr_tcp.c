@@ -135,7 +135,7 @@ struct fr_tp_mr {
 /* One slot of the region table. */
 struct tcp_region {
 	struct fr_tp_mr *mr; /* NULL when free */
-	uint32_t gen;        /* of the current or next registration */
+	uint32_t gen;	     /* of the current or next registration */
 };
 
 /* A queued write: points at the caller's memory, never copies it. */
@@ -148,12 +148,12 @@ struct tcp_sqe {
 };
 
 enum tcp_state {
-	TCP_RETRY,      /* outgoing: connect() refused, trying again later */
+	TCP_RETRY,	/* outgoing: connect() refused, trying again later */
 	TCP_CONNECTING, /* outgoing: connect() in progress */
-	TCP_HELLO,      /* outgoing: sending the hello, awaiting the reply */
-	TCP_GREET,      /* incoming: reading the peer's hello */
-	TCP_UP,         /* established */
-	TCP_FAILED,     /* socket closed; error completions may be owed */
+	TCP_HELLO,	/* outgoing: sending the hello, awaiting the reply */
+	TCP_GREET,	/* incoming: reading the peer's hello */
+	TCP_UP,		/* established */
+	TCP_FAILED,	/* socket closed; error completions may be owed */
 };
 
 enum tcp_rx_state {
@@ -168,10 +168,10 @@ struct fr_tp_conn {
 	int peer;
 	enum tcp_state state;
 	bool incoming;
-	bool owned;      /* the caller holds it (from connect or accept) */
-	int error;       /* why it failed */
-	bool err_owed;   /* its error completion is not in the ring yet */
-	bool ep_added;   /* fd is in the epoll set, with ep_events */
+	bool owned;    /* the caller holds it (from connect or accept) */
+	int error;     /* why it failed */
+	bool err_owed; /* its error completion is not in the ring yet */
+	bool ep_added; /* fd is in the epoll set, with ep_events */
 	uint32_t ep_events;
 
 	/* establishment */
@@ -236,8 +236,8 @@ tcp_seterr(struct fr_tp *tp, int level, const char *fmt, ...)
 	va_end(ap);
 }
 
-static const char *tcp_sa_str(const struct sockaddr_storage *sa,
-			      socklen_t len, char *buf, size_t size)
+static const char *tcp_sa_str(const struct sockaddr_storage *sa, socklen_t len,
+			      char *buf, size_t size)
 {
 	char host[64], serv[8];
 
@@ -308,7 +308,8 @@ static void tcp_cq_purge(struct fr_tp *tp, const struct fr_tp_conn *c)
 	unsigned int i, j = 0;
 
 	for (i = 0; i < tp->cq_count; i++) {
-		struct fr_tp_cqe *e = &tp->cq[(tp->cq_head + i) % FR_TCP_CQ_SIZE];
+		struct fr_tp_cqe *e =
+			&tp->cq[(tp->cq_head + i) % FR_TCP_CQ_SIZE];
 
 		if (e->conn == c)
 			continue;
@@ -415,8 +416,9 @@ tcp_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
 	/* A peer breaking the protocol on a live connection deserves a
 	 * warning; refused strangers were already reported when judged. */
 	tcp_seterr(c->tp,
-		   c->owned && (err == FR_ERANGE || err == FR_EPROTO) ?
-			   FR_LOG_WARN : FR_LOG_DEBUG,
+		   c->owned && (err == FR_ERANGE || err == FR_EPROTO)
+			   ? FR_LOG_WARN
+			   : FR_LOG_DEBUG,
 		   "connection %s rank %d: %s", c->incoming ? "from" : "to",
 		   c->peer, msg);
 	tcp_close_fd(c);
@@ -440,8 +442,8 @@ static void tcp_flush_failed(struct fr_tp_conn *c)
 	while (c->sq_count) {
 		if (tcp_cq_full(tp))
 			return;
-		tcp_cq_push(tp, FR_CQE_SEND, c->error, c,
-			    c->sq[c->sq_head].ctx, 0, 0);
+		tcp_cq_push(tp, FR_CQE_SEND, c->error, c, c->sq[c->sq_head].ctx,
+			    0, 0);
 		c->sq_head = (c->sq_head + 1) % c->sq_depth;
 		c->sq_count--;
 	}
@@ -572,7 +574,7 @@ static int tcp_start_connect(struct fr_tp_conn *c, uint64_t now)
 
 static void tcp_check_connected(struct fr_tp_conn *c, uint64_t now)
 {
-	struct pollfd pfd = { .fd = c->fd, .events = POLLOUT };
+	struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
 	socklen_t sl = sizeof(int);
 	char where[96];
 	int soerr = 0, r;
@@ -597,8 +599,7 @@ static void tcp_check_connected(struct fr_tp_conn *c, uint64_t now)
 		      strerror(soerr));
 }
 
-static const char *tcp_where(const struct fr_tp_conn *c, char *buf,
-			     size_t size)
+static const char *tcp_where(const struct fr_tp_conn *c, char *buf, size_t size)
 {
 	return tcp_sa_str(&c->sa, c->salen, buf, size);
 }
@@ -617,15 +618,18 @@ static void tcp_hello_progress(struct fr_tp_conn *c)
 	if (err == FR_EAGAIN)
 		return;
 	if (err) {
-		tcp_conn_fail(c, FR_EPEER, "%s closed the connection during the handshake%s%s",
-			      tcp_where(c, where, sizeof(where)),
-			      c->last_errno ? ": " : "",
-			      c->last_errno ? strerror(c->last_errno) : "");
+		tcp_conn_fail(
+			c, FR_EPEER,
+			"%s closed the connection during the handshake%s%s",
+			tcp_where(c, where, sizeof(where)),
+			c->last_errno ? ": " : "",
+			c->last_errno ? strerror(c->last_errno) : "");
 		return;
 	}
 	if (fr_get_le32(r) != TCP_MAGIC || fr_get_le16(r + 4) != TCP_VERSION ||
 	    fr_get_le16(r + 6) != TCP_KIND_REPLY) {
-		tcp_conn_fail(c, FR_EPROTO, "%s answered with a malformed handshake",
+		tcp_conn_fail(c, FR_EPROTO,
+			      "%s answered with a malformed handshake",
 			      tcp_where(c, where, sizeof(where)));
 		return;
 	}
@@ -641,9 +645,10 @@ static void tcp_hello_progress(struct fr_tp_conn *c)
 		status = FR_EPROTO;
 	tcp_conn_fail(c, status, "%s refused the connection: %s",
 		      tcp_where(c, where, sizeof(where)),
-		      status == FR_EAUTH ? "wrong job nonce" :
-		      status == FR_EBUSY ? "it already has a connection from this rank" :
-					   "protocol mismatch");
+		      status == FR_EAUTH ? "wrong job nonce"
+		      : status == FR_EBUSY
+			      ? "it already has a connection from this rank"
+			      : "protocol mismatch");
 }
 
 /* Advance an outgoing connection that is not established yet. */
@@ -662,8 +667,8 @@ static void tcp_out_progress(struct fr_tp_conn *c, uint64_t now)
 			err = tcp_start_connect(c, now);
 			if (err)
 				tcp_conn_fail(c, err, "connect to %s: %s",
-					      tcp_sa_str(&c->sa, c->salen, where,
-							 sizeof(where)),
+					      tcp_sa_str(&c->sa, c->salen,
+							 where, sizeof(where)),
 					      strerror(c->last_errno));
 			break;
 		case TCP_CONNECTING:
@@ -677,7 +682,8 @@ static void tcp_out_progress(struct fr_tp_conn *c, uint64_t now)
 		}
 	} while (c->state != before);
 
-	if (c->state == TCP_UP || c->state == TCP_FAILED || now < c->deadline_ms)
+	if (c->state == TCP_UP || c->state == TCP_FAILED ||
+	    now < c->deadline_ms)
 		return;
 	tcp_sa_str(&c->sa, c->salen, where, sizeof(where));
 	if (c->state == TCP_HELLO)
@@ -702,8 +708,10 @@ static void tcp_accept_new(struct fr_tp *tp, uint64_t now)
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
-			/* Out of descriptors persists: say it once, not per poll. */
-			if (!tcp_would_block(errno) && errno != tp->accept_errno)
+			/* Out of descriptors persists: say it once, not per
+			 * poll. */
+			if (!tcp_would_block(errno) &&
+			    errno != tp->accept_errno)
 				fr_warn("tcp: rank %d: accept: %s", tp->rank,
 					strerror(errno));
 			if (!tcp_would_block(errno))
@@ -879,8 +887,10 @@ static void tcp_tx(struct fr_tp_conn *c)
 		}
 		room = FR_TCP_CQ_SIZE - tp->cq_count;
 		off = c->tx_off;
-		for (i = 0; i < c->sq_count && i < TCP_TX_BATCH && i < room; i++) {
-			struct tcp_sqe *e = &c->sq[(c->sq_head + i) % c->sq_depth];
+		for (i = 0; i < c->sq_count && i < TCP_TX_BATCH && i < room;
+		     i++) {
+			struct tcp_sqe *e =
+				&c->sq[(c->sq_head + i) % c->sq_depth];
 
 			if (off < TCP_HDR_LEN) {
 				iov[niov].iov_base = e->hdr + off;
@@ -918,8 +928,8 @@ static void tcp_tx(struct fr_tp_conn *c)
 			n -= t;
 		}
 		while (n) {
-			size_t rest = TCP_HDR_LEN + c->sq[c->sq_head].len -
-				      c->tx_off;
+			size_t rest =
+				TCP_HDR_LEN + c->sq[c->sq_head].len - c->tx_off;
 
 			if (n < rest) {
 				c->tx_off += n;
@@ -956,22 +966,25 @@ static int tcp_rx_header(struct fr_tp_conn *c)
 		if (id < tp->nregions)
 			mr = tp->regions[id].mr;
 		if (!mr || mr->gen != gen) {
-			tcp_conn_fail(c, FR_ERANGE,
-				      "write of %u bytes to unknown or deregistered region %u/%u",
-				      len, id, gen);
+			tcp_conn_fail(
+				c, FR_ERANGE,
+				"write of %u bytes to unknown or deregistered region %u/%u",
+				len, id, gen);
 			return -1;
 		}
 		if (!(mr->access & FR_TP_REMOTE_WRITE)) {
-			tcp_conn_fail(c, FR_ERANGE,
-				      "write to region %u, which does not allow remote writes",
-				      id);
+			tcp_conn_fail(
+				c, FR_ERANGE,
+				"write to region %u, which does not allow remote writes",
+				id);
 			return -1;
 		}
 		/* Overflow-safe: never form off + len. */
 		if (off > mr->len || len > mr->len - off) {
-			tcp_conn_fail(c, FR_ERANGE,
-				      "write of %u bytes at offset %llu outside region %u of %zu bytes",
-				      len, (unsigned long long)off, id, mr->len);
+			tcp_conn_fail(
+				c, FR_ERANGE,
+				"write of %u bytes at offset %llu outside region %u of %zu bytes",
+				len, (unsigned long long)off, id, mr->len);
 			return -1;
 		}
 	}
@@ -1043,8 +1056,9 @@ static void tcp_rx(struct fr_tp_conn *c)
 				tcp_conn_fail(c, FR_EPEER,
 					      "peer closed the connection");
 			else
-				tcp_conn_fail(c, FR_EPEER,
-					      "peer closed the connection in the middle of a message");
+				tcp_conn_fail(
+					c, FR_EPEER,
+					"peer closed the connection in the middle of a message");
 			return;
 		}
 		budget -= FR_MIN((size_t)n, budget);
@@ -1231,8 +1245,10 @@ static int tcp_open(const struct fr_tp_params *params, struct fr_tp **out,
 		return FR_EINVAL;
 	}
 	if (tcp_local_addr(p.local_ip, &sa, &salen)) {
-		tcp_open_err(&p, "tcp: local address '%s' is not a numeric IP address",
-			     p.local_ip);
+		tcp_open_err(
+			&p,
+			"tcp: local address '%s' is not a numeric IP address",
+			p.local_ip);
 		return FR_EINVAL;
 	}
 
@@ -1243,13 +1259,14 @@ static int tcp_open(const struct fr_tp_params *params, struct fr_tp **out,
 	}
 	tp->rank = p.rank;
 	tp->nonce = p.job_nonce;
-	tp->timeout_ms = p.timeout_ms > 0 ? p.timeout_ms : TCP_DEFAULT_TIMEOUT_MS;
-	tp->sq_depth = p.sq_depth ? (unsigned int)p.sq_depth :
-				    TCP_DEFAULT_SQ_DEPTH;
+	tp->timeout_ms =
+		p.timeout_ms > 0 ? p.timeout_ms : TCP_DEFAULT_TIMEOUT_MS;
+	tp->sq_depth =
+		p.sq_depth ? (unsigned int)p.sq_depth : TCP_DEFAULT_SQ_DEPTH;
 
 	rc = FR_ESYS;
-	tp->lfd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-			 0);
+	tp->lfd = socket(sa.ss_family,
+			 SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (tp->lfd < 0) {
 		tcp_open_err(&p, "tcp: socket: %s", strerror(errno));
 		goto err_socket;
@@ -1257,7 +1274,8 @@ static int tcp_open(const struct fr_tp_params *params, struct fr_tp **out,
 	if (bind(tp->lfd, (struct sockaddr *)&sa, salen) ||
 	    listen(tp->lfd, SOMAXCONN)) {
 		tcp_open_err(&p, "tcp: cannot listen on %s: %s",
-			     p.local_ip ? p.local_ip : "0.0.0.0", strerror(errno));
+			     p.local_ip ? p.local_ip : "0.0.0.0",
+			     strerror(errno));
 		goto err_listen;
 	}
 	salen = sizeof(sa);
@@ -1369,7 +1387,8 @@ static int tcp_connect_done(struct fr_tp_conn *c)
 static int tcp_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
 		       struct fr_tp_mr **out)
 {
-	const int all = FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE;
+	const int all =
+		FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE;
 	struct tcp_region *regions;
 	struct fr_tp_mr *mr;
 	uint32_t id, i, cap;
@@ -1423,9 +1442,10 @@ static int tcp_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
 		if (c->state == TCP_UP && c->rx_state == TCP_RX_DATA &&
 		    c->rx_done < c->rx_len && c->rx_region == mr->id &&
 		    c->rx_gen == mr->gen)
-			tcp_conn_fail(c, FR_ERANGE,
-				      "region %u deregistered while a write into it was arriving",
-				      mr->id);
+			tcp_conn_fail(
+				c, FR_ERANGE,
+				"region %u deregistered while a write into it was arriving",
+				mr->id);
 	tp->regions[mr->id].mr = NULL;
 	tp->regions[mr->id].gen = tcp_gen_next(mr->gen);
 	free(mr);
@@ -1609,9 +1629,9 @@ static int tcp_wait(struct fr_tp *tp, int timeout_ms)
 		}
 		/* Handshakes have deadlines and retries: wake for them. */
 		if (c->state != TCP_UP) {
-			due = c->state == TCP_RETRY ?
-				      FR_MIN(c->retry_ms, c->deadline_ms) :
-				      c->deadline_ms;
+			due = c->state == TCP_RETRY
+				      ? FR_MIN(c->retry_ms, c->deadline_ms)
+				      : c->deadline_ms;
 			due = due > now ? due - now : 0;
 			if (due > INT_MAX)
 				due = INT_MAX;

@@ -806,6 +806,12 @@ static void verbs_start_connect(struct fr_tp_conn *c)
 	}
 	/* Leave through the device we registered memory on. */
 	verbs_sa_set_port(&src, 0);
+	/* A link-local peer is reached through our own interface; the scope
+	 * id in its blob is its interface index, meaningless here. */
+	if (c->dst.ss_family == AF_INET6 && src.ss_family == AF_INET6 &&
+	    IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)&c->dst)->sin6_addr))
+		((struct sockaddr_in6 *)&c->dst)->sin6_scope_id =
+			((struct sockaddr_in6 *)&src)->sin6_scope_id;
 	if (rdma_resolve_addr(c->id, (struct sockaddr *)&src,
 			      (struct sockaddr *)&c->dst,
 			      verbs_resolve_ms(c))) {
@@ -1107,6 +1113,11 @@ static void verbs_cm_event(struct fr_tp *tp, enum rdma_cm_event_type type,
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 		verbs_conn_fail(c, FR_ENODEV, "the RDMA device was removed");
+		if (!tp->fatal) {
+			tp->fatal = FR_ENODEV;
+			verbs_seterr(tp, FR_LOG_ERROR,
+				     "the RDMA device was removed");
+		}
 		break;
 	default:
 		fr_dbg("verbs: rank %d: %s on the connection with rank %d",
@@ -1198,10 +1209,25 @@ static void verbs_sweep(struct fr_tp *tp)
 	}
 }
 
+static int verbs_cq_drain(struct fr_tp *tp);
+static void verbs_apply_peer_gone(struct fr_tp *tp);
+
+/*
+ * Establishment progress for accept() and connect_done(); poll() does the
+ * same and more.  A peer's DISCONNECTED is applied here too (after a CQ
+ * drain, as in poll()), so that wait() has nothing owed to spin on.
+ */
 static void verbs_progress(struct fr_tp *tp)
 {
+	struct fr_tp_conn *c;
+
 	verbs_cm_drain(tp);
 	verbs_timers(tp);
+	for (c = tp->conns; c; c = c->next)
+		if (c->peer_gone)
+			break;
+	if (c && verbs_cq_drain(tp) >= 0)
+		verbs_apply_peer_gone(tp);
 	verbs_sweep(tp);
 }
 
@@ -1300,14 +1326,11 @@ static void verbs_wc_send(struct fr_tp_conn *c, const struct ibv_wc *wc)
 	}
 	st = wc->status == IBV_WC_WR_FLUSH_ERR ? FR_EPEER :
 						 verbs_wc_status(wc->status);
-	if (c->state != VERBS_FAILED) {
-		if (wc->status != IBV_WC_WR_FLUSH_ERR)
-			fr_warn("verbs: rank %d: write to rank %d failed: %s (vendor error 0x%x)",
-				c->tp->rank, c->peer,
-				ibv_wc_status_str(wc->status), wc->vendor_err);
-		verbs_conn_fail(c, st, "write to rank %d failed: %s", c->peer,
-				ibv_wc_status_str(wc->status));
-	}
+	if (c->state != VERBS_FAILED)
+		verbs_conn_fail(c, st,
+				"write to rank %d failed: %s (vendor error 0x%x)",
+				c->peer, ibv_wc_status_str(wc->status),
+				wc->vendor_err);
 	verbs_sq_retire(c, s, st);
 }
 
@@ -2115,8 +2138,14 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 	rc = FR_ESYS;
 	tp->pd = ibv_alloc_pd(tp->lid->verbs);
 	if (!tp->pd) {
-		verbs_msg(p.errbuf, p.errlen, "verbs: ibv_alloc_pd: %s",
-			  strerror(errno));
+		/* librdmacm opens each device once per process; a child forked
+		 * after that inherits the parent's context, which the kernel
+		 * refuses to serve to another process. */
+		verbs_msg(p.errbuf, p.errlen, "verbs: ibv_alloc_pd: %s%s",
+			  strerror(errno),
+			  errno == EACCES ?
+				  " (this process was forked after its parent had opened the RDMA device through librdmacm; RDMA contexts do not survive fork(): exec a new program)" :
+				  "");
 		goto err_pd;
 	}
 	tp->cc = ibv_create_comp_channel(tp->lid->verbs);
@@ -2394,9 +2423,17 @@ static int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 		return c->was_up ? FR_EPEER : c->error;
 	if (c->state != VERBS_UP)
 		return FR_EAGAIN;
-	/* One SGE, and the RECV completion reports 32 bits. */
-	if (len > UINT32_MAX || len > tp->max_msg)
+	/*
+	 * One message: the RECV completion reports the length of one WR,
+	 * so a write cannot be split into several, and the port caps a
+	 * message at max_msg_sz.
+	 */
+	if (len > UINT32_MAX || len > tp->max_msg) {
+		verbs_seterr(tp, FR_LOG_WARN,
+			     "a write of %zu bytes exceeds the port's maximum message size of %u bytes",
+			     len, tp->max_msg);
 		return FR_EINVAL;
+	}
 	if (len) {
 		if (!lmr || !rkey || lmr->tp != tp || !lmr->mr ||
 		    rkey->d != VERBS_RKEY_TAG)

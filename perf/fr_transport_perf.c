@@ -554,7 +554,7 @@ out:
 static int server_lat(struct ep *e, size_t size, uint64_t iters)
 {
 	struct fr_tp_cqe cqe[CQE_BATCH];
-	uint64_t i = 0;
+	uint64_t i = 0, sent = 0, deadline;
 	int n, rc;
 
 	while (i < iters) {
@@ -562,6 +562,8 @@ static int server_lat(struct ep *e, size_t size, uint64_t iters)
 		if (n < 0)
 			return n;
 		for (int k = 0; k < n; k++) {
+			if (cqe[k].kind == FR_CQE_SEND)
+				sent++;
 			if (cqe[k].kind != FR_CQE_RECV)
 				continue;
 			if (cqe[k].len != size ||
@@ -576,6 +578,24 @@ static int server_lat(struct ep *e, size_t size, uint64_t iters)
 				return rc;
 			i++;
 		}
+	}
+	/*
+	 * Over TCP bytes move only inside poll(): keep polling until the last
+	 * reply has left, or it may never reach the client.  The client may
+	 * close as soon as it has it, so a failure now is no error.
+	 */
+	deadline = pc_now_ns() + (uint64_t)e->timeout_ms * 1000000u;
+	while (sent < iters && pc_now_ns() < deadline) {
+		n = e->ops->poll(e->tp, cqe, CQE_BATCH);
+		if (n < 0)
+			break;
+		for (int k = 0; k < n; k++)
+			if (cqe[k].kind == FR_CQE_SEND && !cqe[k].status)
+				sent++;
+			else if (cqe[k].status)
+				return 0;
+		if (!n)
+			e->ops->wait(e->tp, 10);
 	}
 	return 0;
 }

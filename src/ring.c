@@ -103,6 +103,7 @@ void fr_ctrl_encode(const struct fr_ctrl *m, uint8_t *b)
 	b[28] = m->dtype;
 	b[29] = m->op;
 	b[30] = m->keylen;
+	b[31] = m->credits;
 	fr_put_le32(b + 32, m->mem_id);
 	fr_put_le64(b + 36, m->dest_off);
 	memcpy(b + 44, m->key, FR_TP_RKEY_MAX);
@@ -122,11 +123,13 @@ int fr_ctrl_decode(const uint8_t *b, struct fr_ctrl *m)
 	m->dtype = b[28];
 	m->op = b[29];
 	m->keylen = b[30];
+	m->credits = b[31];
 	m->mem_id = fr_get_le32(b + 32);
 	m->dest_off = fr_get_le64(b + 36);
 	memcpy(m->key, b + 44, FR_TP_RKEY_MAX);
 	if (m->type < FR_CTRL_READY || m->type > FR_CTRL_BYE ||
-	    m->has_key > 1 || m->keylen > FR_TP_RKEY_MAX)
+	    m->has_key > 1 || m->keylen > FR_TP_RKEY_MAX ||
+	    m->credits > FR_MAX_SLOTS)
 		return FR_EPROTO;
 	return 0;
 }
@@ -382,8 +385,7 @@ bool fr_ring_done(const struct fr_request *req)
 
 	return st && st->ready_prev && st->ready_next && cur_done(st, RS_SEND) &&
 	       cur_done(st, RS_RECV) && cur_done(st, AG_SEND) &&
-	       cur_done(st, AG_RECV) && req->comm->outstanding == 0 &&
-	       req->comm->credits_owed == 0;
+	       cur_done(st, AG_RECV) && req->comm->outstanding == 0;
 }
 
 const char *fr_ring_waiting_on(const struct fr_comm *comm,
@@ -413,6 +415,8 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 	uint32_t slot = 0;
 	int rc;
 
+	if (!to_next)
+		m.credits = (uint8_t)comm->credits_owed;
 	/* The previous rank writes the all-gather into our recvbuf. */
 	if (!to_next && st->rmem) {
 		m.mem_id = st->rmem->id;
@@ -432,6 +436,7 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 	rc = ctrl_send(comm, peer, to_next, &m);
 	if (rc)
 		return rc;
+	comm->credits_owed -= to_next ? 0 : m.credits;
 	if (m.has_key) {
 		peer->rkey_sent[slot] = st->rmem->id;
 		comm->stats.rkeys_sent++;
@@ -443,7 +448,14 @@ int fr_ring_flush_credits(struct fr_comm *comm, bool *did_work)
 {
 	int rc;
 
-	if (!comm->credits_owed)
+	/*
+	 * Few credits owed ride on our next READY to prev instead of a
+	 * message of their own (small collectives then send one message
+	 * less); prev still holds more than half its slots meanwhile, so
+	 * it is never held up by them.
+	 */
+	if (!comm->credits_owed ||
+	    comm->credits_owed < FR_MAX(comm->slots / 2, 1))
 		return 0;
 	rc = comm->tp_ops->write_imm(comm->prev.conn, NULL, 0, NULL, 0, 0,
 				     FR_IMM(FR_IMM_CREDIT,
@@ -664,7 +676,15 @@ static int on_ctrl(struct fr_comm *comm, struct fr_peer *peer, bool from_next,
 		peer->bye = true;
 		return 0;
 	}
-	/* Keys are cached on arrival, whichever collective they are for. */
+	/* Credits and keys count on arrival, whichever collective the
+	 * READY is for. */
+	if (m.credits) {
+		comm->credits += m.credits;
+		if (!from_next || comm->credits > comm->slots)
+			return fr_comm_fail(comm, FR_EPROTO,
+					    "rank %d: rank %d returned more staging credits than it had",
+					    comm->rank, peer->rank);
+	}
 	if (m.has_key) {
 		uint32_t ks = m.mem_id % FR_RKEY_CACHE;
 		int rc;

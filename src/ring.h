@@ -84,6 +84,7 @@ struct fr_ctrl {
 	uint64_t count;    /* READY */
 	uint8_t dtype, op; /* READY */
 	uint8_t keylen;
+	uint8_t credits;   /* READY to prev: staging slots freed */
 	uint32_t mem_id;   /* READY: our receive buffer's registration */
 	uint64_t dest_off; /* READY: its offset in the registration */
 	uint8_t key[FR_TP_RKEY_MAX];

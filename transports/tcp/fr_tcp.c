@@ -173,6 +173,7 @@ struct fr_tp_conn {
 	bool err_owed; /* its error completion is not in the ring yet */
 	bool ep_added; /* fd is in the epoll set, with ep_events */
 	uint32_t ep_events;
+	bool readable; /* epoll said so in this progress pass */
 
 	/* establishment */
 	struct sockaddr_storage sa;
@@ -1007,8 +1008,9 @@ static int tcp_rx_header(struct fr_tp_conn *c)
 static void tcp_rx(struct fr_tp_conn *c)
 {
 	struct fr_tp *tp = c->tp;
-	size_t budget = TCP_RX_BUDGET, take;
+	size_t budget = TCP_RX_BUDGET, take, want;
 	struct iovec iov[2];
+	bool drained = false;
 	int niov;
 	ssize_t n;
 
@@ -1028,7 +1030,9 @@ static void tcp_rx(struct fr_tp_conn *c)
 			c->rx_state = TCP_RX_HDR;
 			continue;
 		}
-		if (!budget)
+		/* A short read emptied the socket: another would only say
+		 * EAGAIN (epoll tells us when more arrives). */
+		if (!budget || drained)
 			return;
 		if (c->rx_state == TCP_RX_DATA) {
 			iov[0].iov_base = c->rx_dst + c->rx_done;
@@ -1061,6 +1065,8 @@ static void tcp_rx(struct fr_tp_conn *c)
 					"peer closed the connection in the middle of a message");
 			return;
 		}
+		want = iov[0].iov_len + (niov > 1 ? iov[1].iov_len : 0);
+		drained = (size_t)n < want;
 		budget -= FR_MIN((size_t)n, budget);
 		if (c->rx_state == TCP_RX_DATA) {
 			take = FR_MIN((size_t)n, c->rx_len - c->rx_done);
@@ -1073,12 +1079,58 @@ static void tcp_rx(struct fr_tp_conn *c)
 }
 
 /* Everything non-blocking, on every connection. */
+static uint32_t tcp_want_events(const struct fr_tp_conn *c);
+static int tcp_arm(struct fr_tp_conn *c, uint32_t want);
+
+/* Bytes already read that tcp_rx() has not finished with. */
+static bool tcp_rx_buffered(const struct fr_tp_conn *c)
+{
+	return (c->rx_state == TCP_RX_HDR && c->rx_off == TCP_HDR_LEN) ||
+	       (c->rx_state == TCP_RX_DATA && c->rx_done == c->rx_len);
+}
+
+/*
+ * Ask epoll (without blocking) which sockets have news, so that an idle
+ * connection or listener costs no system call per poll: a read or accept
+ * that would only say EAGAIN costs microseconds, and the small-message
+ * latency of a collective is a handful of polls.
+ */
+static bool tcp_collect_ready(struct fr_tp *tp)
+{
+	struct epoll_event ev[64];
+	struct fr_tp_conn *c;
+	bool listener = false;
+	int n;
+
+	for (c = tp->conns; c; c = c->next) {
+		c->readable = false;
+		if (c->state == TCP_UP && c->owned)
+			tcp_arm(c, tcp_want_events(c));
+	}
+	n = epoll_wait(tp->epfd, ev, (int)FR_ARRAY_SIZE(ev), 0);
+	if (n < 0 || n == (int)FR_ARRAY_SIZE(ev)) {
+		/* Unsure: look at everything. */
+		for (c = tp->conns; c; c = c->next)
+			c->readable = true;
+		return true;
+	}
+	for (int i = 0; i < n; i++) {
+		c = ev[i].data.ptr;
+		if (!c)
+			listener = true;
+		else if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+			c->readable = true;
+	}
+	return listener;
+}
+
 static void tcp_progress(struct fr_tp *tp)
 {
 	struct fr_tp_conn *c, *next;
 	uint64_t now = fr_now_ms();
 
-	tcp_accept_new(tp, now);
+	if (tcp_collect_ready(tp))
+		tcp_accept_new(tp, now);
 	for (c = tp->conns; c; c = next) {
 		next = c->next;
 		switch (c->state) {
@@ -1091,9 +1143,11 @@ static void tcp_progress(struct fr_tp *tp)
 			tcp_greet_progress(c, now);
 			break;
 		case TCP_UP:
-			tcp_tx(c);
+			if (c->sq_count || c->hs_out_off < c->hs_out_len)
+				tcp_tx(c);
 			/* Parked connections are read only once accepted. */
-			if (c->owned && c->state == TCP_UP)
+			if (c->owned && c->state == TCP_UP &&
+			    (c->readable || tcp_rx_buffered(c)))
 				tcp_rx(c);
 			break;
 		case TCP_FAILED:

@@ -81,6 +81,14 @@
  *     CQ (ibv_resize_cq when it would not fit), so the CQ cannot overflow.
  *     A destroyed QP's reservation is kept until the CQ has been seen
  *     empty, because its completions may still sit in the CQ.
+ *   - Limits: a write is one message, so at most the port's max_msg_sz
+ *     (8 MiB on rxe, 1-2 GiB on ConnectX; FR_EINVAL beyond): the RECV
+ *     completion reports the length of a single WR, so a write cannot be
+ *     split.  fork(): librdmacm opens each device once per process, and a
+ *     child forked after its parent opened an endpoint inherits that
+ *     context, which the kernel will not serve to it (rxe rings its send
+ *     doorbell with a write(): EACCES, reported with a hint); such a child
+ *     must exec a new program.
  *
  * Wire formats (all integers little-endian)
  *
@@ -188,7 +196,7 @@
 struct fr_tp_mr {
 	struct fr_tp *tp;
 	struct fr_tp_mr *prev, *next; /* tp->mrs */
-	struct ibv_mr *mr;            /* NULL for an empty region */
+	struct ibv_mr *mr;	      /* NULL for an empty region */
 	uint8_t *base;
 	size_t len;
 	unsigned int inflight; /* posted writes still reading from it */
@@ -198,7 +206,7 @@ struct fr_tp_mr {
 struct verbs_sqe {
 	uint64_t ctx;
 	struct fr_tp_mr *mr; /* NULL once it no longer reads it */
-	bool user;           /* a write_imm(); false: a fence */
+	bool user;	     /* a write_imm(); false: a fence */
 };
 
 /* A receive completion held back until accept() hands the conn out. */
@@ -207,32 +215,32 @@ struct verbs_held {
 };
 
 enum verbs_state {
-	VERBS_RETRY,      /* outgoing: waiting for the next attempt */
-	VERBS_ADDR,       /* outgoing: resolving the address */
-	VERBS_ROUTE,      /* outgoing: resolving the route */
+	VERBS_RETRY,	  /* outgoing: waiting for the next attempt */
+	VERBS_ADDR,	  /* outgoing: resolving the address */
+	VERBS_ROUTE,	  /* outgoing: resolving the route */
 	VERBS_CONNECTING, /* outgoing: request sent, awaiting the reply */
 	VERBS_ACCEPTING,  /* incoming: accepted, awaiting ESTABLISHED */
-	VERBS_UP,         /* established */
-	VERBS_FAILED,     /* dead; completions may still be owed */
+	VERBS_UP,	  /* established */
+	VERBS_FAILED,	  /* dead; completions may still be owed */
 };
 
 struct fr_tp_conn {
 	struct fr_tp *tp;
 	struct fr_tp_conn *prev, *next; /* tp->conns */
-	uint32_t slot;                  /* in tp->slots, for wr_id */
-	uint32_t gen;                   /* of the slot, for wr_id */
+	uint32_t slot;			/* in tp->slots, for wr_id */
+	uint32_t gen;			/* of the slot, for wr_id */
 	struct rdma_cm_id *id;
 	struct ibv_qp *qp; /* id->qp while it exists */
 	int peer;
 	enum verbs_state state;
 	bool incoming;
-	bool owned;        /* the caller holds it (from connect or accept) */
-	int error;         /* why it failed */
-	bool was_up;       /* it failed after being established */
-	bool err_owed;     /* its error FR_CQE_RECV is not in the ring yet */
-	bool synth;        /* no flush will come: complete the ring ourselves */
+	bool owned;	   /* the caller holds it (from connect or accept) */
+	int error;	   /* why it failed */
+	bool was_up;	   /* it failed after being established */
+	bool err_owed;	   /* its error FR_CQE_RECV is not in the ring yet */
+	bool synth;	   /* no flush will come: complete the ring ourselves */
 	bool disconnected; /* rdma_disconnect() was called */
-	bool peer_gone;    /* DISCONNECTED seen, applied after the CQ drain */
+	bool peer_gone;	   /* DISCONNECTED seen, applied after the CQ drain */
 
 	/* establishment */
 	struct sockaddr_storage dst;
@@ -264,8 +272,8 @@ struct fr_tp {
 	unsigned int sq_depth; /* writes in flight per QP */
 	unsigned int sq_cap;   /* ring and HW send queue size */
 	unsigned int rq_depth; /* receives posted per QP */
-	bool spin;             /* FR_POLL=spin: wait() never blocks */
-	int fatal;             /* the endpoint itself failed */
+	bool spin;	       /* FR_POLL=spin: wait() never blocks */
+	int fatal;	       /* the endpoint itself failed */
 
 	struct rdma_event_channel *ec;
 	struct rdma_cm_id *lid; /* listening */
@@ -274,7 +282,7 @@ struct fr_tp {
 	struct ibv_cq *cq;
 	int cq_size;
 	int max_cqe;
-	unsigned int cq_need;   /* reserved by live QPs */
+	unsigned int cq_need;	/* reserved by live QPs */
 	unsigned int cq_linger; /* reserved by destroyed QPs */
 	unsigned int cq_unacked;
 	uint32_t max_msg;
@@ -321,9 +329,8 @@ static const char *verbs_sa_str(const struct sockaddr *sa, char *buf,
 				size_t size)
 {
 	char host[INET6_ADDRSTRLEN + 16], serv[8];
-	socklen_t len = sa->sa_family == AF_INET6 ?
-				sizeof(struct sockaddr_in6) :
-				sizeof(struct sockaddr_in);
+	socklen_t len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+						  : sizeof(struct sockaddr_in);
 
 	if (getnameinfo(sa, len, host, sizeof(host), serv, sizeof(serv),
 			NI_NUMERICHOST | NI_NUMERICSERV))
@@ -354,10 +361,26 @@ static int verbs_nonblock(int fd)
 
 static bool verbs_v4mapped(const uint8_t *raw)
 {
-	static const uint8_t prefix[12] = { 0, 0, 0, 0, 0, 0,
-					    0, 0, 0, 0, 0xff, 0xff };
+	static const uint8_t prefix[12] = {0, 0, 0, 0, 0,    0,
+					   0, 0, 0, 0, 0xff, 0xff};
 
 	return !memcmp(raw, prefix, sizeof(prefix));
+}
+
+/*
+ * strerror(), plus the likely cause of EACCES: librdmacm opens each device
+ * once per process, and a child forked after that inherits the parent's
+ * context, whose write()-based commands (rxe rings its send doorbell that
+ * way) the kernel refuses to any other process.
+ */
+static const char *verbs_strerror(int e, char *buf, size_t len)
+{
+	snprintf(
+		buf, len, "%s%s", strerror(e),
+		e == EACCES
+			? " (RDMA device contexts do not survive fork(): a child forked after its parent opened the device must exec a new program)"
+			: "");
+	return buf;
 }
 
 /* "PORT_ACTIVE" -> "ACTIVE" */
@@ -380,7 +403,7 @@ static int verbs_wc_status(enum ibv_wc_status s)
 	}
 }
 
-/* ---- completion ring ------------------------------------------------------ */
+/* ---- completion ring ----------------------------------------------------- */
 
 static unsigned int verbs_ring_room(const struct fr_tp *tp)
 {
@@ -421,10 +444,9 @@ static void verbs_ring_purge(struct fr_tp *tp, const struct fr_tp_conn *c)
 	tp->ring_count = j;
 }
 
-/* ---- connections: life cycle ---------------------------------------------- */
+/* ---- connections: life cycle --------------------------------------------- */
 
-static uint64_t verbs_wrid(const struct fr_tp_conn *c, bool recv,
-			   uint32_t seq)
+static uint64_t verbs_wrid(const struct fr_tp_conn *c, bool recv, uint32_t seq)
 {
 	return (uint64_t)c->slot << 48 | (uint64_t)(c->gen & 0x7fff) << 33 |
 	       (recv ? VERBS_WRID_RECV : 0) | seq;
@@ -454,7 +476,8 @@ static int verbs_slot_get(struct fr_tp *tp, struct fr_tp_conn *c)
 		tp->slot_gen = gens;
 		memset(slots + tp->nslots, 0,
 		       (cap - tp->nslots) * sizeof(*slots));
-		memset(gens + tp->nslots, 0, (cap - tp->nslots) * sizeof(*gens));
+		memset(gens + tp->nslots, 0,
+		       (cap - tp->nslots) * sizeof(*gens));
 		tp->nslots = cap;
 	}
 	/* A new generation per use: completions of the slot's previous
@@ -614,9 +637,9 @@ verbs_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
 	/* A peer breaking the rules on a live connection deserves a
 	 * warning; the rest is reported by whoever gets the error code. */
 	verbs_seterr(c->tp,
-		     up && c->owned && (err == FR_ERANGE || err == FR_EPROTO) ?
-			     FR_LOG_WARN :
-			     FR_LOG_DEBUG,
+		     up && c->owned && (err == FR_ERANGE || err == FR_EPROTO)
+			     ? FR_LOG_WARN
+			     : FR_LOG_DEBUG,
 		     "connection %s rank %d: %s", c->incoming ? "from" : "to",
 		     c->peer, msg);
 	c->state = VERBS_FAILED;
@@ -630,7 +653,7 @@ verbs_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
 		verbs_drop_id(c);
 }
 
-/* ---- memory in the CQ -------------------------------------------------------- */
+/* ---- memory in the CQ ---------------------------------------------------- */
 
 /* Make room in the shared CQ for a QP of `need` entries. */
 static int verbs_cq_reserve(struct fr_tp *tp, unsigned int need)
@@ -643,9 +666,10 @@ static int verbs_cq_reserve(struct fr_tp *tp, unsigned int need)
 	size = FR_MAX(want, (unsigned long)tp->cq_size * 2);
 	size = FR_MIN(size, (unsigned long)tp->max_cqe);
 	if (size < want) {
-		verbs_seterr(tp, FR_LOG_WARN,
-			     "the completion queue cannot grow to %lu entries (device limit %d): too many connections",
-			     want, tp->max_cqe);
+		verbs_seterr(
+			tp, FR_LOG_WARN,
+			"the completion queue cannot grow to %lu entries (device limit %d): too many connections",
+			want, tp->max_cqe);
 		return FR_ENOMEM;
 	}
 	if (ibv_resize_cq(tp->cq, (int)size)) {
@@ -658,7 +682,7 @@ static int verbs_cq_reserve(struct fr_tp *tp, unsigned int need)
 	return 0;
 }
 
-/* ---- queue pairs -------------------------------------------------------------- */
+/* ---- queue pairs --------------------------------------------------------- */
 
 /* Post n zero-length receives: each takes one write-with-immediate. */
 static int verbs_post_recvs(struct fr_tp_conn *c, unsigned int n)
@@ -696,12 +720,13 @@ static int verbs_qp_create(struct fr_tp_conn *c)
 	int rc, inl;
 
 	if (c->id->verbs != tp->pd->context) {
-		verbs_seterr(tp, FR_LOG_WARN,
-			     "connection with rank %d runs over device %s, not %s where our memory is registered",
-			     c->peer,
-			     c->id->verbs ? ibv_get_device_name(c->id->verbs->device) :
-					    "?",
-			     ibv_get_device_name(tp->pd->context->device));
+		verbs_seterr(
+			tp, FR_LOG_WARN,
+			"connection with rank %d runs over device %s, not %s where our memory is registered",
+			c->peer,
+			c->id->verbs ? ibv_get_device_name(c->id->verbs->device)
+				     : "?",
+			ibv_get_device_name(tp->pd->context->device));
 		return FR_ENODEV;
 	}
 	rc = verbs_cq_reserve(tp, need);
@@ -722,10 +747,15 @@ static int verbs_qp_create(struct fr_tp_conn *c)
 			break;
 		/* A device that cannot inline: send from registered memory. */
 		if (!inl) {
-			verbs_seterr(tp, FR_LOG_WARN,
-				     "rdma_create_qp (%u send, %u receive WRs): %s",
-				     tp->sq_cap, tp->rq_depth, strerror(errno));
-			return errno == ENOMEM ? FR_ENOMEM : FR_ESYS;
+			int e = errno;
+			char why[192];
+
+			verbs_seterr(
+				tp, FR_LOG_WARN,
+				"rdma_create_qp (%u send, %u receive WRs): %s",
+				tp->sq_cap, tp->rq_depth,
+				verbs_strerror(e, why, sizeof(why)));
+			return e == ENOMEM ? FR_ENOMEM : FR_ESYS;
 		}
 	}
 	c->qp = c->id->qp;
@@ -741,14 +771,15 @@ static int verbs_qp_create(struct fr_tp_conn *c)
 	c->unsignaled = 0;
 	rc = verbs_post_recvs(c, tp->rq_depth);
 	if (rc) {
-		verbs_seterr(tp, FR_LOG_WARN, "ibv_post_recv: %s", strerror(rc));
+		verbs_seterr(tp, FR_LOG_WARN, "ibv_post_recv: %s",
+			     strerror(rc));
 		verbs_drop_qp(c);
 		return FR_ESYS;
 	}
 	return 0;
 }
 
-/* ---- establishment ------------------------------------------------------------ */
+/* ---- establishment ------------------------------------------------------- */
 
 static void verbs_put_reply(uint8_t *b, int kind, int32_t value)
 {
@@ -883,14 +914,16 @@ static void verbs_on_established(struct fr_tp_conn *c, const uint8_t *pd,
 	if (pdlen < VERBS_REPLY_LEN || fr_get_le32(pd) != VERBS_MAGIC ||
 	    fr_get_le16(pd + 6) != VERBS_KIND_ACCEPT) {
 		verbs_conn_fail(c, FR_EPROTO,
-				"%s accepted without a fastreduce reply", where);
+				"%s accepted without a fastreduce reply",
+				where);
 		return;
 	}
 	rank = (int32_t)fr_get_le32(pd + 8);
 	if (fr_get_le16(pd + 4) != VERBS_VERSION || rank != c->peer) {
-		verbs_conn_fail(c, FR_EPROTO,
-				"%s answered as rank %d (protocol version %u), expected rank %d",
-				where, rank, fr_get_le16(pd + 4), c->peer);
+		verbs_conn_fail(
+			c, FR_EPROTO,
+			"%s answered as rank %d (protocol version %u), expected rank %d",
+			where, rank, fr_get_le16(pd + 4), c->peer);
 		return;
 	}
 	c->state = VERBS_UP;
@@ -912,12 +945,12 @@ static void verbs_on_rejected(struct fr_tp_conn *c, int status,
 		st = (int32_t)fr_get_le32(pd + 8);
 		if (st != FR_EAUTH && st != FR_EBUSY && st != FR_EPROTO)
 			st = FR_EPROTO;
-		verbs_conn_fail(c, st, "rank %d refused the connection: %s",
-				c->peer,
-				st == FR_EAUTH ? "wrong job nonce" :
-				st == FR_EBUSY ?
-						 "it already has a connection from this rank" :
-						 "protocol mismatch");
+		verbs_conn_fail(
+			c, st, "rank %d refused the connection: %s", c->peer,
+			st == FR_EAUTH ? "wrong job nonce"
+			: st == FR_EBUSY
+				? "it already has a connection from this rank"
+				: "protocol mismatch");
 		return;
 	}
 	verbs_retry(c, "rejected (reason %d)", status);
@@ -1034,8 +1067,8 @@ static void verbs_on_request(struct fr_tp *tp, struct rdma_cm_id *id,
 		verbs_conn_fail(c, FR_ESYS, "rdma_accept: %s", strerror(errno));
 		return;
 	}
-	fr_dbg("verbs: rank %d: accepting a connection from rank %d",
-	       tp->rank, rank);
+	fr_dbg("verbs: rank %d: accepting a connection from rank %d", tp->rank,
+	       rank);
 }
 
 static void verbs_on_disconnected(struct fr_tp_conn *c)
@@ -1063,8 +1096,8 @@ static void verbs_on_disconnected(struct fr_tp_conn *c)
 
 /* One cm event, already acknowledged (pd is a copy of its private data). */
 static void verbs_cm_event(struct fr_tp *tp, enum rdma_cm_event_type type,
-			   int status, struct rdma_cm_id *id,
-			   const uint8_t *pd, size_t pdlen)
+			   int status, struct rdma_cm_id *id, const uint8_t *pd,
+			   size_t pdlen)
 {
 	struct fr_tp_conn *c;
 
@@ -1184,10 +1217,11 @@ static void verbs_timers(struct fr_tp *tp)
 			}
 			verbs_sa_str((struct sockaddr *)&c->dst, where,
 				     sizeof(where));
-			verbs_conn_fail(c, FR_ETIMEDOUT,
-					"could not connect to rank %d at %s within %d ms%s%s",
-					c->peer, where, c->tp->timeout_ms,
-					c->why[0] ? ": " : "", c->why);
+			verbs_conn_fail(
+				c, FR_ETIMEDOUT,
+				"could not connect to rank %d at %s within %d ms%s%s",
+				c->peer, where, c->tp->timeout_ms,
+				c->why[0] ? ": " : "", c->why);
 			continue;
 		}
 		if (c->state == VERBS_RETRY && now >= c->retry_ms)
@@ -1231,7 +1265,7 @@ static void verbs_progress(struct fr_tp *tp)
 	verbs_sweep(tp);
 }
 
-/* ---- data path: completions ------------------------------------------------------ */
+/* ---- data path: completions ---------------------------------------------- */
 
 /* Retire the ring up to seq s: the writes before it completed without
  * error (RC completes in order), s itself with `status`. */
@@ -1248,8 +1282,8 @@ static void verbs_sq_retire(struct fr_tp_conn *c, uint64_t s, int status)
 		}
 		if (e->user) {
 			verbs_ring_push(tp, FR_CQE_SEND,
-					c->sq_head == s ? status : 0, c,
-					e->ctx, 0, 0);
+					c->sq_head == s ? status : 0, c, e->ctx,
+					0, 0);
 			c->user_inflight--;
 		}
 		c->sq_head++;
@@ -1283,18 +1317,19 @@ static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 		st = verbs_wc_status(wc->status);
 		/* This completion becomes the one error the caller is owed
 		 * (after any held receives, which came first). */
-		verbs_conn_fail(c, st,
-				"receive from rank %d failed: %s (vendor error 0x%x)",
-				c->peer, ibv_wc_status_str(wc->status),
-				wc->vendor_err);
+		verbs_conn_fail(
+			c, st,
+			"receive from rank %d failed: %s (vendor error 0x%x)",
+			c->peer, ibv_wc_status_str(wc->status), wc->vendor_err);
 		return;
 	}
 	if (c->state == VERBS_FAILED)
 		return; /* landed before the failure; nobody reads it now */
 	if (wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
-		verbs_conn_fail(c, FR_EPROTO,
-				"rank %d sent a message that is not a write with immediate (opcode %d)",
-				c->peer, (int)wc->opcode);
+		verbs_conn_fail(
+			c, FR_EPROTO,
+			"rank %d sent a message that is not a write with immediate (opcode %d)",
+			c->peer, (int)wc->opcode);
 		return;
 	}
 	/* Held back until accept(), and behind older held ones. */
@@ -1324,13 +1359,13 @@ static void verbs_wc_send(struct fr_tp_conn *c, const struct ibv_wc *wc)
 		verbs_sq_retire(c, s, 0);
 		return;
 	}
-	st = wc->status == IBV_WC_WR_FLUSH_ERR ? FR_EPEER :
-						 verbs_wc_status(wc->status);
+	st = wc->status == IBV_WC_WR_FLUSH_ERR ? FR_EPEER
+					       : verbs_wc_status(wc->status);
 	if (c->state != VERBS_FAILED)
-		verbs_conn_fail(c, st,
-				"write to rank %d failed: %s (vendor error 0x%x)",
-				c->peer, ibv_wc_status_str(wc->status),
-				wc->vendor_err);
+		verbs_conn_fail(
+			c, st,
+			"write to rank %d failed: %s (vendor error 0x%x)",
+			c->peer, ibv_wc_status_str(wc->status), wc->vendor_err);
 	verbs_sq_retire(c, s, st);
 }
 
@@ -1406,7 +1441,13 @@ static void verbs_post_fences(struct fr_tp *tp)
 		wr.wr.rdma.rkey = c->last_rkey;
 		rc = ibv_post_send(c->qp, &wr, &bad);
 		if (rc) {
-			verbs_conn_fail(c, FR_EPEER, "ibv_post_send (fence): %s",
+			char why[192];
+
+			fr_warn("verbs: rank %d: ibv_post_send (fence) to rank %d: %s",
+				tp->rank, c->peer,
+				verbs_strerror(rc, why, sizeof(why)));
+			verbs_conn_fail(c, FR_EPEER,
+					"ibv_post_send (fence): %s",
 					strerror(rc));
 			continue;
 		}
@@ -1479,18 +1520,18 @@ static bool verbs_owes(const struct fr_tp *tp)
 	return false;
 }
 
-/* ---- device choice ----------------------------------------------------------------- */
+/* ---- device choice ------------------------------------------------------- */
 
 struct verbs_cand {
-	int dev;       /* index in the device list */
+	int dev; /* index in the device list */
 	uint8_t port;
-	bool ib;       /* InfiniBand link layer: addressed by IPoIB */
-	int match;     /* GID index holding local_ip, or -1 */
-	int v4;        /* first RoCE v2 IPv4-mapped GID, or -1 */
-	int v6;        /* first RoCE v2 global IPv6 GID, or -1 */
-	bool ovr;      /* FR_IB_GID_INDEX exists on this port */
+	bool ib;   /* InfiniBand link layer: addressed by IPoIB */
+	int match; /* GID index holding local_ip, or -1 */
+	int v4;	   /* first RoCE v2 IPv4-mapped GID, or -1 */
+	int v6;	   /* first RoCE v2 global IPv6 GID, or -1 */
+	bool ovr;  /* FR_IB_GID_INDEX exists on this port */
 	struct ibv_gid_entry match_e, v4_e, v6_e, ovr_e;
-	int score;     /* hwloc: 0 near this thread, 1 unknown, 2 far */
+	int score; /* hwloc: 0 near this thread, 1 unknown, 2 far */
 };
 
 struct verbs_choice {
@@ -1592,8 +1633,8 @@ static void verbs_scan_gids(struct ibv_context *ctx, struct verbs_cand *k,
 				k->v4 = g;
 				k->v4_e = e;
 			}
-		} else if (k->v6 < 0 &&
-			   !IN6_IS_ADDR_LINKLOCAL((struct in6_addr *)e.gid.raw)) {
+		} else if (k->v6 < 0 && !IN6_IS_ADDR_LINKLOCAL(
+						(struct in6_addr *)e.gid.raw)) {
 			k->v6 = g;
 			k->v6_e = e;
 		}
@@ -1628,8 +1669,9 @@ static int verbs_scan(struct ibv_device **list, int ndev, const char *want,
 			continue;
 		}
 		if (ibv_query_device(ctx, &da)) {
-			verbs_msg(why, whylen, "device %s: ibv_query_device: %s",
-				  name, strerror(errno));
+			verbs_msg(why, whylen,
+				  "device %s: ibv_query_device: %s", name,
+				  strerror(errno));
 			ibv_close_device(ctx);
 			continue;
 		}
@@ -1643,14 +1685,16 @@ static int verbs_scan(struct ibv_device **list, int ndev, const char *want,
 			if (want_port && p != want_port)
 				continue;
 			if (ibv_query_port(ctx, (uint8_t)p, &pa)) {
-				verbs_msg(why, whylen,
-					  "device %s port %d: ibv_query_port: %s",
-					  name, p, strerror(errno));
+				verbs_msg(
+					why, whylen,
+					"device %s port %d: ibv_query_port: %s",
+					name, p, strerror(errno));
 				continue;
 			}
 			if (pa.state != IBV_PORT_ACTIVE) {
-				verbs_msg(why, whylen, "device %s port %d is %s",
-					  name, p, verbs_port_state(pa.state));
+				verbs_msg(why, whylen,
+					  "device %s port %d is %s", name, p,
+					  verbs_port_state(pa.state));
 				continue;
 			}
 			memset(k, 0, sizeof(*k));
@@ -1666,8 +1710,8 @@ static int verbs_scan(struct ibv_device **list, int ndev, const char *want,
 		ibv_close_device(ctx);
 	}
 	if (want && !named)
-		verbs_msg(why, whylen, "FR_IB_DEV=%s: no RDMA device of that name",
-			  want);
+		verbs_msg(why, whylen,
+			  "FR_IB_DEV=%s: no RDMA device of that name", want);
 	return n;
 }
 
@@ -1714,13 +1758,15 @@ static void verbs_hwloc_rank(struct ibv_device **list, struct verbs_cand *cands,
 	for (i = 0; i < n; i++) {
 		struct ibv_device *dev = list[cands[i].dev];
 		hwloc_obj_t os = hwloc_ibv_get_device_osdev(topo, dev);
-		hwloc_obj_t anc = os ? hwloc_get_non_io_ancestor_obj(topo, os) :
-				       NULL;
+		hwloc_obj_t anc =
+			os ? hwloc_get_non_io_ancestor_obj(topo, os) : NULL;
 
 		if (anc && anc->nodeset && !hwloc_bitmap_iszero(anc->nodeset) &&
 		    !hwloc_bitmap_iszero(nodes)) {
 			cands[i].score =
-				hwloc_bitmap_intersects(anc->nodeset, nodes) ? 0 : 2;
+				hwloc_bitmap_intersects(anc->nodeset, nodes)
+					? 0
+					: 2;
 		} else if (!hwloc_ibv_get_device_cpuset(topo, dev, set) &&
 			   !hwloc_bitmap_iszero(set) &&
 			   !hwloc_bitmap_isincluded(all, set)) {
@@ -1778,7 +1824,8 @@ static int verbs_choose(const struct fr_tp_params *p, struct verbs_choice *ch,
 
 		if (g && *g && fr_parse_long(g, 0, 65535, &ovr)) {
 			verbs_msg(err, errlen,
-				  "FR_IB_GID_INDEX=\"%s\" is not a GID index", g);
+				  "FR_IB_GID_INDEX=\"%s\" is not a GID index",
+				  g);
 			return FR_EINVAL;
 		}
 	}
@@ -1787,14 +1834,16 @@ static int verbs_choose(const struct fr_tp_params *p, struct verbs_choice *ch,
 
 	list = ibv_get_device_list(&ndev);
 	if (!list) {
-		verbs_msg(err, errlen, "no RDMA device: ibv_get_device_list: %s",
+		verbs_msg(err, errlen,
+			  "no RDMA device: ibv_get_device_list: %s",
 			  strerror(errno));
 		return FR_ENODEV;
 	}
 	n = verbs_scan(list, ndev, env, want_port, hint, hint_ok, ovr, cands,
 		       why, sizeof(why));
 	if (!n) {
-		verbs_msg(err, errlen, "%s", ndev ? why : "no RDMA device found");
+		verbs_msg(err, errlen, "%s",
+			  ndev ? why : "no RDMA device found");
 		ibv_free_device_list(list);
 		return FR_ENODEV;
 	}
@@ -1831,27 +1880,32 @@ static int verbs_choose(const struct fr_tp_params *p, struct verbs_choice *ch,
 			if (verbs_cand_usable(&cands[i], have_ip, ovr) &&
 			    (!k || cands[i].score < k->score))
 				k = &cands[i];
-		ch->why = ndevs_usable > 1 ? "nearest to this thread (hwloc)" :
-					     "first ACTIVE port";
+		ch->why = ndevs_usable > 1 ? "nearest to this thread (hwloc)"
+					   : "first ACTIVE port";
 	}
 	if (!k) {
 		k = &cands[0];
 		if (ovr >= 0)
-			verbs_msg(err, errlen,
-				  "FR_IB_GID_INDEX=%ld: no such GID on %s port %u",
-				  ovr, ibv_get_device_name(list[k->dev]), k->port);
+			verbs_msg(
+				err, errlen,
+				"FR_IB_GID_INDEX=%ld: no such GID on %s port %u",
+				ovr, ibv_get_device_name(list[k->dev]),
+				k->port);
 		else if (k->ib)
-			verbs_msg(err, errlen,
-				  "device %s port %u is InfiniBand, and rdma_cm needs its IPoIB address, but no local address was given",
-				  ibv_get_device_name(list[k->dev]), k->port);
+			verbs_msg(
+				err, errlen,
+				"device %s port %u is InfiniBand, and rdma_cm needs its IPoIB address, but no local address was given",
+				ibv_get_device_name(list[k->dev]), k->port);
 		else
-			verbs_msg(err, errlen,
-				  "device %s port %u has no RoCE v2 GID with an IP address",
-				  ibv_get_device_name(list[k->dev]), k->port);
+			verbs_msg(
+				err, errlen,
+				"device %s port %u has no RoCE v2 GID with an IP address",
+				ibv_get_device_name(list[k->dev]), k->port);
 		ibv_free_device_list(list);
 		return FR_ENODEV;
 	}
-	snprintf(ch->dev, sizeof(ch->dev), "%s", ibv_get_device_name(list[k->dev]));
+	snprintf(ch->dev, sizeof(ch->dev), "%s",
+		 ibv_get_device_name(list[k->dev]));
 	ibv_free_device_list(list);
 	ch->port = k->port;
 	ch->ib = k->ib;
@@ -1860,7 +1914,9 @@ static int verbs_choose(const struct fr_tp_params *p, struct verbs_choice *ch,
 		if (ovr >= 0)
 			fr_info("verbs: FR_IB_GID_INDEX has no effect on InfiniBand port %s:%u (rdma_cm addresses it by IPoIB)",
 				ch->dev, ch->port);
-		if (inet_pton(AF_INET, p->local_ip, &((struct sockaddr_in *)&ch->sa)->sin_addr) == 1) {
+		if (inet_pton(AF_INET, p->local_ip,
+			      &((struct sockaddr_in *)&ch->sa)->sin_addr) ==
+		    1) {
 			ch->sa.ss_family = AF_INET;
 		} else {
 			inet_pton(AF_INET6, p->local_ip,
@@ -1871,9 +1927,10 @@ static int verbs_choose(const struct fr_tp_params *p, struct verbs_choice *ch,
 	}
 	if (ovr >= 0) {
 		if (!k->ovr) {
-			verbs_msg(err, errlen,
-				  "FR_IB_GID_INDEX=%ld: no such GID on %s port %u",
-				  ovr, ch->dev, ch->port);
+			verbs_msg(
+				err, errlen,
+				"FR_IB_GID_INDEX=%ld: no such GID on %s port %u",
+				ovr, ch->dev, ch->port);
 			return FR_ENODEV;
 		}
 		ch->gid_index = (int)ovr;
@@ -1894,7 +1951,7 @@ static int verbs_choose(const struct fr_tp_params *p, struct verbs_choice *ch,
 	return 0;
 }
 
-/* ---- the operations ------------------------------------------------------------------- */
+/* ---- the operations ------------------------------------------------------ */
 
 static int verbs_probe(char *errbuf, size_t errlen)
 {
@@ -1905,8 +1962,7 @@ static int verbs_probe(char *errbuf, size_t errlen)
 	const char *env = getenv("FR_IB_DEV");
 	int ndev, n, port = 0;
 
-	if (env && *env &&
-	    verbs_parse_dev(env, want, sizeof(want), &port)) {
+	if (env && *env && verbs_parse_dev(env, want, sizeof(want), &port)) {
 		verbs_msg(errbuf, errlen, "FR_IB_DEV=\"%s\" is not name[:port]",
 			  env);
 		return FR_ENODEV;
@@ -1919,8 +1975,8 @@ static int verbs_probe(char *errbuf, size_t errlen)
 		return FR_ENODEV;
 	}
 	/* Any ACTIVE port will do: which one is open()'s business. */
-	n = verbs_scan(list, ndev, env && *env ? want : NULL, port, NULL,
-		       false, -1, cands, why, sizeof(why));
+	n = verbs_scan(list, ndev, env && *env ? want : NULL, port, NULL, false,
+		       -1, cands, why, sizeof(why));
 	ibv_free_device_list(list);
 	if (!n) {
 		verbs_msg(errbuf, errlen, "%s",
@@ -2020,7 +2076,8 @@ static int verbs_limits(struct fr_tp *tp, const struct fr_tp_params *p,
 			  verbs_port_state(pa.state));
 		return FR_ENODEV;
 	}
-	depth = p->sq_depth ? (unsigned int)p->sq_depth : VERBS_DEFAULT_SQ_DEPTH;
+	depth = p->sq_depth ? (unsigned int)p->sq_depth
+			    : VERBS_DEFAULT_SQ_DEPTH;
 	if (da.max_qp_wr > VERBS_FENCE_SLOTS &&
 	    depth > (unsigned int)da.max_qp_wr - VERBS_FENCE_SLOTS) {
 		fr_dbg("verbs: send queue depth %u capped to the device's %d",
@@ -2047,7 +2104,7 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 	struct sockaddr *la;
 	struct fr_tp *tp;
 	const char *poll_env, *actual;
-	char where[96];
+	char where[96], why[192];
 	int rc;
 
 	if (!params || !out || !addr || !addrlen || !params->size)
@@ -2078,8 +2135,8 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 	}
 	tp->rank = p.rank;
 	tp->nonce = p.job_nonce;
-	tp->timeout_ms = p.timeout_ms > 0 ? p.timeout_ms :
-					    VERBS_DEFAULT_TIMEOUT_MS;
+	tp->timeout_ms =
+		p.timeout_ms > 0 ? p.timeout_ms : VERBS_DEFAULT_TIMEOUT_MS;
 	poll_env = getenv("FR_POLL");
 	tp->spin = poll_env && !strcmp(poll_env, "spin");
 
@@ -2104,13 +2161,16 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 	}
 	if (rdma_bind_addr(tp->lid, (struct sockaddr *)&ch.sa) ||
 	    !tp->lid->verbs) {
+		/* Bound without a device: the address is on no RDMA port. */
+		const char *e = tp->lid->verbs
+					? strerror(errno)
+					: "no RDMA device owns that address";
+
 		verbs_msg(p.errbuf, p.errlen,
 			  "verbs: cannot bind %s (device %s port %u): %s",
 			  verbs_sa_str((struct sockaddr *)&ch.sa, where,
 				       sizeof(where)),
-			  ch.dev, ch.port,
-			  tp->lid->verbs ? strerror(errno) :
-					   "no RDMA device owns that address");
+			  ch.dev, ch.port, e);
 		rc = FR_ENODEV;
 		goto err_bind;
 	}
@@ -2119,12 +2179,13 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 	actual = ibv_get_device_name(tp->lid->verbs->device);
 	if (strcmp(actual, ch.dev) || tp->lid->port_num != ch.port) {
 		if (getenv("FR_IB_DEV") && *getenv("FR_IB_DEV")) {
-			verbs_msg(p.errbuf, p.errlen,
-				  "verbs: FR_IB_DEV names %s port %u, but its address %s belongs to %s port %u",
-				  ch.dev, ch.port,
-				  verbs_sa_str((struct sockaddr *)&ch.sa,
-					       where, sizeof(where)),
-				  actual, tp->lid->port_num);
+			verbs_msg(
+				p.errbuf, p.errlen,
+				"verbs: FR_IB_DEV names %s port %u, but its address %s belongs to %s port %u",
+				ch.dev, ch.port,
+				verbs_sa_str((struct sockaddr *)&ch.sa, where,
+					     sizeof(where)),
+				actual, tp->lid->port_num);
 			rc = FR_ENODEV;
 			goto err_bind;
 		}
@@ -2138,20 +2199,15 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 	rc = FR_ESYS;
 	tp->pd = ibv_alloc_pd(tp->lid->verbs);
 	if (!tp->pd) {
-		/* librdmacm opens each device once per process; a child forked
-		 * after that inherits the parent's context, which the kernel
-		 * refuses to serve to another process. */
-		verbs_msg(p.errbuf, p.errlen, "verbs: ibv_alloc_pd: %s%s",
-			  strerror(errno),
-			  errno == EACCES ?
-				  " (this process was forked after its parent had opened the RDMA device through librdmacm; RDMA contexts do not survive fork(): exec a new program)" :
-				  "");
+		verbs_msg(p.errbuf, p.errlen, "verbs: ibv_alloc_pd: %s",
+			  verbs_strerror(errno, why, sizeof(why)));
 		goto err_pd;
 	}
 	tp->cc = ibv_create_comp_channel(tp->lid->verbs);
 	if (!tp->cc) {
 		verbs_msg(p.errbuf, p.errlen,
-			  "verbs: ibv_create_comp_channel: %s", strerror(errno));
+			  "verbs: ibv_create_comp_channel: %s",
+			  strerror(errno));
 		goto err_cc;
 	}
 	if (verbs_nonblock(tp->cc->fd)) {
@@ -2168,23 +2224,26 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 	}
 	tp->cq_size = tp->cq->cqe;
 	if (rdma_listen(tp->lid, VERBS_LISTEN_BACKLOG)) {
+		const char *e = strerror(errno);
+
 		verbs_msg(p.errbuf, p.errlen, "verbs: rdma_listen on %s: %s",
 			  verbs_sa_str((struct sockaddr *)&ch.sa, where,
 				       sizeof(where)),
-			  strerror(errno));
+			  e);
 		goto err_listen;
 	}
 	la = rdma_get_local_addr(tp->lid);
 	memcpy(&tp->addr, la,
-	       la->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
-					   sizeof(struct sockaddr_in));
+	       la->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+					 : sizeof(struct sockaddr_in));
 	verbs_sa_set_port(&tp->addr, ntohs(rdma_get_src_port(tp->lid)));
 	verbs_addr_encode(addr, &tp->addr);
 	*addrlen = VERBS_ADDR_LEN;
 	fr_info("verbs: rank %d: device %s port %u (%s), gid index %d, listening on %s; %s",
 		tp->rank, actual, tp->lid->port_num,
 		ch.ib ? "InfiniBand" : "RoCE", ch.gid_index,
-		verbs_sa_str((struct sockaddr *)&tp->addr, where, sizeof(where)),
+		verbs_sa_str((struct sockaddr *)&tp->addr, where,
+			     sizeof(where)),
 		ch.why);
 	*out = tp;
 	return 0;
@@ -2285,7 +2344,8 @@ static int verbs_connect_done(struct fr_tp_conn *c)
 static int verbs_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
 			 struct fr_tp_mr **out)
 {
-	const int all = FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE;
+	const int all =
+		FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE;
 	struct fr_tp_mr *mr;
 	struct rlimit rl;
 	char lim[32];
@@ -2309,9 +2369,13 @@ static int verbs_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
 			e = errno;
 			free(mr);
 			if (e != ENOMEM && e != EPERM) {
-				verbs_seterr(tp, FR_LOG_WARN,
-					     "ibv_reg_mr of %zu bytes at %p: %s",
-					     len, buf, strerror(e));
+				char why[192];
+
+				verbs_seterr(
+					tp, FR_LOG_WARN,
+					"ibv_reg_mr of %zu bytes at %p: %s",
+					len, buf,
+					verbs_strerror(e, why, sizeof(why)));
 				return FR_ESYS;
 			}
 			if (getrlimit(RLIMIT_MEMLOCK, &rl) ||
@@ -2319,10 +2383,12 @@ static int verbs_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
 				snprintf(lim, sizeof(lim), "unlimited");
 			else
 				snprintf(lim, sizeof(lim), "%llu KiB",
-					 (unsigned long long)rl.rlim_cur / 1024);
-			verbs_seterr(tp, FR_LOG_WARN,
-				     "ibv_reg_mr of %zu bytes at %p: %s; registered memory is pinned and counts against the locked-memory limit (ulimit -l: %s): raise it (ulimit -l unlimited, or memlock in /etc/security/limits.conf)",
-				     len, buf, strerror(e), lim);
+					 (unsigned long long)rl.rlim_cur /
+						 1024);
+			verbs_seterr(
+				tp, FR_LOG_WARN,
+				"ibv_reg_mr of %zu bytes at %p: %s; registered memory is pinned and counts against the locked-memory limit (ulimit -l: %s): raise it (ulimit -l unlimited, or memlock in /etc/security/limits.conf)",
+				len, buf, strerror(e), lim);
 			return FR_ENOMEM;
 		}
 	}
@@ -2407,7 +2473,8 @@ static int verbs_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
 
 static int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 			   size_t loff, const struct fr_tp_rkey *rkey,
-			   uint64_t roff, size_t len, uint32_t imm, uint64_t ctx)
+			   uint64_t roff, size_t len, uint32_t imm,
+			   uint64_t ctx)
 {
 	struct ibv_send_wr wr, *bad;
 	struct verbs_sqe *e;
@@ -2429,9 +2496,10 @@ static int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 	 * message at max_msg_sz.
 	 */
 	if (len > UINT32_MAX || len > tp->max_msg) {
-		verbs_seterr(tp, FR_LOG_WARN,
-			     "a write of %zu bytes exceeds the port's maximum message size of %u bytes",
-			     len, tp->max_msg);
+		verbs_seterr(
+			tp, FR_LOG_WARN,
+			"a write of %zu bytes exceeds the port's maximum message size of %u bytes",
+			len, tp->max_msg);
 		return FR_EINVAL;
 	}
 	if (len) {
@@ -2471,6 +2539,12 @@ static int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 		wr.send_flags |= IBV_SEND_SIGNALED;
 	rc = ibv_post_send(c->qp, &wr, &bad);
 	if (rc) {
+		char why[192];
+
+		/* Our own failure, not the peer's: say so loudly. */
+		fr_warn("verbs: rank %d: ibv_post_send to rank %d: %s",
+			tp->rank, c->peer,
+			verbs_strerror(rc, why, sizeof(why)));
 		verbs_conn_fail(c, FR_EPEER, "ibv_post_send: %s", strerror(rc));
 		return FR_EPEER;
 	}
@@ -2524,9 +2598,9 @@ static int verbs_wait_cap(const struct fr_tp *tp, int t)
 	for (c = tp->conns; c; c = c->next) {
 		if (c->state == VERBS_UP || c->state == VERBS_FAILED)
 			continue;
-		due = c->state == VERBS_RETRY ?
-			      FR_MIN(c->retry_ms, c->deadline_ms) :
-			      c->deadline_ms;
+		due = c->state == VERBS_RETRY
+			      ? FR_MIN(c->retry_ms, c->deadline_ms)
+			      : c->deadline_ms;
 		due = due > now ? due - now : 0;
 		if (due > INT_MAX)
 			due = INT_MAX;

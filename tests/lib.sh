@@ -17,11 +17,11 @@ run() {
 	name=$1
 	shift
 	log=$(mktemp)
-	start=$(date +%s%N)
+	start=$EPOCHREALTIME
 	if "$@" >"$log" 2>&1; then
 		npass=$((npass + 1))
 		printf 'PASS %-50s %6.1fs\n' "$name" \
-			"$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { print (b - a) / 1e9 }')"
+			"$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')"
 	else
 		rc=$?
 		nfail=$((nfail + 1))

@@ -9,7 +9,6 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 B=${FR_BUILDDIR:?}
 OUT=${FR_VM_OUT:-$B}
 export FR_BUILDDIR=$B FR_TEST_TRANSPORT=verbs FR_TEST_HOST=${RDMAVM_IP:?}
-export FR_TEST_IP=$RDMAVM_IP
 ulimit -l unlimited
 rc=0 nsuites=0 nbad=0
 suite() {

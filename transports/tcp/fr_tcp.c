@@ -21,7 +21,7 @@
  *     header/payload iovec pairs; partial sends resume mid-header or
  *     mid-payload.  A SEND completion is raised once the kernel has the
  *     whole message (the source may then be reused).
- *   - Completions wait in a per-endpoint ring of FR_TCP_CQ_SIZE entries.
+ *   - Completions wait in a per-endpoint ring of FR_CQRING_SIZE entries (tp_cqring.h).
  *     Progress never produces a completion the ring cannot hold: it stops
  *     sending and receiving on a connection instead, and resumes once
  *     poll() has drained the ring.  Error completions of a failed
@@ -83,6 +83,7 @@
 
 #include "fastreduce.h"
 #include "log.h"
+#include "tp_cqring.h"
 #include "transport.h"
 #include "util.h"
 
@@ -105,7 +106,6 @@
 #define TCP_RKEY_VERSION 1
 
 /* Completions kept for poll(); progress pauses when this is full. */
-#define FR_TCP_CQ_SIZE 1024
 #define TCP_DEFAULT_SQ_DEPTH 64
 #define TCP_MAX_SQ_DEPTH 65536
 #define TCP_DEFAULT_TIMEOUT_MS 30000
@@ -213,8 +213,7 @@ struct fr_tp {
 	int accept_errno;      /* last accept() failure, warned about once */
 	struct tcp_region *regions;
 	uint32_t nregions;
-	struct fr_tp_cqe cq[FR_TCP_CQ_SIZE];
-	unsigned int cq_head, cq_count;
+	struct fr_cqring cq;
 	char errbuf[TCP_ERRBUF_LEN];
 };
 
@@ -280,45 +279,6 @@ static uint32_t tcp_gen_next(uint32_t gen)
 }
 
 /* ---- completion ring ---------------------------------------------------- */
-
-static bool tcp_cq_full(const struct fr_tp *tp)
-{
-	return tp->cq_count == FR_TCP_CQ_SIZE;
-}
-
-/* The caller has checked that there is room. */
-static void tcp_cq_push(struct fr_tp *tp, int kind, int status,
-			struct fr_tp_conn *c, uint64_t ctx, uint32_t imm,
-			uint32_t len)
-{
-	struct fr_tp_cqe *e;
-
-	e = &tp->cq[(tp->cq_head + tp->cq_count) % FR_TCP_CQ_SIZE];
-	e->kind = kind;
-	e->status = status;
-	e->conn = c;
-	e->ctx = ctx;
-	e->imm = imm;
-	e->len = len;
-	tp->cq_count++;
-}
-
-/* Drop completions naming c: it is being freed. */
-static void tcp_cq_purge(struct fr_tp *tp, const struct fr_tp_conn *c)
-{
-	unsigned int i, j = 0;
-
-	for (i = 0; i < tp->cq_count; i++) {
-		struct fr_tp_cqe *e =
-			&tp->cq[(tp->cq_head + i) % FR_TCP_CQ_SIZE];
-
-		if (e->conn == c)
-			continue;
-		tp->cq[(tp->cq_head + j) % FR_TCP_CQ_SIZE] = *e;
-		j++;
-	}
-	tp->cq_count = j;
-}
 
 /* ---- connections: life cycle --------------------------------------------- */
 
@@ -435,15 +395,15 @@ static void tcp_flush_failed(struct fr_tp_conn *c)
 	struct fr_tp *tp = c->tp;
 
 	if (c->err_owed) {
-		if (tcp_cq_full(tp))
+		if (fr_cqring_full(&tp->cq))
 			return;
-		tcp_cq_push(tp, FR_CQE_RECV, c->error, c, 0, 0, 0);
+		fr_cqring_push(&tp->cq, FR_CQE_RECV, c->error, c, 0, 0, 0);
 		c->err_owed = false;
 	}
 	while (c->sq_count) {
-		if (tcp_cq_full(tp))
+		if (fr_cqring_full(&tp->cq))
 			return;
-		tcp_cq_push(tp, FR_CQE_SEND, c->error, c, c->sq[c->sq_head].ctx,
+		fr_cqring_push(&tp->cq, FR_CQE_SEND, c->error, c, c->sq[c->sq_head].ctx,
 			    0, 0);
 		c->sq_head = (c->sq_head + 1) % c->sq_depth;
 		c->sq_count--;
@@ -858,7 +818,7 @@ static void tcp_sq_retire(struct fr_tp_conn *c)
 		e->mr->inflight--;
 		e->mr = NULL;
 	}
-	tcp_cq_push(c->tp, FR_CQE_SEND, 0, c, e->ctx, 0, 0);
+	fr_cqring_push(&c->tp->cq, FR_CQE_SEND, 0, c, e->ctx, 0, 0);
 	c->sq_head = (c->sq_head + 1) % c->sq_depth;
 	c->sq_count--;
 	c->tx_off = 0;
@@ -886,7 +846,7 @@ static void tcp_tx(struct fr_tp_conn *c)
 			iov[niov].iov_base = c->hs_out + c->hs_out_off;
 			iov[niov++].iov_len = hs_left;
 		}
-		room = FR_TCP_CQ_SIZE - tp->cq_count;
+		room = fr_cqring_room(&tp->cq);
 		off = c->tx_off;
 		for (i = 0; i < c->sq_count && i < TCP_TX_BATCH && i < room;
 		     i++) {
@@ -1022,9 +982,9 @@ static void tcp_rx(struct fr_tp_conn *c)
 		}
 		if (c->rx_state == TCP_RX_DATA && c->rx_done == c->rx_len) {
 			/* Full ring: stop reading until poll() drains it. */
-			if (tcp_cq_full(tp))
+			if (fr_cqring_full(&tp->cq))
 				return;
-			tcp_cq_push(tp, FR_CQE_RECV, 0, c, 0, c->rx_imm,
+			fr_cqring_push(&tp->cq, FR_CQE_RECV, 0, c, 0, c->rx_imm,
 				    (uint32_t)c->rx_len);
 			/* rx_off keeps header bytes that came with it. */
 			c->rx_state = TCP_RX_HDR;
@@ -1606,11 +1566,7 @@ static int tcp_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 	if (!tp || max < 0 || (max && !cqe))
 		return FR_EINVAL;
 	tcp_progress(tp);
-	while (n < max && tp->cq_count) {
-		cqe[n++] = tp->cq[tp->cq_head];
-		tp->cq_head = (tp->cq_head + 1) % FR_TCP_CQ_SIZE;
-		tp->cq_count--;
-	}
+	n = fr_cqring_pop(&tp->cq, cqe, max);
 	return n;
 }
 
@@ -1672,7 +1628,7 @@ static int tcp_wait(struct fr_tp *tp, int timeout_ms)
 
 	if (!tp)
 		return FR_EINVAL;
-	if (tp->cq_count)
+	if (tp->cq.count)
 		return 0;
 	now = fr_now_ms();
 	for (c = tp->conns; c; c = c->next) {
@@ -1710,7 +1666,7 @@ static void tcp_close_conn(struct fr_tp_conn *c)
 {
 	if (!c)
 		return;
-	tcp_cq_purge(c->tp, c);
+	fr_cqring_purge(&c->tp->cq, c);
 	tcp_conn_free(c);
 }
 

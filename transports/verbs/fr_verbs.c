@@ -138,6 +138,7 @@
 
 #include "fastreduce.h"
 #include "log.h"
+#include "tp_cqring.h"
 #include "transport.h"
 #include "util.h"
 
@@ -171,8 +172,6 @@
 #define VERBS_SIG_INTERVAL 16
 #define VERBS_MAX_INLINE 64
 #define VERBS_POLL_BATCH 32
-/* FR completions kept for poll(). */
-#define VERBS_RING_SIZE 4096
 /* One work completion becomes at most this many FR completions (the
  * writes it retires, plus an owed receive error). */
 #define VERBS_WC_FANOUT (VERBS_SIG_INTERVAL + 1)
@@ -295,8 +294,7 @@ struct fr_tp {
 	uint32_t nslots;
 	struct fr_tp_mr *mrs;
 
-	struct fr_tp_cqe ring[VERBS_RING_SIZE];
-	unsigned int ring_head, ring_count;
+	struct fr_cqring ring;
 	char errbuf[VERBS_ERRBUF_LEN];
 };
 
@@ -404,45 +402,6 @@ static int verbs_wc_status(enum ibv_wc_status s)
 }
 
 /* ---- completion ring ----------------------------------------------------- */
-
-static unsigned int verbs_ring_room(const struct fr_tp *tp)
-{
-	return VERBS_RING_SIZE - tp->ring_count;
-}
-
-/* The caller has checked that there is room. */
-static void verbs_ring_push(struct fr_tp *tp, int kind, int status,
-			    struct fr_tp_conn *c, uint64_t ctx, uint32_t imm,
-			    uint32_t len)
-{
-	struct fr_tp_cqe *e;
-
-	e = &tp->ring[(tp->ring_head + tp->ring_count) % VERBS_RING_SIZE];
-	e->kind = kind;
-	e->status = status;
-	e->conn = c;
-	e->ctx = ctx;
-	e->imm = imm;
-	e->len = len;
-	tp->ring_count++;
-}
-
-/* Drop completions naming c: it is being freed. */
-static void verbs_ring_purge(struct fr_tp *tp, const struct fr_tp_conn *c)
-{
-	unsigned int i, j = 0;
-
-	for (i = 0; i < tp->ring_count; i++) {
-		struct fr_tp_cqe *e =
-			&tp->ring[(tp->ring_head + i) % VERBS_RING_SIZE];
-
-		if (e->conn == c)
-			continue;
-		tp->ring[(tp->ring_head + j) % VERBS_RING_SIZE] = *e;
-		j++;
-	}
-	tp->ring_count = j;
-}
 
 /* ---- connections: life cycle --------------------------------------------- */
 
@@ -1237,7 +1196,7 @@ static void verbs_sweep(struct fr_tp *tp)
 	for (c = tp->conns; c; c = next) {
 		next = c->next;
 		if (!c->owned && c->state == VERBS_FAILED) {
-			verbs_ring_purge(tp, c);
+			fr_cqring_purge(&tp->ring, c);
 			verbs_conn_free(c);
 		}
 	}
@@ -1281,7 +1240,7 @@ static void verbs_sq_retire(struct fr_tp_conn *c, uint64_t s, int status)
 			e->mr = NULL;
 		}
 		if (e->user) {
-			verbs_ring_push(tp, FR_CQE_SEND,
+			fr_cqring_push(&tp->ring, FR_CQE_SEND,
 					c->sq_head == s ? status : 0, c, e->ctx,
 					0, 0);
 			c->user_inflight--;
@@ -1340,7 +1299,7 @@ static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 		c->held_count++;
 		return;
 	}
-	verbs_ring_push(tp, FR_CQE_RECV, 0, c, 0, ntohl(wc->imm_data),
+	fr_cqring_push(&tp->ring, FR_CQE_RECV, 0, c, 0, ntohl(wc->imm_data),
 			wc->byte_len);
 	verbs_repost(c);
 }
@@ -1392,7 +1351,7 @@ static int verbs_cq_drain(struct fr_tp *tp)
 	int n, i, batch, total = 0;
 
 	for (;;) {
-		batch = (int)FR_MIN(verbs_ring_room(tp) / VERBS_WC_FANOUT,
+		batch = (int)FR_MIN(fr_cqring_room(&tp->ring) / VERBS_WC_FANOUT,
 				    (unsigned int)VERBS_POLL_BATCH);
 		if (batch <= 0)
 			return total;
@@ -1482,10 +1441,10 @@ static void verbs_flush_owed(struct fr_tp *tp)
 	for (c = tp->conns; c; c = c->next) {
 		if (!c->owned)
 			continue;
-		while (c->held_count && verbs_ring_room(tp)) {
+		while (c->held_count && fr_cqring_room(&tp->ring)) {
 			struct verbs_held *h = &c->held[c->held_head];
 
-			verbs_ring_push(tp, FR_CQE_RECV, 0, c, 0, h->imm,
+			fr_cqring_push(&tp->ring, FR_CQE_RECV, 0, c, 0, h->imm,
 					h->len);
 			c->held_head = (c->held_head + 1) % tp->rq_depth;
 			c->held_count--;
@@ -1494,13 +1453,13 @@ static void verbs_flush_owed(struct fr_tp *tp)
 		if (c->held_count)
 			return;
 		if (c->err_owed) {
-			if (!verbs_ring_room(tp))
+			if (!fr_cqring_room(&tp->ring))
 				return;
-			verbs_ring_push(tp, FR_CQE_RECV, c->error, c, 0, 0, 0);
+			fr_cqring_push(&tp->ring, FR_CQE_RECV, c->error, c, 0, 0, 0);
 			c->err_owed = false;
 		}
 		while (c->synth && c->sq_head < c->sq_tail) {
-			if (verbs_ring_room(tp) < VERBS_WC_FANOUT)
+			if (fr_cqring_room(&tp->ring) < VERBS_WC_FANOUT)
 				return;
 			verbs_sq_retire(c, c->sq_head, FR_EPEER);
 		}
@@ -1511,7 +1470,7 @@ static bool verbs_owes(const struct fr_tp *tp)
 {
 	const struct fr_tp_conn *c;
 
-	if (tp->ring_count || tp->fatal)
+	if (tp->ring.count || tp->fatal)
 		return true;
 	for (c = tp->conns; c; c = c->next)
 		if (c->owned && (c->held_count || c->err_owed || c->peer_gone ||
@@ -2581,11 +2540,7 @@ static int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 	verbs_flush_owed(tp);
 	verbs_post_fences(tp);
 	verbs_sweep(tp);
-	while (n < max && tp->ring_count) {
-		cqe[n++] = tp->ring[tp->ring_head];
-		tp->ring_head = (tp->ring_head + 1) % VERBS_RING_SIZE;
-		tp->ring_count--;
-	}
+	n = fr_cqring_pop(&tp->ring, cqe, max);
 	return n;
 }
 
@@ -2660,7 +2615,7 @@ static void verbs_close_conn(struct fr_tp_conn *c)
 {
 	if (!c)
 		return;
-	verbs_ring_purge(c->tp, c);
+	fr_cqring_purge(&c->tp->ring, c);
 	/* Tell the peer now rather than leave it to its timeouts. */
 	if (c->id && !c->disconnected && c->state == VERBS_UP &&
 	    !rdma_disconnect(c->id))

@@ -489,6 +489,18 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	tp.errbuf = err;
 	tp.errlen = errlen;
 	rc = c->tp_ops->open(&tp, &c->tp, addr, &addrlen);
+	if (rc && !strcmp(s->transport, "auto") &&
+	    strcmp(c->tp_ops->name, "tcp")) {
+		/* auto: an RDMA port that cannot be used means TCP (should
+		 * the other ranks differ, the rendezvous says so) */
+		fr_warn("rank %d: %s transport unusable (%s); using tcp",
+			s->rank, c->tp_ops->name, err);
+		c->tp_ops = fr_transport_find("tcp");
+		addrlen = sizeof(addr);
+		rc = c->tp_ops->open(&tp, &c->tp, addr, &addrlen);
+		if (!rc)
+			err[0] = '\0';
+	}
 	if (rc)
 		goto err_open;
 	rc = alloc_areas(c);

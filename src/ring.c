@@ -788,7 +788,9 @@ int fr_ring_on_cqe(struct fr_comm *comm, const struct fr_tp_cqe *cqe)
 			cqe->status == FR_EPEER ?
 				"closed the connection or died" :
 				cqe->status == FR_ERANGE ?
-				"wrote outside our registered memory" :
+				(cqe->kind == FR_CQE_SEND ?
+					 "refused our write (outside its registered memory)" :
+					 "wrote outside our registered memory") :
 				fr_strerror(cqe->status);
 
 		return fr_comm_fail(comm,

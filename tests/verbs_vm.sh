@@ -5,7 +5,8 @@
 # cross a virtual wire (tests/verbs_nodes.sh).
 #
 # Skipped (exit 77, with the reason) where the VM cannot run: not root, the
-# verbs transport not built, or FR_VM_TESTS=0.  CI sets FR_VM_TESTS=1, which
+# verbs transport not built, qemu or the kernel not to be had, or
+# FR_VM_TESTS=0.  CI sets FR_VM_TESTS=1, which
 # turns a skip into a failure.
 set -u
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,6 +25,9 @@ case "$src$B" in *[\ ,]*) skip "paths with blanks or commas cannot be shared ove
 run=$src/tests/rdma-vm/run
 out=$B/verbs-vm
 mkdir -p "$out"
+# qemu, the kernel and the image: installed / downloaded / built once.
+bash "$run" --prepare >"$out/prepare.log" 2>&1 ||
+	{ tail -5 "$out/prepare.log"; skip "cannot prepare the VM (see $out/prepare.log)"; }
 rc=0
 echo "== single VM: conformance, matrix, registration, failures, perf =="
 bash "$run" --share "$src" --share "$B" --timeout "${FR_VM_TIMEOUT:-2400}" \

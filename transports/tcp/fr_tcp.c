@@ -278,8 +278,6 @@ static uint32_t tcp_gen_next(uint32_t gen)
 	return gen == UINT32_MAX ? 1 : gen + 1;
 }
 
-/* ---- completion ring ---------------------------------------------------- */
-
 /* ---- connections: life cycle --------------------------------------------- */
 
 static struct fr_tp_conn *tcp_conn_new(struct fr_tp *tp)

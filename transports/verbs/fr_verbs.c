@@ -401,8 +401,6 @@ static int verbs_wc_status(enum ibv_wc_status s)
 	}
 }
 
-/* ---- completion ring ----------------------------------------------------- */
-
 /* ---- connections: life cycle --------------------------------------------- */
 
 static uint64_t verbs_wrid(const struct fr_tp_conn *c, bool recv, uint32_t seq)

@@ -1272,6 +1272,12 @@ static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 		if (c->state == VERBS_FAILED)
 			return;
 		st = verbs_wc_status(wc->status);
+		/* What the HCA says is worth seeing: the caller's message only
+		 * has the error code. */
+		if (wc->status != IBV_WC_WR_FLUSH_ERR && c->state == VERBS_UP)
+			fr_warn("verbs: rank %d: receive from rank %d failed: %s",
+				c->tp->rank, c->peer,
+				ibv_wc_status_str(wc->status));
 		/* This completion becomes the one error the caller is owed
 		 * (after any held receives, which came first). */
 		verbs_conn_fail(
@@ -1318,6 +1324,9 @@ static void verbs_wc_send(struct fr_tp_conn *c, const struct ibv_wc *wc)
 	}
 	st = wc->status == IBV_WC_WR_FLUSH_ERR ? FR_EPEER
 					       : verbs_wc_status(wc->status);
+	if (wc->status != IBV_WC_WR_FLUSH_ERR && c->state == VERBS_UP)
+		fr_warn("verbs: rank %d: RDMA write to rank %d failed: %s",
+			c->tp->rank, c->peer, ibv_wc_status_str(wc->status));
 	if (c->state != VERBS_FAILED)
 		verbs_conn_fail(
 			c, st,

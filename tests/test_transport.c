@@ -1030,6 +1030,9 @@ static int child_sender(const struct ep *parent, const uint8_t *blob,
 	return 0; /* _exit() with the message half sent */
 }
 
+/* This program, resolved at start: under valgrind /proc/self/exe itself
+ * would name valgrind's launcher, readlink() names us. */
+static char exe_path[4096] = "/proc/self/exe";
 static char hexbuf[2][2 * FR_TP_ADDR_MAX + 1];
 static const char *hex(int k, const uint8_t *b, size_t n)
 {
@@ -1058,7 +1061,7 @@ static void exec_child(const char *role, const struct ep *p, const uint8_t *blob
 	snprintf(lens, sizeof(lens), "%zu", len);
 	snprintf(f1, sizeof(f1), "%d", fd1);
 	snprintf(f2, sizeof(f2), "%d", fd2);
-	execl("/proc/self/exe", "test_transport", "--child", role,
+	execl(exe_path, "test_transport", "--child", role,
 	      hex(0, p->addr, p->addrlen), hex(1, blob, bl), lens, f1, f2,
 	      (char *)NULL);
 	_exit(127);
@@ -1866,9 +1869,16 @@ int main(int argc, char **argv)
 	const char *name = getenv("FR_TEST_TRANSPORT");
 	char err[256] = "";
 
+	ssize_t el = readlink("/proc/self/exe", exe_path, sizeof(exe_path) - 1);
+
+	if (el > 0)
+		exe_path[el] = '\0';
+	else
+		strcpy(exe_path, "/proc/self/exe");
 	if (argc > 7 && !strcmp(argv[1], "--child")) {
 		ops = fr_transport_find(name && *name ? name : "tcp");
-		return child_main(argv);
+		/* the child never cleans up: _exit, as before the exec */
+		_exit(child_main(argv));
 	}
 
 	if (!name || !*name)

@@ -120,3 +120,67 @@ int fr_sockaddr_ip(const struct sockaddr *sa, char *buf, size_t len)
 		return FR_EINVAL;
 	return inet_ntop(sa->sa_family, a, buf, (socklen_t)len) ? 0 : FR_EINVAL;
 }
+
+#define SOCKADDR_BLOB_VERSION 1
+
+void fr_sockaddr_encode(uint8_t *b, uint8_t magic,
+			const struct sockaddr_storage *sa)
+{
+	memset(b, 0, FR_SOCKADDR_BLOB_LEN);
+	b[0] = magic;
+	b[1] = SOCKADDR_BLOB_VERSION;
+	if (sa->ss_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+
+		b[2] = 4;
+		fr_put_le16(b + 4, ntohs(in->sin_port));
+		memcpy(b + 12, &in->sin_addr, 4);
+	} else {
+		const struct sockaddr_in6 *in6 =
+			(const struct sockaddr_in6 *)sa;
+
+		b[2] = 6;
+		fr_put_le16(b + 4, ntohs(in6->sin6_port));
+		fr_put_le32(b + 8, in6->sin6_scope_id);
+		memcpy(b + 12, &in6->sin6_addr, 16);
+	}
+}
+
+int fr_sockaddr_decode(const void *blob, size_t len, uint8_t magic,
+		       struct sockaddr_storage *sa, socklen_t *salen)
+{
+	const uint8_t *b = blob;
+	uint16_t port;
+
+	if (len != FR_SOCKADDR_BLOB_LEN || b[0] != magic ||
+	    b[1] != SOCKADDR_BLOB_VERSION || b[3] || fr_get_le16(b + 6))
+		return FR_EPROTO;
+	port = fr_get_le16(b + 4);
+	if (!port)
+		return FR_EPROTO;
+	memset(sa, 0, sizeof(*sa));
+	if (b[2] == 4) {
+		struct sockaddr_in *in = (struct sockaddr_in *)sa;
+
+		if (fr_get_le32(b + 8))
+			return FR_EPROTO;
+		for (int i = 16; i < FR_SOCKADDR_BLOB_LEN; i++)
+			if (b[i])
+				return FR_EPROTO;
+		in->sin_family = AF_INET;
+		in->sin_port = htons(port);
+		memcpy(&in->sin_addr, b + 12, 4);
+		*salen = sizeof(*in);
+	} else if (b[2] == 6) {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
+
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons(port);
+		in6->sin6_scope_id = fr_get_le32(b + 8);
+		memcpy(&in6->sin6_addr, b + 12, 16);
+		*salen = sizeof(*in6);
+	} else {
+		return FR_EPROTO;
+	}
+	return 0;
+}

@@ -29,6 +29,18 @@ int fr_resolve(const char *host, uint16_t port, struct sockaddr_storage *ss,
 /* Numeric "a.b.c.d" / "v6" text of a sockaddr's address (no port). */
 int fr_sockaddr_ip(const struct sockaddr *sa, char *buf, size_t len);
 
+/*
+ * A socket address as a transport address blob, FR_SOCKADDR_BLOB_LEN bytes,
+ * little-endian: u8 magic (the transport's own), u8 version, u8 family (4 or
+ * 6), u8 0, u16 port, u16 0, u32 IPv6 scope id, 16 address bytes (IPv4 in
+ * the first 4, the rest 0).  Decoding refuses anything else.
+ */
+#define FR_SOCKADDR_BLOB_LEN 28
+void fr_sockaddr_encode(uint8_t *b, uint8_t magic,
+			const struct sockaddr_storage *sa);
+int fr_sockaddr_decode(const void *blob, size_t len, uint8_t magic,
+		       struct sockaddr_storage *sa, socklen_t *salen);
+
 /* Little-endian fixed-width stores/loads for wire formats. */
 static inline void fr_put_le32(uint8_t *p, uint32_t v)
 {

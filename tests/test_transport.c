@@ -1589,12 +1589,14 @@ static int wb_connect(const struct ep *e)
 	struct sockaddr_in sa;
 	int fd;
 
-	assert_int_equal(e->addrlen, 24);
-	assert_int_equal(e->addr[0], 4);
+	/* util.h's address blob: magic 0xfa (tcp), version 1, family 4 */
+	assert_int_equal(e->addrlen, 28);
+	assert_int_equal(e->addr[0], 0xfa);
+	assert_int_equal(e->addr[2], 4);
 	memset(&sa, 0, sizeof(sa));
 	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)(e->addr[2] | e->addr[3] << 8));
-	memcpy(&sa.sin_addr, e->addr + 8, 4);
+	sa.sin_port = htons((uint16_t)(e->addr[4] | e->addr[5] << 8));
+	memcpy(&sa.sin_addr, e->addr + 12, 4);
 	fd = socket(AF_INET, SOCK_STREAM, 0);
 	assert_true(fd >= 0);
 	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
@@ -1741,7 +1743,7 @@ static void test_tcp_wire_acceptor(void **state)
 
 static void test_tcp_wire_connector(void **state)
 {
-	uint8_t blob[24], key[20], h[96], r[12], *src;
+	uint8_t blob[28], key[20], h[96], r[12], *src;
 	struct sockaddr_in sa;
 	socklen_t sl = sizeof(sa);
 	struct fr_tp_conn *c;
@@ -1763,10 +1765,11 @@ static void test_tcp_wire_connector(void **state)
 	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
 	close(lfd);
 	memset(blob, 0, sizeof(blob));
-	blob[0] = 4;
+	blob[0] = 0xfa;
 	blob[1] = 1;
-	put16(blob + 2, ntohs(sa.sin_port));
-	memcpy(blob + 8, &sa.sin_addr, 4);
+	blob[2] = 4;
+	put16(blob + 4, ntohs(sa.sin_port));
+	memcpy(blob + 12, &sa.sin_addr, 4);
 	assert_int_equal(ops->connect(a->tp, 1, blob, sizeof(blob), &c), 0);
 	/* Refused, and refused again: it keeps trying. */
 	dl = now_ms() + 300;

@@ -54,8 +54,9 @@
  *   generation, no remote-write access, offset + length past its end)
  *   fails it with FR_ERANGE before a single payload byte is read.
  *
- *   address blob, 24 bytes: u8 kind (4 = IPv4, 6 = IPv6), u8 version (1),
- *     u16 port, u32 IPv6 scope id (0 for IPv4), u8[16] address (IPv4 uses
+ *   address blob: util.h's socket-address blob (fr_sockaddr_encode, 28
+ *     bytes) with magic 0xfa: u8 magic, u8 version (1), u8 family (4 or 6),
+ *     u8 0, u16 port, u16 0, u32 IPv6 scope id, u8[16] address (IPv4 uses
  *     the first 4 bytes, the rest are 0).
  *   remote key blob, 20 bytes: u8 magic (0xfc), u8 version (1),
  *     u16 reserved (0), u32 region id, u32 generation, u64 region length.
@@ -96,10 +97,8 @@
 #define TCP_HDR_LEN 32
 #define TCP_OP_WRITE_IMM 1
 
-#define TCP_ADDR_LEN 24
-#define TCP_ADDR_VERSION 1
-#define TCP_ADDR_IPV4 4
-#define TCP_ADDR_IPV6 6
+#define TCP_ADDR_LEN FR_SOCKADDR_BLOB_LEN
+#define TCP_ADDR_MAGIC 0xfa /* util.h's address blob, tagged as ours */
 
 #define TCP_RKEY_LEN 20
 #define TCP_RKEY_MAGIC 0xfc
@@ -1152,68 +1151,26 @@ static int tcp_local_addr(const char *ip, struct sockaddr_storage *sa,
 /* The blob peers use to reach us; a wildcard bind advertises loopback. */
 static void tcp_addr_encode(uint8_t *b, const struct sockaddr_storage *sa)
 {
-	memset(b, 0, TCP_ADDR_LEN);
-	b[1] = TCP_ADDR_VERSION;
-	if (sa->ss_family == AF_INET) {
-		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-		struct in_addr a = in->sin_addr;
+	struct sockaddr_storage adv = *sa;
 
-		if (a.s_addr == htonl(INADDR_ANY))
-			a.s_addr = htonl(INADDR_LOOPBACK);
-		b[0] = TCP_ADDR_IPV4;
-		fr_put_le16(b + 2, ntohs(in->sin_port));
-		memcpy(b + 8, &a, 4);
+	if (adv.ss_family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)&adv;
+
+		if (in->sin_addr.s_addr == htonl(INADDR_ANY))
+			in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	} else {
-		const struct sockaddr_in6 *in6 =
-			(const struct sockaddr_in6 *)sa;
-		struct in6_addr a = in6->sin6_addr;
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&adv;
 
-		if (IN6_IS_ADDR_UNSPECIFIED(&a))
-			a = in6addr_loopback;
-		b[0] = TCP_ADDR_IPV6;
-		fr_put_le16(b + 2, ntohs(in6->sin6_port));
-		fr_put_le32(b + 4, in6->sin6_scope_id);
-		memcpy(b + 8, &a, 16);
+		if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr))
+			in6->sin6_addr = in6addr_loopback;
 	}
+	fr_sockaddr_encode(b, TCP_ADDR_MAGIC, &adv);
 }
 
 static int tcp_addr_decode(const void *blob, size_t len,
 			   struct sockaddr_storage *sa, socklen_t *salen)
 {
-	const uint8_t *b = blob;
-	uint16_t port;
-	int i;
-
-	if (len != TCP_ADDR_LEN || b[1] != TCP_ADDR_VERSION)
-		return FR_EPROTO;
-	port = fr_get_le16(b + 2);
-	if (!port)
-		return FR_EPROTO;
-	memset(sa, 0, sizeof(*sa));
-	if (b[0] == TCP_ADDR_IPV4) {
-		struct sockaddr_in *in = (struct sockaddr_in *)sa;
-
-		if (fr_get_le32(b + 4))
-			return FR_EPROTO;
-		for (i = 12; i < TCP_ADDR_LEN; i++)
-			if (b[i])
-				return FR_EPROTO;
-		in->sin_family = AF_INET;
-		in->sin_port = htons(port);
-		memcpy(&in->sin_addr, b + 8, 4);
-		*salen = sizeof(*in);
-	} else if (b[0] == TCP_ADDR_IPV6) {
-		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
-
-		in6->sin6_family = AF_INET6;
-		in6->sin6_port = htons(port);
-		in6->sin6_scope_id = fr_get_le32(b + 4);
-		memcpy(&in6->sin6_addr, b + 8, 16);
-		*salen = sizeof(*in6);
-	} else {
-		return FR_EPROTO;
-	}
-	return 0;
+	return fr_sockaddr_decode(blob, len, TCP_ADDR_MAGIC, sa, salen);
 }
 
 static void __attribute__((format(printf, 2, 3)))

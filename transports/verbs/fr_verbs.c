@@ -150,11 +150,8 @@
 #define VERBS_HELLO_LEN 24
 #define VERBS_REPLY_LEN 12
 
-#define VERBS_ADDR_LEN 28
-#define VERBS_ADDR_MAGIC 0xfb
-#define VERBS_ADDR_VERSION 1
-#define VERBS_ADDR_IPV4 4
-#define VERBS_ADDR_IPV6 6
+#define VERBS_ADDR_LEN FR_SOCKADDR_BLOB_LEN
+#define VERBS_ADDR_MAGIC 0xfb /* util.h's address blob, tagged as ours */
 
 #define VERBS_RKEY_LEN 24
 #define VERBS_RKEY_MAGIC 0xfd
@@ -1963,62 +1960,15 @@ static int verbs_probe(char *errbuf, size_t errlen)
 
 static void verbs_addr_encode(uint8_t *b, const struct sockaddr_storage *sa)
 {
-	memset(b, 0, VERBS_ADDR_LEN);
-	b[0] = VERBS_ADDR_MAGIC;
-	b[1] = VERBS_ADDR_VERSION;
-	if (sa->ss_family == AF_INET) {
-		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-
-		b[2] = VERBS_ADDR_IPV4;
-		fr_put_le16(b + 4, ntohs(in->sin_port));
-		memcpy(b + 12, &in->sin_addr, 4);
-	} else {
-		const struct sockaddr_in6 *in6 =
-			(const struct sockaddr_in6 *)sa;
-
-		b[2] = VERBS_ADDR_IPV6;
-		fr_put_le16(b + 4, ntohs(in6->sin6_port));
-		fr_put_le32(b + 8, in6->sin6_scope_id);
-		memcpy(b + 12, &in6->sin6_addr, 16);
-	}
+	fr_sockaddr_encode(b, VERBS_ADDR_MAGIC, sa);
 }
 
 static int verbs_addr_decode(const void *blob, size_t len,
 			     struct sockaddr_storage *sa)
 {
-	const uint8_t *b = blob;
-	uint16_t port;
-	int i;
+	socklen_t sl;
 
-	if (len != VERBS_ADDR_LEN || b[0] != VERBS_ADDR_MAGIC ||
-	    b[1] != VERBS_ADDR_VERSION || b[3] || fr_get_le16(b + 6))
-		return FR_EPROTO;
-	port = fr_get_le16(b + 4);
-	if (!port)
-		return FR_EPROTO;
-	memset(sa, 0, sizeof(*sa));
-	if (b[2] == VERBS_ADDR_IPV4) {
-		struct sockaddr_in *in = (struct sockaddr_in *)sa;
-
-		if (fr_get_le32(b + 8))
-			return FR_EPROTO;
-		for (i = 16; i < VERBS_ADDR_LEN; i++)
-			if (b[i])
-				return FR_EPROTO;
-		in->sin_family = AF_INET;
-		in->sin_port = htons(port);
-		memcpy(&in->sin_addr, b + 12, 4);
-	} else if (b[2] == VERBS_ADDR_IPV6) {
-		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
-
-		in6->sin6_family = AF_INET6;
-		in6->sin6_port = htons(port);
-		in6->sin6_scope_id = fr_get_le32(b + 8);
-		memcpy(&in6->sin6_addr, b + 12, 16);
-	} else {
-		return FR_EPROTO;
-	}
-	return 0;
+	return fr_sockaddr_decode(blob, len, VERBS_ADDR_MAGIC, sa, &sl);
 }
 
 /* Limits of the device we ended up on, and the sizes derived from them. */

@@ -775,6 +775,14 @@ static int on_ag(struct fr_comm *comm, uint32_t payload, uint32_t len)
 	return 0;
 }
 
+/* One of our writes is done: its control outbox slot may be reused. */
+static void send_done(struct fr_comm *comm, const struct fr_tp_cqe *cqe)
+{
+	comm->outstanding--;
+	if (cqe->ctx & CTX_CTRL)
+		comm->ctrl_out_busy &= ~(1u << (cqe->ctx & 31));
+}
+
 int fr_ring_on_cqe(struct fr_comm *comm, const struct fr_tp_cqe *cqe)
 {
 	bool from_next = cqe->conn == comm->next.conn;
@@ -801,9 +809,7 @@ int fr_ring_on_cqe(struct fr_comm *comm, const struct fr_tp_cqe *cqe)
 				    what);
 	}
 	if (cqe->kind == FR_CQE_SEND) {
-		comm->outstanding--;
-		if (cqe->ctx & CTX_CTRL)
-			comm->ctrl_out_busy &= ~(1u << (cqe->ctx & 31));
+		send_done(comm, cqe);
 		return 0;
 	}
 	comm->stats.bytes_received += cqe->len;
@@ -846,9 +852,7 @@ void fr_ring_goodbye_cqe(struct fr_comm *comm, const struct fr_tp_cqe *cqe)
 	struct fr_ctrl m;
 
 	if (cqe->kind == FR_CQE_SEND) {
-		comm->outstanding--;
-		if (cqe->ctx & CTX_CTRL)
-			comm->ctrl_out_busy &= ~(1u << (cqe->ctx & 31));
+		send_done(comm, cqe);
 		if (cqe->status)
 			peer->bye = true;
 		return;

@@ -121,6 +121,22 @@ int fr_sockaddr_ip(const struct sockaddr *sa, char *buf, size_t len)
 	return inet_ntop(sa->sa_family, a, buf, (socklen_t)len) ? 0 : FR_EINVAL;
 }
 
+const char *fr_sockaddr_str(const struct sockaddr *sa, char *buf, size_t len)
+{
+	char host[INET6_ADDRSTRLEN + 16], serv[8];
+	socklen_t sl = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
+						   sizeof(struct sockaddr_in);
+
+	if (getnameinfo(sa, sl, host, sizeof(host), serv, sizeof(serv),
+			NI_NUMERICHOST | NI_NUMERICSERV))
+		snprintf(buf, len, "?");
+	else if (sa->sa_family == AF_INET6)
+		snprintf(buf, len, "[%s]:%s", host, serv);
+	else
+		snprintf(buf, len, "%s:%s", host, serv);
+	return buf;
+}
+
 #define SOCKADDR_BLOB_VERSION 1
 
 void fr_sockaddr_encode(uint8_t *b, uint8_t magic,

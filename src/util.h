@@ -28,6 +28,8 @@ int fr_resolve(const char *host, uint16_t port, struct sockaddr_storage *ss,
 	       socklen_t *sslen);
 /* Numeric "a.b.c.d" / "v6" text of a sockaddr's address (no port). */
 int fr_sockaddr_ip(const struct sockaddr *sa, char *buf, size_t len);
+/* "a.b.c.d:port" / "[v6]:port" for messages ("?" if unprintable). */
+const char *fr_sockaddr_str(const struct sockaddr *sa, char *buf, size_t len);
 
 /*
  * A socket address as a transport address blob, FR_SOCKADDR_BLOB_LEN bytes,

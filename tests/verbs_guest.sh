@@ -38,17 +38,21 @@ suite "perf tools over verbs" bash "$src/tests/mp_perf_smoke.sh"
 # --- perf: the same rxe device, side by side (emulated: ratios only) -------
 {
 	dev=${RDMAVM_DEV:-rxe0} gid=${RDMAVM_GID_INDEX:-1}
+	# perftest TOOL PORT HEADER ARGS...: server in the background, then
+	# the client, printing its header line and result
+	perftest() {
+		local tool=$1 port=$2 hdr=$3
+		shift 3
+		"$tool" -d "$dev" -x "$gid" -p "$port" "$@" >/dev/null 2>&1 &
+		sleep 1
+		"$tool" -d "$dev" -x "$gid" -p "$port" "$@" "$RDMAVM_IP" 2>&1 | grep -A1 "$hdr"
+		wait
+	}
 	echo "# ib_write_bw vs fr_transport_perf -x verbs, 64 KiB, 2000 writes"
-	ib_write_bw -d "$dev" -x "$gid" -s 65536 -n 2000 -p 18515 >/tmp/ibbw.srv 2>&1 &
-	sleep 1
-	ib_write_bw -d "$dev" -x "$gid" -s 65536 -n 2000 -p 18515 "$RDMAVM_IP" 2>&1 | grep -A1 'BW peak'
-	wait
+	perftest ib_write_bw 18515 'BW peak' -s 65536 -n 2000
 	"$B/fr_transport_perf" -x verbs --ip "$RDMAVM_IP" --bw -s 65536 -n 2000 2>&1 | tail -2
 	echo "# ib_write_lat vs fr_transport_perf -x verbs --lat, 8 B"
-	ib_write_lat -d "$dev" -x "$gid" -s 8 -n 1000 -p 18516 >/tmp/iblat.srv 2>&1 &
-	sleep 1
-	ib_write_lat -d "$dev" -x "$gid" -s 8 -n 1000 -p 18516 "$RDMAVM_IP" 2>&1 | grep -A1 't_min'
-	wait
+	perftest ib_write_lat 18516 't_min' -s 8 -n 1000
 	"$B/fr_transport_perf" -x verbs --ip "$RDMAVM_IP" --lat -s 8 -n 1000 2>&1 | tail -2
 	for t in verbs tcp; do
 		echo "# fr_allreduce_perf, 4 ranks, $t"

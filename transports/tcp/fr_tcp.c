@@ -21,11 +21,11 @@
  *     header/payload iovec pairs; partial sends resume mid-header or
  *     mid-payload.  A SEND completion is raised once the kernel has the
  *     whole message (the source may then be reused).
- *   - Completions wait in a per-endpoint ring of FR_CQRING_SIZE entries (tp_cqring.h).
- *     Progress never produces a completion the ring cannot hold: it stops
- *     sending and receiving on a connection instead, and resumes once
- *     poll() has drained the ring.  Error completions of a failed
- *     connection are owed (state, not queue) and delivered as room appears.
+ *   - Completions wait in a per-endpoint ring (tp_cqring.h).  Progress
+ *     never produces a completion the ring cannot hold: it stops sending
+ *     and receiving on a connection instead, and resumes once poll() has
+ *     drained the ring.  Error completions of a failed connection are owed
+ *     (state, not queue) and delivered as room appears.
  *   - Incoming connections are not read beyond their hello until accept()
  *     hands them out, so no completion can name a connection the caller
  *     does not know yet.
@@ -235,21 +235,6 @@ tcp_seterr(struct fr_tp *tp, int level, const char *fmt, ...)
 	va_end(ap);
 }
 
-static const char *tcp_sa_str(const struct sockaddr_storage *sa, socklen_t len,
-			      char *buf, size_t size)
-{
-	char host[64], serv[8];
-
-	if (getnameinfo((const struct sockaddr *)sa, len, host, sizeof(host),
-			serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV))
-		snprintf(buf, size, "?");
-	else if (sa->ss_family == AF_INET6)
-		snprintf(buf, size, "[%s]:%s", host, serv);
-	else
-		snprintf(buf, size, "%s:%s", host, serv);
-	return buf;
-}
-
 static bool tcp_would_block(int e)
 {
 	return e == EAGAIN || e == EWOULDBLOCK;
@@ -400,8 +385,8 @@ static void tcp_flush_failed(struct fr_tp_conn *c)
 	while (c->sq_count) {
 		if (fr_cqring_full(&tp->cq))
 			return;
-		fr_cqring_push(&tp->cq, FR_CQE_SEND, c->error, c, c->sq[c->sq_head].ctx,
-			    0, 0);
+		fr_cqring_push(&tp->cq, FR_CQE_SEND, c->error, c,
+			       c->sq[c->sq_head].ctx, 0, 0);
 		c->sq_head = (c->sq_head + 1) % c->sq_depth;
 		c->sq_count--;
 	}
@@ -526,7 +511,8 @@ static int tcp_start_connect(struct fr_tp_conn *c, uint64_t now)
 	}
 	c->last_errno = e;
 	fr_dbg("tcp: connect to %s: %s",
-	       tcp_sa_str(&c->sa, c->salen, where, sizeof(where)), strerror(e));
+	       fr_sockaddr_str((struct sockaddr *)&c->sa, where, sizeof(where)),
+	       strerror(e));
 	return FR_ESYS;
 }
 
@@ -553,13 +539,14 @@ static void tcp_check_connected(struct fr_tp_conn *c, uint64_t now)
 	}
 	c->last_errno = soerr;
 	tcp_conn_fail(c, FR_EPEER, "connect to %s: %s",
-		      tcp_sa_str(&c->sa, c->salen, where, sizeof(where)),
+		      fr_sockaddr_str((struct sockaddr *)&c->sa, where,
+				      sizeof(where)),
 		      strerror(soerr));
 }
 
 static const char *tcp_where(const struct fr_tp_conn *c, char *buf, size_t size)
 {
-	return tcp_sa_str(&c->sa, c->salen, buf, size);
+	return fr_sockaddr_str((struct sockaddr *)&c->sa, buf, size);
 }
 
 static void tcp_hello_progress(struct fr_tp_conn *c)
@@ -625,8 +612,9 @@ static void tcp_out_progress(struct fr_tp_conn *c, uint64_t now)
 			err = tcp_start_connect(c, now);
 			if (err)
 				tcp_conn_fail(c, err, "connect to %s: %s",
-					      tcp_sa_str(&c->sa, c->salen,
-							 where, sizeof(where)),
+					      fr_sockaddr_str(
+						      (struct sockaddr *)&c->sa,
+						      where, sizeof(where)),
 					      strerror(c->last_errno));
 			break;
 		case TCP_CONNECTING:
@@ -643,7 +631,7 @@ static void tcp_out_progress(struct fr_tp_conn *c, uint64_t now)
 	if (c->state == TCP_UP || c->state == TCP_FAILED ||
 	    now < c->deadline_ms)
 		return;
-	tcp_sa_str(&c->sa, c->salen, where, sizeof(where));
+	fr_sockaddr_str((struct sockaddr *)&c->sa, where, sizeof(where));
 	if (c->state == TCP_HELLO)
 		tcp_conn_fail(c, FR_ETIMEDOUT,
 			      "no handshake reply from %s within %d ms", where,
@@ -982,7 +970,7 @@ static void tcp_rx(struct fr_tp_conn *c)
 			if (fr_cqring_full(&tp->cq))
 				return;
 			fr_cqring_push(&tp->cq, FR_CQE_RECV, 0, c, 0, c->rx_imm,
-				    (uint32_t)c->rx_len);
+				       (uint32_t)c->rx_len);
 			/* rx_off keeps header bytes that came with it. */
 			c->rx_state = TCP_RX_HDR;
 			continue;
@@ -1268,7 +1256,7 @@ static int tcp_open(const struct fr_tp_params *params, struct fr_tp **out,
 	*addrlen = TCP_ADDR_LEN;
 	*out = tp;
 	fr_dbg("tcp: rank %d listening on %s", tp->rank,
-	       tcp_sa_str(&sa, salen, where, sizeof(where)));
+	       fr_sockaddr_str((struct sockaddr *)&sa, where, sizeof(where)));
 	return 0;
 
 err_epoll:

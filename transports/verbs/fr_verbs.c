@@ -119,7 +119,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -318,23 +317,6 @@ verbs_msg(char *buf, size_t len, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, len, fmt, ap);
 	va_end(ap);
-}
-
-static const char *verbs_sa_str(const struct sockaddr *sa, char *buf,
-				size_t size)
-{
-	char host[INET6_ADDRSTRLEN + 16], serv[8];
-	socklen_t len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-						  : sizeof(struct sockaddr_in);
-
-	if (getnameinfo(sa, len, host, sizeof(host), serv, sizeof(serv),
-			NI_NUMERICHOST | NI_NUMERICSERV))
-		snprintf(buf, size, "?");
-	else if (sa->sa_family == AF_INET6)
-		snprintf(buf, size, "[%s]:%s", host, serv);
-	else
-		snprintf(buf, size, "%s:%s", host, serv);
-	return buf;
 }
 
 static void verbs_sa_set_port(struct sockaddr_storage *sa, uint16_t port)
@@ -864,7 +846,7 @@ static void verbs_on_established(struct fr_tp_conn *c, const uint8_t *pd,
 	}
 	if (c->state != VERBS_CONNECTING)
 		return;
-	verbs_sa_str((struct sockaddr *)&c->dst, where, sizeof(where));
+	fr_sockaddr_str((struct sockaddr *)&c->dst, where, sizeof(where));
 	if (pdlen < VERBS_REPLY_LEN || fr_get_le32(pd) != VERBS_MAGIC ||
 	    fr_get_le16(pd + 6) != VERBS_KIND_ACCEPT) {
 		verbs_conn_fail(c, FR_EPROTO,
@@ -1169,8 +1151,8 @@ static void verbs_timers(struct fr_tp *tp)
 						"never established");
 				continue;
 			}
-			verbs_sa_str((struct sockaddr *)&c->dst, where,
-				     sizeof(where));
+			fr_sockaddr_str((struct sockaddr *)&c->dst, where,
+					sizeof(where));
 			verbs_conn_fail(
 				c, FR_ETIMEDOUT,
 				"could not connect to rank %d at %s within %d ms%s%s",
@@ -1236,8 +1218,8 @@ static void verbs_sq_retire(struct fr_tp_conn *c, uint64_t s, int status)
 		}
 		if (e->user) {
 			fr_cqring_push(&tp->ring, FR_CQE_SEND,
-					c->sq_head == s ? status : 0, c, e->ctx,
-					0, 0);
+				       c->sq_head == s ? status : 0, c, e->ctx,
+				       0, 0);
 			c->user_inflight--;
 		}
 		c->sq_head++;
@@ -1301,7 +1283,7 @@ static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 		return;
 	}
 	fr_cqring_push(&tp->ring, FR_CQE_RECV, 0, c, 0, ntohl(wc->imm_data),
-			wc->byte_len);
+		       wc->byte_len);
 	verbs_repost(c);
 }
 
@@ -1449,7 +1431,7 @@ static void verbs_flush_owed(struct fr_tp *tp)
 			struct verbs_held *h = &c->held[c->held_head];
 
 			fr_cqring_push(&tp->ring, FR_CQE_RECV, 0, c, 0, h->imm,
-					h->len);
+				       h->len);
 			c->held_head = (c->held_head + 1) % tp->rq_depth;
 			c->held_count--;
 			verbs_repost(c);
@@ -1459,7 +1441,8 @@ static void verbs_flush_owed(struct fr_tp *tp)
 		if (c->err_owed) {
 			if (!fr_cqring_room(&tp->ring))
 				return;
-			fr_cqring_push(&tp->ring, FR_CQE_RECV, c->error, c, 0, 0, 0);
+			fr_cqring_push(&tp->ring, FR_CQE_RECV, c->error, c, 0,
+				       0, 0);
 			c->err_owed = false;
 		}
 		while (c->synth && c->sq_head < c->sq_tail) {
@@ -2084,8 +2067,8 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 
 		verbs_msg(p.errbuf, p.errlen,
 			  "verbs: cannot bind %s (device %s port %u): %s",
-			  verbs_sa_str((struct sockaddr *)&ch.sa, where,
-				       sizeof(where)),
+			  fr_sockaddr_str((struct sockaddr *)&ch.sa, where,
+					  sizeof(where)),
 			  ch.dev, ch.port, e);
 		rc = FR_ENODEV;
 		goto err_bind;
@@ -2099,8 +2082,8 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 				p.errbuf, p.errlen,
 				"verbs: FR_IB_DEV names %s port %u, but its address %s belongs to %s port %u",
 				ch.dev, ch.port,
-				verbs_sa_str((struct sockaddr *)&ch.sa, where,
-					     sizeof(where)),
+				fr_sockaddr_str((struct sockaddr *)&ch.sa,
+						where, sizeof(where)),
 				actual, tp->lid->port_num);
 			rc = FR_ENODEV;
 			goto err_bind;
@@ -2143,8 +2126,8 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 		const char *e = strerror(errno);
 
 		verbs_msg(p.errbuf, p.errlen, "verbs: rdma_listen on %s: %s",
-			  verbs_sa_str((struct sockaddr *)&ch.sa, where,
-				       sizeof(where)),
+			  fr_sockaddr_str((struct sockaddr *)&ch.sa, where,
+					  sizeof(where)),
 			  e);
 		goto err_listen;
 	}
@@ -2158,8 +2141,8 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 	fr_info("verbs: rank %d: device %s port %u (%s), gid index %d, listening on %s; %s",
 		tp->rank, actual, tp->lid->port_num,
 		ch.ib ? "InfiniBand" : "RoCE", ch.gid_index,
-		verbs_sa_str((struct sockaddr *)&tp->addr, where,
-			     sizeof(where)),
+		fr_sockaddr_str((struct sockaddr *)&tp->addr, where,
+				sizeof(where)),
 		ch.why);
 	*out = tp;
 	return 0;

@@ -23,7 +23,7 @@
  *     Different communicators are independent.
  *   - Collectives on one communicator run in the order they were started,
  *     and every rank must start the same collectives in the same order with
- *     the same count, datatype and operation.  Ranks that do not get
+ *     the same count, datatype, operation and root.  Ranks that do not get
  *     FR_EMISMATCH (never a hang and never wrong numbers).
  *
  * See fastreduce(7) for an overview and one man page per function in man3.
@@ -135,6 +135,36 @@ FR_API const char *fr_op_name(fr_op_t op);
 FR_API int fr_dtype_from_name(const char *name, fr_dtype_t *dtype);
 FR_API int fr_op_from_name(const char *name, fr_op_t *op);
 
+/* ---- algorithms ------------------------------------------------------- */
+
+/*
+ * Collective algorithms.  FR_ALGO_AUTO (the default) picks one per call
+ * from a cost model (see fastreduce(7), fr_tune(1)); any other value forces
+ * that algorithm for the collectives that have it (others still choose).
+ *   ring          bandwidth-optimal pipelined ring: All-Reduce,
+ *                 reduce-scatter, all-gather; a pipelined chain for broadcast
+ *   rd            recursive doubling All-Reduce (latency-optimal); for
+ *                 broadcast the binomial tree
+ *   rabenseifner  recursive-halving reduce-scatter + recursive-doubling
+ *                 all-gather All-Reduce (medium sizes)
+ *   tree          binomial-tree broadcast
+ *   dissemination the barrier
+ */
+typedef enum fr_algorithm {
+	FR_ALGO_AUTO = 0,
+	FR_ALGO_RING = 1,
+	FR_ALGO_RD = 2,
+	FR_ALGO_RABENSEIFNER = 3,
+	FR_ALGO_TREE = 4,
+	FR_ALGO_DISSEMINATION = 5,
+	FR_ALGO_COUNT
+} fr_algo_t;
+
+/* "auto", "ring", "rd", "rabenseifner", "tree", "dissemination" ("?"). */
+FR_API const char *fr_algo_name(int algo);
+/* Parse such a name (also "recursive_doubling"); 0 or FR_EINVAL. */
+FR_API int fr_algo_from_name(const char *name, fr_algo_t *algo);
+
 /* ---- communicators ------------------------------------------------------ */
 
 typedef struct fr_comm fr_comm_t;
@@ -157,6 +187,7 @@ typedef struct fr_config {
 	size_t segment_bytes;   /* pipeline segment; FR_SEGMENT_BYTES, 512 KiB*/
 	int slots;              /* staging slots per peer; FR_SLOTS, 8        */
 	int regcache_entries;   /* registration cache bound; FR_REGCACHE_MAX, 64 */
+	int algo;               /* fr_algo_t to force; FR_ALGO, auto          */
 } fr_config_t;
 
 /* Fill cfg with its size and "take everything from the environment". */
@@ -217,6 +248,10 @@ typedef struct fr_stats {
 
 FR_API int fr_comm_stats(const fr_comm_t *comm, fr_stats_t *stats);
 
+/* The algorithm (fr_algo_t) of the most recently started collective, or
+ * FR_ALGO_AUTO before the first; FR_EINVAL for NULL. */
+FR_API int fr_comm_last_algo(const fr_comm_t *comm);
+
 /* ---- memory ------------------------------------------------------------- */
 
 /*
@@ -251,6 +286,41 @@ FR_API int fr_allreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 FR_API int fr_iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 			 size_t count, fr_dtype_t dtype, fr_op_t op,
 			 fr_request_t **req);
+
+/*
+ * Reduce-scatter with equal blocks: recvbuf (recvcount elements) on rank r
+ * = op over all ranks of block r of sendbuf (nranks * recvcount elements).
+ * In place: recvbuf == sendbuf + rank * recvcount elements (as NCCL).
+ */
+FR_API int fr_reduce_scatter(fr_comm_t *comm, const void *sendbuf,
+			     void *recvbuf, size_t recvcount,
+			     fr_dtype_t dtype, fr_op_t op);
+FR_API int fr_ireduce_scatter(fr_comm_t *comm, const void *sendbuf,
+			      void *recvbuf, size_t recvcount,
+			      fr_dtype_t dtype, fr_op_t op,
+			      fr_request_t **req);
+
+/*
+ * All-gather: block r of recvbuf (nranks * sendcount elements) = rank r's
+ * sendbuf (sendcount elements), on every rank.  In place: sendbuf ==
+ * recvbuf + rank * sendcount elements, or FR_IN_PLACE (our block is
+ * already in recvbuf).  dtype only sizes the elements.
+ */
+FR_API int fr_allgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+			size_t sendcount, fr_dtype_t dtype);
+FR_API int fr_iallgather(fr_comm_t *comm, const void *sendbuf,
+			 void *recvbuf, size_t sendcount, fr_dtype_t dtype,
+			 fr_request_t **req);
+
+/* Broadcast: buf (count elements) of rank root to every rank's buf. */
+FR_API int fr_broadcast(fr_comm_t *comm, void *buf, size_t count,
+			fr_dtype_t dtype, int root);
+FR_API int fr_ibroadcast(fr_comm_t *comm, void *buf, size_t count,
+			 fr_dtype_t dtype, int root, fr_request_t **req);
+
+/* Barrier: returns once every rank has entered it. */
+FR_API int fr_barrier(fr_comm_t *comm);
+FR_API int fr_ibarrier(fr_comm_t *comm, fr_request_t **req);
 
 /*
  * Make progress; if the request is complete set *done = 1, release it, set

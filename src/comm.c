@@ -6,11 +6,12 @@
  *   1. settings from the config struct, else the environment, else defaults;
  *   2. rendezvous phase 1 (bootstrap.c): learn the interface that reaches
  *      rank 0;
- *   3. open the transport endpoint on it, register the staging slots and
- *      control inboxes once for the communicator's life;
- *   4. rendezvous phase 2: trade "cards" (endpoint address + remote keys);
- *   5. connect to the next rank and accept the previous one - only the two
- *      ring neighbours, never a mesh.
+ *   3. open the transport endpoint on it, register the mailbox (where
+ *      peers' messages land) once for the communicator's life;
+ *   4. rendezvous phase 2: trade "cards" (endpoint address + mailbox key),
+ *      and check that every rank has the same settings.
+ * Nothing is connected here: peers connect on first use (peer.c), so only
+ * pairs that ever talk open a connection.
  *
  * Global state: the message of the last failed fr_comm_create*() is kept
  * per thread (for fr_comm_last_error(NULL)); that and the log level are the
@@ -26,7 +27,8 @@
 #include "internal.h"
 #include "log.h"
 #include "reduce.h"
-#include "ring.h"
+#include "algo/algo.h"
+#include "peer.h"
 #include "util.h"
 
 static _Thread_local char create_err[FR_ERRMSG_MAX];
@@ -52,8 +54,8 @@ int fr_comm_fail(struct fr_comm *comm, int err, const char *fmt, ...)
 	va_end(ap);
 	comm->failed = err;
 	fr_err("%s", comm->errmsg);
-	/* Tell the neighbours so the failure travels around the ring. */
-	fr_ring_send_abort(comm, err, comm->rank);
+	/* Tell the peers, so that the failure travels to every rank. */
+	fr_peers_send_abort(comm, err, comm->rank);
 	return err;
 }
 
@@ -74,6 +76,8 @@ struct settings {
 	long timeout_ms;
 	size_t segment_bytes;
 	long slots, regcache, spin_us;
+	int algo;
+	size_t eager_bytes;
 };
 
 /* Fields of a caller's config that its size says it has. */
@@ -153,6 +157,38 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 			 err, errlen);
 	if (rc < 0)
 		return rc;
+	s->algo = FR_ALGO_AUTO;
+	if (cfg && CFG_HAS(cfg, algo) && cfg->algo) {
+		if (cfg->algo < 0 || cfg->algo >= FR_ALGO_COUNT) {
+			snprintf(err, errlen, "config algo %d is not an fr_algo_t",
+				 cfg->algo);
+			return FR_EINVAL;
+		}
+		s->algo = cfg->algo;
+	} else {
+		const char *a = getenv("FR_ALGO");
+		fr_algo_t id;
+
+		if (a && *a) {
+			if (fr_algo_from_name(a, &id)) {
+				snprintf(err, errlen,
+					 "FR_ALGO=\"%s\" is not auto, ring, rd, rabenseifner, tree or dissemination",
+					 a);
+				return FR_EINVAL;
+			}
+			s->algo = id;
+		}
+	}
+	s->eager_bytes = 0; /* sized by the number of ranks */
+	rc = fr_env_size(get, NULL, "FR_EAGER_BYTES", 128, 1u << 20,
+			 &s->eager_bytes, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (s->eager_bytes && s->eager_bytes % 8) {
+		snprintf(err, errlen, "FR_EAGER_BYTES %zu must be a multiple of 8",
+			 s->eager_bytes);
+		return FR_EINVAL;
+	}
 	/* FR_POLL: spin = never block, event = block at once, hybrid
 	 * (default) = spin FR_SPIN_US, then block. */
 	const char *poll = getenv("FR_POLL");
@@ -205,26 +241,19 @@ static const struct fr_tp_ops *choose_transport(const char *name, char *err,
 
 /*
  * A card: what a rank tells the others at the rendezvous.
- *   u8 addr_len, addr, u8 staging_key_len, key, u8 inbox_key_len, key
+ *   u8 addr_len, addr, u8 mailbox_key_len, key
  */
 static int card_build(struct fr_comm *c, const void *addr, size_t addrlen,
 		      struct fr_boot_card *card)
 {
 	uint8_t *p = card->data;
-	size_t kl;
+	size_t kl = FR_TP_RKEY_MAX;
 	int rc;
 
 	*p++ = (uint8_t)addrlen;
 	memcpy(p, addr, addrlen);
 	p += addrlen;
-	kl = FR_TP_RKEY_MAX;
-	rc = c->tp_ops->pack_rkey(c->staging_mem->tp_mr, p + 1, &kl);
-	if (rc)
-		return rc;
-	*p = (uint8_t)kl;
-	p += 1 + kl;
-	kl = FR_TP_RKEY_MAX;
-	rc = c->tp_ops->pack_rkey(c->ctrl_in_mem->tp_mr, p + 1, &kl);
+	rc = fr_peers_pack_card_key(c, p + 1, &kl);
 	if (rc)
 		return rc;
 	*p = (uint8_t)kl;
@@ -233,29 +262,28 @@ static int card_build(struct fr_comm *c, const void *addr, size_t addrlen,
 	return 0;
 }
 
-struct card_view {
-	const uint8_t *addr, *staging_key, *inbox_key;
-	size_t addrlen, staging_len, inbox_len;
-};
-
-static int card_parse(const struct fr_boot_card *card, struct card_view *v)
+/* Keep every card's address; decode its mailbox key. */
+static int cards_take(struct fr_comm *c, const struct fr_boot_card *cards)
 {
-	const uint8_t *p = card->data, *end = card->data + card->len;
+	c->addrs = calloc((size_t)c->nranks, FR_TP_ADDR_MAX);
+	c->addrlens = calloc((size_t)c->nranks, 1);
+	if (!c->addrs || !c->addrlens)
+		return FR_ENOMEM;
+	for (int r = 0; r < c->nranks; r++) {
+		const uint8_t *p = cards[r].data, *end = p + cards[r].len;
 
-	if (p >= end || *p > FR_TP_ADDR_MAX || end - p < 1 + *p + 1)
-		return FR_EPROTO;
-	v->addrlen = *p;
-	v->addr = p + 1;
-	p += 1 + *p;
-	if (*p > FR_TP_RKEY_MAX || end - p < 1 + *p + 1)
-		return FR_EPROTO;
-	v->staging_len = *p;
-	v->staging_key = p + 1;
-	p += 1 + *p;
-	if (*p > FR_TP_RKEY_MAX || end - p != 1 + *p)
-		return FR_EPROTO;
-	v->inbox_len = *p;
-	v->inbox_key = p + 1;
+		if (r == c->rank)
+			continue;
+		if (p >= end || *p > FR_TP_ADDR_MAX || end - p < 1 + *p + 1)
+			return FR_EPROTO;
+		memcpy(c->addrs + (size_t)r * FR_TP_ADDR_MAX, p + 1, *p);
+		c->addrlens[r] = *p;
+		p += 1 + *p;
+		if (*p > FR_TP_RKEY_MAX || end - p != 1 + *p ||
+		    c->tp_ops->unpack_rkey(c->tp, p + 1, *p,
+					   &c->peers[r].mbx_rkey))
+			return FR_EPROTO;
+	}
 	return 0;
 }
 
@@ -274,154 +302,67 @@ static uint64_t job_hash(const struct settings *s)
 	return h;
 }
 
-/* Connect to the next rank and accept the previous one. */
-static int connect_ring(struct fr_comm *c, const struct card_view *nextv,
-			const struct card_view *prevv, uint64_t deadline)
+/*
+ * Mailbox geometry: FR_EAGER_BYTES of payload per slot (default 32 KiB, at
+ * least 128: the ring's READY message must fit),
+ * shrunk so that the mailbox (nranks x (slots + 2) slots, pinned on RDMA)
+ * stays within 32 MiB on large jobs.
+ */
+static void mailbox_size(struct fr_comm *c, size_t eager)
 {
-	const struct fr_tp_ops *o = c->tp_ops;
-	bool next_ok = false, prev_ok = false;
-	int rc;
+	size_t cap = (32u << 20) / ((size_t)c->nranks * (FR_MBX_SLOTS + 2));
 
-	rc = o->connect(c->tp, c->next.rank, nextv->addr, nextv->addrlen,
-			&c->next.conn);
-	if (rc)
-		return fr_comm_seterr(c, rc,
-				      "rank %d: connecting to rank %d (next) failed: %s",
-				      c->rank, c->next.rank, fr_strerror(rc));
-	while (!next_ok || !prev_ok) {
-		uint64_t now = fr_now_ms();
-
-		if (!prev_ok && !c->prev.conn) {
-			rc = o->accept(c->tp, c->prev.rank, &c->prev.conn);
-			if (rc && rc != FR_EAGAIN)
-				return fr_comm_seterr(c, rc,
-						      "rank %d: accepting rank %d (prev) failed: %s",
-						      c->rank, c->prev.rank,
-						      fr_strerror(rc));
-		}
-		if (!prev_ok && c->prev.conn) {
-			rc = o->connect_done(c->prev.conn);
-			if (rc && rc != FR_EAGAIN)
-				return fr_comm_seterr(c, rc,
-						      "rank %d: connection from rank %d (prev) failed: %s",
-						      c->rank, c->prev.rank,
-						      fr_strerror(rc));
-			prev_ok = !rc;
-		}
-		if (!next_ok) {
-			rc = o->connect_done(c->next.conn);
-			if (rc && rc != FR_EAGAIN)
-				return fr_comm_seterr(c, rc,
-						      "rank %d: connecting to rank %d (next) failed: %s",
-						      c->rank, c->next.rank,
-						      fr_strerror(rc));
-			next_ok = !rc;
-		}
-		if (next_ok && prev_ok)
-			break;
-		if (now >= deadline)
-			return fr_comm_seterr(c, FR_ETIMEDOUT,
-					      "rank %d: timed out connecting the ring (%s rank %d not connected)",
-					      c->rank, next_ok ? "prev" : "next",
-					      next_ok ? c->prev.rank : c->next.rank);
-		rc = o->wait(c->tp, (int)FR_MIN(deadline - now, 50));
-		if (rc)
-			return fr_comm_seterr(c, rc, "rank %d: transport wait: %s",
-					      c->rank, fr_strerror(rc));
+	c->mbx_slots = FR_MBX_SLOTS;
+	c->out_slots = 2 * FR_MBX_SLOTS;
+	if (!eager) {
+		eager = 32u << 10;
+		if (eager + FR_MSG_HDR > cap)
+			eager = cap > 1024 + FR_MSG_HDR ? cap - FR_MSG_HDR : 1024;
+		eager &= ~(size_t)63;
 	}
-	return 0;
+	c->mbx_slot_size = eager + FR_MSG_HDR;
 }
 
-static int unpack_neighbours(struct fr_comm *c, const struct card_view *nextv,
-			     const struct card_view *prevv)
+int fr_scratch_get(struct fr_comm *c, size_t len)
 {
-	const struct fr_tp_ops *o = c->tp_ops;
+	size_t ps = 4096, sz = (len + ps - 1) / ps * ps;
+	void *buf;
 	int rc;
 
-	rc = o->unpack_rkey(c->tp, nextv->staging_key, nextv->staging_len,
-			    &c->next_staging_rkey);
-	if (!rc)
-		rc = o->unpack_rkey(c->tp, nextv->inbox_key, nextv->inbox_len,
-				    &c->next.ctrl_rkey);
-	if (!rc)
-		rc = o->unpack_rkey(c->tp, prevv->inbox_key, prevv->inbox_len,
-				    &c->prev.ctrl_rkey);
-	if (rc)
-		return fr_comm_seterr(c, rc,
-				      "rank %d: a neighbour's remote keys are malformed",
+	if (c->scratch_len >= len)
+		return 0;
+	if (c->scratch_mem && c->scratch_mem->refs)
+		return fr_comm_seterr(c, FR_EBUSY, "rank %d: scratch in use",
 				      c->rank);
-	return 0;
-}
-
-/* Register the areas peers write into, once for the communicator. */
-static int alloc_areas(struct fr_comm *c)
-{
-	size_t ps = 4096, sz;
-	int rc;
-
-	sz = (size_t)c->slots * c->segment_bytes;
-	c->staging = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
-	if (!c->staging)
+	buf = aligned_alloc(ps, sz);
+	if (!buf)
 		return FR_ENOMEM;
-	rc = fr_mem_register_internal(c, c->staging, sz,
-				      FR_TP_LOCAL_READ | FR_TP_REMOTE_WRITE,
-				      false, &c->staging_mem);
-	if (rc)
-		goto err_staging;
-	c->ctrl_in = aligned_alloc(ps, ps);
-	if (!c->ctrl_in) {
-		rc = FR_ENOMEM;
-		goto err_in;
+	if (c->scratch_mem)
+		fr_mem_free_internal(c->scratch_mem);
+	free(c->scratch);
+	c->scratch = NULL;
+	c->scratch_mem = NULL;
+	c->scratch_len = 0;
+	rc = fr_mem_register_internal(c, buf, sz,
+				      FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE,
+				      false, &c->scratch_mem);
+	if (rc) {
+		free(buf);
+		return rc;
 	}
-	memset(c->ctrl_in, 0, ps);
-	rc = fr_mem_register_internal(c, c->ctrl_in,
-				      2 * FR_CTRL_SLOTS * FR_CTRL_MSG_SIZE,
-				      FR_TP_LOCAL_READ | FR_TP_REMOTE_WRITE,
-				      false, &c->ctrl_in_mem);
-	if (rc)
-		goto err_in_reg;
-	c->ctrl_out = aligned_alloc(ps, ps);
-	if (!c->ctrl_out) {
-		rc = FR_ENOMEM;
-		goto err_out;
-	}
-	rc = fr_mem_register_internal(c, c->ctrl_out,
-				      FR_CTRL_SLOTS * FR_CTRL_MSG_SIZE,
-				      FR_TP_LOCAL_READ, false,
-				      &c->ctrl_out_mem);
-	if (rc)
-		goto err_out_reg;
+	c->scratch = buf;
+	c->scratch_len = sz;
 	return 0;
-
-err_out_reg:
-	free(c->ctrl_out);
-	c->ctrl_out = NULL;
-err_out:
-	fr_mem_free_internal(c->ctrl_in_mem);
-	c->ctrl_in_mem = NULL;
-err_in_reg:
-	free(c->ctrl_in);
-	c->ctrl_in = NULL;
-err_in:
-	fr_mem_free_internal(c->staging_mem);
-	c->staging_mem = NULL;
-err_staging:
-	free(c->staging);
-	c->staging = NULL;
-	return rc;
 }
 
-static void free_areas(struct fr_comm *c)
+static void free_scratch(struct fr_comm *c)
 {
-	fr_mem_free_internal(c->ctrl_out_mem);
-	free(c->ctrl_out);
-	fr_mem_free_internal(c->ctrl_in_mem);
-	free(c->ctrl_in);
-	fr_mem_free_internal(c->staging_mem);
-	free(c->staging);
-	c->ctrl_out_mem = c->ctrl_in_mem = c->staging_mem = NULL;
-	c->ctrl_out = c->ctrl_in = NULL;
-	c->staging = NULL;
+	if (c->scratch_mem)
+		fr_mem_free_internal(c->scratch_mem);
+	free(c->scratch);
+	c->scratch_mem = NULL;
+	c->scratch = NULL;
+	c->scratch_len = 0;
 }
 
 static void copy_msg(char *dst, size_t len, const char *src)
@@ -441,12 +382,10 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	struct fr_boot_params bp = { 0 };
 	struct fr_boot *boot = NULL;
 	struct fr_boot_card mine, *cards = NULL;
-	struct card_view nextv, prevv;
 	uint8_t addr[FR_TP_ADDR_MAX];
 	size_t addrlen = sizeof(addr);
 	char config[128];
 	struct fr_comm *c;
-	uint64_t deadline = fr_now_ms() + (uint64_t)s->timeout_ms;
 	int rc;
 
 	c = calloc(1, sizeof(*c));
@@ -457,11 +396,10 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	c->timeout_ms = (int)s->timeout_ms;
 	c->segment_bytes = s->segment_bytes;
 	c->slots = (int)s->slots;
-	c->credits = c->slots;
 	c->regcache_max = (int)s->regcache;
 	c->spin_us = (int)s->spin_us;
-	c->next.rank = (s->rank + 1) % s->nranks;
-	c->prev.rank = (s->rank + s->nranks - 1) % s->nranks;
+	c->algo_forced = s->algo;
+	mailbox_size(c, s->eager_bytes);
 	c->stats.size = sizeof(c->stats);
 	c->tp_ops = choose_transport(s->transport, err, errlen);
 	if (!c->tp_ops) {
@@ -503,7 +441,10 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	}
 	if (rc)
 		goto err_open;
-	rc = alloc_areas(c);
+	rc = fr_tune_load(c, c->tp_ops->name, err, errlen);
+	if (rc)
+		goto err_areas;
+	rc = fr_peers_init(c);
 	if (rc) {
 		copy_msg(err, errlen, c->errmsg);
 		goto err_areas;
@@ -518,31 +459,22 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 		rc = FR_ENOMEM;
 		goto err_cards;
 	}
-	snprintf(config, sizeof(config), "transport=%s segment=%zu slots=%ld",
-		 c->tp_ops->name, c->segment_bytes, s->slots);
+	snprintf(config, sizeof(config),
+		 "transport=%s segment=%zu slots=%ld algo=%s eager=%zu tune=%08x",
+		 c->tp_ops->name, c->segment_bytes, s->slots,
+		 fr_algo_name(c->algo_forced), fr_msg_payload_max(c),
+		 fr_tune_hash(&c->tune));
 	rc = fr_boot_exchange(boot, config, &mine, cards, &c->job_nonce);
 	if (rc)
 		goto err_exchange;
 	fr_boot_end(boot);
 	boot = NULL;
 
-	/* 5. the two ring connections */
-	if (s->nranks > 1) {
-		if (card_parse(&cards[c->next.rank], &nextv) ||
-		    card_parse(&cards[c->prev.rank], &prevv)) {
-			snprintf(err, errlen,
-				 "rank %d: malformed card from a neighbour",
-				 s->rank);
-			rc = FR_EPROTO;
-			goto err_exchange;
-		}
-		rc = unpack_neighbours(c, &nextv, &prevv);
-		if (!rc)
-			rc = connect_ring(c, &nextv, &prevv, deadline);
-		if (rc) {
-			copy_msg(err, errlen, c->errmsg);
-			goto err_connect;
-		}
+	if (cards_take(c, cards)) {
+		snprintf(err, errlen, "rank %d: malformed card at the rendezvous",
+			 s->rank);
+		rc = FR_EPROTO;
+		goto err_connect;
 	}
 	free(cards);
 	c->errmsg[0] = '\0';
@@ -553,14 +485,12 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	return 0;
 
 err_connect:
-	if (c->prev.conn)
-		c->tp_ops->close_conn(c->prev.conn);
-	if (c->next.conn)
-		c->tp_ops->close_conn(c->next.conn);
+	free(c->addrlens);
+	free(c->addrs);
 err_exchange:
 	free(cards);
 err_cards:
-	free_areas(c);
+	fr_peers_fini(c);
 err_areas:
 	c->tp_ops->close(c->tp);
 err_open:
@@ -643,57 +573,20 @@ int fr_comm_create_from_env(const fr_config_t *cfg, fr_comm_t **comm)
 	return comm_create(&s, comm, create_err, sizeof(create_err));
 }
 
-/*
- * Say goodbye to both neighbours and wait (bounded) for theirs, reading
- * and dropping whatever else arrives, so that no connection is closed while
- * the other side may still send on it: closing a TCP socket with unread
- * data resets it, and the reset can destroy a neighbour's last segments
- * still in flight.  A failed communicator waits less: its neighbours are
- * failing too, or dead.
- */
-static void goodbye(struct fr_comm *c)
-{
-	uint64_t wait_ms = (uint64_t)(c->failed ? FR_MIN(c->timeout_ms, 2000) :
-						  c->timeout_ms);
-	uint64_t deadline = fr_now_ms() + wait_ms;
-	bool sent_next = false, sent_prev = false;
-	struct fr_tp_cqe cqe[32];
-
-	while (fr_now_ms() < deadline) {
-		int n;
-
-		/* a neighbour already gone needs no goodbye */
-		if (!sent_next)
-			sent_next = c->next.bye || !fr_ring_send_bye(c, true);
-		if (!sent_prev)
-			sent_prev = c->prev.bye || !fr_ring_send_bye(c, false);
-		n = c->tp_ops->poll(c->tp, cqe, 32);
-		if (n < 0)
-			break;
-		for (int i = 0; i < n; i++)
-			fr_ring_goodbye_cqe(c, &cqe[i]);
-		if (sent_next && sent_prev && c->next.bye && c->prev.bye &&
-		    c->outstanding <= 0)
-			return;
-		if (!n)
-			c->tp_ops->wait(c->tp, 20);
-	}
-	fr_dbg("rank %d: goodbye incomplete", c->rank);
-}
-
 int fr_comm_destroy(fr_comm_t *comm)
 {
 	if (!comm)
 		return 0;
 	fr_requests_abandon(comm);
-	if (comm->nranks > 1) {
-		goodbye(comm);
-		comm->tp_ops->close_conn(comm->prev.conn);
-		comm->tp_ops->close_conn(comm->next.conn);
-	}
+	if (comm->nranks > 1)
+		fr_peers_goodbye(comm);
+	fr_ring_comm_free(comm);
+	free_scratch(comm);
 	fr_mem_cache_flush(comm);
-	free_areas(comm);
+	fr_peers_fini(comm);
 	comm->tp_ops->close(comm->tp);
+	free(comm->addrlens);
+	free(comm->addrs);
 	free(comm);
 	return 0;
 }
@@ -711,6 +604,11 @@ int fr_comm_size(const fr_comm_t *comm)
 const char *fr_comm_transport(const fr_comm_t *comm)
 {
 	return comm ? comm->tp_ops->name : "?";
+}
+
+int fr_comm_last_algo(const fr_comm_t *comm)
+{
+	return comm ? comm->last_algo : FR_EINVAL;
 }
 
 const char *fr_comm_last_error(const fr_comm_t *comm)

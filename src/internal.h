@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * internal.h - the communicator, registered memory and requests.
+ * internal.h - the communicator, its peers, registered memory and requests.
  *
- * A communicator owns one transport endpoint and two connections: to the
- * ring's next rank (we write data there) and from its previous rank (it
- * writes data to us).  For two ranks they go to the same peer but are still
- * two connections, which keeps the code free of special cases.
+ * A communicator owns one transport endpoint and a table of peers, one per
+ * rank.  A peer is connected on first use (peer.c), so a job whose
+ * collectives only ever use the ring talks to its two ring neighbours and
+ * nobody else; one connection per pair carries traffic both ways.
+ *
+ * Per-peer state lives here: the connection, mailbox credits and sequence
+ * numbers, and the remote keys exchanged once per (peer, registration).
+ * Each algorithm keeps the state of one collective in the request
+ * (req->algo_state) and its own long-lived state, if any, behind a pointer
+ * of the communicator (comm->ring).
  */
 #ifndef FR_INTERNAL_H
 #define FR_INTERNAL_H
@@ -24,11 +30,10 @@
 #define FR_MAX_SLOTS 64
 #define FR_DEFAULT_REGCACHE 64
 #define FR_DEFAULT_SPIN_US 50
-/* Control messages (ready-to-receive, abort) land in a small inbox ring. */
-#define FR_CTRL_SLOTS 8
-#define FR_CTRL_MSG_SIZE 128
+/* Mailbox data slots per peer (credits). */
+#define FR_MBX_SLOTS 8
 /* Peers' remote keys are cached direct-mapped by registration id. */
-#define FR_RKEY_CACHE 256
+#define FR_RKEY_CACHE 64
 
 /* A registration: user-owned (fr_mem_register) or cached. */
 struct fr_mem {
@@ -44,19 +49,65 @@ struct fr_mem {
 	struct fr_mem *next; /* in comm->user_mems or comm->cache */
 };
 
-/* What we know about one ring neighbour. */
+/* Collectives (the wire carries these numbers: append only). */
+enum fr_coll {
+	FR_COLL_ALLREDUCE = 1,
+	FR_COLL_REDUCE_SCATTER = 2,
+	FR_COLL_ALLGATHER = 3,
+	FR_COLL_BROADCAST = 4,
+	FR_COLL_BARRIER = 5,
+};
+
+/* A decoded mailbox message header (see peer.c for the wire layout). */
+struct fr_msg {
+	uint8_t type;  /* enum fr_msg_type */
+	uint8_t coll, algo, dtype, op;
+	uint16_t step;
+	uint32_t seq;
+	uint64_t count;
+	int32_t root;
+	uint32_t credits; /* our mailbox slots the sender has freed */
+	uint64_t offset;  /* DATA: byte offset of the payload in the step */
+	uint32_t len;     /* payload bytes after the header */
+	int32_t err, origin; /* ABORT */
+	uint32_t aux;     /* algorithm's own */
+};
+
+enum fr_msg_type {
+	FR_MSG_DATA = 1,  /* a fragment of a step's data */
+	FR_MSG_READY = 2, /* ring: ready to receive, names the buffer */
+	FR_MSG_ABORT = 3, /* the job failed (special slot, sent once) */
+	FR_MSG_BYE = 4,   /* the communicator is destroyed (special slot) */
+};
+
+#define FR_MSG_HDR 64
+
+enum fr_peer_state {
+	FR_PEER_IDLE = 0, /* never needed */
+	FR_PEER_CONNECTING,
+	FR_PEER_UP,
+	FR_PEER_DOWN, /* failed or closed */
+};
+
+/* What we know about one other rank. */
 struct fr_peer {
 	int rank;
+	enum fr_peer_state state;
 	struct fr_tp_conn *conn;
-	/* its control inbox for our messages, and the next slot to use */
-	struct fr_tp_rkey ctrl_rkey;
-	uint32_t ctrl_seq;
-	/* the next slot it will use in our inbox */
-	uint32_t ctrl_recv_seq;
-	/* its last "ready" message for a collective we have not started */
-	bool have_ready;
-	bool bye; /* it destroyed its communicator */
-	uint8_t ready[FR_CTRL_MSG_SIZE];
+	struct fr_peer *next_active; /* comm->active list (connected or connecting) */
+	/* its card: transport address and mailbox key */
+	struct fr_tp_rkey mbx_rkey;
+	/* sending into its mailbox */
+	int credits;          /* free data slots there for us */
+	uint32_t send_seq;    /* data slots used so far */
+	bool abort_sent, bye_sent;
+	/* receiving from it into our mailbox */
+	uint32_t recv_arrived; /* data messages landed */
+	uint32_t recv_taken;   /* data messages consumed (in order) */
+	int credits_owed;      /* consumed, not yet returned */
+	bool have_peek;        /* msg below is the decoded head */
+	struct fr_msg peek;
+	bool bye;              /* it destroyed its communicator */
 	/* ids of our registrations whose key it has (direct-mapped) */
 	uint32_t rkey_sent[FR_RKEY_CACHE];
 	/* its registrations' keys we have (direct-mapped by id) */
@@ -66,7 +117,7 @@ struct fr_peer {
 
 enum fr_req_state { FR_REQ_QUEUED, FR_REQ_ACTIVE, FR_REQ_DONE };
 
-struct fr_ring_state; /* ring.c */
+struct fr_algo; /* algo/algo.h */
 
 struct fr_request {
 	struct fr_comm *comm;
@@ -74,13 +125,28 @@ struct fr_request {
 	enum fr_req_state state;
 	int result;
 	uint32_t seq;
-	const void *sendbuf;
+	enum fr_coll coll;
+	const void *sendbuf; /* FR_IN_PLACE when in place */
 	void *recvbuf;
-	size_t count;
+	size_t count; /* elements on the wire: see fr_coll_count_total */
 	fr_dtype_t dtype;
 	fr_op_t op;
-	struct fr_ring_state *ring;
+	int root;
+	int forced;   /* algorithm asked for (FR_ALGO_AUTO: choose) */
+	const struct fr_algo *algo;
+	void *algo_state;
 };
+
+/* Tuned cost-model parameters (select.c, fr_tune(1)). */
+struct fr_tune {
+	double alpha_us;   /* per message step, microseconds */
+	double beta_ns;    /* per byte on the wire, nanoseconds */
+	double copy_ns;    /* per byte copied through a mailbox */
+	double gamma_ns[FR_DTYPE_COUNT]; /* per byte reduced */
+	char source[256];  /* "built-in defaults" or the file it came from */
+};
+
+struct fr_ring_comm; /* algo/ring.c */
 
 struct fr_comm {
 	int rank, nranks;
@@ -92,37 +158,50 @@ struct fr_comm {
 	int slots;
 	int regcache_max;
 	int spin_us; /* busy-poll budget before blocking; -1: never block */
+	int algo_forced; /* FR_ALGO / config: FR_ALGO_AUTO or one algorithm */
+	struct fr_tune tune;
 
-	struct fr_peer prev, next;
+	/* peers[rank]; peers[rank == ours] is unused */
+	struct fr_peer *peers;
+	struct fr_peer *active; /* peers connected or connecting */
+	/* the transport addresses from the rendezvous (cards) */
+	uint8_t *addrs;  /* [nranks][FR_TP_ADDR_MAX] */
+	uint8_t *addrlens;
 
-	/* staging: `slots` segments our previous rank writes into */
-	void *staging;
-	struct fr_mem *staging_mem;
-	/* control inboxes (one per neighbour) and our outbox */
-	uint8_t *ctrl_in;  /* [2][FR_CTRL_SLOTS][FR_CTRL_MSG_SIZE] */
-	struct fr_mem *ctrl_in_mem;
-	uint8_t *ctrl_out; /* [FR_CTRL_SLOTS][FR_CTRL_MSG_SIZE] */
-	struct fr_mem *ctrl_out_mem;
-	uint32_t ctrl_out_seq;
-	uint32_t ctrl_out_busy; /* bitmap of outbox slots awaiting completion */
-	/* the next rank's staging slots */
-	struct fr_tp_rkey next_staging_rkey;
-
-	/* staging flow: counters are continuous across collectives */
-	uint64_t rs_sent;     /* segments written into next's staging */
-	uint64_t rs_received; /* segments landed in our staging */
-	int credits;          /* free slots at next */
-	int credits_owed;     /* slots freed here, not yet told to prev */
-	/* segments prev wrote into our staging for a collective we have not
-	 * started yet (it need not wait for us: the slots are ours) */
-	struct {
-		uint32_t payload, len;
-	} rs_early[FR_MAX_SLOTS];
-	int n_rs_early;
+	/*
+	 * Mailbox: peer p writes into slots [p][0 .. mbx_slots + 1]; the
+	 * last two are for its ABORT and BYE.  Outbox: where messages are
+	 * assembled before the write.
+	 */
+	int mbx_slots;        /* data slots per peer */
+	size_t mbx_slot_size; /* header + eager payload */
+	uint8_t *mbx;
+	struct fr_mem *mbx_mem;
+	int out_slots;
+	uint8_t *out;
+	struct fr_mem *out_mem;
+	uint64_t out_busy; /* bitmap: outbox slots awaiting completion */
+	uint32_t out_next;
 	int outstanding;      /* our writes without a SEND completion */
+	int user_outstanding; /* ... of them, writes from user buffers */
+
+	/* algorithm state that outlives one collective */
+	struct fr_ring_comm *ring;
+	/* a scratch buffer registered once, grown on demand */
+	void *scratch;
+	size_t scratch_len;
+	struct fr_mem *scratch_mem;
 
 	uint64_t last_activity_ms; /* last completion seen, for timeouts */
 	uint32_t seq;           /* collectives started */
+	int last_algo;          /* of the last collective started */
+	/* (collective, bytes) whose choice FR_LOG=info has already told */
+#define FR_ALGO_LOGGED 32
+	struct {
+		int coll;
+		size_t bytes;
+	} algo_logged[FR_ALGO_LOGGED];
+	unsigned algo_logged_next;
 	struct fr_request *queue; /* FIFO; the head is the active one */
 	struct fr_request *tail;
 
@@ -147,6 +226,7 @@ int fr_comm_fail(struct fr_comm *comm, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 int fr_comm_seterr(struct fr_comm *comm, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+int fr_scratch_get(struct fr_comm *comm, size_t len);
 
 /* mem.c */
 int fr_mem_acquire(struct fr_comm *comm, const void *buf, size_t len,
@@ -160,5 +240,14 @@ void fr_mem_cache_flush(struct fr_comm *comm);
 /* request.c */
 int fr_progress_internal(struct fr_comm *comm, bool *did_work);
 void fr_requests_abandon(struct fr_comm *comm);
+struct fr_request *fr_active_req(struct fr_comm *comm);
+int fr_req_submit(struct fr_comm *comm, struct fr_request *req,
+		  fr_request_t **out);
+
+/* coll.c */
+const char *fr_coll_name(enum fr_coll coll);
+/* Total elements a collective's data spans on every rank (the full
+ * vector for reduce-scatter and all-gather: nranks blocks). */
+size_t fr_coll_count_total(const struct fr_request *req);
 
 #endif

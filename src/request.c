@@ -4,8 +4,8 @@
  *
  * Requests run one after another in the order they were started (every rank
  * starts them in the same order).  Progress means: drain the transport's
- * completions into the ring engine, then let the active collective post
- * what it can.  Waiting spins for a short budget (FR_SPIN_US) and then
+ * completions into the peer layer (peer.c), then let the active
+ * collective's algorithm take what arrived and post what it can.  Waiting spins for a short budget (FR_SPIN_US) and then
  * blocks in the transport's wait (epoll / completion channel), because
  * tests and laptops run more ranks than cores and pure busy-polling then
  * steals the CPU from the very rank we are waiting for.
@@ -17,7 +17,9 @@
 #include "internal.h"
 #include "log.h"
 #include "reduce.h"
-#include "ring.h"
+#include "algo/algo.h"
+#include "algo/ring.h"
+#include "peer.h"
 #include "util.h"
 
 #define CQE_BATCH 32
@@ -26,7 +28,8 @@ static void req_finish(struct fr_request *req, int result)
 {
 	req->state = FR_REQ_DONE;
 	req->result = result;
-	fr_ring_free(req);
+	if (req->algo)
+		req->algo->free(req);
 	if (!result)
 		req->comm->stats.collectives++;
 }
@@ -37,6 +40,15 @@ static void fail_all(struct fr_comm *comm)
 	for (struct fr_request *q = comm->queue; q; q = q->next)
 		if (q->state != FR_REQ_DONE)
 			req_finish(q, comm->failed);
+}
+
+struct fr_request *fr_active_req(struct fr_comm *comm)
+{
+	struct fr_request *q = comm->queue;
+
+	while (q && q->state == FR_REQ_DONE)
+		q = q->next;
+	return q && q->state == FR_REQ_ACTIVE ? q : NULL;
 }
 
 static struct fr_request *first_pending(struct fr_comm *comm)
@@ -71,16 +83,12 @@ int fr_progress_internal(struct fr_comm *comm, bool *did_work)
 				comm->last_activity_ms = fr_now_ms();
 			}
 			for (int i = 0; i < n; i++)
-				if (fr_ring_on_cqe(comm, &cqe[i]))
+				if (fr_peers_on_cqe(comm, &cqe[i]))
 					goto failed;
 		} while (n == CQE_BATCH);
-		rc = fr_ring_flush_credits(comm, did_work);
-		if (rc && rc != FR_EAGAIN) {
-			fr_comm_fail(comm, rc, "rank %d: returning credits to rank %d: %s",
-				     comm->rank, comm->prev.rank,
-				     fr_strerror(rc));
+		if (fr_peers_progress(comm, did_work) ||
+		    fr_ring_progress(comm, did_work))
 			goto failed;
-		}
 	}
 	/* Run collectives back to back while they complete. */
 	while ((req = first_pending(comm))) {
@@ -88,7 +96,15 @@ int fr_progress_internal(struct fr_comm *comm, bool *did_work)
 			req->state = FR_REQ_ACTIVE;
 			req->seq = comm->seq++;
 			comm->last_activity_ms = fr_now_ms();
-			rc = fr_ring_start(comm, req);
+			if (comm->abort_pending &&
+			    (int32_t)(req->seq - comm->abort_seq) >= 0) {
+				fr_comm_fail(comm, comm->abort_err, "%s",
+					     comm->abort_msg);
+				goto failed;
+			}
+			req->algo = fr_algo_select(comm, req);
+			comm->last_algo = req->algo->id;
+			rc = req->algo->start(comm, req);
 			if (rc) {
 				if (!comm->failed)
 					fr_comm_fail(comm, rc,
@@ -101,13 +117,13 @@ int fr_progress_internal(struct fr_comm *comm, bool *did_work)
 			}
 			*did_work = true;
 		}
-		rc = fr_ring_advance(comm, req, did_work);
+		rc = req->algo->advance(comm, req, did_work);
 		if (rc) {
 			fr_comm_fail(comm, rc, "rank %d: collective #%u: %s",
 				     comm->rank, req->seq, fr_strerror(rc));
 			goto failed;
 		}
-		if (!fr_ring_done(req))
+		if (!req->algo->done(comm, req))
 			break;
 		req_finish(req, 0);
 		*did_work = true;
@@ -124,81 +140,64 @@ static int check_timeout(struct fr_comm *comm)
 {
 	struct fr_request *req = first_pending(comm);
 	uint64_t idle = fr_now_ms() - comm->last_activity_ms;
-	const char *which;
 	int peer;
 
 	if (!req || idle < (uint64_t)comm->timeout_ms)
 		return 0;
-	which = fr_ring_waiting_on(comm, req, &peer);
+	peer = req->algo && req->state == FR_REQ_ACTIVE ?
+		       req->algo->waiting_on(comm, req) :
+		       -1;
 	fr_comm_fail(comm, FR_ETIMEDOUT,
-		     "rank %d: collective #%u: no progress for %llu ms waiting on rank %d (%s)",
-		     comm->rank, req->seq, (unsigned long long)idle, peer,
-		     which);
+		     "rank %d: collective #%u (%s): no progress for %llu ms waiting on rank %d",
+		     comm->rank, req->seq, fr_coll_name(req->coll),
+		     (unsigned long long)idle, peer);
 	fail_all(comm);
 	return FR_ETIMEDOUT;
 }
 
-static bool overlaps(const void *a, const void *b, size_t len)
+/*
+ * A peer we wait on said goodbye and left nothing unread: it will never
+ * send what we wait for, so fail now instead of at the timeout.
+ */
+static int check_gone(struct fr_comm *comm)
 {
-	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+	struct fr_request *req = fr_active_req(comm);
+	struct fr_peer *p;
+	int peer;
 
-	return x < y ? y - x < len : x - y < len;
+	if (!req || !req->algo || comm->nranks < 2)
+		return 0;
+	peer = req->algo->waiting_on(comm, req);
+	if (peer < 0 || peer >= comm->nranks || peer == comm->rank)
+		return 0;
+	p = &comm->peers[peer];
+	if (!p->bye || p->recv_taken != p->recv_arrived)
+		return 0;
+	fr_comm_fail(comm, FR_EPEER,
+		     "rank %d: collective #%u (%s): rank %d has destroyed its communicator",
+		     comm->rank, req->seq, fr_coll_name(req->coll), peer);
+	fail_all(comm);
+	return FR_EPEER;
 }
 
-int fr_iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
-		  size_t count, fr_dtype_t dtype, fr_op_t op,
+int fr_req_submit(struct fr_comm *comm, struct fr_request *tmpl,
 		  fr_request_t **out)
 {
-	struct fr_request *req;
-	size_t es;
+	struct fr_request *req = malloc(sizeof(*req));
+	bool work = false;
 
-	if (!comm || !out)
-		return FR_EINVAL;
-	*out = NULL;
-	if (comm->failed)
-		return comm->failed;
-	es = fr_dtype_size(dtype);
-	if (!es || fr_reduce_check(dtype, op))
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: allreduce: invalid datatype/operation (%d, %d)%s",
-				      comm->rank, (int)dtype, (int)op,
-				      es && op == FR_AVG ?
-					      ": avg needs a floating type" :
-					      "");
-	if (count > SIZE_MAX / es / 2)
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: allreduce: count %zu too large",
-				      comm->rank, count);
-	if (sendbuf == recvbuf)
-		sendbuf = FR_IN_PLACE;
-	if (count && (!recvbuf || !sendbuf))
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: allreduce: NULL buffer with count %zu",
-				      comm->rank, count);
-	if (count && sendbuf != FR_IN_PLACE &&
-	    overlaps(sendbuf, recvbuf, count * es))
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: allreduce: send and receive buffers overlap without being equal",
-				      comm->rank);
-	req = calloc(1, sizeof(*req));
 	if (!req)
 		return FR_ENOMEM;
-	req->comm = comm;
+	*req = *tmpl;
 	req->state = FR_REQ_QUEUED;
-	req->sendbuf = sendbuf;
-	req->recvbuf = recvbuf;
-	req->count = count;
-	req->dtype = dtype;
-	req->op = op;
+	req->next = NULL;
 	if (comm->tail)
 		comm->tail->next = req;
 	else
 		comm->queue = req;
 	comm->tail = req;
 	*out = req;
-	/* Start it now so that the neighbours hear about it early. */
-	bool work = false;
-
+	/* Start it now so that the peers hear about it early. */
 	fr_progress_internal(comm, &work);
 	return 0;
 }
@@ -214,7 +213,8 @@ static void req_unlink_free(struct fr_request *req)
 		*pp = req->next;
 	if (comm->tail == req)
 		comm->tail = prev;
-	fr_ring_free(req);
+	if (req->algo)
+		req->algo->free(req);
 	free(req);
 }
 
@@ -255,6 +255,8 @@ static void wait_done(struct fr_request *req)
 
 		fr_progress_internal(comm, &work);
 		if (req->state == FR_REQ_DONE || check_timeout(comm))
+			break;
+		if (!work && check_gone(comm))
 			break;
 		if (work) {
 			spin_until = fr_now_ns() + (uint64_t)comm->spin_us * 1000u;
@@ -302,25 +304,14 @@ int fr_progress(fr_comm_t *comm)
 	return rc;
 }
 
-int fr_allreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
-		 size_t count, fr_dtype_t dtype, fr_op_t op)
-{
-	fr_request_t *req;
-	int rc;
-
-	rc = fr_iallreduce(comm, sendbuf, recvbuf, count, dtype, op, &req);
-	if (rc)
-		return rc;
-	return fr_wait(&req);
-}
-
 void fr_requests_abandon(struct fr_comm *comm)
 {
 	while (comm->queue) {
 		struct fr_request *req = comm->queue;
 
 		comm->queue = req->next;
-		fr_ring_free(req);
+		if (req->algo)
+			req->algo->free(req);
 		free(req);
 	}
 	comm->tail = NULL;

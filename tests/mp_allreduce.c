@@ -8,6 +8,9 @@
  *       equal, bit for bit, a scalar reference that accumulates each chunk
  *       in the ring's order (tests/reference.h), must be bit-identical on
  *       all ranks, and must come out the same when run again;
+ *   mp_allreduce colls [--counts a,b,..]
+ *       reduce-scatter, all-gather, broadcast (every root) and barrier,
+ *       checked against the reference;
  *   mp_allreduce regonce [--iters N] [--count C]
  *       N iterations on buffers registered once: registrations and remote
  *       keys exchanged must not grow after the first iteration;
@@ -37,6 +40,8 @@
 
 static int rank, nranks;
 static int passed, failed;
+
+#define FR_MAXV(a, b) ((a) > (b) ? (a) : (b))
 
 #define CHECK(cond, ...)                                                       \
 	do {                                                                   \
@@ -160,6 +165,41 @@ static void expect_elem(fr_dtype_t dt, fr_op_t op, size_t count, size_t i,
 	memcpy(out, acc, fr_dtype_size(dt));
 }
 
+/*
+ * Expected element i for recursive doubling and Rabenseifner: pairs
+ * (2v, 2v+1), v < rem, are folded first, then virtual ranks are combined
+ * over the hypercube dimensions 0, 1, ... (written here independently of
+ * the library's schedule code).
+ */
+static void expect_hcube(fr_dtype_t dt, fr_op_t op, size_t i, uint32_t seed,
+			 void *out)
+{
+	int pof2 = 1, rem;
+	uint8_t v[64][8], in[8];
+
+	while (pof2 * 2 <= nranks)
+		pof2 *= 2;
+	rem = nranks - pof2;
+	for (int vr = 0; vr < pof2; vr++) {
+		if (vr < rem) {
+			input_elem(dt, op, 2 * vr, i, seed, v[vr]);
+			input_elem(dt, op, 2 * vr + 1, i, seed, in);
+			ref_combine(dt, op, v[vr], v[vr], in, 1);
+		} else {
+			input_elem(dt, op, vr + rem, i, seed, v[vr]);
+		}
+	}
+	for (int k = 1; k < pof2; k <<= 1)
+		for (int vr = 0; vr < pof2; vr++)
+			if (!(vr & k)) {
+				ref_combine(dt, op, v[vr], v[vr], v[vr | k], 1);
+				memcpy(v[vr | k], v[vr], 8);
+			}
+	if (op == FR_AVG)
+		ref_scale_avg(dt, v[0], 1, nranks);
+	memcpy(out, v[0], fr_dtype_size(dt));
+}
+
 static uint64_t hash_bytes(const void *p, size_t n)
 {
 	const uint8_t *b = p;
@@ -274,18 +314,24 @@ static int run_matrix(fr_comm_t *comm, const char *counts_s,
 					/* each rank checks a slice against the reference */
 					lo = count * (size_t)rank / (size_t)nranks;
 					hi = count * (size_t)(rank + 1) / (size_t)nranks;
+					int algo = fr_comm_last_algo(comm);
+
 					for (size_t i = lo; i < hi && !bad; i++) {
-						expect_elem((fr_dtype_t)dt, (fr_op_t)op,
-							    count, i, seed, want);
+						if (algo == FR_ALGO_RING)
+							expect_elem((fr_dtype_t)dt, (fr_op_t)op,
+								    count, i, seed, want);
+						else
+							expect_hcube((fr_dtype_t)dt, (fr_op_t)op,
+								     i, seed, want);
 						if (memcmp(want, recv + i * es, es)) {
 							bad = 1;
 							ref_first_diff((fr_dtype_t)dt,
 								       recv + i * es,
 								       want, 1, msg,
 								       sizeof(msg));
-							CHECK(0, "%s %s count %zu inplace %d: element %zu: %s",
+							CHECK(0, "%s %s count %zu inplace %d algo %s: element %zu: %s",
 							      fr_dtype_name(dt), fr_op_name(op),
-							      count, inplace, i, msg);
+							      count, inplace, fr_algo_name(algo), i, msg);
 						}
 					}
 					if (!inplace && recv[count * es] != 0xa5) {
@@ -321,6 +367,134 @@ out:
 	free(send);
 	free(recv);
 	free(again);
+	return failed;
+}
+
+/*
+ * Reduce-scatter (against the ring's order, the one algorithm it has),
+ * all-gather and broadcast (exact copies) and barrier, over counts x dtypes
+ * (x ops for reduce-scatter) x in/out of place.
+ */
+static int run_colls(fr_comm_t *comm, const char *counts_s)
+{
+	long counts[16], def[] = { 0, 1, nranks - 1, 7919, 65537 };
+	int ncounts = counts_s ? parse_list(counts_s, counts, 16) : 5;
+	size_t maxcount = 0;
+	char msg[256];
+
+	if (!counts_s)
+		memcpy(counts, def, sizeof(def));
+	for (int i = 0; i < ncounts; i++)
+		maxcount = FR_MAXV(maxcount, (size_t)counts[i]);
+	uint8_t *send = malloc(maxcount * 8 * (size_t)nranks + 8);
+	uint8_t *recv = malloc(maxcount * 8 * (size_t)nranks + 8);
+	uint8_t *want = malloc(maxcount * 8 * (size_t)nranks + 8);
+
+	for (int ci = 0; ci < ncounts; ci++) {
+		size_t count = (size_t)counts[ci];
+
+		for (int dt = 0; dt < FR_DTYPE_COUNT; dt++) {
+			size_t es = fr_dtype_size((fr_dtype_t)dt);
+
+			for (int op = 0; op < FR_OP_COUNT; op++) {
+				if (op == FR_AVG && dt > FR_BF16)
+					continue;
+				for (int inplace = 0; inplace < 2; inplace++) {
+					uint32_t seed = (uint32_t)(dt * 31 + op * 7 + ci);
+					uint8_t *rb = inplace ? send + (size_t)rank * count * es : recv;
+					int rc, bad = 0;
+
+					fill((fr_dtype_t)dt, (fr_op_t)op, send, count * (size_t)nranks, rank, seed);
+					if (!inplace)
+						memset(recv, 0xa5, count * es + 8);
+					rc = fr_reduce_scatter(comm, send, rb, count, (fr_dtype_t)dt, (fr_op_t)op);
+					CHECK(!rc, "reduce_scatter %s %s count %zu: %s", fr_dtype_name(dt),
+					      fr_op_name(op), count, fr_comm_last_error(comm));
+					if (rc)
+						goto out;
+					for (size_t j = 0; j < count && !bad; j++) {
+						size_t g = (size_t)rank * count + j;
+						int c = (rank + 1) % nranks;
+						uint8_t acc[8], in[8];
+
+						input_elem(dt, op, c, g, seed, acc);
+						for (int t = 1; t < nranks; t++) {
+							input_elem(dt, op, (c + t) % nranks, g, seed, in);
+							ref_combine(dt, op, acc, acc, in, 1);
+						}
+						if (op == FR_AVG)
+							ref_scale_avg(dt, acc, 1, nranks);
+						if (memcmp(acc, rb + j * es, es)) {
+							bad = 1;
+							ref_first_diff(dt, rb + j * es, acc, 1, msg, sizeof(msg));
+							CHECK(0, "reduce_scatter %s %s count %zu inplace %d: element %zu: %s",
+							      fr_dtype_name(dt), fr_op_name(op), count, inplace, j, msg);
+						}
+					}
+					if (!inplace && recv[count * es] != 0xa5)
+						CHECK(0, "reduce_scatter wrote past count %zu", count);
+				}
+			}
+			/* all-gather and broadcast: copies, any op */
+			for (int inplace = 0; inplace < 2; inplace++) {
+				uint32_t seed = (uint32_t)(dt * 31 + ci + 1000);
+				size_t blk = count * es;
+				int rc, bad = 0;
+
+				for (int r = 0; r < nranks; r++)
+					fill((fr_dtype_t)dt, FR_SUM, want + (size_t)r * blk, count, r, seed);
+				memset(recv, 0xa5, blk * (size_t)nranks + 8);
+				if (inplace)
+					memcpy(recv + (size_t)rank * blk, want + (size_t)rank * blk, blk);
+				else
+					memcpy(send, want + (size_t)rank * blk, blk);
+				rc = fr_allgather(comm, inplace ? recv + (size_t)rank * blk : send,
+						  recv, count, (fr_dtype_t)dt);
+				CHECK(!rc, "allgather %s count %zu: %s", fr_dtype_name(dt), count,
+				      fr_comm_last_error(comm));
+				if (rc)
+					goto out;
+				bad = memcmp(recv, want, blk * (size_t)nranks) != 0 ||
+				      recv[blk * (size_t)nranks] != 0xa5;
+				CHECK(!bad, "allgather %s count %zu inplace %d: wrong data",
+				      fr_dtype_name(dt), count, inplace);
+				for (int root = 0; root < nranks; root += inplace ? 2 : 1) {
+					memset(recv, 0xa5, blk + 8);
+					if (rank == root)
+						memcpy(recv, want + (size_t)root * blk, blk);
+					rc = fr_broadcast(comm, recv, count, (fr_dtype_t)dt, root);
+					CHECK(!rc, "broadcast %s count %zu root %d: %s", fr_dtype_name(dt),
+					      count, root, fr_comm_last_error(comm));
+					if (rc)
+						goto out;
+					CHECK(!memcmp(recv, want + (size_t)root * blk, blk) &&
+						      recv[blk] == 0xa5,
+					      "broadcast %s count %zu root %d (%s): wrong data",
+					      fr_dtype_name(dt), count, root,
+					      fr_algo_name(fr_comm_last_algo(comm)));
+				}
+			}
+		}
+	}
+	/* barrier: nobody leaves before the last rank arrives */
+	for (int late = 0; late < nranks; late += nranks > 2 ? nranks - 1 : 1) {
+		double t0;
+		int rc;
+
+		rc = fr_barrier(comm);
+		CHECK(!rc, "barrier: %s", fr_comm_last_error(comm));
+		t0 = now_s();
+		if (rank == late)
+			usleep(200000);
+		rc = fr_barrier(comm);
+		CHECK(!rc && now_s() - t0 > 0.15,
+		      "barrier with rank %d late: left after %.3f s (%s)", late,
+		      now_s() - t0, fr_errname(rc));
+	}
+out:
+	free(send);
+	free(recv);
+	free(want);
 	return failed;
 }
 
@@ -431,6 +605,19 @@ static int run_mismatch(fr_comm_t *comm, int victim, const char *what)
 		else if (!strcmp(what, "op"))
 			op = FR_MAX;
 	}
+	if (!strcmp(what, "coll")) {
+		/* the victim calls another collective than its peers */
+		if (rank == victim)
+			rc = fr_broadcast(comm, buf, count, dt, 0);
+		else
+			rc = fr_allreduce(comm, FR_IN_PLACE, buf, count, dt, op);
+		CHECK(rc == FR_EMISMATCH || rc == FR_EPEER || rc == FR_ETIMEDOUT,
+		      "got %s: %s", fr_errname(rc), fr_comm_last_error(comm));
+		CHECK(rc == FR_EMISMATCH || rank != victim,
+		      "victim got %s: %s", fr_errname(rc), fr_comm_last_error(comm));
+		printf("rank %d: %s: %s\n", rank, fr_errname(rc), fr_comm_last_error(comm));
+		return failed;
+	}
 	if (rank == victim && !strcmp(what, "skip")) {
 		/* This rank is one collective behind: it destroys early,
 		 * so the others must not hang. */
@@ -470,7 +657,7 @@ int main(int argc, char **argv)
 	int rc;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s matrix|regonce|die|mismatch [options]\n",
+		fprintf(stderr, "usage: %s matrix|colls|regonce|die|mismatch [options]\n",
 			argv[0]);
 		return 2;
 	}
@@ -503,6 +690,8 @@ int main(int argc, char **argv)
 		run_regonce(comm, iters, count);
 	else if (!strcmp(argv[1], "die"))
 		run_die(comm, victim, at, how);
+	else if (!strcmp(argv[1], "colls"))
+		run_colls(comm, counts);
 	else if (!strcmp(argv[1], "mismatch"))
 		run_mismatch(comm, victim, what);
 	else

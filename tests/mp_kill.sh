@@ -22,6 +22,13 @@ for n in 2 4 5; do
 	run "kill -9 rank $((n - 1)) of $n" survivors_ok "$n" $((n - 1)) kill
 	run "rank 1 of $n exits abruptly" survivors_ok "$n" 1 exit
 done
+# non-neighbour connections: the hypercube algorithms
+for algo in rd rabenseifner; do
+	export FR_ALGO=$algo
+	run "kill -9 rank 2 of 8 ($algo)" survivors_ok 8 2 kill
+	run "rank 5 of 6 stalls ($algo)" survivors_ok 6 5 stall
+	unset FR_ALGO
+done
 # alive but silent: the timeout turns it into FR_ETIMEDOUT everywhere
 run "rank 1 of 4 stalls" survivors_ok 4 1 stall
 finish

@@ -1,17 +1,33 @@
 #!/bin/bash
-# Every dtype x op x count {0, 1, ranks-1, prime, 1Mi+1} x in/out of place,
-# checked bit for bit against the reference, on 1..8 ranks (incl. non
-# powers of two).
+# Every dtype x op x count {0, 1, ranks-1, prime, large odd} x in/out of
+# place, checked bit for bit against the reference of the algorithm that
+# ran, on 1..8 ranks (incl. non powers of two): the automatic choice over
+# the full counts, then every All-Reduce algorithm forced by FR_ALGO.
 . "$(dirname "$0")/lib.sh"
 # FR_TEST_COUNTS overrides the default counts (0, 1, ranks-1, 7919, 1Mi+1).
-for n in ${FR_TEST_RANKS:-1 2 3 4 5 7 8}; do
-	run "matrix n=$n ($TRANSPORT)" \
+for n in ${FR_TEST_RANKS:-1 2 3 4 5 6 7 8}; do
+	run "matrix n=$n auto ($TRANSPORT)" \
 		frrun -n "$n" --transport "$TRANSPORT" --timeout 1800 "$MP" matrix \
 		${FR_TEST_COUNTS:+--counts "$FR_TEST_COUNTS"}
 done
-# small segments and few slots: many segments per chunk, credits run out
+for algo in ${FR_TEST_ALGOS:-ring rd rabenseifner}; do
+	for n in ${FR_TEST_RANKS:-1 2 3 4 5 6 7 8}; do
+		run "matrix n=$n $algo ($TRANSPORT)" \
+			frrun -n "$n" -e FR_ALGO="$algo" --transport "$TRANSPORT" \
+			--timeout 1800 "$MP" matrix \
+			--counts "${FR_TEST_ALGO_COUNTS:-0,1,$((n > 1 ? n - 1 : 2)),7919,65537}"
+	done
+done
+# small segments and few slots: many segments per chunk, credits run out;
+# small mailbox slots: many fragments per step, mailbox credits run out
 run "matrix n=3 segment=256B slots=2" \
 	frrun -n 3 -e FR_SEGMENT_BYTES=256 -e FR_SLOTS=2 --transport "$TRANSPORT" \
 	--timeout 600 "$MP" matrix \
 	--counts 0,1,2,1000,7919 --dtypes f32,f16,i64,u8 --ops sum,max,avg
+for algo in rd rabenseifner; do
+	run "matrix n=5 $algo eager=128B" \
+		frrun -n 5 -e FR_ALGO=$algo -e FR_EAGER_BYTES=128 --transport "$TRANSPORT" \
+		--timeout 600 "$MP" matrix \
+		--counts 0,1,4,1000,7919 --dtypes f32,bf16,u8 --ops sum,min,avg
+done
 finish

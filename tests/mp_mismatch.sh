@@ -8,6 +8,18 @@ for n in 2 3 5; do
 			frrun -n "$n" --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim $((n - 1)) --what $what
 	done
 done
+# a rank calling another collective (broadcast vs All-Reduce), and the same
+# mismatches when the algorithms talk to non-neighbours
+for n in 2 3 4; do
+	run "mismatch coll n=$n" \
+		frrun -n "$n" --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim $((n - 1)) --what coll
+done
+for algo in rd rabenseifner; do
+	for what in count dtype op; do
+		run "mismatch $what n=5 $algo" \
+			frrun -n 5 -e FR_ALGO=$algo --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 2 --what $what
+	done
+done
 run "rank skips a collective n=4" \
 	frrun -n 4 --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 2 --what skip
 finish

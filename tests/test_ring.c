@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo.h"
+#include "peer.h"
 #include "ring.h"
 
 /* ---- chunks ------------------------------------------------------------------------ */
@@ -317,11 +319,11 @@ static void test_imm(void **state)
 			 FR_IMM_AG);
 	assert_int_equal(FR_IMM_PAYLOAD(FR_IMM(FR_IMM_AG, 0x10000005u)), 5);
 	/* The types are distinct and fit in 4 bits. */
-	const uint32_t types[] = { FR_IMM_CTRL, FR_IMM_CREDIT, FR_IMM_RS,
-				   FR_IMM_AG };
-	for (int i = 0; i < 4; i++) {
+	const uint32_t types[] = { FR_IMM_MSG, FR_IMM_CREDIT, FR_IMM_RS,
+				   FR_IMM_AG, FR_IMM_RCREDIT };
+	for (int i = 0; i < 5; i++) {
 		assert_true(types[i] > 0 && types[i] < 16);
-		for (int j = i + 1; j < 4; j++)
+		for (int j = i + 1; j < 5; j++)
 			assert_int_not_equal(types[i], types[j]);
 	}
 	/* A reduce-scatter immediate: 20-bit serial, 8-bit slot. */
@@ -339,187 +341,96 @@ static void test_imm(void **state)
 	assert_int_equal(FR_IMM_PAYLOAD(imm), 0x0fffffffu);
 }
 
-/* ---- control messages ---------------------------------------------------------------- */
+/* ---- mailbox message headers ------------------------------------------------------ */
 
-#define GUARD 64
-#define GUARD_BYTE 0xee
-
-/* Encode into a FR_CTRL_MSG_SIZE message followed by guard bytes that
- * must stay untouched. */
-static void encode_guarded(const struct fr_ctrl *m, uint8_t *buf)
+static void test_msg_roundtrip(void **state)
 {
-	memset(buf, GUARD_BYTE, FR_CTRL_MSG_SIZE + GUARD);
-	fr_ctrl_encode(m, buf);
-	for (size_t i = FR_CTRL_MSG_SIZE; i < FR_CTRL_MSG_SIZE + GUARD; i++)
-		if (buf[i] != GUARD_BYTE)
-			fail_msg("fr_ctrl_encode wrote byte %zu of a %d-byte message",
-				 i, FR_CTRL_MSG_SIZE);
-}
+	uint8_t buf[FR_MSG_HDR + 16];
+	struct fr_msg in;
 
-/* Decode a copy that is exactly FR_CTRL_MSG_SIZE bytes, followed by bytes
- * that are not part of the message: they must not matter. */
-static int decode_exact(const uint8_t *msg, struct fr_ctrl *m)
-{
-	uint8_t a[FR_CTRL_MSG_SIZE + GUARD], b[FR_CTRL_MSG_SIZE + GUARD];
-	struct fr_ctrl ma, mb;
-	int ra, rb;
-
-	memcpy(a, msg, FR_CTRL_MSG_SIZE);
-	memcpy(b, msg, FR_CTRL_MSG_SIZE);
-	memset(a + FR_CTRL_MSG_SIZE, 0x00, GUARD);
-	memset(b + FR_CTRL_MSG_SIZE, 0xff, GUARD);
-	ra = fr_ctrl_decode(a, &ma);
-	rb = fr_ctrl_decode(b, &mb);
-	assert_int_equal(ra, rb);
-	if (!ra && memcmp(&ma, &mb, sizeof(ma)))
-		fail_msg("fr_ctrl_decode reads past the %d-byte message",
-			 FR_CTRL_MSG_SIZE);
-	*m = ma;
-	return ra;
-}
-
-static void check_same(const struct fr_ctrl *a, const struct fr_ctrl *b)
-{
-	assert_int_equal(a->type, b->type);
-	assert_int_equal(a->has_key, b->has_key);
-	assert_int_equal(a->seq, b->seq);
-	assert_int_equal(a->err, b->err);
-	assert_int_equal(a->origin, b->origin);
-	assert_true(a->count == b->count);
-	assert_int_equal(a->dtype, b->dtype);
-	assert_int_equal(a->op, b->op);
-	assert_int_equal(a->keylen, b->keylen);
-	assert_int_equal(a->mem_id, b->mem_id);
-	assert_true(a->dest_off == b->dest_off);
-	assert_memory_equal(a->key, b->key, a->keylen);
-}
-
-static void test_ctrl_roundtrip(void **state)
-{
-	uint8_t buf[FR_CTRL_MSG_SIZE + GUARD], again[FR_CTRL_MSG_SIZE + GUARD];
-	struct fr_ctrl in, out;
-
-	(void)state;
-	/* READY with a full-length key and every field set. */
+	/* field by field, so that the padding is zero too */
 	memset(&in, 0, sizeof(in));
-	in.type = FR_CTRL_READY;
-	in.has_key = 1;
-	in.seq = 0xdeadbeefu;
-	in.count = 0x123456789abcdef0ull;
+	in.type = FR_MSG_READY;
+	in.coll = FR_COLL_ALLGATHER;
+	in.algo = FR_ALGO_RABENSEIFNER;
 	in.dtype = FR_BF16;
 	in.op = FR_AVG;
-	in.keylen = FR_TP_RKEY_MAX;
-	in.mem_id = 0xfeedfaceu;
-	in.dest_off = 0x0102030405060708ull;
-	for (int i = 0; i < FR_TP_RKEY_MAX; i++)
-		in.key[i] = (uint8_t)(i * 7 + 3);
-	encode_guarded(&in, buf);
-	/* Little-endian magic "FRC1" first. */
-	assert_memory_equal(buf, "FRC1", 4);
-	assert_int_equal(decode_exact(buf, &out), 0);
-	check_same(&in, &out);
-	/* Deterministic. */
-	encode_guarded(&in, again);
-	assert_memory_equal(buf, again, FR_CTRL_MSG_SIZE);
-
-	/* READY without a key, small key. */
-	memset(&in, 0, sizeof(in));
-	in.type = FR_CTRL_READY;
-	in.seq = 1;
-	in.count = 1;
-	in.dtype = FR_U64;
-	in.op = FR_MIN;
-	in.mem_id = 3;
-	encode_guarded(&in, buf);
-	assert_int_equal(decode_exact(buf, &out), 0);
-	check_same(&in, &out);
-	in.has_key = 1;
-	in.keylen = 5;
-	memcpy(in.key, "\x01\x02\x03\x04\x05", 5);
-	encode_guarded(&in, buf);
-	assert_int_equal(decode_exact(buf, &out), 0);
-	check_same(&in, &out);
-
-	/* ABORT carries a negative error and the origin. */
-	memset(&in, 0, sizeof(in));
-	in.type = FR_CTRL_ABORT;
-	in.seq = 77;
-	in.err = FR_EMISMATCH;
-	in.origin = 5;
-	encode_guarded(&in, buf);
-	assert_int_equal(decode_exact(buf, &out), 0);
-	check_same(&in, &out);
-	assert_int_equal(out.err, FR_EMISMATCH);
-	in.err = FR_ETIMEDOUT;
-	in.origin = 0x7fffffff;
-	encode_guarded(&in, buf);
-	assert_int_equal(decode_exact(buf, &out), 0);
-	check_same(&in, &out);
-
-	/* BYE. */
-	memset(&in, 0, sizeof(in));
-	in.type = FR_CTRL_BYE;
-	in.seq = 0xffffffffu;
-	encode_guarded(&in, buf);
-	assert_int_equal(decode_exact(buf, &out), 0);
-	check_same(&in, &out);
-}
-
-static void expect_rejected(const struct fr_ctrl *in, const char *what)
-{
-	uint8_t buf[FR_CTRL_MSG_SIZE + GUARD];
-	struct fr_ctrl out;
-
-	encode_guarded(in, buf);
-	if (decode_exact(buf, &out) != FR_EPROTO)
-		fail_msg("fr_ctrl_decode accepted %s", what);
-}
-
-static void test_ctrl_reject(void **state)
-{
-	uint8_t buf[FR_CTRL_MSG_SIZE + GUARD];
-	struct fr_ctrl good, bad, out;
+	in.step = 0xfffe;
+	in.seq = 0xdeadbeefu;
+	in.count = 0x123456789abcdef0ull;
+	in.root = 7;
+	in.credits = 8;
+	in.offset = 0x0102030405060708ull;
+	in.len = 100;
+	in.err = FR_EPEER;
+	in.origin = 3;
+	in.aux = 0xfeedfaceu;
+	struct fr_msg out;
 
 	(void)state;
-	memset(&good, 0, sizeof(good));
-	good.type = FR_CTRL_READY;
-	good.seq = 9;
-	good.count = 100;
-	good.has_key = 1;
-	good.keylen = 8;
-	encode_guarded(&good, buf);
-	assert_int_equal(decode_exact(buf, &out), 0);
+	memset(buf, 0xee, sizeof(buf));
+	fr_msg_encode(&in, buf);
+	/* exactly the header, little-endian magic "FRM1" first */
+	for (size_t i = FR_MSG_HDR; i < sizeof(buf); i++)
+		assert_int_equal(buf[i], 0xee);
+	assert_memory_equal(buf, "FRM1", 4);
+	assert_int_equal(fr_msg_decode(buf, 100, &out), 0);
+	assert_memory_equal(&in, &out, sizeof(in));
+	/* a payload longer than the slot, a bad type, a bad magic */
+	assert_int_equal(fr_msg_decode(buf, 99, &out), FR_EPROTO);
+	in.type = 0;
+	fr_msg_encode(&in, buf);
+	assert_int_equal(fr_msg_decode(buf, 100, &out), FR_EPROTO);
+	in.type = FR_MSG_BYE + 1;
+	fr_msg_encode(&in, buf);
+	assert_int_equal(fr_msg_decode(buf, 100, &out), FR_EPROTO);
+	in.type = FR_MSG_DATA;
+	fr_msg_encode(&in, buf);
+	buf[0] ^= 1;
+	assert_int_equal(fr_msg_decode(buf, 100, &out), FR_EPROTO);
+	/* random bytes never crash the decoder */
+	srand(7);
+	for (int i = 0; i < 100000; i++) {
+		for (size_t j = 0; j < FR_MSG_HDR; j++)
+			buf[j] = (uint8_t)rand();
+		if (i % 2)
+			memcpy(buf, "FRM1", 4);
+		if (!fr_msg_decode(buf, 1000, &out))
+			assert_true(out.type >= FR_MSG_DATA &&
+				    out.type <= FR_MSG_BYE && out.len <= 1000);
+	}
+}
 
-	/* Any change to the magic. */
-	for (int i = 0; i < 4; i++)
-		for (int bit = 0; bit < 8; bit++) {
-			uint8_t m[FR_CTRL_MSG_SIZE + GUARD];
+/* ---- the hypercube of recursive doubling / Rabenseifner ---------------------------- */
 
-			memcpy(m, buf, sizeof(m));
-			m[i] ^= (uint8_t)(1u << bit);
-			assert_int_equal(decode_exact(m, &out), FR_EPROTO);
+static void test_hcube(void **state)
+{
+	(void)state;
+	for (int n = 1; n <= 70; n++) {
+		bool seen[128] = { false };
+		struct fr_hcube h0;
+		int active = 0;
+
+		fr_hcube_init(&h0, 0, n);
+		assert_true(h0.pof2 <= n && h0.pof2 * 2 > n);
+		assert_int_equal(1 << h0.steps, h0.pof2);
+		for (int r = 0; r < n; r++) {
+			struct fr_hcube h;
+
+			fr_hcube_init(&h, r, n);
+			if (h.vrank < 0) {
+				/* folded out: an even rank with an odd partner */
+				assert_true(r % 2 == 0 && r + 1 < 2 * h.rem);
+				continue;
+			}
+			active++;
+			assert_true(h.vrank < h.pof2);
+			assert_false(seen[h.vrank]);
+			seen[h.vrank] = true;
+			assert_int_equal(fr_hcube_real(&h, h.vrank), r);
 		}
-	/* All zeros (an inbox slot never written). */
-	memset(buf, 0, sizeof(buf));
-	assert_int_equal(decode_exact(buf, &out), FR_EPROTO);
-
-	bad = good;
-	bad.type = 0;
-	expect_rejected(&bad, "type 0");
-	bad.type = FR_CTRL_BYE + 1;
-	expect_rejected(&bad, "type BYE+1");
-	bad.type = 0xffff;
-	expect_rejected(&bad, "type 0xffff");
-	bad = good;
-	bad.has_key = 2;
-	expect_rejected(&bad, "has_key 2");
-	bad.has_key = 0xffff;
-	expect_rejected(&bad, "has_key 0xffff");
-	bad = good;
-	bad.keylen = FR_TP_RKEY_MAX + 1;
-	expect_rejected(&bad, "keylen FR_TP_RKEY_MAX+1");
-	bad.keylen = 255;
-	expect_rejected(&bad, "keylen 255");
+		assert_int_equal(active, h0.pof2);
+	}
 }
 
 int main(void)
@@ -532,8 +443,8 @@ int main(void)
 		cmocka_unit_test(test_allreduce_schedule),
 		cmocka_unit_test(test_nsegs),
 		cmocka_unit_test(test_imm),
-		cmocka_unit_test(test_ctrl_roundtrip),
-		cmocka_unit_test(test_ctrl_reject),
+		cmocka_unit_test(test_msg_roundtrip),
+		cmocka_unit_test(test_hcube),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -24,8 +24,12 @@ suite() {
 suite "transport conformance over verbs" "$B/tests/test_transport"
 # Emulated RDMA moves ~25 MB/s under TCG: the full dtype x op sweep uses a
 # large odd count of 65537; 1Mi+1 runs for f32/bf16 sum below.
-suite "matrix over verbs" env FR_TEST_RANKS="1 2 3 4 5" \
-	FR_TEST_COUNTS="0,1,2,3,4,7919,65537" bash "$src/tests/mp_matrix.sh"
+suite "matrix over verbs (auto and every algorithm)" env FR_TEST_RANKS="1 2 3 4 5" \
+	FR_TEST_COUNTS="0,1,2,3,4,7919,65537" FR_TEST_ALGO_COUNTS="0,1,3,7919" \
+	bash "$src/tests/mp_matrix.sh"
+suite "reduce-scatter, all-gather, broadcast, barrier over verbs" \
+	env FR_TEST_RANKS="1 2 3 5" FR_TEST_COLL_COUNTS="0,1,3,7919" \
+	bash "$src/tests/mp_colls.sh"
 suite "matrix 1Mi+1 over verbs" bash -c '. "$0/tests/lib.sh"
 	run "matrix n=3 count 1048577" frrun -n 3 --transport verbs --timeout 900 \
 		"$MP" matrix --counts 1048577 --dtypes f32,bf16 --ops sum

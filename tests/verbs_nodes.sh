@@ -12,5 +12,13 @@ rc=0
 "$B/tests/mp_allreduce" matrix --counts 0,1,2,7919,65537 \
 	--dtypes f32,f64,bf16,f16,i32,u8 --ops sum,max,avg || rc=1
 "$B/tests/mp_allreduce" regonce --iters 200 --count 4099 || rc=1
+# every All-Reduce algorithm across the wire, and the other collectives
+port=29520
+for algo in ring rd rabenseifner; do
+	FR_ALGO=$algo FR_RENDEZVOUS=10.99.0.1:$port "$B/tests/mp_allreduce" matrix \
+		--counts 0,1,7919 --dtypes f32,bf16,i32 --ops sum,max || rc=1
+	port=$((port + 1))
+done
+FR_RENDEZVOUS=10.99.0.1:$port "$B/tests/mp_allreduce" colls --counts 0,1,7919 || rc=1
 FR_RENDEZVOUS=10.99.0.1:29518 "$B/fr_allreduce_perf" -b 8 -e 1M -f 16 -n 3 -w 1 || rc=1
 exit $rc

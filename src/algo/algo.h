@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * algo.h - collective algorithms as interchangeable parts.
+ *
+ * An algorithm implements one or more collectives behind this table; the
+ * progress engine (request.c) starts a request with start(), calls
+ * advance() whenever something may have changed, and finishes it when
+ * done() says so.  Algorithms reach peers only through peer.h; per-peer
+ * state (connections, credits, keys) lives with the communicator, the state
+ * of one collective in req->algo_state.  Which algorithm runs is decided in
+ * one place, select.c.
+ */
+#ifndef FR_ALGO_H
+#define FR_ALGO_H
+
+#include "internal.h"
+#include "reduce.h"
+
+struct fr_algo {
+	int id;           /* fr_algo_t, sent in every message header */
+	const char *name; /* for logs */
+	int (*start)(struct fr_comm *comm, struct fr_request *req);
+	int (*advance)(struct fr_comm *comm, struct fr_request *req,
+		       bool *did_work);
+	bool (*done)(const struct fr_comm *comm, const struct fr_request *req);
+	void (*free)(struct fr_request *req);
+	/* The rank the collective waits on, for timeout messages. */
+	int (*waiting_on)(const struct fr_comm *comm,
+			  const struct fr_request *req);
+};
+
+extern const struct fr_algo fr_algo_ring;         /* allreduce, RS, AG */
+extern const struct fr_algo fr_algo_rd;           /* allreduce         */
+extern const struct fr_algo fr_algo_rabenseifner; /* allreduce         */
+extern const struct fr_algo fr_algo_bcast_tree;   /* broadcast         */
+extern const struct fr_algo fr_algo_bcast_chain;  /* broadcast         */
+extern const struct fr_algo fr_algo_dissemination; /* barrier          */
+
+/* The algorithm for req (every rank decides the same from the same
+ * arguments, settings and tune file). */
+const struct fr_algo *fr_algo_select(struct fr_comm *comm,
+				     const struct fr_request *req);
+/* Predicted time in microseconds of algorithm id for the collective, or a
+ * negative value if it does not implement it. */
+double fr_algo_predict_us(const struct fr_comm *comm, int id,
+			  enum fr_coll coll, size_t bytes, fr_dtype_t dtype);
+/* Cost-model parameters: FR_TUNE_FILE, else built-in defaults. */
+int fr_tune_load(struct fr_comm *comm, const char *transport, char *err,
+		 size_t errlen);
+/* A hash of the parameters, which must agree on all ranks. */
+uint32_t fr_tune_hash(const struct fr_tune *t);
+
+/* Shared helpers for the hypercube algorithms (rd.c, rabenseifner.c). */
+struct fr_hcube {
+	int pof2, rem, steps; /* largest power of two <= n, n - pof2, lg */
+	int vrank;            /* -1: folded out (an even rank < 2 rem) */
+};
+void fr_hcube_init(struct fr_hcube *h, int rank, int n);
+/* The real rank of virtual rank v. */
+static inline int fr_hcube_real(const struct fr_hcube *h, int v)
+{
+	return v < h->rem ? 2 * v + 1 : v + h->rem;
+}
+
+/*
+ * A transfer of len bytes as mailbox fragments (xfer.c): the sender copies
+ * each fragment into a message, the receiver takes them in order.  Step
+ * numbers in the header tell the receiver which part of the schedule a
+ * fragment belongs to, so a schedule error is caught, not reduced.
+ */
+struct fr_xfer {
+	size_t len;
+	uint32_t nfrags; /* at least 1: an empty transfer is one empty message */
+	uint32_t done;   /* fragments sent / received */
+};
+void fr_xfer_init(struct fr_xfer *x, const struct fr_comm *comm, size_t len);
+static inline bool fr_xfer_complete(const struct fr_xfer *x)
+{
+	return x->done >= x->nfrags;
+}
+/* Bytes covered by the first `frags` fragments. */
+size_t fr_xfer_bytes(const struct fr_comm *comm, const struct fr_xfer *x,
+		     uint32_t frags);
+/* Send the next fragments of src[0, avail) (avail <= len) to rank. */
+int fr_xfer_send(struct fr_comm *comm, const struct fr_request *req,
+		 struct fr_xfer *x, int rank, uint16_t step,
+		 const uint8_t *src, size_t avail, bool *did_work);
+/* The next fragment from rank: 0 with its offset, length and payload, or
+ * FR_EAGAIN.  fr_xfer_recv_done() consumes it. */
+int fr_xfer_recv(struct fr_comm *comm, const struct fr_request *req,
+		 struct fr_xfer *x, int rank, uint16_t step, size_t *off,
+		 size_t *len, const uint8_t **payload);
+void fr_xfer_recv_done(struct fr_comm *comm, struct fr_xfer *x, int rank);
+/* Take up to `limit` fragments from rank into dst at their offsets:
+ * dst = a OP fragment with kern, else a copy. */
+int fr_xfer_take(struct fr_comm *comm, const struct fr_request *req,
+		 struct fr_xfer *x, int rank, uint16_t step, uint8_t *dst,
+		 const uint8_t *a, fr_reduce_fn kern, size_t es,
+		 uint32_t limit, bool *did_work);
+
+#endif

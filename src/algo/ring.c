@@ -1,0 +1,907 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ring.c - the pipelined ring: All-Reduce, reduce-scatter and all-gather
+ * over one-sided write-with-immediate.
+ *
+ * Schedule (n ranks, rank r, count elements split into n chunks, chunk c
+ * holding count/n elements plus one for the first count%n chunks):
+ *
+ *   reduce-scatter, steps k = 0 .. n-2:
+ *     send chunk (r-k) mod n to the next rank, into its staging slots;
+ *     receive chunk (r-k-1) mod n from the previous rank and reduce it with
+ *     our own input into recvbuf.  What we receive at step k is what we
+ *     send at step k+1, so after n-1 steps rank r holds the full reduction
+ *     of chunk (r+1) mod n (for FR_AVG it divides it by n there).
+ *   all-gather, steps k = 0 .. n-2:
+ *     send chunk (r+1-k) mod n straight into the next rank's recvbuf (zero
+ *     copy: no staging, no credits); receive chunk (r-k) mod n the same way
+ *     from the previous rank and forward it at step k+1.
+ *
+ * Pipelining: every chunk is cut into segments of segment_bytes.  Segments
+ * go out strictly in (step, segment) order on each stream, and segment j of
+ * step k+1 is sent as soon as segment j of step k has arrived and been
+ * reduced, so the transfer of one segment overlaps the reduction of the
+ * next, and large messages stream around the ring.
+ *
+ * Flow control: the next rank owns `slots` staging slots of segment_bytes,
+ * registered once per communicator; we may write one reduce-scatter segment
+ * per credit, and it returns a credit (a zero-length write carrying only an
+ * immediate) once it has reduced the slot.  Slot = serial mod slots, the
+ * serial running on across collectives; immediates carry serial and slot so
+ * that any disagreement is caught as FR_EPROTO instead of corrupting data.
+ *
+ * Agreement: when a collective starts, each rank sends a READY control
+ * message to both neighbours with the collective's sequence number, count,
+ * dtype and op; the one to the previous rank also names our recvbuf (its
+ * registration id and offset, plus the remote key the first time that
+ * registration is used).  Nothing is written into a neighbour's user
+ * buffers before its READY has arrived, so they are never touched before it
+ * entered the collective.  Reduce-scatter segments need not wait: they land
+ * in the neighbour's own staging slots, behind our READY on the same FIFO
+ * connection, and a neighbour that has not started yet keeps them (credits
+ * bound how many) - which takes the READY's hop off the critical path of
+ * small collectives.  Ranks that called with different arguments detect it
+ * from the READY and fail with FR_EMISMATCH; the failure travels around the
+ * ring as ABORT messages so that every rank reports it instead of hanging.
+ *
+ * Reduce-scatter runs only the first phase and all-gather only the second,
+ * over a vector of n equal blocks where chunk c is block (c - 1) mod n, so
+ * that rank r's own block r is the chunk it reduces last / sends first.
+ * Reduce-scatter keeps the partial sums of steps 0 .. n-3 in a scratch
+ * buffer registered once (its recvbuf holds one block) and reduces the last
+ * step straight into recvbuf.
+ *
+ * The ring's long-lived state (staging slots, credits, segments that came
+ * early) is its own (struct fr_ring_comm), created on the first ring
+ * collective; READY messages travel through the peers' mailboxes and the
+ * first one to the previous rank carries the staging slots' key.
+ *
+ * Determinism: chunk c is accumulated in the fixed order c, c+1, ..., c-1
+ * and then copied bit for bit to everybody, so all ranks end with identical
+ * bits and the same inputs give the same bits on every run.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo.h"
+#include "log.h"
+#include "peer.h"
+#include "reduce.h"
+#include "ring.h"
+#include "util.h"
+
+struct fr_ring_comm {
+	int next, prev;
+	/* staging: `slots` segments our previous rank writes into */
+	void *staging;
+	struct fr_mem *staging_mem;
+	bool staging_key_sent;
+	/* the next rank's staging slots */
+	struct fr_tp_rkey next_staging;
+	bool have_next_staging;
+	/* staging flow: counters are continuous across collectives */
+	uint64_t rs_sent;     /* segments written into next's staging */
+	uint64_t rs_received; /* segments landed in our staging */
+	int credits;          /* free slots at next */
+	int credits_owed;     /* slots freed here, not yet told to prev */
+	/* segments prev wrote into our staging for a collective we have not
+	 * started yet (it need not wait for us: the slots are ours) */
+	struct {
+		uint32_t payload, len;
+	} rs_early[FR_MAX_SLOTS];
+	int n_rs_early;
+};
+
+struct cursor {
+	int k;    /* step */
+	size_t j; /* segment within the step's chunk */
+};
+
+enum stream { RS_SEND, RS_RECV, AG_SEND, AG_RECV };
+
+/* READY payload (little-endian). */
+#define READY_TO_NEXT 1 /* from the receiver's previous rank */
+#define READY_TO_PREV 2 /* from the receiver's next rank */
+#define READY_LEN (24 + 2 * FR_TP_RKEY_MAX)
+
+struct ready {
+	uint8_t role, credits, has_key, keylen;
+	uint32_t mem_id;
+	uint64_t dest_off;
+	uint8_t has_staging, staging_keylen;
+	uint8_t key[FR_TP_RKEY_MAX], staging_key[FR_TP_RKEY_MAX];
+};
+
+struct fr_ring_state {
+	int n, r, rs_steps, ag_steps;
+	size_t count, es, seg; /* count: elements of the whole vector */
+	size_t blk;            /* RS/AG: elements per block */
+	enum fr_coll coll;
+	const uint8_t *sbuf; /* step-0 reduce-scatter input */
+	uint8_t *work;       /* where partial sums / the gathered vector live */
+	uint8_t *rbuf;       /* the caller's recvbuf */
+	struct fr_mem *smem, *wmem;
+	size_t soff, woff;   /* of sbuf / work inside their registrations */
+	bool wmem_owned;     /* acquired here (not the scratch) */
+	fr_reduce_fn kern;
+	bool avg;
+	bool sent_ready_prev, sent_ready_next;
+	bool ready_prev, ready_next;
+	const struct fr_tp_rkey *dst; /* next rank's recvbuf */
+	uint64_t dst_off;
+	struct cursor cur[4];
+	uint32_t ag_sent, ag_recvd; /* segment serials in the all-gather */
+};
+
+static void ready_encode(const struct ready *m, uint8_t *b)
+{
+	memset(b, 0, READY_LEN);
+	b[0] = m->role;
+	b[1] = m->credits;
+	b[2] = m->has_key;
+	b[3] = m->keylen;
+	fr_put_le32(b + 4, m->mem_id);
+	fr_put_le64(b + 8, m->dest_off);
+	b[16] = m->has_staging;
+	b[17] = m->staging_keylen;
+	memcpy(b + 24, m->key, FR_TP_RKEY_MAX);
+	memcpy(b + 24 + FR_TP_RKEY_MAX, m->staging_key, FR_TP_RKEY_MAX);
+}
+
+static int ready_decode(const uint8_t *b, size_t len, struct ready *m)
+{
+	if (len != READY_LEN)
+		return FR_EPROTO;
+	m->role = b[0];
+	m->credits = b[1];
+	m->has_key = b[2];
+	m->keylen = b[3];
+	m->mem_id = fr_get_le32(b + 4);
+	m->dest_off = fr_get_le64(b + 8);
+	m->has_staging = b[16];
+	m->staging_keylen = b[17];
+	memcpy(m->key, b + 24, FR_TP_RKEY_MAX);
+	memcpy(m->staging_key, b + 24 + FR_TP_RKEY_MAX, FR_TP_RKEY_MAX);
+	if ((m->role != READY_TO_NEXT && m->role != READY_TO_PREV) ||
+	    m->has_key > 1 || m->keylen > FR_TP_RKEY_MAX ||
+	    m->has_staging > 1 || m->staging_keylen > FR_TP_RKEY_MAX ||
+	    m->credits > FR_MAX_SLOTS)
+		return FR_EPROTO;
+	return 0;
+}
+
+/* ---- the ring's own long-lived state ------------------------------------ */
+
+static int ring_comm_get(struct fr_comm *comm, struct fr_ring_comm **out)
+{
+	struct fr_ring_comm *rc = comm->ring;
+	size_t ps = 4096, sz;
+	int err;
+
+	if (rc) {
+		*out = rc;
+		return 0;
+	}
+	rc = calloc(1, sizeof(*rc));
+	if (!rc)
+		return FR_ENOMEM;
+	rc->next = (comm->rank + 1) % comm->nranks;
+	rc->prev = (comm->rank + comm->nranks - 1) % comm->nranks;
+	rc->credits = comm->slots;
+	sz = (size_t)comm->slots * comm->segment_bytes;
+	rc->staging = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
+	if (!rc->staging) {
+		err = FR_ENOMEM;
+		goto err_staging;
+	}
+	err = fr_mem_register_internal(comm, rc->staging, sz,
+				       FR_TP_LOCAL_READ | FR_TP_REMOTE_WRITE,
+				       false, &rc->staging_mem);
+	if (err)
+		goto err_reg;
+	comm->ring = rc;
+	*out = rc;
+	return 0;
+
+err_reg:
+	free(rc->staging);
+err_staging:
+	free(rc);
+	return err;
+}
+
+void fr_ring_comm_free(struct fr_comm *comm)
+{
+	struct fr_ring_comm *rc = comm->ring;
+
+	if (!rc)
+		return;
+	fr_mem_free_internal(rc->staging_mem);
+	free(rc->staging);
+	free(rc);
+	comm->ring = NULL;
+}
+
+/* ---- schedule helpers ---------------------------------------------------------- */
+
+static int stream_steps(const struct fr_ring_state *st, enum stream s)
+{
+	return s <= RS_RECV ? st->rs_steps : st->ag_steps;
+}
+
+static int stream_chunk(const struct fr_ring_state *st, enum stream s, int k)
+{
+	switch (s) {
+	case RS_SEND:
+		return fr_ring_rs_send_chunk(st->r, k, st->n);
+	case RS_RECV:
+		return fr_ring_rs_recv_chunk(st->r, k, st->n);
+	case AG_SEND:
+		return fr_ring_ag_send_chunk(st->r, k, st->n);
+	default:
+		return fr_ring_ag_recv_chunk(st->r, k, st->n);
+	}
+}
+
+/* Elements of chunk c: count/n split for All-Reduce; block (c-1) mod n of
+ * the n equal blocks for reduce-scatter and all-gather. */
+static void chunk_range(const struct fr_ring_state *st, int c, size_t *off,
+			size_t *cnt)
+{
+	if (st->coll == FR_COLL_ALLREDUCE) {
+		fr_ring_chunk(st->count, st->n, c, off, cnt);
+		return;
+	}
+	*off = (size_t)fr_ring_mod((long)c - 1, st->n) * st->blk;
+	*cnt = st->blk;
+}
+
+/* Byte offset (in the vector) and length of segment (k, j). */
+static void seg_range(const struct fr_ring_state *st, enum stream s,
+		      const struct cursor *c, size_t *off, size_t *len)
+{
+	size_t coff, ccnt, e0;
+
+	chunk_range(st, stream_chunk(st, s, c->k), &coff, &ccnt);
+	e0 = c->j * st->seg;
+	*off = (coff + e0) * st->es;
+	*len = FR_MIN(st->seg, ccnt - e0) * st->es;
+}
+
+/* Skip to the next existing segment (chunks may be empty). */
+static void cur_norm(struct fr_ring_state *st, enum stream s)
+{
+	struct cursor *c = &st->cur[s];
+
+	while (c->k < stream_steps(st, s)) {
+		size_t coff, ccnt;
+
+		chunk_range(st, stream_chunk(st, s, c->k), &coff, &ccnt);
+		if (c->j < fr_ring_nsegs(ccnt, st->seg))
+			return;
+		c->k++;
+		c->j = 0;
+	}
+}
+
+static void cur_next(struct fr_ring_state *st, enum stream s)
+{
+	st->cur[s].j++;
+	cur_norm(st, s);
+}
+
+static bool cur_done(const struct fr_ring_state *st, enum stream s)
+{
+	return st->cur[s].k >= stream_steps(st, s);
+}
+
+/* Has stream s gone past segment (k, j)? */
+static bool past(const struct fr_ring_state *st, enum stream s, int k,
+		 size_t j)
+{
+	const struct cursor *c = &st->cur[s];
+
+	return c->k > k || (c->k == k && c->j > j);
+}
+
+static struct fr_ring_state *active_ring(struct fr_comm *comm,
+					 struct fr_request **reqp)
+{
+	struct fr_request *req = fr_active_req(comm);
+
+	if (reqp)
+		*reqp = req;
+	return req && req->algo == &fr_algo_ring ? req->algo_state : NULL;
+}
+
+/* ---- start / finish --------------------------------------------------------------- */
+
+static int on_rs(struct fr_comm *comm, uint32_t payload, uint32_t len);
+
+static int acquire(struct fr_comm *comm, const void *buf, size_t len,
+		   int access, struct fr_mem **mem, size_t *off)
+{
+	int rc = fr_mem_acquire(comm, buf, len, access, mem);
+
+	if (!rc)
+		*off = (uintptr_t)buf - (*mem)->base;
+	return rc;
+}
+
+static int ring_start(struct fr_comm *comm, struct fr_request *req)
+{
+	struct fr_ring_state *st;
+	struct fr_ring_comm *rc;
+	const int rw = FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE;
+	size_t bytes, blkb;
+	int err;
+
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return FR_ENOMEM;
+	req->algo_state = st;
+	st->n = comm->nranks;
+	st->r = comm->rank;
+	st->coll = req->coll;
+	st->count = fr_coll_count_total(req);
+	st->blk = req->count;
+	st->es = fr_dtype_size(req->dtype);
+	st->seg = FR_MAX(comm->segment_bytes / st->es, (size_t)1);
+	st->kern = req->coll == FR_COLL_ALLGATHER ?
+			   NULL :
+			   fr_reduce_kernel(req->dtype, req->op);
+	st->avg = req->op == FR_AVG && req->coll != FR_COLL_ALLGATHER;
+	st->rbuf = req->recvbuf;
+	st->rs_steps = req->coll == FR_COLL_ALLGATHER ? 0 : st->n - 1;
+	st->ag_steps = req->coll == FR_COLL_REDUCE_SCATTER ? 0 : st->n - 1;
+	bytes = st->count * st->es;
+	blkb = st->blk * st->es;
+
+	if (comm->peers[(st->r + 1) % st->n].bye ||
+	    comm->peers[(st->r + st->n - 1) % st->n].bye)
+		return fr_comm_fail(comm, FR_EPEER,
+				    "rank %d: collective #%u: a ring neighbour has destroyed its communicator",
+				    comm->rank, req->seq);
+	switch (req->coll) {
+	case FR_COLL_ALLREDUCE:
+		st->work = st->rbuf;
+		st->sbuf = req->sendbuf == FR_IN_PLACE ? st->rbuf : req->sendbuf;
+		if (st->n == 1 && bytes && st->sbuf != st->rbuf)
+			memcpy(st->rbuf, st->sbuf, bytes);
+		break;
+	case FR_COLL_REDUCE_SCATTER:
+		st->sbuf = req->sendbuf;
+		if (st->n == 1 && blkb && st->sbuf != st->rbuf)
+			memcpy(st->rbuf, st->sbuf, blkb);
+		break;
+	default: /* all-gather: our block goes in place first */
+		st->work = st->rbuf;
+		st->sbuf = req->sendbuf == FR_IN_PLACE ?
+				   st->rbuf + (size_t)st->r * blkb :
+				   req->sendbuf;
+		if (blkb && st->sbuf != st->rbuf + (size_t)st->r * blkb)
+			memcpy(st->rbuf + (size_t)st->r * blkb, st->sbuf, blkb);
+		break;
+	}
+	if (st->n == 1) {
+		st->ready_prev = st->ready_next = true;
+		st->sent_ready_prev = st->sent_ready_next = true;
+		return 0;
+	}
+	err = ring_comm_get(comm, &rc);
+	if (err)
+		return err;
+	if (bytes) {
+		if (req->coll == FR_COLL_REDUCE_SCATTER) {
+			err = fr_scratch_get(comm, bytes);
+			if (err)
+				return err;
+			st->work = comm->scratch;
+			st->wmem = comm->scratch_mem;
+			st->woff = 0;
+			err = acquire(comm, st->sbuf, bytes, FR_TP_LOCAL_READ,
+				      &st->smem, &st->soff);
+		} else {
+			err = acquire(comm, st->work, bytes, rw, &st->wmem,
+				      &st->woff);
+			st->wmem_owned = !err;
+			if (!err && req->coll == FR_COLL_ALLGATHER) {
+				st->smem = st->wmem;
+				st->wmem->refs++;
+				st->soff = st->woff + (size_t)st->r * blkb;
+			} else if (!err && st->sbuf == st->rbuf) {
+				st->smem = st->wmem;
+				st->wmem->refs++;
+				st->soff = st->woff;
+			} else if (!err) {
+				err = acquire(comm, st->sbuf, bytes,
+					      FR_TP_LOCAL_READ, &st->smem,
+					      &st->soff);
+			}
+		}
+		if (err)
+			return err;
+	}
+	for (int s = 0; s < 4; s++)
+		cur_norm(st, (enum stream)s);
+	fr_peer_need(comm, rc->next);
+	fr_peer_need(comm, rc->prev);
+	/* Segments that arrived before we started. */
+	if (st->rs_steps) {
+		int n_early = rc->n_rs_early;
+
+		rc->n_rs_early = 0;
+		for (int i = 0; i < n_early; i++) {
+			err = on_rs(comm, rc->rs_early[i].payload,
+				    rc->rs_early[i].len);
+			if (err)
+				return err;
+		}
+	}
+	return comm->failed;
+}
+
+static void ring_free(struct fr_request *req)
+{
+	struct fr_ring_state *st = req->algo_state;
+
+	if (!st)
+		return;
+	if (st->smem)
+		fr_mem_release(st->smem);
+	if (st->wmem && st->wmem_owned)
+		fr_mem_release(st->wmem);
+	free(st);
+	req->algo_state = NULL;
+}
+
+static bool ring_done(const struct fr_comm *comm, const struct fr_request *req)
+{
+	const struct fr_ring_state *st = req->algo_state;
+
+	return st && st->ready_prev && st->ready_next && cur_done(st, RS_SEND) &&
+	       cur_done(st, RS_RECV) && cur_done(st, AG_SEND) &&
+	       cur_done(st, AG_RECV) && comm->user_outstanding == 0;
+}
+
+static int ring_waiting_on(const struct fr_comm *comm,
+			   const struct fr_request *req)
+{
+	const struct fr_ring_state *st = req->algo_state;
+	const struct fr_ring_comm *rc = comm->ring;
+
+	if (st && rc &&
+	    (!st->ready_next || (!cur_done(st, RS_SEND) && rc->credits == 0)))
+		return rc->next;
+	return (comm->rank + comm->nranks - 1) % comm->nranks;
+}
+
+/* ---- sending ------------------------------------------------------------------------ */
+
+static int send_ready(struct fr_comm *comm, struct fr_request *req,
+		      bool to_next)
+{
+	struct fr_ring_state *st = req->algo_state;
+	struct fr_ring_comm *rc = comm->ring;
+	int peer_rank = to_next ? rc->next : rc->prev;
+	struct fr_peer *peer = &comm->peers[peer_rank];
+	struct ready r = { .role = to_next ? READY_TO_NEXT : READY_TO_PREV };
+	uint8_t payload[READY_LEN];
+	struct fr_msg m;
+	uint32_t slot = 0;
+	int err;
+
+	if (!to_next) {
+		r.credits = (uint8_t)rc->credits_owed;
+		/* the staging key, once */
+		if (!rc->staging_key_sent) {
+			size_t kl = FR_TP_RKEY_MAX;
+
+			err = comm->tp_ops->pack_rkey(rc->staging_mem->tp_mr,
+						      r.staging_key, &kl);
+			if (err)
+				return err;
+			r.has_staging = 1;
+			r.staging_keylen = (uint8_t)kl;
+		}
+	}
+	/* The previous rank writes the all-gather into our recvbuf. */
+	if (!to_next && st->ag_steps && st->wmem) {
+		r.mem_id = st->wmem->id;
+		r.dest_off = st->woff;
+		slot = st->wmem->id % FR_RKEY_CACHE;
+		if (peer->rkey_sent[slot] != st->wmem->id) {
+			size_t kl = FR_TP_RKEY_MAX;
+
+			err = comm->tp_ops->pack_rkey(st->wmem->tp_mr, r.key,
+						      &kl);
+			if (err)
+				return err;
+			r.has_key = 1;
+			r.keylen = (uint8_t)kl;
+		}
+	}
+	ready_encode(&r, payload);
+	fr_msg_for(req, FR_MSG_READY, &m);
+	err = fr_msg_send(comm, peer_rank, &m, payload, READY_LEN);
+	if (err)
+		return err;
+	if (!to_next) {
+		rc->credits_owed -= r.credits;
+		if (r.has_staging)
+			rc->staging_key_sent = true;
+	}
+	if (r.has_key) {
+		peer->rkey_sent[slot] = st->wmem->id;
+		comm->stats.rkeys_sent++;
+	}
+	return 0;
+}
+
+static int flush_credits(struct fr_comm *comm, bool *did_work)
+{
+	struct fr_ring_comm *rc = comm->ring;
+	int err;
+
+	/*
+	 * Few credits owed ride on our next READY to prev instead of a
+	 * message of their own (small collectives then send one message
+	 * less); prev still holds more than half its slots meanwhile, so
+	 * it is never held up by them.
+	 */
+	if (!rc || !rc->credits_owed ||
+	    rc->credits_owed < FR_MAX(comm->slots / 2, 1))
+		return 0;
+	err = fr_peer_write(comm, rc->prev, NULL, 0, NULL, 0, 0,
+			    FR_IMM(FR_IMM_RCREDIT, (uint32_t)rc->credits_owed),
+			    false);
+	if (err)
+		return err;
+	rc->credits_owed = 0;
+	*did_work = true;
+	return 0;
+}
+
+int fr_ring_progress(struct fr_comm *comm, bool *did_work)
+{
+	int err = flush_credits(comm, did_work);
+
+	if (err && err != FR_EAGAIN)
+		return fr_comm_fail(comm, err,
+				    "rank %d: returning staging credits: %s",
+				    comm->rank, fr_strerror(err));
+	return 0;
+}
+
+static int post(struct fr_comm *comm, struct fr_mem *lmem, size_t loff,
+		const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
+		uint32_t imm)
+{
+	return fr_peer_write(comm, comm->ring->next, lmem, loff, rkey, roff,
+			     len, imm, true);
+}
+
+/* Reduce-scatter segments, in order, while the next rank has free slots. */
+static int send_rs(struct fr_comm *comm, struct fr_ring_state *st,
+		   bool *did_work)
+{
+	struct fr_ring_comm *rc = comm->ring;
+
+	while (!cur_done(st, RS_SEND) && rc->credits > 0 &&
+	       rc->have_next_staging) {
+		struct cursor *c = &st->cur[RS_SEND];
+		uint32_t slot = (uint32_t)(rc->rs_sent % (uint64_t)comm->slots);
+		uint32_t serial = (uint32_t)(rc->rs_sent & 0xfffff);
+		struct fr_mem *src;
+		size_t off, len, loff;
+		int err;
+
+		if (c->k > 0 && !past(st, RS_RECV, c->k - 1, c->j))
+			break; /* not reduced here yet */
+		seg_range(st, RS_SEND, c, &off, &len);
+		/* Step 0 sends our input; later steps what we reduced. */
+		if (c->k == 0) {
+			src = st->smem;
+			loff = st->soff + off;
+		} else {
+			src = st->wmem;
+			loff = st->woff + off;
+		}
+		err = post(comm, src, loff, &rc->next_staging,
+			   (uint64_t)slot * comm->segment_bytes, len,
+			   FR_IMM(FR_IMM_RS, serial << 8 | slot));
+		if (err == FR_EAGAIN)
+			break;
+		if (err)
+			return err;
+		rc->credits--;
+		rc->rs_sent++;
+		cur_next(st, RS_SEND);
+		*did_work = true;
+	}
+	return 0;
+}
+
+/* All-gather segments, in order, straight into the next rank's recvbuf. */
+static int send_ag(struct fr_comm *comm, struct fr_ring_state *st,
+		   bool *did_work)
+{
+	while (!cur_done(st, AG_SEND)) {
+		struct cursor *c = &st->cur[AG_SEND];
+		struct fr_mem *src = st->wmem;
+		size_t off, len, loff;
+		int err;
+
+		if (c->k == 0 ? st->rs_steps &&
+					!past(st, RS_RECV, st->rs_steps - 1, c->j) :
+				!past(st, AG_RECV, c->k - 1, c->j))
+			break;
+		seg_range(st, AG_SEND, c, &off, &len);
+		loff = st->woff + off;
+		if (c->k == 0 && st->coll == FR_COLL_ALLGATHER) {
+			/* our own block, from sendbuf (zero copy) */
+			src = st->smem;
+			loff = st->soff + (off - (size_t)st->r * st->blk * st->es);
+		}
+		err = post(comm, src, loff, st->dst, st->dst_off + off, len,
+			   FR_IMM(FR_IMM_AG, st->ag_sent));
+		if (err == FR_EAGAIN)
+			break;
+		if (err)
+			return err;
+		st->ag_sent++;
+		cur_next(st, AG_SEND);
+		*did_work = true;
+	}
+	return 0;
+}
+
+/* ---- receiving ------------------------------------------------------------------ */
+
+static int apply_ready(struct fr_comm *comm, struct fr_request *req,
+		       int from, const struct ready *m)
+{
+	struct fr_ring_state *st = req->algo_state;
+	struct fr_ring_comm *rc = comm->ring;
+	struct fr_peer *peer = &comm->peers[from];
+	int err;
+
+	if (m->role == READY_TO_NEXT) {
+		/* from our previous rank */
+		if (from != rc->prev || st->ready_prev || m->credits ||
+		    m->has_key || m->has_staging)
+			goto bad;
+		st->ready_prev = true;
+		return 0;
+	}
+	if (from != rc->next || st->ready_next)
+		goto bad;
+	if (m->credits) {
+		rc->credits += m->credits;
+		if (rc->credits > comm->slots)
+			goto bad;
+	}
+	if (m->has_staging) {
+		err = comm->tp_ops->unpack_rkey(comm->tp, m->staging_key,
+						m->staging_keylen,
+						&rc->next_staging);
+		if (err)
+			goto bad;
+		rc->have_next_staging = true;
+	}
+	if (m->has_key) {
+		uint32_t ks = m->mem_id % FR_RKEY_CACHE;
+
+		if (!m->mem_id ||
+		    comm->tp_ops->unpack_rkey(comm->tp, m->key, m->keylen,
+					      &peer->rkey[ks]))
+			goto bad;
+		peer->rkey_id[ks] = m->mem_id;
+	}
+	if (st->ag_steps && st->count) {
+		uint32_t slot = m->mem_id % FR_RKEY_CACHE;
+
+		if (peer->rkey_id[slot] != m->mem_id || !m->mem_id)
+			return fr_comm_fail(
+				comm, FR_EPROTO,
+				"rank %d: rank %d named a receive buffer whose key it never sent",
+				comm->rank, from);
+		st->dst = &peer->rkey[slot];
+		st->dst_off = m->dest_off;
+	}
+	st->ready_next = true;
+	return 0;
+bad:
+	return fr_comm_fail(comm, FR_EPROTO,
+			    "rank %d: unexpected ring READY from rank %d",
+			    comm->rank, from);
+}
+
+/* READY messages from the neighbours, in the order they were sent. */
+static int take_readies(struct fr_comm *comm, struct fr_request *req,
+			bool *did_work)
+{
+	struct fr_ring_state *st = req->algo_state;
+	struct fr_ring_comm *rc = comm->ring;
+	int from[2] = { rc->prev, rc->next };
+
+	for (int i = 0; i < 2 && !(st->ready_prev && st->ready_next); i++) {
+		for (;;) {
+			const struct fr_msg *m;
+			const uint8_t *p;
+			struct ready r;
+			int err;
+
+			if (st->ready_prev && st->ready_next)
+				break;
+			err = fr_msg_get(comm, req, from[i], &m, &p);
+			if (err == FR_EAGAIN)
+				break;
+			if (err)
+				return err;
+			if (m->type != FR_MSG_READY ||
+			    ready_decode(p, m->len, &r))
+				return fr_comm_fail(comm, FR_EPROTO,
+						    "rank %d: malformed ring READY from rank %d",
+						    comm->rank, from[i]);
+			err = apply_ready(comm, req, from[i], &r);
+			if (err)
+				return err;
+			fr_msg_consume(comm, from[i]);
+			*did_work = true;
+		}
+	}
+	return 0;
+}
+
+static int ring_advance(struct fr_comm *comm, struct fr_request *req,
+			bool *did_work)
+{
+	struct fr_ring_state *st = req->algo_state;
+	struct fr_ring_comm *rc = comm->ring;
+	int err;
+
+	if (st->n == 1)
+		return 0;
+	err = fr_peer_need(comm, rc->next);
+	if (!err)
+		err = fr_peer_need(comm, rc->prev);
+	if (err)
+		return err == FR_EAGAIN ? 0 : err;
+	if (!st->sent_ready_next) {
+		err = send_ready(comm, req, true);
+		if (err == FR_EAGAIN)
+			return 0;
+		if (err)
+			return err;
+		st->sent_ready_next = true;
+		*did_work = true;
+	}
+	if (!st->sent_ready_prev) {
+		err = send_ready(comm, req, false);
+		if (err == FR_EAGAIN)
+			return 0;
+		if (err)
+			return err;
+		st->sent_ready_prev = true;
+		*did_work = true;
+	}
+	err = take_readies(comm, req, did_work);
+	if (err)
+		return err;
+	/*
+	 * Reduce-scatter segments go into the next rank's staging slots,
+	 * which are its communicator's, not its user buffers: they may go
+	 * before its READY (it keeps them until it starts).  The all-gather
+	 * writes into its recvbuf and waits for the READY naming it.
+	 */
+	err = send_rs(comm, st, did_work);
+	if (!err && st->ready_next)
+		err = send_ag(comm, st, did_work);
+	if (!err)
+		err = flush_credits(comm, did_work);
+	return err == FR_EAGAIN ? 0 : err;
+}
+
+static int on_rs(struct fr_comm *comm, uint32_t payload, uint32_t len)
+{
+	struct fr_request *req;
+	struct fr_ring_state *st = active_ring(comm, &req);
+	struct fr_ring_comm *rc = comm->ring;
+	uint32_t slot = (uint32_t)(rc->rs_received % (uint64_t)comm->slots);
+	uint32_t serial = (uint32_t)(rc->rs_received & 0xfffff);
+	size_t off, n;
+	const uint8_t *in;
+	uint8_t *dst;
+	struct cursor *c;
+
+	/* For a collective we have not started: keep it until we do. */
+	if ((!st || cur_done(st, RS_RECV)) && rc->n_rs_early < comm->slots) {
+		rc->rs_early[rc->n_rs_early].payload = payload;
+		rc->rs_early[rc->n_rs_early++].len = len;
+		return 0;
+	}
+	if (!st || cur_done(st, RS_RECV) || payload != (serial << 8 | slot))
+		return fr_comm_fail(comm, FR_EPROTO,
+				    "rank %d: unexpected reduce-scatter segment from rank %d",
+				    comm->rank, rc->prev);
+	c = &st->cur[RS_RECV];
+	seg_range(st, RS_RECV, c, &off, &n);
+	if (len != n)
+		return fr_comm_fail(comm, FR_EPROTO,
+				    "rank %d: segment of %u bytes from rank %d, expected %zu",
+				    comm->rank, len, rc->prev, n);
+	in = (const uint8_t *)rc->staging + (size_t)slot * comm->segment_bytes;
+	dst = st->work + off;
+	/* reduce-scatter: the last step goes straight to the caller */
+	if (st->coll == FR_COLL_REDUCE_SCATTER && c->k == st->rs_steps - 1)
+		dst = st->rbuf + (off - (size_t)st->r * st->blk * st->es);
+	st->kern(dst, st->sbuf + off, in, n / st->es);
+	if (st->avg && c->k == st->rs_steps - 1)
+		fr_reduce_scale_avg(req->dtype, dst, n / st->es, st->n);
+	rc->rs_received++;
+	rc->credits_owed++;
+	cur_next(st, RS_RECV);
+	return 0;
+}
+
+static int on_ag(struct fr_comm *comm, uint32_t payload, uint32_t len)
+{
+	struct fr_ring_state *st = active_ring(comm, NULL);
+	size_t off, n;
+
+	if (!st || cur_done(st, AG_RECV) ||
+	    payload != (st->ag_recvd & 0x0fffffffu))
+		return fr_comm_fail(comm, FR_EPROTO,
+				    "rank %d: unexpected all-gather segment from rank %d",
+				    comm->rank, comm->ring->prev);
+	seg_range(st, AG_RECV, &st->cur[AG_RECV], &off, &n);
+	if (len != n)
+		return fr_comm_fail(comm, FR_EPROTO,
+				    "rank %d: segment of %u bytes from rank %d, expected %zu",
+				    comm->rank, len, comm->ring->prev, n);
+	st->ag_recvd++;
+	cur_next(st, AG_RECV);
+	return 0;
+}
+
+int fr_ring_on_cqe(struct fr_comm *comm, int peer, const struct fr_tp_cqe *cqe)
+{
+	struct fr_ring_comm *rc = comm->ring;
+	uint32_t type = FR_IMM_TYPE(cqe->imm), payload = FR_IMM_PAYLOAD(cqe->imm);
+
+	if (!rc)
+		goto bad;
+	switch (type) {
+	case FR_IMM_RCREDIT:
+		if (peer != rc->next || cqe->len)
+			goto bad;
+		rc->credits += (int)payload;
+		if (rc->credits > comm->slots)
+			goto bad;
+		return 0;
+	case FR_IMM_RS:
+		if (peer != rc->prev)
+			goto bad;
+		return on_rs(comm, payload, cqe->len);
+	case FR_IMM_AG:
+		if (peer != rc->prev)
+			goto bad;
+		return on_ag(comm, payload, cqe->len);
+	}
+bad:
+	return fr_comm_fail(comm, FR_EPROTO,
+			    "rank %d: unexpected ring message (immediate 0x%08x) from rank %d",
+			    comm->rank, cqe->imm, peer);
+}
+
+const struct fr_algo fr_algo_ring = {
+	.id = FR_ALGO_RING,
+	.name = "ring",
+	.start = ring_start,
+	.advance = ring_advance,
+	.done = ring_done,
+	.free = ring_free,
+	.waiting_on = ring_waiting_on,
+};

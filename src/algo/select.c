@@ -1,0 +1,312 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * select.c - which algorithm runs: FR_ALGO, else an alpha-beta-gamma model.
+ *
+ * Every rank must run the same algorithm for the same call, so the choice
+ * depends only on what all ranks agree on: the collective, its byte count,
+ * the dtype, the number of ranks and the model parameters, which come from
+ * the same tune file or the same built-in defaults (the rendezvous compares
+ * a hash of them, so ranks that disagree fail at fr_comm_create).
+ *
+ * Model (p ranks, n bytes, pof2 / L = largest power of two <= p and its
+ * log, f = 1 if p is not a power of two; alpha per message step, beta per
+ * byte on the wire, c per byte copied through a mailbox, gamma per byte
+ * reduced):
+ *   ring All-Reduce       (2(p-1) + 1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma
+ *   recursive doubling    (L + 2f) alpha + (L + 2f) n (beta + c) + (L + f) n gamma
+ *   Rabenseifner          (2L + 2f) alpha + (2(pof2-1)/pof2 + 2f) n (beta + c)
+ *                         + ((pof2-1)/pof2 + f) n gamma
+ *   ring RS / AG          p alpha + (p-1)/p N beta (+ (p-1)/p N gamma for RS)
+ *   broadcast tree        ceil(lg p) (alpha + n (beta + c))
+ *   broadcast chain       (p - 2 + k)(alpha + s (beta + c)), k fragments of s
+ * The ring's extra alpha is its READY exchange; the mailbox algorithms pay
+ * c for the copies that the zero-copy ring does not make.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo.h"
+#include "log.h"
+#include "peer.h"
+#include "util.h"
+
+static const char *const algo_names[FR_ALGO_COUNT] = {
+	[FR_ALGO_AUTO] = "auto",
+	[FR_ALGO_RING] = "ring",
+	[FR_ALGO_RD] = "rd",
+	[FR_ALGO_RABENSEIFNER] = "rabenseifner",
+	[FR_ALGO_TREE] = "tree",
+	[FR_ALGO_DISSEMINATION] = "dissemination",
+};
+
+const char *fr_algo_name(int algo)
+{
+	return algo >= 0 && algo < FR_ALGO_COUNT ? algo_names[algo] : "?";
+}
+
+int fr_algo_from_name(const char *name, fr_algo_t *algo)
+{
+	if (!name || !algo)
+		return FR_EINVAL;
+	for (int i = 0; i < FR_ALGO_COUNT; i++)
+		if (!strcmp(name, algo_names[i])) {
+			*algo = (fr_algo_t)i;
+			return 0;
+		}
+	if (!strcmp(name, "recursive_doubling")) {
+		*algo = FR_ALGO_RD;
+		return 0;
+	}
+	return FR_EINVAL;
+}
+
+/* ---- parameters ------------------------------------------------------------ */
+
+static void tune_defaults(struct fr_tune *t, const char *transport)
+{
+	bool verbs = !strcmp(transport, "verbs");
+
+	/* TCP: a loopback / 10 GbE round trip through epoll; verbs: a
+	 * 100 Gbit/s HCA.  fr_tune(1) measures the real ones. */
+	t->alpha_us = verbs ? 5.0 : 25.0;
+	t->beta_ns = verbs ? 0.08 : 0.8;
+	t->copy_ns = 0.15;
+	for (int d = 0; d < FR_DTYPE_COUNT; d++)
+		t->gamma_ns[d] = 0.15;
+	t->gamma_ns[FR_F16] = t->gamma_ns[FR_BF16] = 0.3;
+	snprintf(t->source, sizeof(t->source), "built-in defaults for %s",
+		 transport);
+}
+
+static int parse_double(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !isfinite(v) || v < 0)
+		return FR_EINVAL;
+	*out = v;
+	return 0;
+}
+
+/*
+ * The tune file (fr_tune(1) writes it; fastreduce(7) documents it): lines
+ * "key = value", '#' comments.  Keys: <transport>.alpha_us,
+ * <transport>.beta_ns, <transport>.copy_ns, gamma_ns.<dtype>.  Keys for
+ * other transports are skipped; unknown keys are warned about.
+ */
+int fr_tune_load(struct fr_comm *comm, const char *transport, char *err,
+		 size_t errlen)
+{
+	const char *path = getenv("FR_TUNE_FILE");
+	struct fr_tune *t = &comm->tune;
+	char line[256];
+	int lineno = 0;
+	FILE *f;
+
+	tune_defaults(t, transport);
+	if (!path || !*path)
+		return 0;
+	f = fopen(path, "r");
+	if (!f) {
+		snprintf(err, errlen, "FR_TUNE_FILE %s: %s", path,
+			 strerror(errno));
+		return FR_EINVAL;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		char key[128], val[64], *hash = strchr(line, '#');
+		size_t tl = strlen(transport);
+		double v;
+		fr_dtype_t dt;
+
+		lineno++;
+		if (hash)
+			*hash = '\0';
+		if (sscanf(line, " %127[^= \t] = %63s", key, val) != 2) {
+			if (strspn(line, " \t\r\n") != strlen(line))
+				goto bad;
+			continue;
+		}
+		if (parse_double(val, &v))
+			goto bad;
+		if (!strncmp(key, "gamma_ns.", 9)) {
+			if (fr_dtype_from_name(key + 9, &dt))
+				goto bad;
+			t->gamma_ns[dt] = v;
+		} else if (!strncmp(key, transport, tl) && key[tl] == '.') {
+			if (!strcmp(key + tl + 1, "alpha_us"))
+				t->alpha_us = v;
+			else if (!strcmp(key + tl + 1, "beta_ns"))
+				t->beta_ns = v;
+			else if (!strcmp(key + tl + 1, "copy_ns"))
+				t->copy_ns = v;
+			else
+				fr_warn("%s:%d: unknown key %s", path, lineno,
+					key);
+		} else if (!strchr(key, '.')) {
+			fr_warn("%s:%d: unknown key %s", path, lineno, key);
+		}
+	}
+	fclose(f);
+	snprintf(t->source, sizeof(t->source), "%s", path);
+	return 0;
+bad:
+	fclose(f);
+	snprintf(err, errlen, "FR_TUNE_FILE %s:%d: expected \"key = value\" with a number >= 0",
+		 path, lineno);
+	return FR_EINVAL;
+}
+
+uint32_t fr_tune_hash(const struct fr_tune *t)
+{
+	char buf[512];
+	int n = snprintf(buf, sizeof(buf), "%.6g %.6g %.6g", t->alpha_us,
+			 t->beta_ns, t->copy_ns);
+	uint32_t h = 2166136261u;
+
+	for (int d = 0; d < FR_DTYPE_COUNT && n > 0 && (size_t)n < sizeof(buf); d++)
+		n += snprintf(buf + n, sizeof(buf) - (size_t)n, " %.6g",
+			      t->gamma_ns[d]);
+	for (const char *p = buf; *p; p++) {
+		h ^= (unsigned char)*p;
+		h *= 16777619u;
+	}
+	return h;
+}
+
+/* ---- the model --------------------------------------------------------------- */
+
+double fr_algo_predict_us(const struct fr_comm *comm, int id,
+			  enum fr_coll coll, size_t bytes, fr_dtype_t dtype)
+{
+	const struct fr_tune *t = &comm->tune;
+	double p = comm->nranks, n = (double)bytes, a = t->alpha_us;
+	double b = t->beta_ns * 1e-3, c = t->copy_ns * 1e-3;
+	double g = t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3;
+	int L = 0, pof2 = 1, f;
+
+	while (pof2 * 2 <= comm->nranks) {
+		pof2 *= 2;
+		L++;
+	}
+	f = pof2 != comm->nranks;
+	if (comm->nranks == 1)
+		return 0;
+	switch (coll) {
+	case FR_COLL_ALLREDUCE:
+		if (id == FR_ALGO_RING)
+			return (2 * (p - 1) + 1) * a + 2 * (p - 1) / p * n * b +
+			       (p - 1) / p * n * g;
+		if (id == FR_ALGO_RD)
+			return (L + 2 * f) * a + (L + 2 * f) * n * (b + c) +
+			       (L + f) * n * g;
+		if (id == FR_ALGO_RABENSEIFNER)
+			return (2 * L + 2 * f) * a +
+			       (2.0 * (pof2 - 1) / pof2 + 2 * f) * n * (b + c) +
+			       ((double)(pof2 - 1) / pof2 + f) * n * g;
+		return -1;
+	case FR_COLL_REDUCE_SCATTER:
+		return id == FR_ALGO_RING ?
+			       p * a + (p - 1) / p * n * (b + g) :
+			       -1;
+	case FR_COLL_ALLGATHER:
+		return id == FR_ALGO_RING ? p * a + (p - 1) / p * n * b : -1;
+	case FR_COLL_BROADCAST: {
+		double s = FR_MIN(n, (double)fr_msg_payload_max(comm));
+		double k = n > 0 ? ceil(n / s) : 1;
+
+		if (id == FR_ALGO_TREE)
+			return ceil(log2(p)) * (a + n * (b + c));
+		if (id == FR_ALGO_RING)
+			return (p - 2 + k) * (a + s * (b + c));
+		return -1;
+	}
+	case FR_COLL_BARRIER:
+		return id == FR_ALGO_DISSEMINATION ? ceil(log2(p)) * a : -1;
+	}
+	return -1;
+}
+
+static const struct fr_algo *impl(enum fr_coll coll, int id)
+{
+	switch (coll) {
+	case FR_COLL_ALLREDUCE:
+		return id == FR_ALGO_RING ? &fr_algo_ring :
+		       id == FR_ALGO_RD	  ? &fr_algo_rd :
+		       id == FR_ALGO_RABENSEIFNER ? &fr_algo_rabenseifner :
+						    NULL;
+	case FR_COLL_REDUCE_SCATTER:
+	case FR_COLL_ALLGATHER:
+		return id == FR_ALGO_RING ? &fr_algo_ring : NULL;
+	case FR_COLL_BROADCAST:
+		return id == FR_ALGO_RING ? &fr_algo_bcast_chain :
+		       id == FR_ALGO_TREE || id == FR_ALGO_RD ?
+					    &fr_algo_bcast_tree :
+					    NULL;
+	case FR_COLL_BARRIER:
+		return &fr_algo_dissemination;
+	}
+	return NULL;
+}
+
+const struct fr_algo *fr_algo_select(struct fr_comm *comm,
+				     const struct fr_request *req)
+{
+	size_t bytes = fr_coll_count_total(req) * fr_dtype_size(req->dtype);
+	const struct fr_algo *best = NULL;
+	double best_us = 0, us[FR_ALGO_COUNT] = { 0 };
+	char why[256] = "";
+	int n = 0;
+
+	if (req->forced != FR_ALGO_AUTO) {
+		best = impl(req->coll, req->forced);
+		if (best)
+			return best;
+		/* not one this collective has: choose as auto would */
+	}
+	for (int id = 1; id < FR_ALGO_COUNT; id++) {
+		const struct fr_algo *a = impl(req->coll, id);
+
+		us[id] = a ? fr_algo_predict_us(comm, id, req->coll, bytes,
+						req->dtype) :
+			     -1;
+		if (!a || us[id] < 0 || (best && a == best))
+			continue;
+		if (!best || us[id] < best_us) {
+			best = a;
+			best_us = us[id];
+		}
+		if (n >= 0 && (size_t)n < sizeof(why))
+			n += snprintf(why + n, sizeof(why) - (size_t)n,
+				      "%s%s %.1f us", n ? ", " : "", a->name,
+				      us[id]);
+	}
+	if (fr_log_enabled(FR_LOG_INFO)) {
+		/* once per (collective, size): a training loop repeats them */
+		bool logged = false;
+
+		for (unsigned i = 0; i < FR_ALGO_LOGGED; i++)
+			if (comm->algo_logged[i].coll == (int)req->coll &&
+			    comm->algo_logged[i].bytes == bytes)
+				logged = true;
+		if (!logged) {
+			unsigned i = comm->algo_logged_next++ % FR_ALGO_LOGGED;
+
+			comm->algo_logged[i].coll = (int)req->coll;
+			comm->algo_logged[i].bytes = bytes;
+			fr_info("rank %d: %s of %zu bytes over %d ranks: %s (model, %s: %s%s)",
+				comm->rank, fr_coll_name(req->coll), bytes,
+				comm->nranks, best ? best->name : "?",
+				comm->tune.source, why,
+				req->forced != FR_ALGO_AUTO ?
+					"; the forced algorithm does not implement it" :
+					"");
+		}
+	}
+	return best;
+}

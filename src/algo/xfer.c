@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * xfer.c - a step's data as a sequence of mailbox fragments.
+ *
+ * The eager protocol of the latency-optimal algorithms: each fragment is
+ * one message (header + up to fr_msg_payload_max() bytes) written into the
+ * receiver's mailbox without any ready-to-receive round trip; credits per
+ * peer bound how far a sender runs ahead.  The header's step and offset
+ * must be what the receiver's schedule expects next, else the collective
+ * fails with FR_EPROTO instead of reducing the wrong bytes.
+ */
+#include <string.h>
+
+#include "algo.h"
+#include "peer.h"
+#include "util.h"
+
+void fr_xfer_init(struct fr_xfer *x, const struct fr_comm *comm, size_t len)
+{
+	size_t maxp = fr_msg_payload_max(comm);
+
+	x->len = len;
+	x->nfrags = len ? (uint32_t)((len + maxp - 1) / maxp) : 1;
+	x->done = 0;
+}
+
+size_t fr_xfer_bytes(const struct fr_comm *comm, const struct fr_xfer *x,
+		     uint32_t frags)
+{
+	return FR_MIN((size_t)frags * fr_msg_payload_max(comm), x->len);
+}
+
+int fr_xfer_send(struct fr_comm *comm, const struct fr_request *req,
+		 struct fr_xfer *x, int rank, uint16_t step,
+		 const uint8_t *src, size_t avail, bool *did_work)
+{
+	size_t maxp = fr_msg_payload_max(comm);
+
+	while (x->done < x->nfrags) {
+		size_t off = (size_t)x->done * maxp;
+		size_t len = FR_MIN(maxp, x->len - off);
+		struct fr_msg m;
+		int rc;
+
+		if (x->len && off + len > avail)
+			break; /* not there yet */
+		fr_msg_for(req, FR_MSG_DATA, &m);
+		m.step = step;
+		m.offset = off;
+		rc = fr_msg_send(comm, rank, &m, src + off, len);
+		if (rc == FR_EAGAIN)
+			break;
+		if (rc)
+			return fr_comm_fail(comm, rc,
+					    "rank %d: collective #%u: sending to rank %d: %s",
+					    comm->rank, req->seq, rank,
+					    fr_strerror(rc));
+		x->done++;
+		*did_work = true;
+	}
+	return 0;
+}
+
+int fr_xfer_recv(struct fr_comm *comm, const struct fr_request *req,
+		 struct fr_xfer *x, int rank, uint16_t step, size_t *off,
+		 size_t *len, const uint8_t **payload)
+{
+	size_t maxp = fr_msg_payload_max(comm);
+	const struct fr_msg *m;
+	int rc;
+
+	if (x->done >= x->nfrags)
+		return FR_EAGAIN;
+	rc = fr_msg_get(comm, req, rank, &m, payload);
+	if (rc)
+		return rc;
+	*off = (size_t)x->done * maxp;
+	*len = FR_MIN(maxp, x->len - *off);
+	if (m->type != FR_MSG_DATA || m->step != step || m->offset != *off ||
+	    m->len != *len)
+		return fr_comm_fail(comm, FR_EPROTO,
+				    "rank %d: collective #%u: rank %d sent step %u offset %llu (%u bytes), expected step %u offset %zu (%zu bytes)",
+				    comm->rank, req->seq, rank, m->step,
+				    (unsigned long long)m->offset, m->len,
+				    step, *off, *len);
+	return 0;
+}
+
+void fr_xfer_recv_done(struct fr_comm *comm, struct fr_xfer *x, int rank)
+{
+	fr_msg_consume(comm, rank);
+	x->done++;
+}
+
+int fr_xfer_take(struct fr_comm *comm, const struct fr_request *req,
+		 struct fr_xfer *x, int rank, uint16_t step, uint8_t *dst,
+		 const uint8_t *a, fr_reduce_fn kern, size_t es,
+		 uint32_t limit, bool *did_work)
+{
+	while (x->done < FR_MIN(limit, x->nfrags)) {
+		const uint8_t *p;
+		size_t off, len;
+		int rc = fr_xfer_recv(comm, req, x, rank, step, &off, &len, &p);
+
+		if (rc == FR_EAGAIN)
+			return 0;
+		if (rc)
+			return rc;
+		if (len && kern)
+			kern(dst + off, a + off, p, len / es);
+		else if (len)
+			memcpy(dst + off, p, len);
+		fr_xfer_recv_done(comm, x, rank);
+		*did_work = true;
+	}
+	return 0;
+}

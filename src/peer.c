@@ -1,0 +1,643 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * peer.c - peers connected on first use, and the mailbox message layer.
+ *
+ * Connections: every rank learned every other rank's transport address at
+ * the rendezvous.  The first time an algorithm needs rank q, the lower rank
+ * of the pair connects and the higher one accepts (the transport parks an
+ * incoming connection until it is accepted), so each pair shares one
+ * connection used in both directions, and only pairs that ever talk are
+ * connected: a ring job opens its two neighbour connections and no others.
+ *
+ * Mailbox wire format: rank p writes into our mailbox at
+ *   [p][slot][mbx_slot_size], slot < mbx_slots (data, one credit each),
+ *   slot mbx_slots (ABORT, sent at most once), mbx_slots + 1 (BYE, once),
+ * a 64-byte little-endian header followed by the payload:
+ *    0 u32 magic "FRM1"   4 u8 type   5 u8 coll   6 u8 algo   7 u8 dtype
+ *    8 u8 op   9 u8 0    10 u16 step  12 u32 seq  16 u64 count
+ *   24 i32 root          28 u32 credits returned  32 u64 offset
+ *   40 u32 payload len   44 i32 err   48 i32 origin  52 u32 aux
+ * The immediate names the slot, so the receiver can check order; writes on
+ * one connection land in order, so slot k is always the next one expected.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo/algo.h"
+#include "log.h"
+#include "peer.h"
+#include "util.h"
+
+#define MSG_MAGIC 0x314d5246u /* "FRM1" */
+#define CTX_OUT (1ull << 63)  /* SEND ctx of an outbox message: | slot */
+#define CTX_USER (1ull << 62) /* SEND ctx of a write from user memory */
+
+void fr_msg_encode(const struct fr_msg *m, uint8_t *b)
+{
+	memset(b, 0, FR_MSG_HDR);
+	fr_put_le32(b, MSG_MAGIC);
+	b[4] = m->type;
+	b[5] = m->coll;
+	b[6] = m->algo;
+	b[7] = m->dtype;
+	b[8] = m->op;
+	fr_put_le16(b + 10, m->step);
+	fr_put_le32(b + 12, m->seq);
+	fr_put_le64(b + 16, m->count);
+	fr_put_le32(b + 24, (uint32_t)m->root);
+	fr_put_le32(b + 28, m->credits);
+	fr_put_le64(b + 32, m->offset);
+	fr_put_le32(b + 40, m->len);
+	fr_put_le32(b + 44, (uint32_t)m->err);
+	fr_put_le32(b + 48, (uint32_t)m->origin);
+	fr_put_le32(b + 52, m->aux);
+}
+
+int fr_msg_decode(const uint8_t *b, size_t maxlen, struct fr_msg *m)
+{
+	memset(m, 0, sizeof(*m));
+	if (fr_get_le32(b) != MSG_MAGIC)
+		return FR_EPROTO;
+	m->type = b[4];
+	m->coll = b[5];
+	m->algo = b[6];
+	m->dtype = b[7];
+	m->op = b[8];
+	m->step = fr_get_le16(b + 10);
+	m->seq = fr_get_le32(b + 12);
+	m->count = fr_get_le64(b + 16);
+	m->root = (int32_t)fr_get_le32(b + 24);
+	m->credits = fr_get_le32(b + 28);
+	m->offset = fr_get_le64(b + 32);
+	m->len = fr_get_le32(b + 40);
+	m->err = (int32_t)fr_get_le32(b + 44);
+	m->origin = (int32_t)fr_get_le32(b + 48);
+	m->aux = fr_get_le32(b + 52);
+	if (m->type < FR_MSG_DATA || m->type > FR_MSG_BYE || m->len > maxlen)
+		return FR_EPROTO;
+	return 0;
+}
+
+size_t fr_msg_payload_max(const struct fr_comm *comm)
+{
+	return comm->mbx_slot_size - FR_MSG_HDR;
+}
+
+static uint8_t *mbx_slot(struct fr_comm *comm, int from, int slot)
+{
+	return comm->mbx + ((size_t)from * (size_t)(comm->mbx_slots + 2) +
+			    (size_t)slot) * comm->mbx_slot_size;
+}
+
+/* ---- setup ------------------------------------------------------------------ */
+
+int fr_peers_init(struct fr_comm *c)
+{
+	size_t ps = 4096, sz;
+	int rc;
+
+	c->peers = calloc((size_t)c->nranks, sizeof(*c->peers));
+	if (!c->peers)
+		return FR_ENOMEM;
+	for (int r = 0; r < c->nranks; r++)
+		c->peers[r].rank = r;
+	sz = (size_t)c->nranks * (size_t)(c->mbx_slots + 2) * c->mbx_slot_size;
+	c->mbx = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
+	if (!c->mbx) {
+		rc = FR_ENOMEM;
+		goto err_mbx;
+	}
+	memset(c->mbx, 0, sz);
+	rc = fr_mem_register_internal(c, c->mbx, sz,
+				      FR_TP_LOCAL_READ | FR_TP_REMOTE_WRITE,
+				      false, &c->mbx_mem);
+	if (rc)
+		goto err_mbx_reg;
+	sz = (size_t)c->out_slots * c->mbx_slot_size;
+	c->out = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
+	if (!c->out) {
+		rc = FR_ENOMEM;
+		goto err_out;
+	}
+	rc = fr_mem_register_internal(c, c->out, sz, FR_TP_LOCAL_READ, false,
+				      &c->out_mem);
+	if (rc)
+		goto err_out_reg;
+	return 0;
+
+err_out_reg:
+	free(c->out);
+	c->out = NULL;
+err_out:
+	fr_mem_free_internal(c->mbx_mem);
+	c->mbx_mem = NULL;
+err_mbx_reg:
+	free(c->mbx);
+	c->mbx = NULL;
+err_mbx:
+	free(c->peers);
+	c->peers = NULL;
+	return rc;
+}
+
+void fr_peers_fini(struct fr_comm *c)
+{
+	if (c->peers)
+		for (struct fr_peer *p = c->active; p; p = p->next_active)
+			if (p->conn)
+				c->tp_ops->close_conn(p->conn);
+	c->active = NULL;
+	if (c->out_mem)
+		fr_mem_free_internal(c->out_mem);
+	free(c->out);
+	if (c->mbx_mem)
+		fr_mem_free_internal(c->mbx_mem);
+	free(c->mbx);
+	free(c->peers);
+	c->out_mem = c->mbx_mem = NULL;
+	c->out = c->mbx = NULL;
+	c->peers = NULL;
+}
+
+int fr_peers_pack_card_key(struct fr_comm *c, void *blob, size_t *len)
+{
+	return c->tp_ops->pack_rkey(c->mbx_mem->tp_mr, blob, len);
+}
+
+/* ---- connections ----------------------------------------------------------- */
+
+static int peer_advance(struct fr_comm *c, struct fr_peer *p)
+{
+	const struct fr_tp_ops *o = c->tp_ops;
+	int rc;
+
+	if (!p->conn) {
+		rc = o->accept(c->tp, p->rank, &p->conn);
+		if (rc == FR_EAGAIN)
+			return rc;
+		if (rc)
+			goto failed;
+	}
+	rc = o->connect_done(p->conn);
+	if (rc == FR_EAGAIN)
+		return rc;
+	if (rc)
+		goto failed;
+	p->state = FR_PEER_UP;
+	p->credits = c->mbx_slots;
+	fr_dbg("rank %d: connected to rank %d", c->rank, p->rank);
+	return 0;
+
+failed:
+	p->state = FR_PEER_DOWN;
+	return fr_comm_fail(c, rc, "rank %d: %s rank %d failed: %s", c->rank,
+			    c->rank < p->rank ? "connecting to" : "accepting",
+			    p->rank, fr_strerror(rc));
+}
+
+int fr_peer_need(struct fr_comm *c, int rank)
+{
+	struct fr_peer *p = &c->peers[rank];
+	int rc;
+
+	switch (p->state) {
+	case FR_PEER_UP:
+		return 0;
+	case FR_PEER_DOWN:
+		return c->failed ? c->failed : FR_EPEER;
+	case FR_PEER_IDLE:
+		if (rank == c->rank)
+			return fr_comm_fail(c, FR_EPROTO,
+					    "rank %d: an algorithm asked for a connection to itself",
+					    c->rank);
+		/* The lower rank of a pair connects, the higher accepts. */
+		if (c->rank < rank) {
+			rc = c->tp_ops->connect(
+				c->tp, rank, c->addrs + (size_t)rank * FR_TP_ADDR_MAX,
+				c->addrlens[rank], &p->conn);
+			if (rc) {
+				p->state = FR_PEER_DOWN;
+				return fr_comm_fail(c, rc,
+						    "rank %d: connecting to rank %d failed: %s",
+						    c->rank, rank, fr_strerror(rc));
+			}
+		}
+		p->state = FR_PEER_CONNECTING;
+		p->next_active = c->active;
+		c->active = p;
+		c->last_activity_ms = fr_now_ms();
+		/* fall through */
+	case FR_PEER_CONNECTING:
+		return peer_advance(c, p);
+	}
+	return FR_EPROTO;
+}
+
+/* Return credits to peers we owe half their slots or more. */
+int fr_peers_progress(struct fr_comm *c, bool *did_work)
+{
+	for (struct fr_peer *p = c->active; p; p = p->next_active) {
+		int rc;
+
+		if (p->state == FR_PEER_CONNECTING) {
+			rc = peer_advance(c, p);
+			if (rc && rc != FR_EAGAIN)
+				return rc;
+			if (!rc)
+				*did_work = true;
+			continue;
+		}
+		if (p->state != FR_PEER_UP || !p->credits_owed ||
+		    p->credits_owed < FR_MAX(c->mbx_slots / 2, 1))
+			continue;
+		rc = c->tp_ops->write_imm(p->conn, NULL, 0, NULL, 0, 0,
+					  FR_IMM(FR_IMM_CREDIT,
+						 (uint32_t)p->credits_owed),
+					  0);
+		if (rc == FR_EAGAIN)
+			continue;
+		if (rc)
+			return fr_comm_fail(c, rc,
+					    "rank %d: returning credits to rank %d: %s",
+					    c->rank, p->rank, fr_strerror(rc));
+		p->credits_owed = 0;
+		c->outstanding++;
+		c->stats.writes++;
+		*did_work = true;
+	}
+	return 0;
+}
+
+/* ---- sending --------------------------------------------------------------- */
+
+int fr_peer_write(struct fr_comm *c, int rank, struct fr_mem *lmem,
+		  size_t loff, const struct fr_tp_rkey *rkey, uint64_t roff,
+		  size_t len, uint32_t imm, bool user)
+{
+	struct fr_peer *p = &c->peers[rank];
+	int rc;
+
+	if (p->state != FR_PEER_UP)
+		return FR_EAGAIN;
+	rc = c->tp_ops->write_imm(p->conn, lmem ? lmem->tp_mr : NULL, loff,
+				  rkey, roff, len, imm, user ? CTX_USER : 0);
+	if (rc)
+		return rc;
+	c->outstanding++;
+	c->user_outstanding += user;
+	c->stats.writes++;
+	c->stats.bytes_sent += len;
+	return 0;
+}
+
+void fr_msg_for(const struct fr_request *req, uint8_t type, struct fr_msg *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->type = type;
+	m->coll = (uint8_t)req->coll;
+	m->algo = (uint8_t)(req->algo ? req->algo->id : 0);
+	m->dtype = (uint8_t)req->dtype;
+	m->op = (uint8_t)req->op;
+	m->seq = req->seq;
+	m->count = req->count;
+	m->root = req->root;
+}
+
+int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
+		const void *payload, size_t len)
+{
+	struct fr_peer *p = &c->peers[rank];
+	bool special = m->type == FR_MSG_ABORT || m->type == FR_MSG_BYE;
+	uint32_t slot = 0, rslot;
+	uint8_t *buf;
+	int rc, i;
+
+	if (p->state != FR_PEER_UP || (!special && p->credits <= 0))
+		return FR_EAGAIN;
+	if (len > fr_msg_payload_max(c))
+		return FR_EINVAL;
+	for (i = 0; i < c->out_slots; i++) {
+		slot = (c->out_next + (uint32_t)i) % (uint32_t)c->out_slots;
+		if (!(c->out_busy & (1ull << slot)))
+			break;
+	}
+	if (i == c->out_slots)
+		return FR_EAGAIN;
+	m->credits = (uint32_t)p->credits_owed;
+	m->len = (uint32_t)len;
+	buf = c->out + (size_t)slot * c->mbx_slot_size;
+	fr_msg_encode(m, buf);
+	if (len)
+		memcpy(buf + FR_MSG_HDR, payload, len);
+	rslot = m->type == FR_MSG_ABORT ? (uint32_t)c->mbx_slots :
+		m->type == FR_MSG_BYE	? (uint32_t)c->mbx_slots + 1 :
+					  p->send_seq % (uint32_t)c->mbx_slots;
+	rc = c->tp_ops->write_imm(
+		p->conn, c->out_mem->tp_mr, (size_t)slot * c->mbx_slot_size,
+		&p->mbx_rkey,
+		((uint64_t)c->rank * (uint64_t)(c->mbx_slots + 2) + rslot) *
+			c->mbx_slot_size,
+		FR_MSG_HDR + len, FR_IMM(FR_IMM_MSG, rslot), CTX_OUT | slot);
+	if (rc)
+		return rc;
+	c->out_busy |= 1ull << slot;
+	c->out_next = slot + 1;
+	p->credits_owed = 0;
+	if (!special) {
+		p->credits--;
+		p->send_seq++;
+	}
+	c->outstanding++;
+	c->stats.writes++;
+	c->stats.bytes_sent += FR_MSG_HDR + len;
+	return 0;
+}
+
+void fr_peers_send_abort(struct fr_comm *c, int err, int origin)
+{
+	struct fr_request *req = fr_active_req(c);
+	struct fr_msg m = { .type = FR_MSG_ABORT,
+			    .seq = req ? req->seq : c->seq,
+			    .err = err,
+			    .origin = origin };
+
+	if (!c->peers)
+		return;
+	/* Best effort: a peer that is gone cannot be told. */
+	for (struct fr_peer *p = c->active; p; p = p->next_active) {
+		if (p->state != FR_PEER_UP || p->abort_sent || p->bye)
+			continue;
+		if (!fr_msg_send(c, p->rank, &m, NULL, 0))
+			p->abort_sent = true;
+	}
+}
+
+/* ---- receiving --------------------------------------------------------------- */
+
+int fr_msg_get(struct fr_comm *c, const struct fr_request *req, int rank,
+	       const struct fr_msg **mp, const uint8_t **payload)
+{
+	struct fr_peer *p = &c->peers[rank];
+	const uint8_t *b;
+	struct fr_msg *m = &p->peek;
+
+	if (p->recv_taken == p->recv_arrived)
+		return FR_EAGAIN;
+	b = mbx_slot(c, rank, (int)(p->recv_taken % (uint32_t)c->mbx_slots));
+	if (!p->have_peek) {
+		if (fr_msg_decode(b, fr_msg_payload_max(c), m) ||
+		    m->type > FR_MSG_READY)
+			return fr_comm_fail(c, FR_EPROTO,
+					    "rank %d: malformed message from rank %d",
+					    c->rank, rank);
+		p->have_peek = true;
+	}
+	if (m->seq != req->seq) {
+		/* A peer already in a later collective: keep it for then. */
+		if ((int32_t)(m->seq - req->seq) > 0)
+			return FR_EAGAIN;
+		return fr_comm_fail(c, FR_EMISMATCH,
+				    "rank %d: rank %d sent a message for collective #%u, this rank is at #%u: ranks started different numbers of collectives",
+				    c->rank, rank, m->seq, req->seq);
+	}
+	if (m->coll != req->coll || m->count != req->count ||
+	    m->dtype != req->dtype || m->op != req->op ||
+	    m->root != req->root)
+		return fr_comm_fail(
+			c, FR_EMISMATCH,
+			"rank %d: collective #%u: rank %d called %s(count=%llu, %s, %s, root %d) but this rank %s(count=%zu, %s, %s, root %d)",
+			c->rank, req->seq, rank, fr_coll_name(m->coll),
+			(unsigned long long)m->count,
+			fr_dtype_name((fr_dtype_t)m->dtype),
+			fr_op_name((fr_op_t)m->op), m->root,
+			fr_coll_name(req->coll), req->count,
+			fr_dtype_name(req->dtype), fr_op_name(req->op),
+			req->root);
+	if (m->algo != (req->algo ? req->algo->id : 0))
+		return fr_comm_fail(c, FR_EMISMATCH,
+				    "rank %d: collective #%u: rank %d runs algorithm %s, this rank %s",
+				    c->rank, req->seq, rank,
+				    fr_algo_name(m->algo),
+				    fr_algo_name(req->algo ? req->algo->id : 0));
+	*mp = m;
+	*payload = b + FR_MSG_HDR;
+	return 0;
+}
+
+void fr_msg_consume(struct fr_comm *c, int rank)
+{
+	struct fr_peer *p = &c->peers[rank];
+
+	p->have_peek = false;
+	p->recv_taken++;
+	p->credits_owed++;
+}
+
+static int on_abort(struct fr_comm *c, struct fr_peer *p, const struct fr_msg *m)
+{
+	struct fr_request *req = fr_active_req(c);
+	int err = m->err < 0 && m->err >= FR_ERANGE ? m->err : FR_EPEER;
+	char text[FR_ERRMSG_MAX];
+
+	snprintf(text, sizeof(text),
+		 "rank %d: aborted at collective #%u: rank %d failed first (%s), as reported by rank %d",
+		 c->rank, m->seq, m->origin, fr_strerror(err), p->rank);
+	/*
+	 * A peer that failed in a later collective than ours had finished
+	 * ours: let ours complete, fail at the next one.
+	 */
+	if (req ? (int32_t)(m->seq - req->seq) > 0 :
+		  (int32_t)(m->seq - c->seq) >= 0) {
+		if (!c->abort_pending) {
+			c->abort_pending = true;
+			c->abort_seq = m->seq;
+			c->abort_err = err;
+			memcpy(c->abort_msg, text, sizeof(text));
+		}
+		return 0;
+	}
+	return fr_comm_fail(c, err, "%s", text);
+}
+
+static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
+		  uint32_t len)
+{
+	const uint8_t *b;
+	struct fr_msg m;
+
+	if (slot > (uint32_t)c->mbx_slots + 1 || len < FR_MSG_HDR)
+		goto bad;
+	b = mbx_slot(c, p->rank, (int)slot);
+	if (fr_msg_decode(b, fr_msg_payload_max(c), &m) ||
+	    m.len != len - FR_MSG_HDR)
+		goto bad;
+	if (slot == (uint32_t)c->mbx_slots) {
+		if (m.type != FR_MSG_ABORT)
+			goto bad;
+		return on_abort(c, p, &m);
+	}
+	if (slot == (uint32_t)c->mbx_slots + 1) {
+		if (m.type != FR_MSG_BYE)
+			goto bad;
+		/*
+		 * BYE is no error here: a neighbour that left mid-collective is
+		 * caught by its closed connection or the timeout, and new
+		 * collectives by the algorithms' start.
+		 */
+		p->bye = true;
+		return 0;
+	}
+	if (slot != p->recv_arrived % (uint32_t)c->mbx_slots ||
+	    m.type > FR_MSG_READY || m.credits > (uint32_t)c->mbx_slots)
+		goto bad;
+	p->recv_arrived++;
+	if (p->recv_arrived - p->recv_taken > (uint32_t)c->mbx_slots)
+		goto bad;
+	p->credits += (int)m.credits;
+	if (p->credits > c->mbx_slots)
+		goto bad;
+	return 0;
+bad:
+	return fr_comm_fail(c, FR_EPROTO,
+			    "rank %d: malformed or out-of-order message from rank %d (slot %u, %u bytes)",
+			    c->rank, p->rank, slot, len);
+}
+
+static void send_done(struct fr_comm *c, const struct fr_tp_cqe *cqe)
+{
+	c->outstanding--;
+	if (cqe->ctx & CTX_OUT)
+		c->out_busy &= ~(1ull << (cqe->ctx & 63));
+	else if (cqe->ctx & CTX_USER)
+		c->user_outstanding--;
+}
+
+static struct fr_peer *cqe_peer(struct fr_comm *c, const struct fr_tp_cqe *cqe)
+{
+	int r = c->tp_ops->conn_peer(cqe->conn);
+
+	return r >= 0 && r < c->nranks && r != c->rank ? &c->peers[r] : NULL;
+}
+
+int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
+{
+	struct fr_peer *p = cqe_peer(c, cqe);
+	uint32_t type = FR_IMM_TYPE(cqe->imm);
+
+	if (cqe->kind == FR_CQE_SEND)
+		send_done(c, cqe);
+	if (!p)
+		return fr_comm_fail(c, FR_EPROTO,
+				    "rank %d: completion on a connection of no known peer",
+				    c->rank);
+	if (cqe->status) {
+		const char *what =
+			cqe->status == FR_EPEER ?
+				"closed the connection or died" :
+			cqe->status == FR_ERANGE ?
+				(cqe->kind == FR_CQE_SEND ?
+					 "refused our write (outside its registered memory)" :
+					 "wrote outside our registered memory") :
+				fr_strerror(cqe->status);
+
+		if (p->bye && !fr_active_req(c))
+			return 0; /* it said goodbye: closing now is expected */
+		p->state = FR_PEER_DOWN;
+		return fr_comm_fail(c,
+				    cqe->status == FR_ERANGE ? FR_EPROTO :
+							       FR_EPEER,
+				    "rank %d: peer rank %d %s", c->rank, p->rank,
+				    what);
+	}
+	if (cqe->kind == FR_CQE_SEND)
+		return 0;
+	c->stats.bytes_received += cqe->len;
+	switch (type) {
+	case FR_IMM_MSG:
+		return on_msg(c, p, FR_IMM_PAYLOAD(cqe->imm), cqe->len);
+	case FR_IMM_CREDIT:
+		p->credits += (int)FR_IMM_PAYLOAD(cqe->imm);
+		if (p->credits > c->mbx_slots || cqe->len)
+			break;
+		return 0;
+	case FR_IMM_RS:
+	case FR_IMM_AG:
+	case FR_IMM_RCREDIT:
+		return fr_ring_on_cqe(c, p->rank, cqe);
+	}
+	return fr_comm_fail(c, FR_EPROTO,
+			    "rank %d: unexpected message (immediate 0x%08x) from rank %d",
+			    c->rank, cqe->imm, p->rank);
+}
+
+/* ---- goodbye ------------------------------------------------------------------ */
+
+/*
+ * Say goodbye to every connected peer and wait (bounded) for theirs,
+ * reading and dropping whatever else arrives, so that no connection is
+ * closed while the other side may still send on it: closing a TCP socket
+ * with unread data resets it, and the reset can destroy a peer's last
+ * writes still in flight.  A failed communicator waits less: its peers are
+ * failing too, or dead.
+ */
+void fr_peers_goodbye(struct fr_comm *c)
+{
+	uint64_t wait_ms = (uint64_t)(c->failed ? FR_MIN(c->timeout_ms, 2000) :
+						  c->timeout_ms);
+	uint64_t deadline = fr_now_ms() + wait_ms;
+	struct fr_tp_cqe cqe[32];
+
+	if (!c->peers)
+		return;
+	while (fr_now_ms() < deadline) {
+		bool all = true;
+		int n;
+
+		for (struct fr_peer *p = c->active; p; p = p->next_active) {
+			struct fr_msg m = { .type = FR_MSG_BYE, .seq = c->seq };
+
+			if (p->state != FR_PEER_UP)
+				continue;
+			/* a peer already gone cannot be told: give up on it */
+			if (!p->bye_sent &&
+			    fr_msg_send(c, p->rank, &m, NULL, 0) != FR_EAGAIN)
+				p->bye_sent = true;
+			if (!p->bye_sent || !p->bye)
+				all = false;
+		}
+		if (all && c->outstanding <= 0)
+			return;
+		n = c->tp_ops->poll(c->tp, cqe, 32);
+		if (n < 0)
+			break;
+		for (int i = 0; i < n; i++) {
+			struct fr_peer *p = cqe_peer(c, &cqe[i]);
+			const uint8_t *b;
+			struct fr_msg m;
+
+			if (cqe[i].kind == FR_CQE_SEND) {
+				send_done(c, &cqe[i]);
+				if (cqe[i].status && p)
+					p->bye = true;
+				continue;
+			}
+			if (!p)
+				continue;
+			if (cqe[i].status) {
+				p->bye = true; /* gone: nothing more will come */
+				continue;
+			}
+			if (FR_IMM_TYPE(cqe[i].imm) != FR_IMM_MSG ||
+			    FR_IMM_PAYLOAD(cqe[i].imm) != (uint32_t)c->mbx_slots + 1)
+				continue;
+			b = mbx_slot(c, p->rank, c->mbx_slots + 1);
+			if (!fr_msg_decode(b, fr_msg_payload_max(c), &m) &&
+			    m.type == FR_MSG_BYE)
+				p->bye = true;
+		}
+		if (!n)
+			c->tp_ops->wait(c->tp, 20);
+	}
+	fr_dbg("rank %d: goodbye incomplete", c->rank);
+}

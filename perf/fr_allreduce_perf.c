@@ -1,21 +1,31 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fr_allreduce_perf - All-Reduce bandwidth and correctness, nccl-tests style.
+ * fr_allreduce_perf - collective bandwidth and correctness, nccl-tests style.
  *
  * Uses the public API only, so it measures exactly what an application gets,
  * and creates its communicator with fr_comm_create_from_env() so the same
  * binary runs under frrun, mpirun, srun, torchrun or one rank per host.
  *
- * For every datatype x operation x size it runs -w warm-up and -n timed
- * All-Reduces; each rank averages its own time per iteration and the slowest
- * rank's average is reported (a collective is as fast as its last rank).
- * The columns are those of nccl-tests so numbers can be compared directly:
+ * -C picks the collective: allreduce (default), reduce_scatter, allgather or
+ * broadcast, measured as nccl-tests' all_reduce_perf, reduce_scatter_perf,
+ * all_gather_perf and broadcast_perf do.  For every datatype x operation x
+ * size it runs -w warm-up and -n timed collectives; each rank averages its
+ * own time per iteration and the slowest rank's average is reported (a
+ * collective is as fast as its last rank).  The columns are those of
+ * nccl-tests so numbers can be compared directly:
  *
+ *   size  = the largest buffer of the call: count elements for allreduce
+ *           and broadcast, nranks * count for reduce_scatter (send) and
+ *           allgather (receive), count being the call's count argument
  *   algbw = size / time
- *   busbw = algbw * 2(n-1)/n    (what each link carries in a ring; it is
- *                                comparable across rank counts)
+ *   busbw = algbw * 2(n-1)/n   allreduce
+ *           algbw * (n-1)/n    reduce_scatter, allgather
+ *           algbw              broadcast
+ *           (what each link carries in a bandwidth-optimal algorithm; it
+ *           is comparable across rank counts)
+ *   algo  = the algorithm the library ran (fr_comm_last_algo())
  *
- * With -c 1 one more All-Reduce runs on inputs whose exact result is known
+ * With -c 1 one more collective runs on inputs whose exact result is known
  * and #wrong counts the elements that differ, summed over ranks.  Inputs are
  * small integers (or +-1 for prod), so every partial result is exact in every
  * datatype for up to 64 ranks and the expected value does not depend on the
@@ -47,6 +57,24 @@
 
 enum { FMT_TABLE, FMT_CSV, FMT_JSON };
 
+/* The collectives, named as -C takes them. */
+enum coll {
+	COLL_ALLREDUCE,
+	COLL_REDUCE_SCATTER,
+	COLL_ALLGATHER,
+	COLL_BROADCAST,
+	COLL_COUNT
+};
+
+static const char *const coll_names[COLL_COUNT] = {
+	"allreduce", "reduce_scatter", "allgather", "broadcast"};
+/* The library function each one calls, for error messages. */
+static const char *const coll_funcs[COLL_COUNT] = {
+	"fr_allreduce", "fr_reduce_scatter", "fr_allgather", "fr_broadcast"};
+
+/* Long options without a short letter. */
+enum { OPT_CSV = 256, OPT_JSON };
+
 struct opts {
 	size_t minb, maxb, step; /* step 0: multiply by factor */
 	long factor;
@@ -54,6 +82,8 @@ struct opts {
 	bool check, inplace, reg;
 	long timeout_ms;
 	int fmt;
+	int coll;  /* enum coll */
+	long root; /* broadcast only */
 	fr_dtype_t dtypes[FR_DTYPE_COUNT];
 	int ndtypes;
 	fr_op_t ops[FR_OP_COUNT];
@@ -66,6 +96,7 @@ struct row {
 	fr_op_t op;
 	double time_us, algbw, busbw;
 	long long wrong; /* -1: not checked */
+	int algo;	 /* fr_comm_last_algo() after the timed loop */
 };
 
 /* Buffers of the tool's own tiny All-Reduces (timing max, #wrong sum). */
@@ -78,7 +109,8 @@ struct ctx {
 	struct opts *o;
 	fr_comm_t *comm;
 	int rank, nranks;
-	unsigned char *send, *recv; /* send == recv when in place */
+	unsigned char *send, *recv; /* send == recv when in place; broadcast
+				     * uses recv only (it is always in place) */
 	size_t buflen;		    /* usable bytes, guard not included */
 	struct meta *meta;	    /* for the tool's own All-Reduces */
 	fr_mem_t *send_mem, *recv_mem, *meta_mem;
@@ -331,39 +363,220 @@ static void fill(fr_dtype_t dt, fr_op_t op, int rank, void *buf, size_t count)
 	}
 }
 
-/* Elements of recv that differ from the exact result, plus elements of an
- * out-of-place send buffer that the library modified, plus guard bytes
- * written past the end of the result. */
+/* ---- the collectives ---------------------------------------------------- */
+
+/* Whether the collective reduces (takes an operation). */
+static bool coll_reduces(int coll)
+{
+	return coll == COLL_ALLREDUCE || coll == COLL_REDUCE_SCATTER;
+}
+
+/* Elements in the largest buffer of a call with this count: what nccl-tests
+ * reports as the size (send for reduce_scatter, receive for allgather). */
+static size_t coll_elems(const struct ctx *c, size_t count)
+{
+	if (c->o->coll == COLL_REDUCE_SCATTER || c->o->coll == COLL_ALLGATHER)
+		return count * (size_t)c->nranks;
+	return count;
+}
+
+/* busbw / algbw, as nccl-tests defines it. */
+static double coll_busbw_factor(int coll, int nranks)
+{
+	double n = nranks;
+
+	switch (coll) {
+	case COLL_ALLREDUCE:
+		return 2.0 * (n - 1) / n;
+	case COLL_REDUCE_SCATTER:
+	case COLL_ALLGATHER:
+		return (n - 1) / n;
+	default:
+		return 1.0;
+	}
+}
+
+/*
+ * Where the result of a call lies in recv (offset and length in bytes) and
+ * where the guard bytes start.  In place, reduce_scatter's result is our
+ * block of the send buffer; the other blocks are inputs, so the guard is
+ * after the whole buffer.
+ */
+static void coll_result(const struct ctx *c, size_t count, size_t esz,
+			size_t *roff, size_t *rlen, size_t *gstart)
+{
+	size_t blk = count * esz;
+
+	*roff = 0;
+	*rlen = blk;
+	*gstart = blk;
+	switch (c->o->coll) {
+	case COLL_REDUCE_SCATTER:
+		if (c->o->inplace) {
+			*roff = (size_t)c->rank * blk;
+			*gstart = blk * (size_t)c->nranks;
+		}
+		break;
+	case COLL_ALLGATHER:
+		*rlen = *gstart = blk * (size_t)c->nranks;
+		break;
+	default:
+		break;
+	}
+}
+
+/* One collective on the tool's buffers, count being the call's count. */
+static int coll_call(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count)
+{
+	struct opts *o = c->o;
+	size_t blk = count * fr_dtype_size(dt);
+	unsigned char *own = c->recv + (size_t)c->rank * blk;
+
+	switch (o->coll) {
+	case COLL_ALLREDUCE:
+		return fr_allreduce(c->comm, o->inplace ? FR_IN_PLACE : c->send,
+				    c->recv, count, dt, op);
+	case COLL_REDUCE_SCATTER:
+		/* In place as NCCL: recvbuf == sendbuf + rank * recvcount. */
+		return fr_reduce_scatter(
+			c->comm, o->inplace ? c->recv : c->send,
+			o->inplace ? own : c->recv, count, dt, op);
+	case COLL_ALLGATHER:
+		/* In place as NCCL: sendbuf == recvbuf + rank * sendcount. */
+		return fr_allgather(c->comm, o->inplace ? own : c->send,
+				    c->recv, count, dt);
+	default:
+		return fr_broadcast(c->comm, c->recv, count, dt, (int)o->root);
+	}
+}
+
+/*
+ * Before the checked call: fresh inputs where the call takes them from the
+ * result buffer (in place, the timed loop overwrote them), a sentinel
+ * where the result goes and in the guard after it.
+ */
+static void prepare_check(struct ctx *c, fr_dtype_t dt, fr_op_t op,
+			  size_t count)
+{
+	size_t esz = fr_dtype_size(dt), blk = count * esz;
+	size_t roff, rlen, gstart;
+
+	coll_result(c, count, esz, &roff, &rlen, &gstart);
+	switch (c->o->coll) {
+	case COLL_ALLREDUCE:
+		if (c->o->inplace)
+			fill(dt, op, c->rank, c->recv, count);
+		else
+			memset(c->recv, SENTINEL, blk);
+		break;
+	case COLL_REDUCE_SCATTER:
+		if (c->o->inplace)
+			fill(dt, op, c->rank, c->recv,
+			     count * (size_t)c->nranks);
+		else
+			memset(c->recv, SENTINEL, blk);
+		break;
+	case COLL_ALLGATHER:
+		memset(c->recv, SENTINEL, rlen);
+		if (c->o->inplace)
+			fill(dt, op, c->rank, c->recv + (size_t)c->rank * blk,
+			     count);
+		break;
+	default:
+		if (c->rank == c->o->root)
+			fill(dt, op, c->rank, c->recv, count);
+		else
+			memset(c->recv, SENTINEL, blk);
+		break;
+	}
+	memset(c->recv + gstart, SENTINEL,
+	       PC_MIN(GUARD_CHECK, c->buflen + GUARD_BYTES - gstart));
+}
+
+/*
+ * Elements of the result that differ from the exact result, plus elements
+ * of an out-of-place send buffer that the library modified, plus guard
+ * bytes written past the end of the result.
+ *
+ * Element j of rank r's input (j counted from the start of its send buffer,
+ * or of its block in place for allgather) is pattern((r + j) % PATTERN), so
+ * reduce_scatter's element i on rank r is the reduction at index
+ * r * count + i of the full buffer, allgather's block b is rank b's input
+ * and broadcast's buffer is the root's input; these three compare bits.
+ */
 static long long count_wrong(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 			     size_t count)
 {
-	size_t esz = fr_dtype_size(dt), gend;
+	size_t esz = fr_dtype_size(dt), blk = count * esz, gend, nsend = 0;
+	size_t roff, rlen, gstart;
 	unsigned char raw[PATTERN][8], in[PATTERN][8];
 	double val[PATTERN];
 	long long wrong = 0;
-	int k = 0, ks = c->rank % PATTERN;
+	int coll = c->o->coll;
+	int k0 = 0, k;
 
 	for (int j = 0; j < PATTERN; j++) {
-		expected(dt, op, c->nranks, j, raw[j], &val[j]);
+		if (coll_reduces(coll))
+			expected(dt, op, c->nranks, j, raw[j], &val[j]);
 		put_elem(dt, in[j], pattern(op, j), (double)pattern(op, j));
 	}
-	for (size_t i = 0; i < count; i++) {
-		const unsigned char *p = c->recv + i * esz;
-
-		/* Floats by value: +0 and -0 are both a right answer. */
-		if (is_float(dt) ? get_float(dt, p) != val[k]
-				 : memcmp(p, raw[k], esz) != 0)
-			wrong++;
-		else if (!c->o->inplace &&
-			 memcmp(c->send + i * esz, in[ks], esz))
-			wrong++;
-		if (++k == PATTERN)
-			k = 0;
-		if (++ks == PATTERN)
-			ks = 0;
+	coll_result(c, count, esz, &roff, &rlen, &gstart);
+	switch (coll) {
+	case COLL_ALLREDUCE:
+		nsend = count;
+		break;
+	case COLL_REDUCE_SCATTER:
+		k0 = (int)(((size_t)c->rank * count) % PATTERN);
+		nsend = count * (size_t)c->nranks;
+		break;
+	case COLL_ALLGATHER:
+		nsend = count;
+		break;
+	default:
+		k0 = (int)(c->o->root % PATTERN);
+		break;
 	}
-	gend = PC_MIN(count * esz + GUARD_CHECK, c->buflen + GUARD_BYTES);
-	for (size_t i = count * esz; i < gend; i++)
+
+	if (coll_reduces(coll)) {
+		k = k0;
+		for (size_t i = 0; i < count; i++) {
+			const unsigned char *p = c->recv + roff + i * esz;
+
+			/* Floats by value: +0 and -0 are both right. */
+			if (is_float(dt) ? get_float(dt, p) != val[k]
+					 : memcmp(p, raw[k], esz) != 0)
+				wrong++;
+			if (++k == PATTERN)
+				k = 0;
+		}
+	} else {
+		/* Allgather: block b holds rank b's input; broadcast: the
+		 * root's (k0).  Exact data, bit for bit. */
+		size_t nblk = coll == COLL_ALLGATHER ? (size_t)c->nranks : 1;
+
+		for (size_t b = 0; b < nblk; b++) {
+			k = coll == COLL_ALLGATHER ? (int)(b % PATTERN) : k0;
+			for (size_t i = 0; i < count; i++) {
+				if (memcmp(c->recv + b * blk + i * esz, in[k],
+					   esz))
+					wrong++;
+				if (++k == PATTERN)
+					k = 0;
+			}
+		}
+	}
+	/* The send buffer of an out-of-place call must be left alone. */
+	if (!c->o->inplace && coll != COLL_BROADCAST) {
+		k = c->rank % PATTERN;
+		for (size_t j = 0; j < nsend; j++) {
+			if (memcmp(c->send + j * esz, in[k], esz))
+				wrong++;
+			if (++k == PATTERN)
+				k = 0;
+		}
+	}
+	gend = PC_MIN(gstart + GUARD_CHECK, c->buflen + GUARD_BYTES);
+	for (size_t i = gstart; i < gend; i++)
 		if (c->recv[i] != SENTINEL)
 			wrong++;
 	return wrong;
@@ -379,13 +592,27 @@ static void lib_error(struct ctx *c, const char *what, int rc)
 		fr_comm_last_error(c->comm));
 }
 
+/* "sum", ..., or "none" for the collectives without an operation. */
+static const char *op_label(const struct ctx *c, fr_op_t op)
+{
+	return coll_reduces(c->o->coll) ? fr_op_name(op) : "none";
+}
+
+/* The algorithm FR_ALGO asks for, as the header shows it. */
+static const char *forced_algo(void)
+{
+	const char *e = getenv("FR_ALGO");
+
+	return e && *e ? e : "auto";
+}
+
 static void print_header(struct ctx *c)
 {
 	struct opts *o = c->o;
 	char b1[32], b2[32], b3[32];
 
 	if (o->fmt == FMT_CSV) {
-		printf("size,count,type,redop,inplace,time_us,algbw_GBps,busbw_GBps,wrong\n");
+		printf("size,count,type,redop,inplace,time_us,algbw_GBps,busbw_GBps,wrong,algo,collective,root\n");
 		fflush(stdout);
 		return;
 	}
@@ -393,6 +620,10 @@ static void print_header(struct ctx *c)
 		return;
 	printf("# fr_allreduce_perf: libfastreduce %s, transport %s, nranks %d\n",
 	       fr_version(), fr_comm_transport(c->comm), c->nranks);
+	printf("#  collective: %s", coll_names[o->coll]);
+	if (o->coll == COLL_BROADCAST)
+		printf("  root: %ld", o->root);
+	printf("  algorithm: %s (FR_ALGO)\n", forced_algo());
 	if (o->step)
 		pc_format_size(o->step, b3, sizeof(b3));
 	else
@@ -406,8 +637,8 @@ static void print_header(struct ctx *c)
 	printf("#\n");
 	/* Over the time..#wrong columns, as nccl-tests labels them. */
 	printf("#%53s%s\n", "", o->inplace ? "in-place" : "out-of-place");
-	printf("#%11s %13s %7s %6s %10s %8s %8s %7s\n", "size", "count", "type",
-	       "redop", "time", "algbw", "busbw", "#wrong");
+	printf("#%11s %13s %7s %6s %10s %8s %8s %7s %13s\n", "size", "count",
+	       "type", "redop", "time", "algbw", "busbw", "#wrong", "algo");
 	printf("#%11s %13s %7s %6s %10s %8s %8s\n", "(B)", "(elements)", "", "",
 	       "(us)", "(GB/s)", "(GB/s)");
 	fflush(stdout);
@@ -422,14 +653,20 @@ static void print_row(struct ctx *c, const struct row *r)
 	else
 		snprintf(w, sizeof(w), "%lld", r->wrong);
 	if (c->o->fmt == FMT_CSV) {
-		printf("%zu,%zu,%s,%s,%d,%.3f,%.4f,%.4f,%s\n", r->bytes,
-		       r->count, fr_dtype_name(r->dtype), fr_op_name(r->op),
-		       c->o->inplace, r->time_us, r->algbw, r->busbw,
-		       r->wrong < 0 ? "" : w);
-	} else if (c->o->fmt == FMT_TABLE) {
-		printf(" %11zu %13zu %7s %6s %10.2f %8.3f %8.3f %7s\n",
+		char root[24] = "";
+
+		if (c->o->coll == COLL_BROADCAST)
+			snprintf(root, sizeof(root), "%ld", c->o->root);
+		printf("%zu,%zu,%s,%s,%d,%.3f,%.4f,%.4f,%s,%s,%s,%s\n",
 		       r->bytes, r->count, fr_dtype_name(r->dtype),
-		       fr_op_name(r->op), r->time_us, r->algbw, r->busbw, w);
+		       op_label(c, r->op), c->o->inplace, r->time_us, r->algbw,
+		       r->busbw, r->wrong < 0 ? "" : w, fr_algo_name(r->algo),
+		       coll_names[c->o->coll], root);
+	} else if (c->o->fmt == FMT_TABLE) {
+		printf(" %11zu %13zu %7s %6s %10.2f %8.3f %8.3f %7s %13s\n",
+		       r->bytes, r->count, fr_dtype_name(r->dtype),
+		       op_label(c, r->op), r->time_us, r->algbw, r->busbw, w,
+		       fr_algo_name(r->algo));
 	}
 	fflush(stdout);
 }
@@ -451,10 +688,16 @@ static void print_footer(struct ctx *c, long long total_wrong)
 		printf("#\n");
 	} else if (c->o->fmt == FMT_JSON) {
 		printf("{\"tool\":\"fr_allreduce_perf\",\"version\":\"%s\","
-		       "\"transport\":\"%s\",\"nranks\":%d,\"inplace\":%s,"
-		       "\"registered\":%s,\"check\":%s,\"iters\":%ld,"
-		       "\"warmup\":%ld,\"rows\":[",
+		       "\"transport\":\"%s\",\"nranks\":%d,"
+		       "\"collective\":\"%s\",",
 		       fr_version(), fr_comm_transport(c->comm), c->nranks,
+		       coll_names[c->o->coll]);
+		if (c->o->coll == COLL_BROADCAST)
+			printf("\"root\":%ld,", c->o->root);
+		else
+			printf("\"root\":null,");
+		printf("\"inplace\":%s,\"registered\":%s,\"check\":%s,"
+		       "\"iters\":%ld,\"warmup\":%ld,\"rows\":[",
 		       c->o->inplace ? "true" : "false",
 		       c->o->reg ? "true" : "false",
 		       c->o->check ? "true" : "false", c->o->iters,
@@ -466,12 +709,13 @@ static void print_footer(struct ctx *c, long long total_wrong)
 			       "\"redop\":\"%s\",\"time_us\":%.3f,"
 			       "\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,",
 			       i ? "," : "", r->bytes, r->count,
-			       fr_dtype_name(r->dtype), fr_op_name(r->op),
+			       fr_dtype_name(r->dtype), op_label(c, r->op),
 			       r->time_us, r->algbw, r->busbw);
 			if (r->wrong < 0)
-				printf("\"wrong\":null}");
+				printf("\"wrong\":null,");
 			else
-				printf("\"wrong\":%lld}", r->wrong);
+				printf("\"wrong\":%lld,", r->wrong);
+			printf("\"algo\":\"%s\"}", fr_algo_name(r->algo));
 		}
 		printf("],\"avg_busbw_GBps\":%.4f,", avg);
 		if (c->o->check)
@@ -526,23 +770,24 @@ static int reduce_sum_u64(struct ctx *c, uint64_t *v)
 	return 0;
 }
 
+/* count: the call's count argument (recvcount for reduce_scatter,
+ * sendcount for allgather), as nccl-tests' count column shows it. */
 static int run_size(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 		    long long *total_wrong)
 {
 	struct opts *o = c->o;
-	size_t esz = fr_dtype_size(dt), bytes = count * esz;
-	const void *sbuf = o->inplace ? FR_IN_PLACE : c->send;
+	size_t esz = fr_dtype_size(dt), bytes = coll_elems(c, count) * esz;
 	struct row r = {.bytes = bytes,
 			.count = count,
 			.dtype = dt,
 			.op = op,
 			.wrong = -1};
 	uint64_t t0, t1, w;
-	double t, n = c->nranks;
+	double t;
 	int rc;
 
 	for (long i = 0; i < o->warmup; i++) {
-		rc = fr_allreduce(c->comm, sbuf, c->recv, count, dt, op);
+		rc = coll_call(c, dt, op, count);
 		if (rc)
 			goto fail;
 	}
@@ -553,29 +798,24 @@ static int run_size(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 		goto fail_meta;
 	t0 = pc_now_ns();
 	for (long i = 0; i < o->iters; i++) {
-		rc = fr_allreduce(c->comm, sbuf, c->recv, count, dt, op);
+		rc = coll_call(c, dt, op, count);
 		if (rc)
 			goto fail;
 	}
 	t1 = pc_now_ns();
+	/* Before the tool's own All-Reduces replace it. */
+	r.algo = fr_comm_last_algo(c->comm);
 	t = (double)(t1 - t0) / 1e3 / (double)o->iters;
 	rc = reduce_max_f64(c, &t);
 	if (rc)
 		goto fail_meta;
 	r.time_us = t;
 	r.algbw = t > 0 ? (double)bytes / (t * 1e3) : 0; /* B/ns = GB/s */
-	r.busbw = r.algbw * 2.0 * (n - 1) / n;
+	r.busbw = r.algbw * coll_busbw_factor(o->coll, c->nranks);
 
 	if (o->check) {
-		/* Fresh inputs (in place, the timed loop overwrote them) and
-		 * a sentinel where the result goes. */
-		if (o->inplace)
-			fill(dt, op, c->rank, c->recv, count);
-		else
-			memset(c->recv, SENTINEL, bytes);
-		memset(c->recv + bytes, SENTINEL,
-		       PC_MIN(GUARD_CHECK, c->buflen + GUARD_BYTES - bytes));
-		rc = fr_allreduce(c->comm, sbuf, c->recv, count, dt, op);
+		prepare_check(c, dt, op, count);
+		rc = coll_call(c, dt, op, count);
 		if (rc)
 			goto fail;
 		w = (uint64_t)count_wrong(c, dt, op, count);
@@ -594,7 +834,7 @@ static int run_size(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 	return 0;
 
 fail:
-	lib_error(c, "fr_allreduce", rc);
+	lib_error(c, coll_funcs[o->coll], rc);
 	return -1;
 fail_meta:
 	lib_error(c, "fr_allreduce (timing/check exchange)", rc);
@@ -604,13 +844,16 @@ fail_meta:
 static int run_all(struct ctx *c, long long *total_wrong)
 {
 	struct opts *o = c->o;
+	/* Allgather and broadcast take no operation: one pass, inputs of
+	 * sum's pattern, "none" in the redop column. */
+	int nops = coll_reduces(o->coll) ? o->nops : 1;
 
 	for (int d = 0; d < o->ndtypes; d++) {
 		fr_dtype_t dt = o->dtypes[d];
 		size_t esz = fr_dtype_size(dt);
 
-		for (int p = 0; p < o->nops; p++) {
-			fr_op_t op = o->ops[p];
+		for (int p = 0; p < nops; p++) {
+			fr_op_t op = coll_reduces(o->coll) ? o->ops[p] : FR_SUM;
 			size_t size = o->minb;
 
 			if (op == FR_AVG && !is_float(dt))
@@ -620,8 +863,13 @@ static int run_all(struct ctx *c, long long *total_wrong)
 			fill(dt, op, c->rank, o->inplace ? c->recv : c->send,
 			     c->buflen / esz);
 			for (;;) {
+				/* Per rank for reduce_scatter and allgather,
+				 * whose size is the whole buffer. */
 				size_t count = size / esz;
 
+				if (o->coll == COLL_REDUCE_SCATTER ||
+				    o->coll == COLL_ALLGATHER)
+					count /= (size_t)c->nranks;
 				if (count &&
 				    run_size(c, dt, op, count, total_wrong))
 					return -1;
@@ -649,8 +897,11 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: fr_allreduce_perf [OPTIONS]\n"
-		"Measure libfastreduce All-Reduce (run it under frrun, mpirun, srun, torchrun).\n"
+		"Measure libfastreduce collectives (run it under frrun, mpirun, srun, torchrun).\n"
 		"\n"
+		"  -C, --collective COLL    allreduce (default), reduce_scatter, allgather or\n"
+		"                           broadcast (sizes and busbw as nccl-tests)\n"
+		"  -r, --root RANK          the root of broadcast (default 0)\n"
 		"  -b, --minbytes SIZE      smallest message (default 8; K/M/G suffixes)\n"
 		"  -e, --maxbytes SIZE      largest message (default 64M)\n"
 		"  -f, --stepfactor F       multiply the size by F (default 2)\n"
@@ -660,14 +911,19 @@ static void usage(FILE *f)
 		"  -d, --datatype TYPE      f32 (default), f64, f16, bf16, i8, u8, i32, u32,\n"
 		"                           i64, u64, or all\n"
 		"  -o, --op OP              sum (default), prod, min, max, avg, or all\n"
+		"                           (allreduce and reduce_scatter only)\n"
 		"  -c, --check 0|1          verify the results (default 1)\n"
-		"  -I, --inplace 0|1        in-place All-Reduce (default 0: out of place)\n"
+		"  -I, --inplace 0|1        in place (default 0: out of place; broadcast\n"
+		"                           is always in place)\n"
 		"  -R, --register 0|1       register buffers once (default 1; 0: rely on\n"
 		"                           the library's registration cache)\n"
 		"  -t, --timeout MS         peer timeout in milliseconds (FR_TIMEOUT_MS)\n"
 		"      --csv                CSV rows on stdout instead of the table\n"
 		"      --json               one JSON object on stdout instead of the table\n"
-		"  -h, --help               this text\n");
+		"  -h, --help               this text\n"
+		"\n"
+		"FR_ALGO=ring|rd|rabenseifner|tree forces an algorithm; the algo column\n"
+		"shows the one each row ran.\n");
 }
 
 static int bad(const char *what, const char *arg)
@@ -694,10 +950,23 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"inplace", required_argument, NULL, 'I'},
 		{"register", required_argument, NULL, 'R'},
 		{"timeout", required_argument, NULL, 't'},
-		{"csv", no_argument, NULL, 'C'},
-		{"json", no_argument, NULL, 'J'},
+		{"csv", no_argument, NULL, OPT_CSV},
+		{"json", no_argument, NULL, OPT_JSON},
+		{"collective", required_argument, NULL, 'C'},
+		{"coll", required_argument, NULL, 'C'},
+		{"root", required_argument, NULL, 'r'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
+	};
+	/* nccl-tests' spellings are accepted too. */
+	static const struct {
+		const char *name;
+		int coll;
+	} coll_alias[] = {
+		{"all_reduce", COLL_ALLREDUCE},
+		{"reducescatter", COLL_REDUCE_SCATTER},
+		{"all_gather", COLL_ALLGATHER},
+		{"bcast", COLL_BROADCAST},
 	};
 	const char *dname = "f32", *oname = "sum";
 	int ch;
@@ -712,7 +981,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	o->reg = true;
 	o->fmt = FMT_TABLE;
 	opterr = 0;
-	while ((ch = getopt_long(argc, argv, ":b:e:f:i:n:w:d:o:c:I:R:t:h",
+	while ((ch = getopt_long(argc, argv, ":b:e:f:i:n:w:d:o:c:I:R:t:C:r:h",
 				 lopts, NULL)) != -1) {
 		switch (ch) {
 		case 'b':
@@ -763,11 +1032,29 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			if (pc_parse_long(optarg, 1, 86400000, &o->timeout_ms))
 				return bad("timeout (milliseconds)", optarg);
 			break;
-		case 'C':
+		case OPT_CSV:
 			o->fmt = FMT_CSV;
 			break;
-		case 'J':
+		case OPT_JSON:
 			o->fmt = FMT_JSON;
+			break;
+		case 'C':
+			o->coll = -1;
+			for (int i = 0; i < COLL_COUNT; i++)
+				if (!strcmp(optarg, coll_names[i]))
+					o->coll = i;
+			for (size_t i = 0; i < PC_ARRAY_SIZE(coll_alias); i++)
+				if (!strcmp(optarg, coll_alias[i].name))
+					o->coll = coll_alias[i].coll;
+			if (o->coll < 0)
+				return bad(
+					"collective (allreduce, reduce_scatter, allgather, broadcast)",
+					optarg);
+			break;
+		case 'r':
+			/* Checked against the number of ranks once known. */
+			if (pc_parse_long(optarg, 0, 1 << 30, &o->root))
+				return bad("root rank", optarg);
 			break;
 		case 'h':
 			usage(stdout);
@@ -802,9 +1089,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	} else {
 		o->nops = 1;
 	}
+	/* Broadcast has one buffer: it is in place by nature. */
+	if (o->coll == COLL_BROADCAST)
+		o->inplace = true;
 	/* An explicit avg on an integer type is a mistake, not a skip. */
-	if (o->ndtypes == 1 && o->nops == 1 && o->ops[0] == FR_AVG &&
-	    !is_float(o->dtypes[0]))
+	if (coll_reduces(o->coll) && o->ndtypes == 1 && o->nops == 1 &&
+	    o->ops[0] == FR_AVG && !is_float(o->dtypes[0]))
 		return bad("operation for an integer type (avg needs floats)",
 			   oname);
 	return 0;
@@ -847,6 +1137,14 @@ int main(int argc, char **argv)
 	}
 	c.rank = fr_comm_rank(c.comm);
 	c.nranks = fr_comm_size(c.comm);
+	if (o.coll == COLL_BROADCAST && o.root >= c.nranks) {
+		if (c.rank == 0)
+			fprintf(stderr,
+				"fr_allreduce_perf: invalid root rank '%ld' (there are %d ranks)\n",
+				o.root, c.nranks);
+		fr_comm_destroy(c.comm);
+		return 2;
+	}
 
 	/* Room for the largest message of any requested type. */
 	c.buflen = o.maxb < 64 ? 64 : o.maxb;
@@ -879,6 +1177,13 @@ int main(int argc, char **argv)
 		goto out;
 	if (c.rank == 0)
 		print_footer(&c, total_wrong);
+	/* Wait for rank 0's report before anyone exits: a launcher that
+	 * stops the job at the first failing rank would cut it off. */
+	rc = fr_barrier(c.comm);
+	if (rc) {
+		lib_error(&c, "fr_barrier", rc);
+		goto out;
+	}
 	ret = total_wrong ? 1 : 0;
 
 out:

@@ -23,6 +23,39 @@ allreduce_csv_json() {
 		echo "$json" | grep -q '"busbw_GBps"'
 	fi
 }
+# -C: every collective, out of place and in place, checked, with the algo
+# column; 8 B is less than one f32 per rank for reduce_scatter and allgather
+# (skipped), so their first row is 3 x 5 f32 = 60 B.
+allreduce_collectives() {
+	for coll in reduce_scatter allgather broadcast; do
+		for ip in 0 1; do
+			out=$(frrun -n 3 --transport "$TRANSPORT" --timeout 120 "$B/fr_allreduce_perf" \
+				-b 8 -e 64K -f 8 -n 2 -w 1 -C $coll -I $ip -r 2 -d all 2>&1) ||
+				{ echo "$out"; return 1; }
+			echo "$out" | grep -q "collective: $coll" &&
+				echo "$out" | grep -q "Out of bounds values : 0 OK" &&
+				echo "$out" | grep -Eq '^\[0\] #.* #wrong +algo$' ||
+				{ echo "$out"; return 1; }
+			case $coll in
+			broadcast) re='^\[0\] +4096 +1024 +f32 +none .* 0 +[a-z]+$' ;;
+			allgather) re='^\[0\] +60 +5 +f32 +none .* 0 +[a-z]+$' ;;
+			*) re='^\[0\] +60 +5 +f32 +sum .* 0 +[a-z]+$' ;;
+			esac
+			echo "$out" | grep -Eq "$re" || { echo "$out"; return 1; }
+		done
+	done
+	# a forced algorithm shows in the algo column; CSV and JSON carry it
+	csv=$(FR_ALGO=ring frrun -n 2 --no-prefix --transport "$TRANSPORT" --timeout 60 \
+		"$B/fr_allreduce_perf" -b 1K -e 4K -f 4 -n 2 -w 1 -C reduce_scatter -o max --csv 2>&1) ||
+		{ echo "$csv"; return 1; }
+	echo "$csv" | grep -q '^size,.*,wrong,algo,collective,root$' &&
+		echo "$csv" | grep -q '^1024,128,f32,max,0,.*,0,ring,reduce_scatter,$' ||
+		{ echo "$csv"; return 1; }
+	json=$(frrun -n 2 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+		-b 1K -e 4K -f 4 -n 2 -w 1 -C broadcast -r 1 --json 2>/dev/null) || return 1
+	echo "$json" | grep -q '"collective":"broadcast","root":1,' &&
+		echo "$json" | grep -q '"algo":"'
+}
 transport_perf() {
 	out=$("$B/fr_transport_perf" -x "$TRANSPORT" -b 8 -e 64K -n 200 2>&1) || { echo "$out"; return 1; }
 	echo "$out" | grep -q 'BW average' && echo "$out" | grep -qi 'median\|t_typical\|lat'
@@ -32,6 +65,7 @@ reduce_perf() {
 }
 run "fr_allreduce_perf every dtype, 3 ranks" allreduce_table
 run "fr_allreduce_perf --csv / --json" allreduce_csv_json
+run "fr_allreduce_perf -C reduce_scatter/allgather/broadcast" allreduce_collectives
 run "fr_transport_perf bw + lat" transport_perf
 run "fr_reduce_perf" reduce_perf
 finish

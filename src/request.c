@@ -157,7 +157,10 @@ static int check_timeout(struct fr_comm *comm)
 
 /*
  * A peer we wait on said goodbye and left nothing unread: it will never
- * send what we wait for, so fail now instead of at the timeout.
+ * send what we wait for, so fail now instead of at the timeout.  Not while
+ * writes of ours are in flight: then we may be waiting for those (a peer
+ * that has all our data may well have left), and they complete or fail
+ * on their own.
  */
 static int check_gone(struct fr_comm *comm)
 {
@@ -165,7 +168,7 @@ static int check_gone(struct fr_comm *comm)
 	struct fr_peer *p;
 	int peer;
 
-	if (!req || !req->algo || comm->nranks < 2)
+	if (!req || !req->algo || comm->nranks < 2 || comm->outstanding > 0)
 		return 0;
 	peer = req->algo->waiting_on(comm, req);
 	if (peer < 0 || peer >= comm->nranks || peer == comm->rank)

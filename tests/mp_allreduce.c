@@ -11,6 +11,8 @@
  *   mp_allreduce colls [--counts a,b,..]
  *       reduce-scatter, all-gather, broadcast (every root) and barrier,
  *       checked against the reference;
+ *   mp_allreduce bigexit [--count C]
+ *       one large All-Reduce, then destroy at once: no rank may fail;
  *   mp_allreduce regonce [--iters N] [--count C]
  *       N iterations on buffers registered once: registrations and remote
  *       keys exchanged must not grow after the first iteration;
@@ -498,6 +500,25 @@ out:
 	return failed;
 }
 
+/* One large collective, then destroy at once: a rank that finished first
+ * and said goodbye must not fail the others, still draining their sends. */
+static int run_bigexit(fr_comm_t *comm, size_t count)
+{
+	float *b = calloc(count, sizeof(float));
+	int rc;
+
+	CHECK(b != NULL, "calloc");
+	for (size_t i = 0; b && i < count; i += 4096)
+		b[i] = (float)rank;
+	rc = b ? fr_allreduce(comm, FR_IN_PLACE, b, count, FR_F32, FR_SUM) : 0;
+	CHECK(!rc, "allreduce of %zu then exit: %s", count,
+	      fr_comm_last_error(comm));
+	CHECK(!b || b[0] == (float)(nranks * (nranks - 1) / 2),
+	      "wrong sum %g", b ? (double)b[0] : 0.0);
+	free(b);
+	return failed;
+}
+
 static int run_regonce(fr_comm_t *comm, int iters, size_t count)
 {
 	float *a = malloc(count * sizeof(float)), *b = malloc(count * sizeof(float));
@@ -657,7 +678,7 @@ int main(int argc, char **argv)
 	int rc;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s matrix|colls|regonce|die|mismatch [options]\n",
+		fprintf(stderr, "usage: %s matrix|colls|bigexit|regonce|die|mismatch [options]\n",
 			argv[0]);
 		return 2;
 	}
@@ -690,6 +711,8 @@ int main(int argc, char **argv)
 		run_regonce(comm, iters, count);
 	else if (!strcmp(argv[1], "die"))
 		run_die(comm, victim, at, how);
+	else if (!strcmp(argv[1], "bigexit"))
+		run_bigexit(comm, count);
 	else if (!strcmp(argv[1], "colls"))
 		run_colls(comm, counts);
 	else if (!strcmp(argv[1], "mismatch"))

@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fr_tune - measure the cost model's parameters on a real job and write the
+ * tune file that communicators read through FR_TUNE_FILE.
+ *
+ * Run it like any job (frrun, mpirun, srun; every rank runs it):
+ *   frrun -n 8 fr_tune -o fastreduce.tune
+ * It measures, on the communicator's own transport:
+ *   gamma per dtype  the local reduction kernels, 256 KiB in cache (ns/B);
+ *   alpha            recursive doubling on 8 bytes: T / its step count;
+ *   beta             the ring on a large vector, minus its alpha and gamma
+ *                    terms, per byte on the wire;
+ *   copy             Rabenseifner on a medium vector, minus everything the
+ *                    model already explains, per byte through a mailbox;
+ * then checks the model: for a range of sizes it runs every All-Reduce
+ * algorithm, prints measured against predicted times and whether the
+ * automatic choice picked the fastest.  Every time is the slowest rank's
+ * median, so all ranks agree on every number; rank 0 writes the file.
+ *
+ * It links the library's internals (like fr_reduce_perf) to force an
+ * algorithm per call and to time the kernels directly.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "algo/algo.h"
+#include "fastreduce.h"
+#include "internal.h"
+#include "perf_common.h"
+#include "reduce.h"
+
+struct tool {
+	fr_comm_t *comm;
+	int rank, n, iters;
+	float *buf;
+	size_t maxbytes;
+};
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The slowest rank's value (all ranks agree on it). */
+static double agree_max(struct tool *t, double v)
+{
+	if (fr_allreduce(t->comm, FR_IN_PLACE, &v, 1, FR_F64, FR_MAX)) {
+		fprintf(stderr, "fr_tune: rank %d: %s\n", t->rank,
+			fr_comm_last_error(t->comm));
+		exit(1);
+	}
+	return v;
+}
+
+/* Median time (us) of an All-Reduce of bytes with algorithm algo. */
+static double time_allreduce(struct tool *t, int algo, size_t bytes)
+{
+	int iters = bytes >= (4u << 20) ? (t->iters / 8 > 3 ? t->iters / 8 : 3) :
+		    bytes >= (256u << 10) ? (t->iters / 2 > 5 ? t->iters / 2 : 5) :
+					    t->iters;
+	double *v = malloc(sizeof(double) * (size_t)iters), med;
+	int saved = t->comm->algo_forced;
+
+	if (!v)
+		exit(1);
+	t->comm->algo_forced = algo;
+	for (int i = -2; i < iters; i++) {
+		uint64_t t0 = pc_now_ns();
+		int rc = fr_allreduce(t->comm, FR_IN_PLACE, t->buf, bytes / 4,
+				      FR_F32, FR_SUM);
+
+		if (rc) {
+			fprintf(stderr, "fr_tune: rank %d: %s\n", t->rank,
+				fr_comm_last_error(t->comm));
+			exit(1);
+		}
+		if (i >= 0)
+			v[i] = (double)(pc_now_ns() - t0) / 1e3;
+	}
+	t->comm->algo_forced = saved;
+	qsort(v, (size_t)iters, sizeof(double), cmp_double);
+	med = v[iters / 2];
+	free(v);
+	return agree_max(t, med);
+}
+
+/* ns per byte of one input of the sum kernel, in cache. */
+static double time_kernel(struct tool *t, fr_dtype_t dt)
+{
+	size_t bytes = 256u << 10, es = fr_dtype_size(dt), n = bytes / es;
+	uint8_t *a = calloc(1, bytes), *b = calloc(1, bytes);
+	fr_reduce_fn k = fr_reduce_kernel(dt, FR_SUM);
+	double best = 1e30;
+
+	if (!a || !b || !k)
+		exit(1);
+	for (int r = 0; r < 7; r++) {
+		uint64_t t0 = pc_now_ns();
+
+		for (int i = 0; i < 20; i++)
+			k(a, a, b, n);
+		best = fmin(best, (double)(pc_now_ns() - t0) / (20.0 * bytes));
+	}
+	free(a);
+	free(b);
+	return agree_max(t, best);
+}
+
+static int lg(int n)
+{
+	int l = 0;
+
+	while ((2 << l) <= n)
+		l++;
+	return l;
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: fr_tune [-o FILE] [-n ITERS] [-e MAXBYTES] [-q]\n"
+		"  -o FILE     write the tune file (rank 0), default: stdout only\n"
+		"  -n ITERS    timed iterations per point (default 50)\n"
+		"  -e BYTES    largest size of the model check (default 16M)\n"
+		"  -q          skip the model check\n");
+}
+
+int main(int argc, char **argv)
+{
+	struct tool t = { .iters = 50, .maxbytes = 16u << 20 };
+	const char *out = NULL;
+	bool check = true;
+	struct fr_tune tn;
+	int opt, L, pof2, f, rc;
+	double a, b, c, g32, T, p;
+	size_t big, mid;
+	char when[64];
+	time_t now = time(NULL);
+
+	while ((opt = getopt(argc, argv, "o:n:e:qh")) != -1) {
+		long v;
+
+		switch (opt) {
+		case 'o':
+			out = optarg;
+			break;
+		case 'n':
+			if (pc_parse_long(optarg, 3, 100000, &v))
+				goto bad;
+			t.iters = (int)v;
+			break;
+		case 'e':
+			if (pc_parse_size(optarg, &t.maxbytes) ||
+			    t.maxbytes < 4096 || t.maxbytes > (1u << 30))
+				goto bad;
+			break;
+		case 'q':
+			check = false;
+			break;
+		default:
+			goto bad;
+		}
+	}
+	if (optind != argc)
+		goto bad;
+	rc = fr_comm_create_from_env(NULL, &t.comm);
+	if (rc) {
+		fprintf(stderr, "fr_tune: %s: %s\n", fr_strerror(rc),
+			fr_comm_last_error(NULL));
+		return 1;
+	}
+	t.rank = fr_comm_rank(t.comm);
+	t.n = fr_comm_size(t.comm);
+	if (t.n < 2) {
+		fprintf(stderr, "fr_tune: needs at least 2 ranks to measure a network\n");
+		fr_comm_destroy(t.comm);
+		return 1;
+	}
+	big = t.maxbytes > (8u << 20) ? t.maxbytes : (8u << 20);
+	t.buf = calloc(1, big);
+	if (!t.buf)
+		return 1;
+	tn = t.comm->tune;
+	L = lg(t.n);
+	pof2 = 1 << L;
+	f = pof2 != t.n;
+	p = t.n;
+
+	for (int d = 0; d < FR_DTYPE_COUNT; d++)
+		tn.gamma_ns[d] = time_kernel(&t, (fr_dtype_t)d);
+	g32 = tn.gamma_ns[FR_F32] * 1e-3;
+	T = time_allreduce(&t, FR_ALGO_RD, 8);
+	a = T / (L + 2 * f);
+	T = time_allreduce(&t, FR_ALGO_RING, 8u << 20);
+	b = (T - (2 * (p - 1) + 1) * a - (p - 1) / p * (8 << 20) * g32) /
+	    (2 * (p - 1) / p * (8 << 20));
+	b = fmax(b, 1e-5);
+	mid = 1u << 20;
+	T = time_allreduce(&t, FR_ALGO_RABENSEIFNER, mid);
+	c = (T - (2 * L + 2 * f) * a -
+	     ((double)(pof2 - 1) / pof2 + f) * (double)mid * g32) /
+		    ((2.0 * (pof2 - 1) / pof2 + 2 * f) * (double)mid) -
+	    b;
+	c = fmax(c, 0);
+	tn.alpha_us = a;
+	tn.beta_ns = b * 1e3;
+	tn.copy_ns = c * 1e3;
+	t.comm->tune = tn;
+
+	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&now));
+	if (t.rank == 0) {
+		FILE *fo = out ? fopen(out, "w") : NULL;
+
+		if (out && !fo) {
+			perror(out);
+			return 1;
+		}
+		for (int k = 0; k < 2; k++) {
+			FILE *o = k ? fo : stdout;
+
+			if (!o)
+				continue;
+			fprintf(o, "# fastreduce tune file (fr_tune(1)), %s\n", when);
+			fprintf(o, "# %d ranks over %s; read it with FR_TUNE_FILE=<this file>\n",
+				t.n, fr_comm_transport(t.comm));
+			fprintf(o, "%s.alpha_us = %.3f\n", fr_comm_transport(t.comm), tn.alpha_us);
+			fprintf(o, "%s.beta_ns = %.4f\n", fr_comm_transport(t.comm), tn.beta_ns);
+			fprintf(o, "%s.copy_ns = %.4f\n", fr_comm_transport(t.comm), tn.copy_ns);
+			for (int d = 0; d < FR_DTYPE_COUNT; d++)
+				fprintf(o, "gamma_ns.%s = %.4f\n",
+					fr_dtype_name((fr_dtype_t)d), tn.gamma_ns[d]);
+		}
+		if (fo)
+			fclose(fo);
+	}
+	if (check) {
+		static const int algos[] = { FR_ALGO_RD, FR_ALGO_RABENSEIFNER,
+					     FR_ALGO_RING };
+		int right = 0, points = 0;
+
+		if (t.rank == 0)
+			printf("#\n# model check, f32 sum: measured / predicted us\n"
+			       "# %10s %21s %21s %21s %14s\n", "bytes", "rd",
+			       "rabenseifner", "ring", "auto picks");
+		for (size_t bytes = 8; bytes <= t.maxbytes; bytes *= 8) {
+			double meas[3], pred[3];
+			int fastest = 0, pick = 0;
+
+			for (int i = 0; i < 3; i++) {
+				meas[i] = time_allreduce(&t, algos[i], bytes);
+				pred[i] = fr_algo_predict_us(t.comm, algos[i],
+							     FR_COLL_ALLREDUCE,
+							     bytes, FR_F32);
+				if (meas[i] < meas[fastest])
+					fastest = i;
+				if (pred[i] < pred[pick])
+					pick = i;
+			}
+			points++;
+			/* within 10 % of the fastest counts as a right pick */
+			right += meas[pick] <= 1.1 * meas[fastest];
+			if (t.rank == 0)
+				printf("  %10zu %10.1f/%10.1f %10.1f/%10.1f %10.1f/%10.1f %14s%s\n",
+				       bytes, meas[0], pred[0], meas[1], pred[1],
+				       meas[2], pred[2], fr_algo_name(algos[pick]),
+				       meas[pick] <= 1.1 * meas[fastest] ? "" :
+									   " (slower)");
+		}
+		if (t.rank == 0)
+			printf("# auto picked the fastest (within 10%%) at %d of %d sizes\n",
+			       right, points);
+	}
+	free(t.buf);
+	fr_comm_destroy(t.comm);
+	return 0;
+bad:
+	usage();
+	return 2;
+}

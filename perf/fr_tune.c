@@ -61,9 +61,10 @@ static double agree_max(struct tool *t, double v)
 /* Median time (us) of an All-Reduce of bytes with algorithm algo. */
 static double time_allreduce(struct tool *t, int algo, size_t bytes)
 {
-	int iters = bytes >= (4u << 20) ? (t->iters / 8 > 3 ? t->iters / 8 : 3) :
-		    bytes >= (256u << 10) ? (t->iters / 2 > 5 ? t->iters / 2 : 5) :
-					    t->iters;
+	int iters = bytes >= (4u << 20) ? (t->iters / 8 > 3 ? t->iters / 8 : 3)
+		    : bytes >= (256u << 10)
+			    ? (t->iters / 2 > 5 ? t->iters / 2 : 5)
+			    : t->iters;
 	double *v = malloc(sizeof(double) * (size_t)iters), med;
 	int saved = t->comm->algo_forced;
 
@@ -133,7 +134,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	struct tool t = { .iters = 50, .maxbytes = 16u << 20 };
+	struct tool t = {.iters = 50, .maxbytes = 16u << 20};
 	const char *out = NULL;
 	bool check = true;
 	struct fr_tune tn;
@@ -178,7 +179,8 @@ int main(int argc, char **argv)
 	t.rank = fr_comm_rank(t.comm);
 	t.n = fr_comm_size(t.comm);
 	if (t.n < 2) {
-		fprintf(stderr, "fr_tune: needs at least 2 ranks to measure a network\n");
+		fprintf(stderr,
+			"fr_tune: needs at least 2 ranks to measure a network\n");
 		fr_comm_destroy(t.comm);
 		return 1;
 	}
@@ -226,28 +228,35 @@ int main(int argc, char **argv)
 
 			if (!o)
 				continue;
-			fprintf(o, "# fastreduce tune file (fr_tune(1)), %s\n", when);
-			fprintf(o, "# %d ranks over %s; read it with FR_TUNE_FILE=<this file>\n",
+			fprintf(o, "# fastreduce tune file (fr_tune(1)), %s\n",
+				when);
+			fprintf(o,
+				"# %d ranks over %s; read it with FR_TUNE_FILE=<this file>\n",
 				t.n, fr_comm_transport(t.comm));
-			fprintf(o, "%s.alpha_us = %.3f\n", fr_comm_transport(t.comm), tn.alpha_us);
-			fprintf(o, "%s.beta_ns = %.4f\n", fr_comm_transport(t.comm), tn.beta_ns);
-			fprintf(o, "%s.copy_ns = %.4f\n", fr_comm_transport(t.comm), tn.copy_ns);
+			fprintf(o, "%s.alpha_us = %.3f\n",
+				fr_comm_transport(t.comm), tn.alpha_us);
+			fprintf(o, "%s.beta_ns = %.4f\n",
+				fr_comm_transport(t.comm), tn.beta_ns);
+			fprintf(o, "%s.copy_ns = %.4f\n",
+				fr_comm_transport(t.comm), tn.copy_ns);
 			for (int d = 0; d < FR_DTYPE_COUNT; d++)
 				fprintf(o, "gamma_ns.%s = %.4f\n",
-					fr_dtype_name((fr_dtype_t)d), tn.gamma_ns[d]);
+					fr_dtype_name((fr_dtype_t)d),
+					tn.gamma_ns[d]);
 		}
 		if (fo)
 			fclose(fo);
 	}
 	if (check) {
-		static const int algos[] = { FR_ALGO_RD, FR_ALGO_RABENSEIFNER,
-					     FR_ALGO_RING };
+		static const int algos[] = {FR_ALGO_RD, FR_ALGO_RABENSEIFNER,
+					    FR_ALGO_RING};
 		int right = 0, points = 0;
 
 		if (t.rank == 0)
 			printf("#\n# model check, f32 sum: measured / predicted us\n"
-			       "# %10s %21s %21s %21s %14s\n", "bytes", "rd",
-			       "rabenseifner", "ring", "auto picks");
+			       "# %10s %21s %21s %21s %14s\n",
+			       "bytes", "rd", "rabenseifner", "ring",
+			       "auto picks");
 		for (size_t bytes = 8; bytes <= t.maxbytes; bytes *= 8) {
 			double meas[3], pred[3];
 			int fastest = 0, pick = 0;
@@ -267,10 +276,12 @@ int main(int argc, char **argv)
 			right += meas[pick] <= 1.1 * meas[fastest];
 			if (t.rank == 0)
 				printf("  %10zu %10.1f/%10.1f %10.1f/%10.1f %10.1f/%10.1f %14s%s\n",
-				       bytes, meas[0], pred[0], meas[1], pred[1],
-				       meas[2], pred[2], fr_algo_name(algos[pick]),
-				       meas[pick] <= 1.1 * meas[fastest] ? "" :
-									   " (slower)");
+				       bytes, meas[0], pred[0], meas[1],
+				       pred[1], meas[2], pred[2],
+				       fr_algo_name(algos[pick]),
+				       meas[pick] <= 1.1 * meas[fastest]
+					       ? ""
+					       : " (slower)");
 		}
 		if (t.rank == 0)
 			printf("# auto picked the fastest (within 10%%) at %d of %d sizes\n",

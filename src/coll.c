@@ -56,12 +56,12 @@ static int check(fr_comm_t *comm, enum fr_coll coll, size_t count,
 		return comm->failed;
 	es = fr_dtype_size(dtype);
 	if (!es || (reduces && fr_reduce_check(dtype, op)))
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: %s: invalid datatype/operation (%d, %d)%s",
-				      comm->rank, name, (int)dtype, (int)op,
-				      es && op == FR_AVG ?
-					      ": avg needs a floating type" :
-					      "");
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: %s: invalid datatype/operation (%d, %d)%s",
+			comm->rank, name, (int)dtype, (int)op,
+			es && op == FR_AVG ? ": avg needs a floating type"
+					   : "");
 	if (count > SIZE_MAX / es / 2 / (size_t)comm->nranks)
 		return fr_comm_seterr(comm, FR_EINVAL,
 				      "rank %d: %s: count %zu too large",
@@ -94,14 +94,16 @@ int fr_iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	if (sendbuf == recvbuf)
 		sendbuf = FR_IN_PLACE;
 	if (count && (!recvbuf || !sendbuf))
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: allreduce: NULL buffer with count %zu",
-				      comm->rank, count);
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: allreduce: NULL buffer with count %zu",
+			comm->rank, count);
 	if (count && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, bytes, recvbuf, bytes))
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: allreduce: send and receive buffers overlap without being equal",
-				      comm->rank);
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: allreduce: send and receive buffers overlap without being equal",
+			comm->rank);
 	r.sendbuf = sendbuf;
 	r.recvbuf = recvbuf;
 	return fr_req_submit(comm, &r, out);
@@ -118,25 +120,27 @@ int fr_ireduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	if (!comm || !out)
 		return FR_EINVAL;
 	*out = NULL;
-	rc = check(comm, FR_COLL_REDUCE_SCATTER, recvcount, dtype, op, true, &r);
+	rc = check(comm, FR_COLL_REDUCE_SCATTER, recvcount, dtype, op, true,
+		   &r);
 	if (rc)
 		return rc;
 	blk = recvcount * fr_dtype_size(dtype);
 	total = blk * (size_t)comm->nranks;
 	if (recvcount && (!recvbuf || !sendbuf || sendbuf == FR_IN_PLACE))
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: reduce_scatter: %s with count %zu (in place is recvbuf == sendbuf + rank * recvcount)",
-				      comm->rank,
-				      sendbuf == FR_IN_PLACE ? "FR_IN_PLACE" :
-							       "NULL buffer",
-				      recvcount);
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: reduce_scatter: %s with count %zu (in place is recvbuf == sendbuf + rank * recvcount)",
+			comm->rank,
+			sendbuf == FR_IN_PLACE ? "FR_IN_PLACE" : "NULL buffer",
+			recvcount);
 	if (recvcount &&
-	    (const uint8_t *)recvbuf != (const uint8_t *)sendbuf +
-						(size_t)comm->rank * blk &&
+	    (const uint8_t *)recvbuf !=
+		    (const uint8_t *)sendbuf + (size_t)comm->rank * blk &&
 	    overlaps(sendbuf, total, recvbuf, blk))
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: reduce_scatter: buffers overlap other than in place (recvbuf == sendbuf + rank * recvcount)",
-				      comm->rank);
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: reduce_scatter: buffers overlap other than in place (recvbuf == sendbuf + rank * recvcount)",
+			comm->rank);
 	r.sendbuf = sendbuf;
 	r.recvbuf = recvbuf;
 	return fr_req_submit(comm, &r, out);
@@ -152,7 +156,8 @@ int fr_iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	if (!comm || !out)
 		return FR_EINVAL;
 	*out = NULL;
-	rc = check(comm, FR_COLL_ALLGATHER, sendcount, dtype, FR_SUM, false, &r);
+	rc = check(comm, FR_COLL_ALLGATHER, sendcount, dtype, FR_SUM, false,
+		   &r);
 	if (rc)
 		return rc;
 	blk = sendcount * fr_dtype_size(dtype);
@@ -161,14 +166,16 @@ int fr_iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 				 (const uint8_t *)sendbuf)
 		sendbuf = FR_IN_PLACE;
 	if (sendcount && (!recvbuf || !sendbuf))
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: allgather: NULL buffer with count %zu",
-				      comm->rank, sendcount);
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: allgather: NULL buffer with count %zu",
+			comm->rank, sendcount);
 	if (sendcount && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, blk, recvbuf, total))
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: allgather: buffers overlap other than in place (sendbuf == recvbuf + rank * sendcount)",
-				      comm->rank);
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: allgather: buffers overlap other than in place (sendbuf == recvbuf + rank * sendcount)",
+			comm->rank);
 	r.sendbuf = sendbuf;
 	r.recvbuf = recvbuf;
 	return fr_req_submit(comm, &r, out);
@@ -187,13 +194,15 @@ int fr_ibroadcast(fr_comm_t *comm, void *buf, size_t count, fr_dtype_t dtype,
 	if (rc)
 		return rc;
 	if (root < 0 || root >= comm->nranks)
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: broadcast: root %d is not a rank of %d",
-				      comm->rank, root, comm->nranks);
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: broadcast: root %d is not a rank of %d",
+			comm->rank, root, comm->nranks);
 	if (count && !buf)
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: broadcast: NULL buffer with count %zu",
-				      comm->rank, count);
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: broadcast: NULL buffer with count %zu",
+			comm->rank, count);
 	r.sendbuf = FR_IN_PLACE;
 	r.recvbuf = buf;
 	r.root = root;

@@ -86,11 +86,13 @@ size_t fr_msg_payload_max(const struct fr_comm *comm)
 
 static uint8_t *mbx_slot(struct fr_comm *comm, int from, int slot)
 {
-	return comm->mbx + ((size_t)from * (size_t)(comm->mbx_slots + 2) +
-			    (size_t)slot) * comm->mbx_slot_size;
+	return comm->mbx +
+	       ((size_t)from * (size_t)(comm->mbx_slots + 2) + (size_t)slot) *
+		       comm->mbx_slot_size;
 }
 
-/* ---- setup ------------------------------------------------------------------ */
+/* ---- setup ------------------------------------------------------------------
+ */
 
 int fr_peers_init(struct fr_comm *c)
 {
@@ -165,7 +167,8 @@ int fr_peers_pack_card_key(struct fr_comm *c, void *blob, size_t *len)
 	return c->tp_ops->pack_rkey(c->mbx_mem->tp_mr, blob, len);
 }
 
-/* ---- connections ----------------------------------------------------------- */
+/* ---- connections -----------------------------------------------------------
+ */
 
 static int peer_advance(struct fr_comm *c, struct fr_peer *p)
 {
@@ -208,19 +211,22 @@ int fr_peer_need(struct fr_comm *c, int rank)
 		return c->failed ? c->failed : FR_EPEER;
 	case FR_PEER_IDLE:
 		if (rank == c->rank)
-			return fr_comm_fail(c, FR_EPROTO,
-					    "rank %d: an algorithm asked for a connection to itself",
-					    c->rank);
+			return fr_comm_fail(
+				c, FR_EPROTO,
+				"rank %d: an algorithm asked for a connection to itself",
+				c->rank);
 		/* The lower rank of a pair connects, the higher accepts. */
 		if (c->rank < rank) {
 			rc = c->tp_ops->connect(
-				c->tp, rank, c->addrs + (size_t)rank * FR_TP_ADDR_MAX,
+				c->tp, rank,
+				c->addrs + (size_t)rank * FR_TP_ADDR_MAX,
 				c->addrlens[rank], &p->conn);
 			if (rc) {
 				p->state = FR_PEER_DOWN;
-				return fr_comm_fail(c, rc,
-						    "rank %d: connecting to rank %d failed: %s",
-						    c->rank, rank, fr_strerror(rc));
+				return fr_comm_fail(
+					c, rc,
+					"rank %d: connecting to rank %d failed: %s",
+					c->rank, rank, fr_strerror(rc));
 			}
 		}
 		p->state = FR_PEER_CONNECTING;
@@ -251,16 +257,16 @@ int fr_peers_progress(struct fr_comm *c, bool *did_work)
 		if (p->state != FR_PEER_UP || !p->credits_owed ||
 		    p->credits_owed < FR_MAX(c->mbx_slots / 2, 1))
 			continue;
-		rc = c->tp_ops->write_imm(p->conn, NULL, 0, NULL, 0, 0,
-					  FR_IMM(FR_IMM_CREDIT,
-						 (uint32_t)p->credits_owed),
-					  0);
+		rc = c->tp_ops->write_imm(
+			p->conn, NULL, 0, NULL, 0, 0,
+			FR_IMM(FR_IMM_CREDIT, (uint32_t)p->credits_owed), 0);
 		if (rc == FR_EAGAIN)
 			continue;
 		if (rc)
-			return fr_comm_fail(c, rc,
-					    "rank %d: returning credits to rank %d: %s",
-					    c->rank, p->rank, fr_strerror(rc));
+			return fr_comm_fail(
+				c, rc,
+				"rank %d: returning credits to rank %d: %s",
+				c->rank, p->rank, fr_strerror(rc));
 		p->credits_owed = 0;
 		c->outstanding++;
 		c->stats.writes++;
@@ -269,11 +275,12 @@ int fr_peers_progress(struct fr_comm *c, bool *did_work)
 	return 0;
 }
 
-/* ---- sending --------------------------------------------------------------- */
+/* ---- sending ---------------------------------------------------------------
+ */
 
-int fr_peer_write(struct fr_comm *c, int rank, struct fr_mem *lmem,
-		  size_t loff, const struct fr_tp_rkey *rkey, uint64_t roff,
-		  size_t len, uint32_t imm, bool user)
+int fr_peer_write(struct fr_comm *c, int rank, struct fr_mem *lmem, size_t loff,
+		  const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
+		  uint32_t imm, bool user)
 {
 	struct fr_peer *p = &c->peers[rank];
 	int rc;
@@ -330,9 +337,9 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 	fr_msg_encode(m, buf);
 	if (len)
 		memcpy(buf + FR_MSG_HDR, payload, len);
-	rslot = m->type == FR_MSG_ABORT ? (uint32_t)c->mbx_slots :
-		m->type == FR_MSG_BYE	? (uint32_t)c->mbx_slots + 1 :
-					  p->send_seq % (uint32_t)c->mbx_slots;
+	rslot = m->type == FR_MSG_ABORT ? (uint32_t)c->mbx_slots
+		: m->type == FR_MSG_BYE ? (uint32_t)c->mbx_slots + 1
+					: p->send_seq % (uint32_t)c->mbx_slots;
 	rc = c->tp_ops->write_imm(
 		p->conn, c->out_mem->tp_mr, (size_t)slot * c->mbx_slot_size,
 		&p->mbx_rkey,
@@ -357,10 +364,10 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 void fr_peers_send_abort(struct fr_comm *c, int err, int origin)
 {
 	struct fr_request *req = fr_active_req(c);
-	struct fr_msg m = { .type = FR_MSG_ABORT,
-			    .seq = req ? req->seq : c->seq,
-			    .err = err,
-			    .origin = origin };
+	struct fr_msg m = {.type = FR_MSG_ABORT,
+			   .seq = req ? req->seq : c->seq,
+			   .err = err,
+			   .origin = origin};
 
 	if (!c->peers)
 		return;
@@ -373,7 +380,8 @@ void fr_peers_send_abort(struct fr_comm *c, int err, int origin)
 	}
 }
 
-/* ---- receiving --------------------------------------------------------------- */
+/* ---- receiving
+ * --------------------------------------------------------------- */
 
 int fr_msg_get(struct fr_comm *c, const struct fr_request *req, int rank,
 	       const struct fr_msg **mp, const uint8_t **payload)
@@ -388,22 +396,23 @@ int fr_msg_get(struct fr_comm *c, const struct fr_request *req, int rank,
 	if (!p->have_peek) {
 		if (fr_msg_decode(b, fr_msg_payload_max(c), m) ||
 		    m->type > FR_MSG_READY)
-			return fr_comm_fail(c, FR_EPROTO,
-					    "rank %d: malformed message from rank %d",
-					    c->rank, rank);
+			return fr_comm_fail(
+				c, FR_EPROTO,
+				"rank %d: malformed message from rank %d",
+				c->rank, rank);
 		p->have_peek = true;
 	}
 	if (m->seq != req->seq) {
 		/* A peer already in a later collective: keep it for then. */
 		if ((int32_t)(m->seq - req->seq) > 0)
 			return FR_EAGAIN;
-		return fr_comm_fail(c, FR_EMISMATCH,
-				    "rank %d: rank %d sent a message for collective #%u, this rank is at #%u: ranks started different numbers of collectives",
-				    c->rank, rank, m->seq, req->seq);
+		return fr_comm_fail(
+			c, FR_EMISMATCH,
+			"rank %d: rank %d sent a message for collective #%u, this rank is at #%u: ranks started different numbers of collectives",
+			c->rank, rank, m->seq, req->seq);
 	}
 	if (m->coll != req->coll || m->count != req->count ||
-	    m->dtype != req->dtype || m->op != req->op ||
-	    m->root != req->root)
+	    m->dtype != req->dtype || m->op != req->op || m->root != req->root)
 		return fr_comm_fail(
 			c, FR_EMISMATCH,
 			"rank %d: collective #%u: rank %d called %s(count=%llu, %s, %s, root %d) but this rank %s(count=%zu, %s, %s, root %d)",
@@ -415,11 +424,11 @@ int fr_msg_get(struct fr_comm *c, const struct fr_request *req, int rank,
 			fr_dtype_name(req->dtype), fr_op_name(req->op),
 			req->root);
 	if (m->algo != (req->algo ? req->algo->id : 0))
-		return fr_comm_fail(c, FR_EMISMATCH,
-				    "rank %d: collective #%u: rank %d runs algorithm %s, this rank %s",
-				    c->rank, req->seq, rank,
-				    fr_algo_name(m->algo),
-				    fr_algo_name(req->algo ? req->algo->id : 0));
+		return fr_comm_fail(
+			c, FR_EMISMATCH,
+			"rank %d: collective #%u: rank %d runs algorithm %s, this rank %s",
+			c->rank, req->seq, rank, fr_algo_name(m->algo),
+			fr_algo_name(req->algo ? req->algo->id : 0));
 	*mp = m;
 	*payload = b + FR_MSG_HDR;
 	return 0;
@@ -434,21 +443,23 @@ void fr_msg_consume(struct fr_comm *c, int rank)
 	p->credits_owed++;
 }
 
-static int on_abort(struct fr_comm *c, struct fr_peer *p, const struct fr_msg *m)
+static int on_abort(struct fr_comm *c, struct fr_peer *p,
+		    const struct fr_msg *m)
 {
 	struct fr_request *req = fr_active_req(c);
 	int err = m->err < 0 && m->err >= FR_ERANGE ? m->err : FR_EPEER;
 	char text[FR_ERRMSG_MAX];
 
-	snprintf(text, sizeof(text),
-		 "rank %d: aborted at collective #%u: rank %d failed first (%s), as reported by rank %d",
-		 c->rank, m->seq, m->origin, fr_strerror(err), p->rank);
+	snprintf(
+		text, sizeof(text),
+		"rank %d: aborted at collective #%u: rank %d failed first (%s), as reported by rank %d",
+		c->rank, m->seq, m->origin, fr_strerror(err), p->rank);
 	/*
 	 * A peer that failed in a later collective than ours had finished
 	 * ours: let ours complete, fail at the next one.
 	 */
-	if (req ? (int32_t)(m->seq - req->seq) > 0 :
-		  (int32_t)(m->seq - c->seq) >= 0) {
+	if (req ? (int32_t)(m->seq - req->seq) > 0
+		: (int32_t)(m->seq - c->seq) >= 0) {
 		if (!c->abort_pending) {
 			c->abort_pending = true;
 			c->abort_seq = m->seq;
@@ -499,9 +510,10 @@ static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
 		goto bad;
 	return 0;
 bad:
-	return fr_comm_fail(c, FR_EPROTO,
-			    "rank %d: malformed or out-of-order message from rank %d (slot %u, %u bytes)",
-			    c->rank, p->rank, slot, len);
+	return fr_comm_fail(
+		c, FR_EPROTO,
+		"rank %d: malformed or out-of-order message from rank %d (slot %u, %u bytes)",
+		c->rank, p->rank, slot, len);
 }
 
 static void send_done(struct fr_comm *c, const struct fr_tp_cqe *cqe)
@@ -528,27 +540,26 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 	if (cqe->kind == FR_CQE_SEND)
 		send_done(c, cqe);
 	if (!p)
-		return fr_comm_fail(c, FR_EPROTO,
-				    "rank %d: completion on a connection of no known peer",
-				    c->rank);
+		return fr_comm_fail(
+			c, FR_EPROTO,
+			"rank %d: completion on a connection of no known peer",
+			c->rank);
 	if (cqe->status) {
 		const char *what =
-			cqe->status == FR_EPEER ?
-				"closed the connection or died" :
-			cqe->status == FR_ERANGE ?
-				(cqe->kind == FR_CQE_SEND ?
-					 "refused our write (outside its registered memory)" :
-					 "wrote outside our registered memory") :
-				fr_strerror(cqe->status);
+			cqe->status == FR_EPEER
+				? "closed the connection or died"
+			: cqe->status == FR_ERANGE
+				? (cqe->kind == FR_CQE_SEND
+					   ? "refused our write (outside its registered memory)"
+					   : "wrote outside our registered memory")
+				: fr_strerror(cqe->status);
 
 		if (p->bye && !fr_active_req(c))
 			return 0; /* it said goodbye: closing now is expected */
 		p->state = FR_PEER_DOWN;
-		return fr_comm_fail(c,
-				    cqe->status == FR_ERANGE ? FR_EPROTO :
-							       FR_EPEER,
-				    "rank %d: peer rank %d %s", c->rank, p->rank,
-				    what);
+		return fr_comm_fail(
+			c, cqe->status == FR_ERANGE ? FR_EPROTO : FR_EPEER,
+			"rank %d: peer rank %d %s", c->rank, p->rank, what);
 	}
 	if (cqe->kind == FR_CQE_SEND)
 		return 0;
@@ -566,12 +577,14 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 	case FR_IMM_RCREDIT:
 		return fr_ring_on_cqe(c, p->rank, cqe);
 	}
-	return fr_comm_fail(c, FR_EPROTO,
-			    "rank %d: unexpected message (immediate 0x%08x) from rank %d",
-			    c->rank, cqe->imm, p->rank);
+	return fr_comm_fail(
+		c, FR_EPROTO,
+		"rank %d: unexpected message (immediate 0x%08x) from rank %d",
+		c->rank, cqe->imm, p->rank);
 }
 
-/* ---- goodbye ------------------------------------------------------------------ */
+/* ---- goodbye
+ * ------------------------------------------------------------------ */
 
 /*
  * Say goodbye to every connected peer and wait (bounded) for theirs,
@@ -583,8 +596,8 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
  */
 void fr_peers_goodbye(struct fr_comm *c)
 {
-	uint64_t wait_ms = (uint64_t)(c->failed ? FR_MIN(c->timeout_ms, 2000) :
-						  c->timeout_ms);
+	uint64_t wait_ms = (uint64_t)(c->failed ? FR_MIN(c->timeout_ms, 2000)
+						: c->timeout_ms);
 	uint64_t deadline = fr_now_ms() + wait_ms;
 	struct fr_tp_cqe cqe[32];
 
@@ -595,7 +608,7 @@ void fr_peers_goodbye(struct fr_comm *c)
 		int n;
 
 		for (struct fr_peer *p = c->active; p; p = p->next_active) {
-			struct fr_msg m = { .type = FR_MSG_BYE, .seq = c->seq };
+			struct fr_msg m = {.type = FR_MSG_BYE, .seq = c->seq};
 
 			if (p->state != FR_PEER_UP)
 				continue;
@@ -625,11 +638,13 @@ void fr_peers_goodbye(struct fr_comm *c)
 			if (!p)
 				continue;
 			if (cqe[i].status) {
-				p->bye = true; /* gone: nothing more will come */
+				p->bye =
+					true; /* gone: nothing more will come */
 				continue;
 			}
 			if (FR_IMM_TYPE(cqe[i].imm) != FR_IMM_MSG ||
-			    FR_IMM_PAYLOAD(cqe[i].imm) != (uint32_t)c->mbx_slots + 1)
+			    FR_IMM_PAYLOAD(cqe[i].imm) !=
+				    (uint32_t)c->mbx_slots + 1)
 				continue;
 			b = mbx_slot(c, p->rank, c->mbx_slots + 1);
 			if (!fr_msg_decode(b, fr_msg_payload_max(c), &m) &&

@@ -22,12 +22,13 @@
 /* Immediate: 4-bit type, 28-bit payload. */
 #define FR_IMM_TYPE(imm) ((imm) >> 28)
 #define FR_IMM_PAYLOAD(imm) ((imm)&0x0fffffffu)
-#define FR_IMM(type, payload) (((uint32_t)(type) << 28) | ((payload)&0x0fffffffu))
+#define FR_IMM(type, payload) \
+	(((uint32_t)(type) << 28) | ((payload)&0x0fffffffu))
 enum fr_imm_type {
-	FR_IMM_MSG = 1,     /* payload: mailbox slot                 */
+	FR_IMM_MSG = 1,	    /* payload: mailbox slot                 */
 	FR_IMM_CREDIT = 2,  /* payload: mailbox slots freed          */
-	FR_IMM_RS = 3,      /* ring: (segment serial << 8) | slot    */
-	FR_IMM_AG = 4,      /* ring: segment index in the collective */
+	FR_IMM_RS = 3,	    /* ring: (segment serial << 8) | slot    */
+	FR_IMM_AG = 4,	    /* ring: segment index in the collective */
 	FR_IMM_RCREDIT = 5, /* ring: staging slots freed             */
 };
 

@@ -17,7 +17,7 @@
 #include "reduce.h"
 
 struct fr_algo {
-	int id;           /* fr_algo_t, sent in every message header */
+	int id;		  /* fr_algo_t, sent in every message header */
 	const char *name; /* for logs */
 	int (*start)(struct fr_comm *comm, struct fr_request *req);
 	int (*advance)(struct fr_comm *comm, struct fr_request *req,
@@ -29,11 +29,11 @@ struct fr_algo {
 			  const struct fr_request *req);
 };
 
-extern const struct fr_algo fr_algo_ring;         /* allreduce, RS, AG */
-extern const struct fr_algo fr_algo_rd;           /* allreduce         */
-extern const struct fr_algo fr_algo_rabenseifner; /* allreduce         */
-extern const struct fr_algo fr_algo_bcast_tree;   /* broadcast         */
-extern const struct fr_algo fr_algo_bcast_chain;  /* broadcast         */
+extern const struct fr_algo fr_algo_ring;	   /* allreduce, RS, AG */
+extern const struct fr_algo fr_algo_rd;		   /* allreduce         */
+extern const struct fr_algo fr_algo_rabenseifner;  /* allreduce         */
+extern const struct fr_algo fr_algo_bcast_tree;	   /* broadcast         */
+extern const struct fr_algo fr_algo_bcast_chain;   /* broadcast         */
 extern const struct fr_algo fr_algo_dissemination; /* barrier          */
 
 /* The algorithm for req (every rank decides the same from the same
@@ -42,8 +42,8 @@ const struct fr_algo *fr_algo_select(struct fr_comm *comm,
 				     const struct fr_request *req);
 /* Predicted time in microseconds of algorithm id for the collective, or a
  * negative value if it does not implement it. */
-double fr_algo_predict_us(const struct fr_comm *comm, int id,
-			  enum fr_coll coll, size_t bytes, fr_dtype_t dtype);
+double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
+			  size_t bytes, fr_dtype_t dtype);
 /* Cost-model parameters: FR_TUNE_FILE, else built-in defaults. */
 int fr_tune_load(struct fr_comm *comm, const char *transport, char *err,
 		 size_t errlen);
@@ -53,7 +53,7 @@ uint32_t fr_tune_hash(const struct fr_tune *t);
 /* Shared helpers for the hypercube algorithms (rd.c, rabenseifner.c). */
 struct fr_hcube {
 	int pof2, rem, steps; /* largest power of two <= n, n - pof2, lg */
-	int vrank;            /* -1: folded out (an even rank < 2 rem) */
+	int vrank;	      /* -1: folded out (an even rank < 2 rem) */
 };
 void fr_hcube_init(struct fr_hcube *h, int rank, int n);
 /* The real rank of virtual rank v. */
@@ -70,8 +70,9 @@ static inline int fr_hcube_real(const struct fr_hcube *h, int v)
  */
 struct fr_xfer {
 	size_t len;
-	uint32_t nfrags; /* at least 1: an empty transfer is one empty message */
-	uint32_t done;   /* fragments sent / received */
+	uint32_t
+		nfrags; /* at least 1: an empty transfer is one empty message */
+	uint32_t done;	/* fragments sent / received */
 };
 void fr_xfer_init(struct fr_xfer *x, const struct fr_comm *comm, size_t len);
 static inline bool fr_xfer_complete(const struct fr_xfer *x)
@@ -83,8 +84,8 @@ size_t fr_xfer_bytes(const struct fr_comm *comm, const struct fr_xfer *x,
 		     uint32_t frags);
 /* Send the next fragments of src[0, avail) (avail <= len) to rank. */
 int fr_xfer_send(struct fr_comm *comm, const struct fr_request *req,
-		 struct fr_xfer *x, int rank, uint16_t step,
-		 const uint8_t *src, size_t avail, bool *did_work);
+		 struct fr_xfer *x, int rank, uint16_t step, const uint8_t *src,
+		 size_t avail, bool *did_work);
 /* The next fragment from rank: 0 with its offset, length and payload, or
  * FR_EAGAIN.  fr_xfer_recv_done() consumes it. */
 int fr_xfer_recv(struct fr_comm *comm, const struct fr_request *req,
@@ -95,7 +96,48 @@ void fr_xfer_recv_done(struct fr_comm *comm, struct fr_xfer *x, int rank);
  * dst = a OP fragment with kern, else a copy. */
 int fr_xfer_take(struct fr_comm *comm, const struct fr_request *req,
 		 struct fr_xfer *x, int rank, uint16_t step, uint8_t *dst,
-		 const uint8_t *a, fr_reduce_fn kern, size_t es,
-		 uint32_t limit, bool *did_work);
+		 const uint8_t *a, fr_reduce_fn kern, size_t es, uint32_t limit,
+		 bool *did_work);
+
+/*
+ * The run of a hypercube All-Reduce (hcube.c): the fold that makes n a power
+ * of two, the algorithm's own body, the unfold.  Algorithms put it first in
+ * their state so that done / waiting_on / free are shared.
+ */
+enum { FR_HC_FOLD, FR_HC_BODY, FR_HC_UNFOLD, FR_HC_DONE };
+struct fr_hc {
+	struct fr_hcube h;
+	size_t es, bytes;
+	const uint8_t *cur; /* the current vector: the input, then buf */
+	uint8_t *buf;
+	fr_reduce_fn kern;
+	int stage, partner;
+	bool inited; /* tx / rx set up for the current step */
+	struct fr_xfer tx, rx;
+};
+/* Fill hc for req, start the connections of the schedule (the fold
+ * partner, and the partner of every hypercube dimension). */
+int fr_hc_start(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc);
+void fr_hc_xfers(struct fr_comm *comm, struct fr_hc *hc, int partner,
+		 size_t txlen, size_t rxlen);
+/* Run the fold / unfold stage; they move hc->stage on when done. */
+int fr_hc_fold(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc,
+	       bool *did_work);
+int fr_hc_unfold(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc,
+		 bool *did_work);
+/* After the body: the result into buf (divided by n for FR_AVG when
+ * avg_bytes), then on to the unfold. */
+void fr_hc_body_done(struct fr_comm *comm, struct fr_request *req,
+		     struct fr_hc *hc);
+/* Run fold, body and unfold as far as they go; body runs the algorithm's
+ * own steps and calls fr_hc_body_done() at their end. */
+typedef int (*fr_hc_body_fn)(struct fr_comm *comm, struct fr_request *req,
+			     bool *did_work);
+int fr_hc_run(struct fr_comm *comm, struct fr_request *req, fr_hc_body_fn body,
+	      bool *did_work);
+bool fr_hc_done(const struct fr_comm *comm, const struct fr_request *req);
+int fr_hc_waiting_on(const struct fr_comm *comm, const struct fr_request *req);
+/* free(req->algo_state) */
+void fr_algo_free_state(struct fr_request *req);
 
 #endif

@@ -83,19 +83,13 @@ static bool dis_done(const struct fr_comm *comm, const struct fr_request *req)
 	return st && st->k >= st->rounds;
 }
 
-static void dis_free(struct fr_request *req)
-{
-	free(req->algo_state);
-	req->algo_state = NULL;
-}
-
 static int dis_waiting_on(const struct fr_comm *comm,
 			  const struct fr_request *req)
 {
 	const struct dis_state *st = req->algo_state;
 
-	return st && st->k < st->rounds ? from(comm, st->k) :
-					  (comm->rank + 1) % comm->nranks;
+	return st && st->k < st->rounds ? from(comm, st->k)
+					: (comm->rank + 1) % comm->nranks;
 }
 
 const struct fr_algo fr_algo_dissemination = {
@@ -104,6 +98,6 @@ const struct fr_algo fr_algo_dissemination = {
 	.start = dis_start,
 	.advance = dis_advance,
 	.done = dis_done,
-	.free = dis_free,
+	.free = fr_algo_free_state,
 	.waiting_on = dis_waiting_on,
 };

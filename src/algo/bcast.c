@@ -54,7 +54,8 @@ static int bc_start_shape(struct fr_comm *comm, struct fr_request *req,
 		if (q > 0)
 			st->parent = real_rank(q - 1, req->root, n);
 		if (q + 1 < n)
-			st->child[st->nchild++] = real_rank(q + 1, req->root, n);
+			st->child[st->nchild++] =
+				real_rank(q + 1, req->root, n);
 	} else {
 		int low = 1;
 
@@ -111,8 +112,7 @@ static int bc_advance(struct fr_comm *comm, struct fr_request *req,
 		if (fr_xfer_complete(&st->tx[i]))
 			continue;
 		/* an empty broadcast still tells the child, once we know */
-		if (!st->bytes && st->parent >= 0 &&
-		    !fr_xfer_complete(&st->rx))
+		if (!st->bytes && st->parent >= 0 && !fr_xfer_complete(&st->rx))
 			break;
 		rc = fr_peer_need(comm, st->child[i]);
 		if (rc == FR_EAGAIN)
@@ -140,12 +140,6 @@ static bool bc_done(const struct fr_comm *comm, const struct fr_request *req)
 	return true;
 }
 
-static void bc_free(struct fr_request *req)
-{
-	free(req->algo_state);
-	req->algo_state = NULL;
-}
-
 static int bc_waiting_on(const struct fr_comm *comm,
 			 const struct fr_request *req)
 {
@@ -165,7 +159,7 @@ const struct fr_algo fr_algo_bcast_tree = {
 	.start = tree_start,
 	.advance = bc_advance,
 	.done = bc_done,
-	.free = bc_free,
+	.free = fr_algo_free_state,
 	.waiting_on = bc_waiting_on,
 };
 
@@ -175,6 +169,6 @@ const struct fr_algo fr_algo_bcast_chain = {
 	.start = chain_start,
 	.advance = bc_advance,
 	.done = bc_done,
-	.free = bc_free,
+	.free = fr_algo_free_state,
 	.waiting_on = bc_waiting_on,
 };

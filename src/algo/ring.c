@@ -83,7 +83,7 @@ struct fr_ring_comm {
 	/* staging flow: counters are continuous across collectives */
 	uint64_t rs_sent;     /* segments written into next's staging */
 	uint64_t rs_received; /* segments landed in our staging */
-	int credits;          /* free slots at next */
+	int credits;	      /* free slots at next */
 	int credits_owed;     /* slots freed here, not yet told to prev */
 	/* segments prev wrote into our staging for a collective we have not
 	 * started yet (it need not wait for us: the slots are ours) */
@@ -94,7 +94,7 @@ struct fr_ring_comm {
 };
 
 struct cursor {
-	int k;    /* step */
+	int k;	  /* step */
 	size_t j; /* segment within the step's chunk */
 };
 
@@ -116,14 +116,14 @@ struct ready {
 struct fr_ring_state {
 	int n, r, rs_steps, ag_steps;
 	size_t count, es, seg; /* count: elements of the whole vector */
-	size_t blk;            /* RS/AG: elements per block */
+	size_t blk;	       /* RS/AG: elements per block */
 	enum fr_coll coll;
 	const uint8_t *sbuf; /* step-0 reduce-scatter input */
-	uint8_t *work;       /* where partial sums / the gathered vector live */
-	uint8_t *rbuf;       /* the caller's recvbuf */
+	uint8_t *work;	     /* where partial sums / the gathered vector live */
+	uint8_t *rbuf;	     /* the caller's recvbuf */
 	struct fr_mem *smem, *wmem;
-	size_t soff, woff;   /* of sbuf / work inside their registrations */
-	bool wmem_owned;     /* acquired here (not the scratch) */
+	size_t soff, woff; /* of sbuf / work inside their registrations */
+	bool wmem_owned;   /* acquired here (not the scratch) */
 	fr_reduce_fn kern;
 	bool avg;
 	bool sent_ready_prev, sent_ready_next;
@@ -223,7 +223,8 @@ void fr_ring_comm_free(struct fr_comm *comm)
 	comm->ring = NULL;
 }
 
-/* ---- schedule helpers ---------------------------------------------------------- */
+/* ---- schedule helpers
+ * ---------------------------------------------------------- */
 
 static int stream_steps(const struct fr_ring_state *st, enum stream s)
 {
@@ -297,8 +298,7 @@ static bool cur_done(const struct fr_ring_state *st, enum stream s)
 }
 
 /* Has stream s gone past segment (k, j)? */
-static bool past(const struct fr_ring_state *st, enum stream s, int k,
-		 size_t j)
+static bool past(const struct fr_ring_state *st, enum stream s, int k, size_t j)
 {
 	const struct cursor *c = &st->cur[s];
 
@@ -315,7 +315,8 @@ static struct fr_ring_state *active_ring(struct fr_comm *comm,
 	return req && req->algo == &fr_algo_ring ? req->algo_state : NULL;
 }
 
-/* ---- start / finish --------------------------------------------------------------- */
+/* ---- start / finish
+ * --------------------------------------------------------------- */
 
 static int on_rs(struct fr_comm *comm, uint32_t payload, uint32_t len);
 
@@ -333,7 +334,8 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 {
 	struct fr_ring_state *st;
 	struct fr_ring_comm *rc;
-	const int rw = FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE;
+	const int rw =
+		FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE;
 	size_t bytes, blkb;
 	int err;
 
@@ -348,9 +350,9 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 	st->blk = req->count;
 	st->es = fr_dtype_size(req->dtype);
 	st->seg = FR_MAX(comm->segment_bytes / st->es, (size_t)1);
-	st->kern = req->coll == FR_COLL_ALLGATHER ?
-			   NULL :
-			   fr_reduce_kernel(req->dtype, req->op);
+	st->kern = req->coll == FR_COLL_ALLGATHER
+			   ? NULL
+			   : fr_reduce_kernel(req->dtype, req->op);
 	st->avg = req->op == FR_AVG && req->coll != FR_COLL_ALLGATHER;
 	st->rbuf = req->recvbuf;
 	st->rs_steps = req->coll == FR_COLL_ALLGATHER ? 0 : st->n - 1;
@@ -360,13 +362,15 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 
 	if (comm->peers[(st->r + 1) % st->n].bye ||
 	    comm->peers[(st->r + st->n - 1) % st->n].bye)
-		return fr_comm_fail(comm, FR_EPEER,
-				    "rank %d: collective #%u: a ring neighbour has destroyed its communicator",
-				    comm->rank, req->seq);
+		return fr_comm_fail(
+			comm, FR_EPEER,
+			"rank %d: collective #%u: a ring neighbour has destroyed its communicator",
+			comm->rank, req->seq);
 	switch (req->coll) {
 	case FR_COLL_ALLREDUCE:
 		st->work = st->rbuf;
-		st->sbuf = req->sendbuf == FR_IN_PLACE ? st->rbuf : req->sendbuf;
+		st->sbuf =
+			req->sendbuf == FR_IN_PLACE ? st->rbuf : req->sendbuf;
 		if (st->n == 1 && bytes && st->sbuf != st->rbuf)
 			memcpy(st->rbuf, st->sbuf, bytes);
 		break;
@@ -377,9 +381,9 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 		break;
 	default: /* all-gather: our block goes in place first */
 		st->work = st->rbuf;
-		st->sbuf = req->sendbuf == FR_IN_PLACE ?
-				   st->rbuf + (size_t)st->r * blkb :
-				   req->sendbuf;
+		st->sbuf = req->sendbuf == FR_IN_PLACE
+				   ? st->rbuf + (size_t)st->r * blkb
+				   : req->sendbuf;
 		if (blkb && st->sbuf != st->rbuf + (size_t)st->r * blkb)
 			memcpy(st->rbuf + (size_t)st->r * blkb, st->sbuf, blkb);
 		break;
@@ -460,9 +464,10 @@ static bool ring_done(const struct fr_comm *comm, const struct fr_request *req)
 {
 	const struct fr_ring_state *st = req->algo_state;
 
-	return st && st->ready_prev && st->ready_next && cur_done(st, RS_SEND) &&
-	       cur_done(st, RS_RECV) && cur_done(st, AG_SEND) &&
-	       cur_done(st, AG_RECV) && comm->user_outstanding == 0;
+	return st && st->ready_prev && st->ready_next &&
+	       cur_done(st, RS_SEND) && cur_done(st, RS_RECV) &&
+	       cur_done(st, AG_SEND) && cur_done(st, AG_RECV) &&
+	       comm->user_outstanding == 0;
 }
 
 static int ring_waiting_on(const struct fr_comm *comm,
@@ -477,7 +482,8 @@ static int ring_waiting_on(const struct fr_comm *comm,
 	return (comm->rank + comm->nranks - 1) % comm->nranks;
 }
 
-/* ---- sending ------------------------------------------------------------------------ */
+/* ---- sending
+ * ------------------------------------------------------------------------ */
 
 static int send_ready(struct fr_comm *comm, struct fr_request *req,
 		      bool to_next)
@@ -486,7 +492,7 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 	struct fr_ring_comm *rc = comm->ring;
 	int peer_rank = to_next ? rc->next : rc->prev;
 	struct fr_peer *peer = &comm->peers[peer_rank];
-	struct ready r = { .role = to_next ? READY_TO_NEXT : READY_TO_PREV };
+	struct ready r = {.role = to_next ? READY_TO_NEXT : READY_TO_PREV};
 	uint8_t payload[READY_LEN];
 	struct fr_msg m;
 	uint32_t slot = 0;
@@ -633,16 +639,17 @@ static int send_ag(struct fr_comm *comm, struct fr_ring_state *st,
 		size_t off, len, loff;
 		int err;
 
-		if (c->k == 0 ? st->rs_steps &&
-					!past(st, RS_RECV, st->rs_steps - 1, c->j) :
-				!past(st, AG_RECV, c->k - 1, c->j))
+		if (c->k == 0 ? st->rs_steps && !past(st, RS_RECV,
+						      st->rs_steps - 1, c->j)
+			      : !past(st, AG_RECV, c->k - 1, c->j))
 			break;
 		seg_range(st, AG_SEND, c, &off, &len);
 		loff = st->woff + off;
 		if (c->k == 0 && st->coll == FR_COLL_ALLGATHER) {
 			/* our own block, from sendbuf (zero copy) */
 			src = st->smem;
-			loff = st->soff + (off - (size_t)st->r * st->blk * st->es);
+			loff = st->soff +
+			       (off - (size_t)st->r * st->blk * st->es);
 		}
 		err = post(comm, src, loff, st->dst, st->dst_off + off, len,
 			   FR_IMM(FR_IMM_AG, st->ag_sent));
@@ -657,10 +664,11 @@ static int send_ag(struct fr_comm *comm, struct fr_ring_state *st,
 	return 0;
 }
 
-/* ---- receiving ------------------------------------------------------------------ */
+/* ---- receiving
+ * ------------------------------------------------------------------ */
 
-static int apply_ready(struct fr_comm *comm, struct fr_request *req,
-		       int from, const struct ready *m)
+static int apply_ready(struct fr_comm *comm, struct fr_request *req, int from,
+		       const struct ready *m)
 {
 	struct fr_ring_state *st = req->algo_state;
 	struct fr_ring_comm *rc = comm->ring;
@@ -724,7 +732,7 @@ static int take_readies(struct fr_comm *comm, struct fr_request *req,
 {
 	struct fr_ring_state *st = req->algo_state;
 	struct fr_ring_comm *rc = comm->ring;
-	int from[2] = { rc->prev, rc->next };
+	int from[2] = {rc->prev, rc->next};
 
 	for (int i = 0; i < 2 && !(st->ready_prev && st->ready_next); i++) {
 		for (;;) {
@@ -742,9 +750,10 @@ static int take_readies(struct fr_comm *comm, struct fr_request *req,
 				return err;
 			if (m->type != FR_MSG_READY ||
 			    ready_decode(p, m->len, &r))
-				return fr_comm_fail(comm, FR_EPROTO,
-						    "rank %d: malformed ring READY from rank %d",
-						    comm->rank, from[i]);
+				return fr_comm_fail(
+					comm, FR_EPROTO,
+					"rank %d: malformed ring READY from rank %d",
+					comm->rank, from[i]);
 			err = apply_ready(comm, req, from[i], &r);
 			if (err)
 				return err;
@@ -823,15 +832,17 @@ static int on_rs(struct fr_comm *comm, uint32_t payload, uint32_t len)
 		return 0;
 	}
 	if (!st || cur_done(st, RS_RECV) || payload != (serial << 8 | slot))
-		return fr_comm_fail(comm, FR_EPROTO,
-				    "rank %d: unexpected reduce-scatter segment from rank %d",
-				    comm->rank, rc->prev);
+		return fr_comm_fail(
+			comm, FR_EPROTO,
+			"rank %d: unexpected reduce-scatter segment from rank %d",
+			comm->rank, rc->prev);
 	c = &st->cur[RS_RECV];
 	seg_range(st, RS_RECV, c, &off, &n);
 	if (len != n)
-		return fr_comm_fail(comm, FR_EPROTO,
-				    "rank %d: segment of %u bytes from rank %d, expected %zu",
-				    comm->rank, len, rc->prev, n);
+		return fr_comm_fail(
+			comm, FR_EPROTO,
+			"rank %d: segment of %u bytes from rank %d, expected %zu",
+			comm->rank, len, rc->prev, n);
 	in = (const uint8_t *)rc->staging + (size_t)slot * comm->segment_bytes;
 	dst = st->work + off;
 	/* reduce-scatter: the last step goes straight to the caller */
@@ -853,14 +864,16 @@ static int on_ag(struct fr_comm *comm, uint32_t payload, uint32_t len)
 
 	if (!st || cur_done(st, AG_RECV) ||
 	    payload != (st->ag_recvd & 0x0fffffffu))
-		return fr_comm_fail(comm, FR_EPROTO,
-				    "rank %d: unexpected all-gather segment from rank %d",
-				    comm->rank, comm->ring->prev);
+		return fr_comm_fail(
+			comm, FR_EPROTO,
+			"rank %d: unexpected all-gather segment from rank %d",
+			comm->rank, comm->ring->prev);
 	seg_range(st, AG_RECV, &st->cur[AG_RECV], &off, &n);
 	if (len != n)
-		return fr_comm_fail(comm, FR_EPROTO,
-				    "rank %d: segment of %u bytes from rank %d, expected %zu",
-				    comm->rank, len, comm->ring->prev, n);
+		return fr_comm_fail(
+			comm, FR_EPROTO,
+			"rank %d: segment of %u bytes from rank %d, expected %zu",
+			comm->rank, len, comm->ring->prev, n);
 	st->ag_recvd++;
 	cur_next(st, AG_RECV);
 	return 0;
@@ -869,7 +882,8 @@ static int on_ag(struct fr_comm *comm, uint32_t payload, uint32_t len)
 int fr_ring_on_cqe(struct fr_comm *comm, int peer, const struct fr_tp_cqe *cqe)
 {
 	struct fr_ring_comm *rc = comm->ring;
-	uint32_t type = FR_IMM_TYPE(cqe->imm), payload = FR_IMM_PAYLOAD(cqe->imm);
+	uint32_t type = FR_IMM_TYPE(cqe->imm),
+		 payload = FR_IMM_PAYLOAD(cqe->imm);
 
 	if (!rc)
 		goto bad;
@@ -891,9 +905,10 @@ int fr_ring_on_cqe(struct fr_comm *comm, int peer, const struct fr_tp_cqe *cqe)
 		return on_ag(comm, payload, cqe->len);
 	}
 bad:
-	return fr_comm_fail(comm, FR_EPROTO,
-			    "rank %d: unexpected ring message (immediate 0x%08x) from rank %d",
-			    comm->rank, cqe->imm, peer);
+	return fr_comm_fail(
+		comm, FR_EPROTO,
+		"rank %d: unexpected ring message (immediate 0x%08x) from rank %d",
+		comm->rank, cqe->imm, peer);
 }
 
 const struct fr_algo fr_algo_ring = {

@@ -12,9 +12,10 @@
  * log, f = 1 if p is not a power of two; alpha per message step, beta per
  * byte on the wire, c per byte copied through a mailbox, gamma per byte
  * reduced):
- *   ring All-Reduce       (2(p-1) + 1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma
- *   recursive doubling    (L + 2f) alpha + (L + 2f) n (beta + c) + (L + f) n gamma
- *   Rabenseifner          (2L + 2f) alpha + (2(pof2-1)/pof2 + 2f) n (beta + c)
+ *   ring All-Reduce       (2(p-1) + 1) alpha + 2(p-1)/p n beta + (p-1)/p n
+ * gamma recursive doubling    (L + 2f) alpha + (L + 2f) n (beta + c) + (L + f)
+ * n gamma Rabenseifner          (2L + 2f) alpha + (2(pof2-1)/pof2 + 2f) n (beta
+ * + c)
  *                         + ((pof2-1)/pof2 + f) n gamma
  *   ring RS / AG          p alpha + (p-1)/p N beta (+ (p-1)/p N gamma for RS)
  *   broadcast tree        ceil(lg p) (alpha + n (beta + c))
@@ -34,12 +35,9 @@
 #include "util.h"
 
 static const char *const algo_names[FR_ALGO_COUNT] = {
-	[FR_ALGO_AUTO] = "auto",
-	[FR_ALGO_RING] = "ring",
-	[FR_ALGO_RD] = "rd",
-	[FR_ALGO_RABENSEIFNER] = "rabenseifner",
-	[FR_ALGO_TREE] = "tree",
-	[FR_ALGO_DISSEMINATION] = "dissemination",
+	[FR_ALGO_AUTO] = "auto", [FR_ALGO_RING] = "ring",
+	[FR_ALGO_RD] = "rd",	 [FR_ALGO_RABENSEIFNER] = "rabenseifner",
+	[FR_ALGO_TREE] = "tree", [FR_ALGO_DISSEMINATION] = "dissemination",
 };
 
 const char *fr_algo_name(int algo)
@@ -63,7 +61,8 @@ int fr_algo_from_name(const char *name, fr_algo_t *algo)
 	return FR_EINVAL;
 }
 
-/* ---- parameters ------------------------------------------------------------ */
+/* ---- parameters ------------------------------------------------------------
+ */
 
 static void tune_defaults(struct fr_tune *t, const char *transport)
 {
@@ -157,8 +156,10 @@ int fr_tune_load(struct fr_comm *comm, const char *transport, char *err,
 	return 0;
 bad:
 	fclose(f);
-	snprintf(err, errlen, "FR_TUNE_FILE %s:%d: expected \"key = value\" with a number >= 0",
-		 path, lineno);
+	snprintf(
+		err, errlen,
+		"FR_TUNE_FILE %s:%d: expected \"key = value\" with a number >= 0",
+		path, lineno);
 	return FR_EINVAL;
 }
 
@@ -169,7 +170,8 @@ uint32_t fr_tune_hash(const struct fr_tune *t)
 			 t->beta_ns, t->copy_ns);
 	uint32_t h = 2166136261u;
 
-	for (int d = 0; d < FR_DTYPE_COUNT && n > 0 && (size_t)n < sizeof(buf); d++)
+	for (int d = 0; d < FR_DTYPE_COUNT && n > 0 && (size_t)n < sizeof(buf);
+	     d++)
 		n += snprintf(buf + n, sizeof(buf) - (size_t)n, " %.6g",
 			      t->gamma_ns[d]);
 	for (const char *p = buf; *p; p++) {
@@ -179,10 +181,11 @@ uint32_t fr_tune_hash(const struct fr_tune *t)
 	return h;
 }
 
-/* ---- the model --------------------------------------------------------------- */
+/* ---- the model
+ * --------------------------------------------------------------- */
 
-double fr_algo_predict_us(const struct fr_comm *comm, int id,
-			  enum fr_coll coll, size_t bytes, fr_dtype_t dtype)
+double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
+			  size_t bytes, fr_dtype_t dtype)
 {
 	const struct fr_tune *t = &comm->tune;
 	double p = comm->nranks, n = (double)bytes, a = t->alpha_us;
@@ -211,9 +214,8 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id,
 			       ((double)(pof2 - 1) / pof2 + f) * n * g;
 		return -1;
 	case FR_COLL_REDUCE_SCATTER:
-		return id == FR_ALGO_RING ?
-			       p * a + (p - 1) / p * n * (b + g) :
-			       -1;
+		return id == FR_ALGO_RING ? p * a + (p - 1) / p * n * (b + g)
+					  : -1;
 	case FR_COLL_ALLGATHER:
 		return id == FR_ALGO_RING ? p * a + (p - 1) / p * n * b : -1;
 	case FR_COLL_BROADCAST: {
@@ -236,18 +238,18 @@ static const struct fr_algo *impl(enum fr_coll coll, int id)
 {
 	switch (coll) {
 	case FR_COLL_ALLREDUCE:
-		return id == FR_ALGO_RING ? &fr_algo_ring :
-		       id == FR_ALGO_RD	  ? &fr_algo_rd :
-		       id == FR_ALGO_RABENSEIFNER ? &fr_algo_rabenseifner :
-						    NULL;
+		return id == FR_ALGO_RING	    ? &fr_algo_ring
+		       : id == FR_ALGO_RD	    ? &fr_algo_rd
+		       : id == FR_ALGO_RABENSEIFNER ? &fr_algo_rabenseifner
+						    : NULL;
 	case FR_COLL_REDUCE_SCATTER:
 	case FR_COLL_ALLGATHER:
 		return id == FR_ALGO_RING ? &fr_algo_ring : NULL;
 	case FR_COLL_BROADCAST:
-		return id == FR_ALGO_RING ? &fr_algo_bcast_chain :
-		       id == FR_ALGO_TREE || id == FR_ALGO_RD ?
-					    &fr_algo_bcast_tree :
-					    NULL;
+		return id == FR_ALGO_RING ? &fr_algo_bcast_chain
+		       : id == FR_ALGO_TREE || id == FR_ALGO_RD
+			       ? &fr_algo_bcast_tree
+			       : NULL;
 	case FR_COLL_BARRIER:
 		return &fr_algo_dissemination;
 	}
@@ -259,7 +261,7 @@ const struct fr_algo *fr_algo_select(struct fr_comm *comm,
 {
 	size_t bytes = fr_coll_count_total(req) * fr_dtype_size(req->dtype);
 	const struct fr_algo *best = NULL;
-	double best_us = 0, us[FR_ALGO_COUNT] = { 0 };
+	double best_us = 0, us[FR_ALGO_COUNT] = {0};
 	char why[256] = "";
 	int n = 0;
 
@@ -273,8 +275,8 @@ const struct fr_algo *fr_algo_select(struct fr_comm *comm,
 		const struct fr_algo *a = impl(req->coll, id);
 
 		us[id] = a ? fr_algo_predict_us(comm, id, req->coll, bytes,
-						req->dtype) :
-			     -1;
+						req->dtype)
+			   : -1;
 		if (!a || us[id] < 0 || (best && a == best))
 			continue;
 		if (!best || us[id] < best_us) {
@@ -303,9 +305,9 @@ const struct fr_algo *fr_algo_select(struct fr_comm *comm,
 				comm->rank, fr_coll_name(req->coll), bytes,
 				comm->nranks, best ? best->name : "?",
 				comm->tune.source, why,
-				req->forced != FR_ALGO_AUTO ?
-					"; the forced algorithm does not implement it" :
-					"");
+				req->forced != FR_ALGO_AUTO
+					? "; the forced algorithm does not implement it"
+					: "");
 		}
 	}
 	return best;

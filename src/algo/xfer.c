@@ -31,8 +31,8 @@ size_t fr_xfer_bytes(const struct fr_comm *comm, const struct fr_xfer *x,
 }
 
 int fr_xfer_send(struct fr_comm *comm, const struct fr_request *req,
-		 struct fr_xfer *x, int rank, uint16_t step,
-		 const uint8_t *src, size_t avail, bool *did_work)
+		 struct fr_xfer *x, int rank, uint16_t step, const uint8_t *src,
+		 size_t avail, bool *did_work)
 {
 	size_t maxp = fr_msg_payload_max(comm);
 
@@ -51,10 +51,10 @@ int fr_xfer_send(struct fr_comm *comm, const struct fr_request *req,
 		if (rc == FR_EAGAIN)
 			break;
 		if (rc)
-			return fr_comm_fail(comm, rc,
-					    "rank %d: collective #%u: sending to rank %d: %s",
-					    comm->rank, req->seq, rank,
-					    fr_strerror(rc));
+			return fr_comm_fail(
+				comm, rc,
+				"rank %d: collective #%u: sending to rank %d: %s",
+				comm->rank, req->seq, rank, fr_strerror(rc));
 		x->done++;
 		*did_work = true;
 	}
@@ -78,11 +78,12 @@ int fr_xfer_recv(struct fr_comm *comm, const struct fr_request *req,
 	*len = FR_MIN(maxp, x->len - *off);
 	if (m->type != FR_MSG_DATA || m->step != step || m->offset != *off ||
 	    m->len != *len)
-		return fr_comm_fail(comm, FR_EPROTO,
-				    "rank %d: collective #%u: rank %d sent step %u offset %llu (%u bytes), expected step %u offset %zu (%zu bytes)",
-				    comm->rank, req->seq, rank, m->step,
-				    (unsigned long long)m->offset, m->len,
-				    step, *off, *len);
+		return fr_comm_fail(
+			comm, FR_EPROTO,
+			"rank %d: collective #%u: rank %d sent step %u offset %llu (%u bytes), expected step %u offset %zu (%zu bytes)",
+			comm->rank, req->seq, rank, m->step,
+			(unsigned long long)m->offset, m->len, step, *off,
+			*len);
 	return 0;
 }
 
@@ -94,8 +95,8 @@ void fr_xfer_recv_done(struct fr_comm *comm, struct fr_xfer *x, int rank)
 
 int fr_xfer_take(struct fr_comm *comm, const struct fr_request *req,
 		 struct fr_xfer *x, int rank, uint16_t step, uint8_t *dst,
-		 const uint8_t *a, fr_reduce_fn kern, size_t es,
-		 uint32_t limit, bool *did_work)
+		 const uint8_t *a, fr_reduce_fn kern, size_t es, uint32_t limit,
+		 bool *did_work)
 {
 	while (x->done < FR_MIN(limit, x->nfrags)) {
 		const uint8_t *p;

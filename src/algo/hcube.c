@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * hcube.c - what recursive doubling and Rabenseifner share: the hypercube
+ * of virtual ranks, and the fold / unfold that make any n a power of two.
+ *
+ * Schedule of the fold (n ranks, pof2 = largest power of two <= n,
+ * rem = n - pof2): of each pair (2i, 2i+1), i < rem, the even rank sends its
+ * whole input to the odd one, which reduces it into its own and becomes
+ * virtual rank i; ranks >= 2 rem are virtual rank r - rem.  The even rank
+ * waits out the body and receives the whole result in the unfold.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo.h"
+#include "peer.h"
+
+#define STEP_FOLD 0
+#define STEP_UNFOLD 0xffff
+
+void fr_hcube_init(struct fr_hcube *h, int rank, int n)
+{
+	h->pof2 = 1;
+	h->steps = 0;
+	while (h->pof2 * 2 <= n) {
+		h->pof2 *= 2;
+		h->steps++;
+	}
+	h->rem = n - h->pof2;
+	if (rank < 2 * h->rem)
+		h->vrank = rank % 2 ? rank / 2 : -1;
+	else
+		h->vrank = rank - h->rem;
+}
+
+int fr_hc_start(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc)
+{
+	const struct fr_hcube *h = &hc->h;
+
+	hc->es = fr_dtype_size(req->dtype);
+	hc->bytes = req->count * hc->es;
+	hc->buf = req->recvbuf;
+	hc->cur = req->sendbuf == FR_IN_PLACE ? req->recvbuf : req->sendbuf;
+	hc->kern = fr_reduce_kernel(req->dtype, req->op);
+	hc->partner = -1;
+	fr_hcube_init(&hc->h, comm->rank, comm->nranks);
+	if (comm->nranks == 1) {
+		if (hc->bytes && hc->cur != hc->buf)
+			memcpy(hc->buf, hc->cur, hc->bytes);
+		hc->stage = FR_HC_DONE;
+		return 0;
+	}
+	hc->stage = FR_HC_FOLD;
+	/* Start every connection this schedule needs at once. */
+	if (comm->rank < 2 * h->rem)
+		fr_peer_need(comm, comm->rank ^ 1);
+	for (int k = 0; h->vrank >= 0 && k < h->steps; k++)
+		fr_peer_need(comm, fr_hcube_real(h, h->vrank ^ (1 << k)));
+	return comm->failed;
+}
+
+void fr_hc_xfers(struct fr_comm *comm, struct fr_hc *hc, int partner,
+		 size_t txlen, size_t rxlen)
+{
+	hc->partner = partner;
+	fr_xfer_init(&hc->tx, comm, txlen);
+	fr_xfer_init(&hc->rx, comm, rxlen);
+	hc->inited = true;
+}
+
+int fr_hc_fold(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc,
+	       bool *did_work)
+{
+	int r = comm->rank, rc;
+
+	if (r >= 2 * hc->h.rem) {
+		hc->stage = FR_HC_BODY;
+		hc->inited = false;
+		return 0;
+	}
+	if (!hc->inited)
+		fr_hc_xfers(comm, hc, r ^ 1, r % 2 ? 0 : hc->bytes,
+			    r % 2 ? hc->bytes : 0);
+	rc = fr_peer_need(comm, hc->partner);
+	if (rc)
+		return rc == FR_EAGAIN ? 0 : rc;
+	if (r % 2 == 0) {
+		rc = fr_xfer_send(comm, req, &hc->tx, hc->partner, STEP_FOLD,
+				  hc->cur, hc->bytes, did_work);
+		if (rc || !fr_xfer_complete(&hc->tx))
+			return rc;
+		/* nothing to do until the result comes back */
+		hc->stage = FR_HC_UNFOLD;
+		fr_hc_xfers(comm, hc, r + 1, 0, hc->bytes);
+		return 0;
+	}
+	rc = fr_xfer_take(comm, req, &hc->rx, hc->partner, STEP_FOLD, hc->buf,
+			  hc->cur, hc->kern, hc->es, UINT32_MAX, did_work);
+	if (rc || !fr_xfer_complete(&hc->rx))
+		return rc;
+	hc->cur = hc->buf;
+	hc->stage = FR_HC_BODY;
+	hc->inited = false;
+	return 0;
+}
+
+void fr_hc_body_done(struct fr_comm *comm, struct fr_request *req,
+		     struct fr_hc *hc)
+{
+	int r = comm->rank;
+
+	if (hc->cur != hc->buf && hc->bytes)
+		memcpy(hc->buf, hc->cur, hc->bytes);
+	hc->cur = hc->buf;
+	(void)req;
+	if (r >= 2 * hc->h.rem) {
+		hc->stage = FR_HC_DONE;
+		return;
+	}
+	hc->stage = FR_HC_UNFOLD;
+	fr_hc_xfers(comm, hc, r - 1, hc->bytes, 0);
+}
+
+int fr_hc_unfold(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc,
+		 bool *did_work)
+{
+	int rc;
+
+	if (comm->rank % 2) {
+		rc = fr_xfer_send(comm, req, &hc->tx, hc->partner, STEP_UNFOLD,
+				  hc->buf, hc->bytes, did_work);
+		if (rc || !fr_xfer_complete(&hc->tx))
+			return rc;
+	} else {
+		rc = fr_xfer_take(comm, req, &hc->rx, hc->partner, STEP_UNFOLD,
+				  hc->buf, NULL, NULL, hc->es, UINT32_MAX,
+				  did_work);
+		if (rc || !fr_xfer_complete(&hc->rx))
+			return rc;
+	}
+	hc->stage = FR_HC_DONE;
+	return 0;
+}
+
+int fr_hc_run(struct fr_comm *comm, struct fr_request *req, fr_hc_body_fn body,
+	      bool *did_work)
+{
+	struct fr_hc *hc = req->algo_state;
+	int stage, rc = 0;
+
+	do {
+		stage = hc->stage;
+		switch (stage) {
+		case FR_HC_FOLD:
+			rc = fr_hc_fold(comm, req, hc, did_work);
+			break;
+		case FR_HC_BODY:
+			rc = body(comm, req, did_work);
+			break;
+		case FR_HC_UNFOLD:
+			rc = fr_hc_unfold(comm, req, hc, did_work);
+			break;
+		}
+	} while (!rc && hc->stage != stage && hc->stage != FR_HC_DONE);
+	return rc;
+}
+
+bool fr_hc_done(const struct fr_comm *comm, const struct fr_request *req)
+{
+	const struct fr_hc *hc = req->algo_state;
+
+	(void)comm;
+	return hc && hc->stage == FR_HC_DONE;
+}
+
+int fr_hc_waiting_on(const struct fr_comm *comm, const struct fr_request *req)
+{
+	const struct fr_hc *hc = req->algo_state;
+
+	return hc && hc->partner >= 0 ? hc->partner
+				      : (comm->rank + 1) % comm->nranks;
+}
+
+void fr_algo_free_state(struct fr_request *req)
+{
+	free(req->algo_state);
+	req->algo_state = NULL;
+}

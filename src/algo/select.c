@@ -122,11 +122,14 @@ int fr_tune_load(struct fr_comm *comm, const char *transport, char *err,
 		size_t tl = strlen(transport);
 		double v;
 		fr_dtype_t dt;
+		int end = -1;
 
 		lineno++;
 		if (hash)
 			*hash = '\0';
-		if (sscanf(line, " %127[^= \t] = %63s", key, val) != 2) {
+		if (sscanf(line, " %127[^= \t] = %63s %n", key, val, &end) !=
+			    2 ||
+		    end < 0 || line[end]) {
 			if (strspn(line, " \t\r\n") != strlen(line))
 				goto bad;
 			continue;

@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_select.c - the algorithm choice (src/algo/select.c): the cost model's
+ * shape, FR_ALGO forcing, agreement inputs, and the tune file parser.
+ */
+/* clang-format off: cmocka.h needs these first, in this order */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+/* clang-format on */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "algo.h"
+#include "internal.h"
+
+static struct fr_comm comm;
+
+static int setup(void **state)
+{
+	char err[256];
+
+	(void)state;
+	memset(&comm, 0, sizeof(comm));
+	comm.nranks = 8;
+	comm.mbx_slot_size = 64 + 32768;
+	unsetenv("FR_TUNE_FILE");
+	assert_int_equal(fr_tune_load(&comm, "tcp", err, sizeof(err)), 0);
+	return 0;
+}
+
+static const struct fr_algo *choose(enum fr_coll coll, size_t count,
+				    fr_dtype_t dt, int forced)
+{
+	struct fr_request req = {.comm = &comm,
+				 .coll = coll,
+				 .count = count,
+				 .dtype = dt,
+				 .forced = forced};
+
+	return fr_algo_select(&comm, &req);
+}
+
+static void test_names(void **state)
+{
+	fr_algo_t a;
+
+	(void)state;
+	for (int i = 0; i < FR_ALGO_COUNT; i++) {
+		assert_int_equal(fr_algo_from_name(fr_algo_name(i), &a), 0);
+		assert_int_equal(a, i);
+	}
+	assert_string_equal(fr_algo_name(-1), "?");
+	assert_string_equal(fr_algo_name(FR_ALGO_COUNT), "?");
+	assert_int_equal(fr_algo_from_name("recursive_doubling", &a), 0);
+	assert_int_equal(a, FR_ALGO_RD);
+	assert_int_equal(fr_algo_from_name("Ring", &a), FR_EINVAL);
+	assert_int_equal(fr_algo_from_name(NULL, &a), FR_EINVAL);
+	assert_int_equal(fr_algo_from_name("ring", NULL), FR_EINVAL);
+}
+
+/* Latency-bound sizes get recursive doubling, bandwidth-bound the ring,
+ * and the predicted time grows with the size for every algorithm. */
+static void test_allreduce_shape(void **state)
+{
+	(void)state;
+	for (int n = 2; n <= 64; n++) {
+		comm.nranks = n;
+		assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0),
+				 &fr_algo_rd);
+		assert_ptr_equal(
+			choose(FR_COLL_ALLREDUCE, 64u << 20, FR_F32, 0),
+			&fr_algo_ring);
+		for (int id = FR_ALGO_RING; id <= FR_ALGO_RABENSEIFNER; id++) {
+			double prev = -1;
+
+			for (size_t b = 8; b <= (1u << 28); b *= 4) {
+				double t = fr_algo_predict_us(&comm, id,
+							      FR_COLL_ALLREDUCE,
+							      b, FR_F32);
+
+				assert_true(t > prev);
+				prev = t;
+			}
+		}
+	}
+	/* one rank: nothing to predict */
+	comm.nranks = 1;
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_RING, FR_COLL_ALLREDUCE,
+				       1000, FR_F32) == 0);
+}
+
+static void test_forced_and_others(void **state)
+{
+	(void)state;
+	comm.nranks = 6;
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, FR_ALGO_RING),
+			 &fr_algo_ring);
+	assert_ptr_equal(
+		choose(FR_COLL_ALLREDUCE, 1u << 26, FR_F32, FR_ALGO_RD),
+		&fr_algo_rd);
+	assert_ptr_equal(
+		choose(FR_COLL_ALLREDUCE, 1000, FR_F32, FR_ALGO_RABENSEIFNER),
+		&fr_algo_rabenseifner);
+	/* a forced algorithm the collective does not have: auto's choice */
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, FR_ALGO_TREE),
+			 &fr_algo_rd);
+	assert_ptr_equal(choose(FR_COLL_REDUCE_SCATTER, 2, FR_F32, FR_ALGO_RD),
+			 &fr_algo_ring);
+	assert_ptr_equal(choose(FR_COLL_ALLGATHER, 1u << 20, FR_U8, 0),
+			 &fr_algo_ring);
+	assert_ptr_equal(choose(FR_COLL_BROADCAST, 2, FR_F32, FR_ALGO_RING),
+			 &fr_algo_bcast_chain);
+	assert_ptr_equal(choose(FR_COLL_BROADCAST, 2, FR_F32, FR_ALGO_RD),
+			 &fr_algo_bcast_tree);
+	assert_ptr_equal(choose(FR_COLL_BROADCAST, 2, FR_F32, 0),
+			 &fr_algo_bcast_tree);
+	assert_ptr_equal(choose(FR_COLL_BROADCAST, 1u << 28, FR_U8, 0),
+			 &fr_algo_bcast_chain);
+	assert_ptr_equal(choose(FR_COLL_BARRIER, 0, FR_U8, FR_ALGO_RING),
+			 &fr_algo_dissemination);
+}
+
+static char path[64];
+
+static void write_tune(const char *text)
+{
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/tmp/fr-test-tune-%d", (int)getpid());
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	setenv("FR_TUNE_FILE", path, 1);
+}
+
+static void test_tune_file(void **state)
+{
+	char err[256];
+	uint32_t h0 = fr_tune_hash(&comm.tune);
+
+	(void)state;
+	write_tune("# comment\n\n"
+		   "tcp.alpha_us = 12.5\n"
+		   "tcp.beta_ns = 8   # 1 Gbit/s\n"
+		   "verbs.alpha_us = 99\n" /* another transport: skipped */
+		   "tcp.copy_ns = 0.5\n"
+		   "gamma_ns.bf16 = 0.75\n"
+		   "tcp.future_key = 3\n"); /* unknown: warned about */
+	assert_int_equal(fr_tune_load(&comm, "tcp", err, sizeof(err)), 0);
+	assert_true(comm.tune.alpha_us == 12.5);
+	assert_true(comm.tune.beta_ns == 8);
+	assert_true(comm.tune.copy_ns == 0.5);
+	assert_true(comm.tune.gamma_ns[FR_BF16] == 0.75);
+	assert_string_equal(comm.tune.source, path);
+	assert_int_not_equal(fr_tune_hash(&comm.tune), h0);
+	/* at 1 Gbit/s a 64 KiB vector over 8 ranks is no longer rd's */
+	comm.nranks = 8;
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 16384, FR_F32, 0),
+			 &fr_algo_rabenseifner);
+
+	static const char *const bad[] = {
+		"tcp.alpha_us = -1\n",	  "tcp.alpha_us = x\n",
+		"tcp.alpha_us = 1e999\n", "gamma_ns.f33 = 1\n",
+		"just words\n",		  "tcp.beta_ns = 1 2\n",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		write_tune(bad[i]);
+		err[0] = '\0';
+		assert_int_equal(fr_tune_load(&comm, "tcp", err, sizeof(err)),
+				 FR_EINVAL);
+		assert_non_null(strstr(err, path));
+	}
+	setenv("FR_TUNE_FILE", "/nonexistent/fr.tune", 1);
+	assert_int_equal(fr_tune_load(&comm, "tcp", err, sizeof(err)),
+			 FR_EINVAL);
+	unlink(path);
+	unsetenv("FR_TUNE_FILE");
+	/* the defaults again, and the same hash as before */
+	assert_int_equal(fr_tune_load(&comm, "tcp", err, sizeof(err)), 0);
+	assert_int_equal(fr_tune_hash(&comm.tune), h0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_names, setup),
+		cmocka_unit_test_setup(test_allreduce_shape, setup),
+		cmocka_unit_test_setup(test_forced_and_others, setup),
+		cmocka_unit_test_setup(test_tune_file, setup),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

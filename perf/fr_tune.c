@@ -124,7 +124,7 @@ static int lg(int n)
 
 static void usage(void)
 {
-	fprintf(stderr,
+	fprintf(stdout,
 		"usage: fr_tune [-o FILE] [-n ITERS] [-e MAXBYTES] [-q]\n"
 		"  -o FILE     write the tune file (rank 0), default: stdout only\n"
 		"  -n ITERS    timed iterations per point (default 50)\n"
@@ -138,6 +138,7 @@ int main(int argc, char **argv)
 	const char *out = NULL;
 	bool check = true;
 	struct fr_tune tn;
+	FILE *fo = NULL;
 	int opt, L, pof2, f, rc;
 	double a, b, c, g32, T, p;
 	size_t big, mid;
@@ -164,6 +165,9 @@ int main(int argc, char **argv)
 		case 'q':
 			check = false;
 			break;
+		case 'h':
+			usage();
+			return 0;
 		default:
 			goto bad;
 		}
@@ -176,6 +180,7 @@ int main(int argc, char **argv)
 			fr_comm_last_error(NULL));
 		return 1;
 	}
+	rc = 0;
 	t.rank = fr_comm_rank(t.comm);
 	t.n = fr_comm_size(t.comm);
 	if (t.n < 2) {
@@ -183,6 +188,20 @@ int main(int argc, char **argv)
 			"fr_tune: needs at least 2 ranks to measure a network\n");
 		fr_comm_destroy(t.comm);
 		return 1;
+	}
+	/* Rank 0 opens the file before measuring; all ranks learn whether it
+	 * could, so that none measures for nothing. */
+	{
+		int32_t ok = 1;
+
+		if (t.rank == 0 && out && !(fo = fopen(out, "w"))) {
+			perror(out);
+			ok = 0;
+		}
+		if (fr_broadcast(t.comm, &ok, 1, FR_I32, 0) || !ok) {
+			fr_comm_destroy(t.comm);
+			return 1;
+		}
 	}
 	big = t.maxbytes > (8u << 20) ? t.maxbytes : (8u << 20);
 	t.buf = calloc(1, big);
@@ -217,12 +236,6 @@ int main(int argc, char **argv)
 
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&now));
 	if (t.rank == 0) {
-		FILE *fo = out ? fopen(out, "w") : NULL;
-
-		if (out && !fo) {
-			perror(out);
-			return 1;
-		}
 		for (int k = 0; k < 2; k++) {
 			FILE *o = k ? fo : stdout;
 
@@ -244,8 +257,10 @@ int main(int argc, char **argv)
 					fr_dtype_name((fr_dtype_t)d),
 					tn.gamma_ns[d]);
 		}
-		if (fo)
-			fclose(fo);
+		if (fo && (ferror(fo) | fclose(fo))) {
+			fprintf(stderr, "fr_tune: writing %s failed\n", out);
+			rc = 1;
+		}
 	}
 	if (check) {
 		static const int algos[] = {FR_ALGO_RD, FR_ALGO_RABENSEIFNER,
@@ -289,7 +304,7 @@ int main(int argc, char **argv)
 	}
 	free(t.buf);
 	fr_comm_destroy(t.comm);
-	return 0;
+	return rc;
 bad:
 	usage();
 	return 2;

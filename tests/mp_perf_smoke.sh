@@ -63,6 +63,22 @@ transport_perf() {
 reduce_perf() {
 	"$B/fr_reduce_perf" -d f32 -o sum -b 4K -e 64K -n 3 -w 1 | grep -qi 'memcpy'
 }
+# fr_tune measures and writes a tune file that communicators then accept
+tune() {
+	f=$(mktemp)
+	out=$(frrun -n 3 --transport "$TRANSPORT" --timeout 300 "$B/fr_tune" -n 5 -e 64K -o "$f" 2>&1) ||
+		{ echo "$out"; rm -f "$f"; return 1; }
+	echo "$out" | grep -q 'auto picked the fastest' &&
+		grep -q "^$TRANSPORT.alpha_us = " "$f" && grep -q '^gamma_ns.bf16 = ' "$f" &&
+		FR_TUNE_FILE=$f FR_LOG=info frrun -n 3 --transport "$TRANSPORT" --timeout 300 \
+			"$B/fr_allreduce_perf" -b 8 -e 64K -f 64 -n 2 -w 1 >"$f.out" 2>&1 &&
+		grep -q "(model, $f" "$f.out"
+	rc=$?
+	[ $rc -eq 0 ] || cat "$f" "$f.out"
+	rm -f "$f" "$f.out"
+	return $rc
+}
+run "fr_tune writes a tune file that FR_TUNE_FILE reads" tune
 run "fr_allreduce_perf every dtype, 3 ranks" allreduce_table
 run "fr_allreduce_perf --csv / --json" allreduce_csv_json
 run "fr_allreduce_perf -C reduce_scatter/allgather/broadcast" allreduce_collectives

@@ -259,14 +259,45 @@ static const struct fr_algo *impl(enum fr_coll coll, int id)
 	return NULL;
 }
 
+/* FR_LOG=info: the choice and the predictions, once per (collective, size)
+ * since a training loop repeats them. */
+static void log_choice(struct fr_comm *comm, const struct fr_request *req,
+		       size_t bytes, const struct fr_algo *best,
+		       const double *us)
+{
+	char why[256] = "";
+	int n = 0;
+
+	for (unsigned i = 0; i < FR_ALGO_LOGGED; i++)
+		if (comm->algo_logged[i].coll == (int)req->coll &&
+		    comm->algo_logged[i].bytes == bytes)
+			return;
+	unsigned slot = comm->algo_logged_next++ % FR_ALGO_LOGGED;
+
+	comm->algo_logged[slot].coll = (int)req->coll;
+	comm->algo_logged[slot].bytes = bytes;
+	for (int id = 1; id < FR_ALGO_COUNT; id++) {
+		const struct fr_algo *a = impl(req->coll, id);
+
+		if (!a || us[id] < 0 || a->id != id || (size_t)n >= sizeof(why))
+			continue;
+		n += snprintf(why + n, sizeof(why) - (size_t)n, "%s%s %.1f us",
+			      n ? ", " : "", a->name, us[id]);
+	}
+	fr_info("rank %d: %s of %zu bytes over %d ranks: %s (model, %s: %s%s)",
+		comm->rank, fr_coll_name(req->coll), bytes, comm->nranks,
+		best ? best->name : "?", comm->tune.source, why,
+		req->forced != FR_ALGO_AUTO
+			? "; the forced algorithm does not implement it"
+			: "");
+}
+
 const struct fr_algo *fr_algo_select(struct fr_comm *comm,
 				     const struct fr_request *req)
 {
 	size_t bytes = fr_coll_count_total(req) * fr_dtype_size(req->dtype);
 	const struct fr_algo *best = NULL;
 	double best_us = 0, us[FR_ALGO_COUNT] = {0};
-	char why[256] = "";
-	int n = 0;
 
 	if (req->forced != FR_ALGO_AUTO) {
 		best = impl(req->coll, req->forced);
@@ -280,38 +311,12 @@ const struct fr_algo *fr_algo_select(struct fr_comm *comm,
 		us[id] = a ? fr_algo_predict_us(comm, id, req->coll, bytes,
 						req->dtype)
 			   : -1;
-		if (!a || us[id] < 0 || (best && a == best))
-			continue;
-		if (!best || us[id] < best_us) {
+		if (a && us[id] >= 0 && (!best || us[id] < best_us)) {
 			best = a;
 			best_us = us[id];
 		}
-		if (n >= 0 && (size_t)n < sizeof(why))
-			n += snprintf(why + n, sizeof(why) - (size_t)n,
-				      "%s%s %.1f us", n ? ", " : "", a->name,
-				      us[id]);
 	}
-	if (fr_log_enabled(FR_LOG_INFO)) {
-		/* once per (collective, size): a training loop repeats them */
-		bool logged = false;
-
-		for (unsigned i = 0; i < FR_ALGO_LOGGED; i++)
-			if (comm->algo_logged[i].coll == (int)req->coll &&
-			    comm->algo_logged[i].bytes == bytes)
-				logged = true;
-		if (!logged) {
-			unsigned i = comm->algo_logged_next++ % FR_ALGO_LOGGED;
-
-			comm->algo_logged[i].coll = (int)req->coll;
-			comm->algo_logged[i].bytes = bytes;
-			fr_info("rank %d: %s of %zu bytes over %d ranks: %s (model, %s: %s%s)",
-				comm->rank, fr_coll_name(req->coll), bytes,
-				comm->nranks, best ? best->name : "?",
-				comm->tune.source, why,
-				req->forced != FR_ALGO_AUTO
-					? "; the forced algorithm does not implement it"
-					: "");
-		}
-	}
+	if (fr_log_enabled(FR_LOG_INFO))
+		log_choice(comm, req, bytes, best, us);
 	return best;
 }

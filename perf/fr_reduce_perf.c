@@ -12,6 +12,9 @@
  *
  * The goals the project sets are checked in the summary: f32 sum at least
  * 0.8 of memcpy, f16/bf16 sum at least 0.5, both in cache and out of it.
+ *
+ * The kernels are those of the level (reduce.h) the library would pick on
+ * this CPU, or of the one given with -k, and the output says which.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -45,6 +48,7 @@ static const char *const op_names[FR_OP_COUNT] = {
 struct opts {
 	int dtype;		/* -1: all */
 	int op;			/* -1: all */
+	int level;		/* -1: the best the CPU has */
 	size_t minbytes, maxbytes, factor;
 	int iters, warmup, csv;
 };
@@ -60,7 +64,8 @@ static void usage(FILE *f, const char *prog)
 {
 	fprintf(f,
 		"usage: %s [-d dtype] [-o op] [-b minbytes] [-e maxbytes]\n"
-		"          [-f factor] [-n iters] [-w warmup] [--csv] [-h]\n"
+		"          [-f factor] [-n iters] [-w warmup] [-k level]\n"
+		"          [--csv] [-h]\n"
 		"  -d dtype    f32 f64 f16 bf16 i8 u8 i32 u32 i64 u64, or all\n"
 		"              (default all)\n"
 		"  -o op       sum prod min max avg, or all (default all);\n"
@@ -70,6 +75,8 @@ static void usage(FILE *f, const char *prog)
 		"  -f factor   size multiplier per step, >= 2 (default 4)\n"
 		"  -n iters    timed samples per point (median; default 10)\n"
 		"  -w warmup   untimed samples per point (default 2)\n"
+		"  -k level    kernels: portable avx2 avx512 avx512-bf16, or\n"
+		"              auto (default: the best this CPU has)\n"
 		"  --csv       comma-separated output\n"
 		"  -h          this help\n",
 		prog);
@@ -141,10 +148,26 @@ static int lookup(const char *s, const char *const *names, int n, int *out)
 	return -1;
 }
 
+/* A kernel level by name (reduce.h), or "auto" for -1. */
+static int parse_level(const char *s, int *out)
+{
+	if (strcmp(s, "auto") == 0) {
+		*out = -1;
+		return 0;
+	}
+	for (int l = 0; l < FR_REDUCE_LEVEL_COUNT; l++)
+		if (strcmp(s, fr_reduce_level_name(l)) == 0) {
+			*out = l;
+			return 0;
+		}
+	return -1;
+}
+
 static int parse_args(int argc, char **argv, struct opts *o)
 {
 	o->dtype = -1;
 	o->op = -1;
+	o->level = -1;
 	o->minbytes = 4 * KIB;
 	o->maxbytes = 64 * MIB;
 	o->factor = 4;
@@ -190,6 +213,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'w':
 			bad = parse_int(v, 0, &o->warmup);
 			break;
+		case 'k':
+			bad = parse_level(v, &o->level);
+			break;
 		default:
 			fprintf(stderr, "%s: unknown option '%s'\n", argv[0],
 				a);
@@ -204,6 +230,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	}
 	if (o->minbytes > o->maxbytes) {
 		fprintf(stderr, "%s: -b is larger than -e\n", argv[0]);
+		return -1;
+	}
+	if (o->level > fr_reduce_level_max()) {
+		fprintf(stderr,
+			"%s: this CPU (or build) has no %s kernels; "
+			"the best it has is %s\n",
+			argv[0], fr_reduce_level_name(o->level),
+			fr_reduce_level_name(fr_reduce_level_max()));
 		return -1;
 	}
 	if (o->dtype >= 0 && o->op >= 0 &&
@@ -347,6 +381,14 @@ static void report(const struct opts *o, const struct result *r,
 		       r->memcpy_gbps, ratio);
 }
 
+/* Which kernels are measured, as a comment line. */
+static void print_level(void)
+{
+	printf("# kernels: %s (the best this CPU has: %s)\n",
+	       fr_reduce_level_name(fr_reduce_level()),
+	       fr_reduce_level_name(fr_reduce_level_max()));
+}
+
 static void summary(const struct opts *o, const struct result *res,
 		    size_t nres)
 {
@@ -413,6 +455,8 @@ int main(int argc, char **argv)
 		usage(stderr, argv[0]);
 		return 2;
 	}
+	/* Before the kernels are looked up: each keeps the level it had. */
+	fr_reduce_set_level(o.level);
 	for (size_t s = o.minbytes; s <= o.maxbytes; s *= o.factor) {
 		nsizes++;
 		if (s > SIZE_MAX / o.factor)
@@ -430,6 +474,7 @@ int main(int argc, char **argv)
 	}
 
 	if (o.csv) {
+		print_level();
 		printf("# kernel bytes = 3*size (read a, read b, write dst); "
 		       "memcpy bytes = 2*size (read, write); "
 		       "ratio = kernel GB/s / memcpy GB/s; median of %d\n",
@@ -439,6 +484,7 @@ int main(int argc, char **argv)
 	} else {
 		printf("# fr_reduce_perf: dst[i] = a[i] OP b[i], three "
 		       "separate buffers of 'size' bytes each\n");
+		print_level();
 		printf("# GB/s = bytes moved per second: kernel 3*size "
 		       "(read a, read b, write dst), memcpy 2*size "
 		       "(read, write)\n");

@@ -34,6 +34,32 @@ int fr_reduce_check(fr_dtype_t dtype, fr_op_t op);
  * rounded to nearest-even); no-op for other types. */
 void fr_reduce_scale_avg(fr_dtype_t dtype, void *buf, size_t n, int nranks);
 
+/*
+ * Kernel sets.  Every set gives the same bits for every input; they differ
+ * only in the instructions used.  The best set the CPU supports is chosen
+ * once, on first use.
+ */
+enum fr_reduce_level {
+	FR_REDUCE_PORTABLE,	/* plain C for the compiler's baseline */
+	FR_REDUCE_AVX2,		/* AVX2 + F16C */
+	FR_REDUCE_AVX512,	/* AVX-512 F, BW, DQ and VL */
+	FR_REDUCE_AVX512_BF16,	/* the same and AVX512_BF16 */
+	FR_REDUCE_LEVEL_COUNT
+};
+
+/* The set fr_reduce_kernel() and fr_reduce_scale_avg() use now. */
+int fr_reduce_level(void);
+/* The best set this CPU and this build support. */
+int fr_reduce_level_max(void);
+/*
+ * For tests and benchmarks: use `level` from now on, or the best supported
+ * set below it; a negative level goes back to the best.  Returns the set
+ * now in use.  Kernels fr_reduce_kernel() has already returned keep theirs.
+ */
+int fr_reduce_set_level(int level);
+/* "portable", "avx2", "avx512", "avx512-bf16"; NULL if out of range. */
+const char *fr_reduce_level_name(int level);
+
 /* Conversions (round to nearest-even; NaN stays NaN, keeping its sign). */
 float fr_f16_to_f32(uint16_t h);
 uint16_t fr_f32_to_f16(float f);

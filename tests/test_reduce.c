@@ -6,6 +6,13 @@
  * and fr_reduce_scale_avg().  Where a result is easy to state it is also
  * checked against a hand-written constant, so that the reference itself
  * is tested.
+ *
+ * The kernel tests run once for every kernel level (reduce.h) this CPU and
+ * build have - portable, AVX2, AVX-512, AVX-512 BF16 - forced with
+ * fr_reduce_set_level(); more tests then compare the levels with each
+ * other: f16/bf16 over all 65536 patterns against many partners, under
+ * every MXCSR denormal mode, and (FR_TEST_EXHAUSTIVE=1) over all 2^32
+ * pairs.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +24,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__SSE__)
+#include <xmmintrin.h>
+#define HAVE_MXCSR 1
+#endif
 
 #include "fastreduce.h"
 #include "reduce.h"
@@ -900,26 +914,509 @@ static void test_first_diff(void **state)
 	assert_false(ref_equal_bits(a, b, sizeof(a)));
 }
 
+/* ---- tails against guard pages ---------------------------------------- */
+
+/*
+ * A mapping whose usable part ends where an inaccessible page begins, so
+ * that a kernel reading or writing one byte past a buffer that ends there
+ * faults (vector tails must stay inside the buffer even where a sanitizer
+ * does not see the access, as with masked loads).
+ */
+struct guarded {
+	unsigned char *map;
+	size_t maplen;
+	unsigned char *end;	/* first inaccessible byte */
+};
+
+static void guarded_init(struct guarded *g, size_t bytes)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t len = (bytes + page - 1) / page * page;
+	void *p = mmap(NULL, len + page, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	assert_true(p != MAP_FAILED);
+	g->map = p;
+	g->maplen = len + page;
+	g->end = g->map + len;
+	assert_int_equal(mprotect(g->end, page, PROT_NONE), 0);
+}
+
+static void guarded_free(struct guarded *g)
+{
+	munmap(g->map, g->maplen);
+}
+
+static const size_t tail_lengths[] = {
+	0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33,
+	34, 39, 40, 41, 47, 48, 49, 55, 63, 64, 65, 66, 79, 95, 96, 97, 127,
+	128, 129, 130, 255, 256, 257, 511, 513, 1025,
+};
+#define TAIL_MAX 1025
+
+/* Elements between each buffer's end and its guard page: a, b, dst. */
+static const unsigned tail_gaps[][3] = {
+	{ 0, 0, 0 }, { 1, 0, 3 }, { 0, 2, 1 }, { 3, 1, 0 }, { 0, 0, 7 },
+};
+#define NGAPS (sizeof(tail_gaps) / sizeof(tail_gaps[0]))
+
+enum { ALIAS_NONE, ALIAS_A, ALIAS_B };
+
+/*
+ * One call on n elements, a, b and dst ending gap[0], gap[1] and gap[2]
+ * elements before their guard pages (g[0..2]), or dst being a or b.  The
+ * bytes between dst and its guard page must stay untouched.
+ */
+static void check_guarded(fr_dtype_t dt, fr_op_t op, struct guarded *g,
+			  const unsigned char *a0, const unsigned char *b0,
+			  const unsigned char *want, size_t n,
+			  const unsigned *gap, int alias)
+{
+	static const char *const alias_what[] = { "", ", dst == a",
+						  ", dst == b" };
+	size_t es = ref_dtype_size(dt), bytes = n * es;
+	unsigned char *a = g[0].end - (gap[0] * es + bytes);
+	unsigned char *b = g[1].end - (gap[1] * es + bytes);
+	unsigned char *d = g[2].end - (gap[2] * es + bytes);
+	char what[96];
+
+	snprintf(what, sizeof(what), "n=%zu, gaps %u/%u/%u%s", n, gap[0],
+		 gap[1], gap[2], alias_what[alias]);
+	memcpy(a, a0, bytes);
+	memcpy(b, b0, bytes);
+	memset(d + bytes, 0xa5, gap[2] * es);
+	if (alias == ALIAS_A)
+		d = a;
+	else if (alias == ALIAS_B)
+		d = b;
+	fr_reduce_kernel(dt, op)(d, a, b, n);
+	expect_same(dt, op, d, want, n, what);
+	if (d != a && !ref_equal_bits(a, a0, bytes))
+		fail_msg("%s %s (%s): a modified", dt_names[dt], op_names[op],
+			 what);
+	if (d != b && !ref_equal_bits(b, b0, bytes))
+		fail_msg("%s %s (%s): b modified", dt_names[dt], op_names[op],
+			 what);
+	for (size_t i = 0; alias == ALIAS_NONE && i < gap[2] * es; i++)
+		if (d[bytes + i] != 0xa5)
+			fail_msg("%s %s (%s): wrote past dst", dt_names[dt],
+				 op_names[op], what);
+}
+
+/*
+ * Every dtype x op on every tail length, each buffer ending at or a few
+ * elements before a guard page (which also varies how the three are
+ * aligned to a vector), dst separate or equal to a or b.
+ */
+static void test_tails_guarded(void **state)
+{
+	static const unsigned no_gap[3] = { 0, 0, 0 };
+	struct guarded g[3];
+	size_t room = (TAIL_MAX + 8) * 8;
+	unsigned char *a0 = xmalloc(room), *b0 = xmalloc(room);
+	unsigned char *want = xmalloc(room);
+	uint64_t s = 0x5eed;
+
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		guarded_init(&g[i], room);
+	for (int di = 0; di < FR_DTYPE_COUNT; di++) {
+		for (int oi = 0; oi < FR_OP_COUNT; oi++) {
+			fr_dtype_t dt = (fr_dtype_t)di;
+			fr_op_t op = (fr_op_t)oi;
+
+			if (!valid_pair(dt, op))
+				continue;
+			for (size_t li = 0;
+			     li < sizeof(tail_lengths) / sizeof(*tail_lengths);
+			     li++) {
+				size_t n = tail_lengths[li];
+				size_t bytes = n * ref_dtype_size(dt);
+
+				fill_raw(a0, bytes, &s);
+				fill_raw(b0, bytes, &s);
+				ref_combine(dt, op, want, a0, b0, n);
+				for (size_t j = 0; j < NGAPS; j++)
+					check_guarded(dt, op, g, a0, b0, want,
+						      n, tail_gaps[j],
+						      ALIAS_NONE);
+				check_guarded(dt, op, g, a0, b0, want, n,
+					      no_gap, ALIAS_A);
+				check_guarded(dt, op, g, a0, b0, want, n,
+					      no_gap, ALIAS_B);
+			}
+		}
+	}
+	for (int i = 0; i < 3; i++)
+		guarded_free(&g[i]);
+	free(a0);
+	free(b0);
+	free(want);
+}
+
+/* ---- the levels against each other --------------------------------------- */
+
+/* The levels this CPU and build have: 0 .. fr_reduce_level_max(). */
+static int nlevels(void)
+{
+	return fr_reduce_level_max() + 1;
+}
+
+/* The kernel of (dt, op) at a level; the level in use is put back. */
+static fr_reduce_fn kernel_at(int level, fr_dtype_t dt, fr_op_t op)
+{
+	int was = fr_reduce_level();
+	fr_reduce_fn k;
+
+	assert_int_equal(fr_reduce_set_level(level), level);
+	k = fr_reduce_kernel(dt, op);
+	fr_reduce_set_level(was);
+	return k;
+}
+
+/*
+ * Partners for the 65536 patterns: b[i] = i * mul + add (odd mul: every
+ * pattern once).  They cover x + x, neighbours, x + -x (signed zeros) and
+ * x + -(x -/+ 1 ulp) (cancellation down to the subnormals), and a mix.
+ */
+static const uint16_t perm_rounds[][2] = {
+	{ 1, 0 },	  { 1, 1 },	    { 1, 0xffff },    { 1, 0x8000 },
+	{ 1, 0x7fff },	  { 1, 0x8001 },    { 1, 0x8002 },    { 3, 0 },
+	{ 0x101, 0x8000 }, { 0x9e37, 0x1234 }, { 0x2f1, 0x8765 },
+	{ 0xfff1, 0x55 }, { 0x4001, 0x3c00 }, { 0x8001, 0x7f80 },
+	{ 0x1235, 0xbeef }, { 0x0403, 0x0401 },
+};
+#define NPERM (sizeof(perm_rounds) / sizeof(perm_rounds[0]))
+
+/* Constant partners: the special lists. */
+static size_t half_specials(fr_dtype_t dt, const uint16_t **v)
+{
+	if (dt == FR_F16) {
+		*v = f16_special;
+		return sizeof(f16_special) / sizeof(f16_special[0]);
+	}
+	*v = bf16_special;
+	return sizeof(bf16_special) / sizeof(bf16_special[0]);
+}
+
+/*
+ * Round r of the pattern tests: a = all 65536 patterns, b = a partner
+ * for each.  (The other operand order is test_commutative's business.)
+ */
+static size_t half_rounds(fr_dtype_t dt)
+{
+	const uint16_t *v;
+
+	return NPERM + half_specials(dt, &v);
+}
+
+static void half_round(fr_dtype_t dt, size_t r, uint16_t *a, uint16_t *b)
+{
+	const uint16_t *v;
+
+	half_specials(dt, &v);
+	for (uint32_t i = 0; i < 0x10000; i++) {
+		a[i] = (uint16_t)i;
+		b[i] = r < NPERM ? (uint16_t)(i * perm_rounds[r][0] +
+					      perm_rounds[r][1])
+				 : v[r - NPERM];
+	}
+}
+
+/*
+ * f16/bf16, every op: all 65536 patterns against the partners above, every
+ * level against the reference (and so against each other), bit for bit.
+ * The calls start one element into the buffers, so the vectors are
+ * misaligned, and the length is odd, so there is a tail.
+ */
+static void test_half_patterns(void **state)
+{
+	enum { N = 0x10000 };
+	uint16_t *a = xmalloc((N + 1) * 2), *b = xmalloc((N + 1) * 2);
+	uint16_t *want = xmalloc(N * 2), *got = xmalloc((N + 1) * 2);
+	fr_dtype_t dts[2] = { FR_F16, FR_BF16 };
+
+	(void)state;
+	for (int t = 0; t < 2; t++) {
+		fr_dtype_t dt = dts[t];
+
+		for (size_t r = 0; r < half_rounds(dt); r++) {
+			half_round(dt, r, a + 1, b + 1);
+			/* FR_AVG is the FR_SUM kernel. */
+			for (int oi = 0; oi < FR_AVG; oi++) {
+				fr_op_t op = (fr_op_t)oi;
+
+				ref_combine(dt, op, want, a + 1, b + 1, N);
+				for (int l = 0; l < nlevels(); l++) {
+					char what[64];
+
+					kernel_at(l, dt, op)(got + 1, a + 1,
+							     b + 1, N);
+					snprintf(what, sizeof(what),
+						 "%s, pattern round %zu",
+						 fr_reduce_level_name(l), r);
+					expect_same(dt, op, got + 1, want, N,
+						    what);
+					/* Odd length, other alignments. */
+					kernel_at(l, dt, op)(got, a + 2, b + 2,
+							     N - 1);
+					expect_same(dt, op, got, want + 1,
+						    N - 1, what);
+				}
+			}
+		}
+	}
+	free(a);
+	free(b);
+	free(want);
+	free(got);
+}
+
+/*
+ * Raw random bits, every dtype and op, a length with a tail: every level
+ * gives the portable level's bits.
+ */
+static void test_levels_agree(void **state)
+{
+	enum { N = 100003 };
+	uint64_t s = 0xfeed;
+	unsigned char *a = xmalloc(N * 8 + 8), *b = xmalloc(N * 8 + 8);
+	unsigned char *want = xmalloc(N * 8 + 8), *got = xmalloc(N * 8 + 8);
+
+	(void)state;
+	for (int di = 0; di < FR_DTYPE_COUNT; di++) {
+		fr_dtype_t dt = (fr_dtype_t)di;
+		size_t es = ref_dtype_size(dt);
+
+		fill_raw(a, N * es + es, &s);
+		fill_raw(b, N * es + es, &s);
+		for (int oi = 0; oi < FR_OP_COUNT; oi++) {
+			fr_op_t op = (fr_op_t)oi;
+
+			if (!valid_pair(dt, op))
+				continue;
+			kernel_at(FR_REDUCE_PORTABLE, dt, op)(want, a + es, b,
+							       N);
+			for (int l = 1; l < nlevels(); l++) {
+				kernel_at(l, dt, op)(got, a + es, b, N);
+				expect_same(dt, op, got, want, N,
+					    fr_reduce_level_name(l));
+			}
+		}
+	}
+	free(a);
+	free(b);
+	free(want);
+	free(got);
+}
+
+#ifdef HAVE_MXCSR
+/*
+ * Flush-to-zero and denormals-are-zero change float results, so the
+ * reference no longer applies - but the levels must still agree with
+ * each other.  This is what checks that the AVX-512 BF16 kernels, whose
+ * conversion and denormal test do not follow MXCSR the way float
+ * arithmetic does, give the portable bits under every mode.
+ */
+static void test_levels_mxcsr(void **state)
+{
+	/* FTZ, DAZ, both. */
+	static const unsigned modes[] = { 0x8000, 0x0040, 0x8040 };
+	enum { N = 0x10000 };
+	uint16_t *a = xmalloc(N * 2), *b = xmalloc(N * 2);
+	uint16_t *want = xmalloc(N * 2), *got = xmalloc(N * 2);
+	fr_dtype_t dts[2] = { FR_F16, FR_BF16 };
+	unsigned csr = _mm_getcsr();
+
+	(void)state;
+	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+		for (int t = 0; t < 2; t++) {
+			fr_dtype_t dt = dts[t];
+
+			/* The permutations: they make the subnormals. */
+			for (size_t r = 0; r < NPERM; r++) {
+				half_round(dt, r, a, b);
+				/* min/max compare bits: no MXCSR there. */
+				for (int oi = FR_SUM; oi <= FR_PROD; oi++) {
+					fr_op_t op = (fr_op_t)oi;
+					char what[64];
+
+					_mm_setcsr(csr | modes[m]);
+					kernel_at(FR_REDUCE_PORTABLE, dt,
+						  op)(want, a, b, N);
+					for (int l = 1; l < nlevels(); l++) {
+						kernel_at(l, dt, op)(got, a, b,
+								     N);
+						_mm_setcsr(csr);
+						snprintf(what, sizeof(what),
+							 "%s, MXCSR | 0x%04x, "
+							 "round %zu",
+							 fr_reduce_level_name(l),
+							 modes[m], r);
+						expect_same(dt, op, got, want,
+							    N, what);
+						_mm_setcsr(csr | modes[m]);
+					}
+					_mm_setcsr(csr);
+				}
+			}
+		}
+	}
+	_mm_setcsr(csr);
+	free(a);
+	free(b);
+	free(want);
+	free(got);
+}
+#endif
+
+/*
+ * FR_TEST_EXHAUSTIVE=1: f16/bf16 sum, prod, min and max on all 2^32 pairs,
+ * every level against the portable one (minutes, so not by default).
+ */
+static void test_half_exhaustive(void **state)
+{
+	enum { N = 0x10000 };
+	const char *env = getenv("FR_TEST_EXHAUSTIVE");
+	uint16_t *a, *b, *want, *got;
+	fr_dtype_t dts[2] = { FR_F16, FR_BF16 };
+
+	(void)state;
+	if (!env || strcmp(env, "1") != 0 || nlevels() < 2)
+		skip();
+	a = xmalloc(N * 2);
+	b = xmalloc(N * 2);
+	want = xmalloc(N * 2);
+	got = xmalloc(N * 2);
+	for (uint32_t i = 0; i < N; i++)
+		a[i] = (uint16_t)i;
+	for (int t = 0; t < 2; t++) {
+		for (int oi = 0; oi < FR_AVG; oi++) {
+			fr_dtype_t dt = dts[t];
+			fr_op_t op = (fr_op_t)oi;
+			fr_reduce_fn k[FR_REDUCE_LEVEL_COUNT];
+
+			for (int l = 0; l < nlevels(); l++)
+				k[l] = kernel_at(l, dt, op);
+			for (uint32_t y = 0; y < N; y++) {
+				for (uint32_t i = 0; i < N; i++)
+					b[i] = (uint16_t)y;
+				k[0](want, a, b, N);
+				for (int l = 1; l < nlevels(); l++) {
+					char what[64];
+
+					k[l](got, a, b, N);
+					if (memcmp(got, want, N * 2) == 0)
+						continue;
+					snprintf(what, sizeof(what),
+						 "%s, b = 0x%04x",
+						 fr_reduce_level_name(l),
+						 (unsigned)y);
+					expect_same(dt, op, got, want, N, what);
+				}
+			}
+		}
+	}
+	free(a);
+	free(b);
+	free(want);
+	free(got);
+}
+
+/* The level interface itself. */
+static void test_level_api(void **state)
+{
+	int max = fr_reduce_level_max();
+
+	(void)state;
+	assert_true(max >= FR_REDUCE_PORTABLE && max < FR_REDUCE_LEVEL_COUNT);
+	for (int l = 0; l < FR_REDUCE_LEVEL_COUNT; l++) {
+		assert_non_null(fr_reduce_level_name(l));
+		assert_int_equal(fr_reduce_set_level(l), l <= max ? l : max);
+		assert_int_equal(fr_reduce_level(), l <= max ? l : max);
+	}
+	assert_null(fr_reduce_level_name(-1));
+	assert_null(fr_reduce_level_name(FR_REDUCE_LEVEL_COUNT));
+	assert_string_equal(fr_reduce_level_name(FR_REDUCE_PORTABLE),
+			    "portable");
+	/* Negative: back to the best. */
+	assert_int_equal(fr_reduce_set_level(-1), max);
+	assert_int_equal(fr_reduce_level(), max);
+#ifdef FR_REDUCE_NO_DISPATCH
+	assert_int_equal(max, FR_REDUCE_PORTABLE);
+#endif
+}
+
+/* The level the per-level group runs at. */
+static int group_level;
+
+static int group_setup(void **state)
+{
+	(void)state;
+	return fr_reduce_set_level(group_level) == group_level ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	fr_reduce_set_level(-1);
+	return 0;
+}
+
 int main(void)
 {
-	const struct CMUnitTest tests[] = {
+	/* Run once per level: everything that calls a kernel. */
+	const struct CMUnitTest per_level[] = {
 		cmocka_unit_test(test_table),
 		cmocka_unit_test(test_zero_length),
 		cmocka_unit_test(test_lengths_filled),
 		cmocka_unit_test(test_lengths_raw),
+		cmocka_unit_test(test_tails_guarded),
 		cmocka_unit_test(test_special_pairs),
 		cmocka_unit_test(test_known_values),
 		cmocka_unit_test(test_commutative),
+		cmocka_unit_test(test_f16_kernel_roundtrip),
+		cmocka_unit_test(test_scale_avg),
+		cmocka_unit_test(test_scale_avg_known),
+	};
+	const struct CMUnitTest once[] = {
+		cmocka_unit_test(test_level_api),
+		cmocka_unit_test(test_half_patterns),
+		cmocka_unit_test(test_levels_agree),
+#ifdef HAVE_MXCSR
+		cmocka_unit_test(test_levels_mxcsr),
+#endif
+		cmocka_unit_test(test_half_exhaustive),
 		cmocka_unit_test(test_f16_roundtrip),
 		cmocka_unit_test(test_bf16_roundtrip),
 		cmocka_unit_test(test_f32_to_half),
 		cmocka_unit_test(test_known_conversions),
-		cmocka_unit_test(test_f16_kernel_roundtrip),
-		cmocka_unit_test(test_scale_avg),
-		cmocka_unit_test(test_scale_avg_known),
 		cmocka_unit_test(test_ref_fill),
 		cmocka_unit_test(test_first_diff),
 	};
+	int failed = 0;
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	for (int l = 0; l < FR_REDUCE_LEVEL_COUNT; l++) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "kernels, level %s",
+			 fr_reduce_level_name(l));
+		if (l > fr_reduce_level_max()) {
+			printf("[ SKIPPED  ] %s: not on this CPU or build\n",
+			       name);
+			continue;
+		}
+		group_level = l;
+		/* cmocka does not print a group's name; say which it is. */
+		printf("[==========] %s\n", name);
+		fflush(stdout);
+		failed += _cmocka_run_group_tests(
+			name, per_level, sizeof(per_level) / sizeof(*per_level),
+			group_setup, group_teardown);
+	}
+	printf("[==========] conversions, levels compared\n");
+	fflush(stdout);
+	failed += cmocka_run_group_tests_name("conversions, levels compared",
+					      once, NULL, NULL);
+	return failed;
 }

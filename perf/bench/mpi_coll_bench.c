@@ -1,0 +1,291 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mpi_coll_bench - time one MPI collective over a list of message sizes,
+ * for side-by-side comparison with fr_allreduce_perf (perf/bench/compare.sh).
+ *
+ * Not part of the autotools build: compare.sh compiles it with mpicc into its
+ * work directory at run time.
+ *
+ *   mpirun -np N mpi_coll_bench [-c allreduce|reduce_scatter|allgather|broadcast]
+ *                               [-n iters] [-w warmup] [--csv] SIZE...
+ *
+ * SIZE is in bytes (K/M/G suffixes = powers of 1024).  The data are f32 and
+ * the reduction is a sum, as fr_allreduce_perf's defaults.  Sizes follow
+ * nccl-tests: SIZE is the whole vector, i.e.
+ *   allreduce       count = SIZE/4 elements in and out on every rank
+ *   reduce_scatter  MPI_Reduce_scatter_block, SIZE/4 in, SIZE/4/n out
+ *   allgather       SIZE/4/n in, SIZE/4 out
+ *   broadcast       SIZE/4 elements from rank 0
+ * Sizes are rounded down to a whole number of elements (of n elements for
+ * reduce_scatter and allgather); a size that rounds to 0 is skipped.
+ *
+ * Timing.  Per size: -w untimed calls, an MPI_Barrier, then -n calls back to
+ * back (no barrier in between), each rank taking a timestamp after every
+ * call.  Two statistics are printed:
+ *   mean    each rank's (t_end - t_start) / iters, then the maximum over the
+ *           ranks: exactly what fr_allreduce_perf reports, so compare.sh uses
+ *           this one by default;
+ *   median  the median over iterations of the per-iteration time, where one
+ *           iteration's time is the maximum over ranks of its duration.
+ * algbw = SIZE / time, busbw = algbw * factor with nccl-tests' factors:
+ * allreduce 2(n-1)/n, reduce_scatter and allgather (n-1)/n, broadcast 1.
+ * Bandwidths are in GB/s (10^9 B/s).
+ *
+ * After the timed calls one more call runs on known inputs (element i of rank
+ * r is ((r+i) mod 7) - 3, exact in f32 for any realistic n) and the result is
+ * checked; "wrong" is the number of wrong elements summed over the ranks.
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum coll { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST };
+static const char *coll_names[] = {"allreduce", "reduce_scatter", "allgather",
+				   "broadcast"};
+
+static int rank, nranks;
+
+static void die(const char *msg)
+{
+	if (rank == 0)
+		fprintf(stderr, "mpi_coll_bench: %s\n", msg);
+	MPI_Abort(MPI_COMM_WORLD, 2);
+	exit(2);
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+
+	if (end == s)
+		return -1;
+	switch (*end) {
+	case 'k': case 'K': v <<= 10; end++; break;
+	case 'm': case 'M': v <<= 20; end++; break;
+	case 'g': case 'G': v <<= 30; end++; break;
+	}
+	if (*end == 'b' || *end == 'B')
+		end++;
+	if (*end)
+		return -1;
+	*out = (size_t)v;
+	return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static float pat(int r, size_t i)
+{
+	return (float)((int)((r + i) % 7) - 3);
+}
+
+/* One call of the collective; count = elements of the whole vector. */
+static void run_coll(enum coll c, const float *sbuf, float *rbuf, size_t count)
+{
+	int n = nranks;
+
+	switch (c) {
+	case C_ALLREDUCE:
+		MPI_Allreduce(sbuf, rbuf, (int)count, MPI_FLOAT, MPI_SUM,
+			      MPI_COMM_WORLD);
+		break;
+	case C_REDUCE_SCATTER:
+		MPI_Reduce_scatter_block(sbuf, rbuf, (int)(count / n),
+					 MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+		break;
+	case C_ALLGATHER:
+		MPI_Allgather(sbuf, (int)(count / n), MPI_FLOAT, rbuf,
+			      (int)(count / n), MPI_FLOAT, MPI_COMM_WORLD);
+		break;
+	case C_BROADCAST:
+		MPI_Bcast(rbuf, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+		break;
+	}
+}
+
+/* Fill inputs, run once, count wrong elements on this rank. */
+static long long check(enum coll c, float *sbuf, float *rbuf, size_t count)
+{
+	size_t per = count / nranks, i, lo = 0, nout = count;
+	long long wrong = 0;
+
+	switch (c) {
+	case C_ALLREDUCE:
+	case C_REDUCE_SCATTER:
+		for (i = 0; i < count; i++)
+			sbuf[i] = pat(rank, i);
+		break;
+	case C_ALLGATHER:
+		for (i = 0; i < per; i++)
+			sbuf[i] = pat(rank, i);
+		break;
+	case C_BROADCAST:
+		for (i = 0; i < count; i++)
+			rbuf[i] = rank == 0 ? pat(0, i) : -99.0f;
+		break;
+	}
+	if (c != C_BROADCAST)
+		memset(rbuf, 0xff, count * sizeof(float));
+	run_coll(c, sbuf, rbuf, count);
+	if (c == C_REDUCE_SCATTER) {
+		lo = (size_t)rank * per;
+		nout = per;
+	}
+	for (i = 0; i < nout; i++) {
+		size_t gi = lo + i; /* index in the whole vector */
+		float want = 0;
+
+		switch (c) {
+		case C_ALLREDUCE:
+		case C_REDUCE_SCATTER:
+			for (int r = 0; r < nranks; r++)
+				want += pat(r, gi);
+			break;
+		case C_ALLGATHER:
+			want = pat((int)(gi / per), gi % per);
+			break;
+		case C_BROADCAST:
+			want = pat(0, gi);
+			break;
+		}
+		if (rbuf[i] != want)
+			wrong++;
+	}
+	return wrong;
+}
+
+int main(int argc, char **argv)
+{
+	enum coll c = C_ALLREDUCE;
+	long iters = 20, warmup = 5;
+	int csv = 0, nsizes = 0;
+	size_t *sizes, maxb = 0;
+	float *sbuf, *rbuf;
+	double *t, *d;
+
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+	sizes = calloc((size_t)argc, sizeof(*sizes));
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-c") && i + 1 < argc) {
+			int k;
+
+			i++;
+			for (k = 0; k < 4; k++)
+				if (!strcmp(argv[i], coll_names[k]))
+					break;
+			if (k == 4)
+				die("-c: allreduce, reduce_scatter, allgather or broadcast");
+			c = (enum coll)k;
+		} else if (!strcmp(argv[i], "-n") && i + 1 < argc) {
+			iters = atol(argv[++i]);
+		} else if (!strcmp(argv[i], "-w") && i + 1 < argc) {
+			warmup = atol(argv[++i]);
+		} else if (!strcmp(argv[i], "--csv")) {
+			csv = 1;
+		} else if (!parse_size(argv[i], &sizes[nsizes])) {
+			if (sizes[nsizes] > maxb)
+				maxb = sizes[nsizes];
+			nsizes++;
+		} else {
+			die("usage: mpi_coll_bench [-c COLL] [-n iters] [-w warmup] [--csv] SIZE...");
+		}
+	}
+	if (iters < 1 || warmup < 0 || !nsizes)
+		die("need iters >= 1, warmup >= 0 and at least one size");
+	sbuf = malloc(maxb + 64);
+	rbuf = malloc(maxb + 64);
+	t = malloc((size_t)iters * sizeof(*t));
+	d = malloc((size_t)iters * sizeof(*d));
+	if (!sbuf || !rbuf || !t || !d)
+		die("out of memory");
+	memset(sbuf, 0, maxb + 64); /* fault the pages in */
+	memset(rbuf, 0, maxb + 64);
+
+	if (rank == 0) {
+		if (csv) {
+			printf("size,count,coll,nranks,iters,time_us,time_median_us,algbw_GBps,busbw_GBps,busbw_median_GBps,wrong\n");
+		} else {
+			printf("# mpi_coll_bench: %s, nranks %d, f32 sum, iters %ld, warmup %ld\n",
+			       coll_names[c], nranks, iters, warmup);
+			printf("#%11s %13s %10s %10s %8s %8s %8s %7s\n", "size",
+			       "count", "mean", "median", "algbw", "busbw",
+			       "busbw", "#wrong");
+			printf("#%11s %13s %10s %10s %8s %8s %8s\n", "(B)",
+			       "(elements)", "(us)", "(us)", "(GB/s)",
+			       "(GB/s)", "(median)");
+		}
+		fflush(stdout);
+	}
+	for (int s = 0; s < nsizes; s++) {
+		size_t count = sizes[s] / sizeof(float), bytes;
+		double n = nranks, factor, t0, mean, med, algbw;
+		long long wrong, wsum;
+
+		if (c == C_REDUCE_SCATTER || c == C_ALLGATHER)
+			count -= count % (size_t)nranks;
+		if (!count)
+			continue;
+		if (count > 0x7fffffff)
+			die("size too large for an int count");
+		bytes = count * sizeof(float);
+		switch (c) {
+		case C_ALLREDUCE: factor = 2 * (n - 1) / n; break;
+		case C_BROADCAST: factor = 1; break;
+		default: factor = (n - 1) / n; break;
+		}
+		for (long i = 0; i < warmup; i++)
+			run_coll(c, sbuf, rbuf, count);
+		MPI_Barrier(MPI_COMM_WORLD);
+		t0 = MPI_Wtime();
+		for (long i = 0; i < iters; i++) {
+			run_coll(c, sbuf, rbuf, count);
+			t[i] = MPI_Wtime();
+		}
+		mean = (t[iters - 1] - t0) / (double)iters;
+		for (long i = iters - 1; i > 0; i--)
+			t[i] -= t[i - 1];
+		t[0] -= t0;
+		MPI_Allreduce(MPI_IN_PLACE, &mean, 1, MPI_DOUBLE, MPI_MAX,
+			      MPI_COMM_WORLD);
+		MPI_Allreduce(t, d, (int)iters, MPI_DOUBLE, MPI_MAX,
+			      MPI_COMM_WORLD);
+		qsort(d, (size_t)iters, sizeof(*d), cmp_double);
+		med = iters % 2 ? d[iters / 2]
+				: (d[iters / 2 - 1] + d[iters / 2]) / 2;
+		wrong = check(c, sbuf, rbuf, count);
+		MPI_Reduce(&wrong, &wsum, 1, MPI_LONG_LONG, MPI_SUM, 0,
+			   MPI_COMM_WORLD);
+		if (rank)
+			continue;
+		mean *= 1e6;
+		med *= 1e6;
+		algbw = (double)bytes / (mean * 1e3);
+		if (csv)
+			printf("%zu,%zu,%s,%d,%ld,%.3f,%.3f,%.4f,%.4f,%.4f,%lld\n",
+			       bytes, count, coll_names[c], nranks, iters, mean,
+			       med, algbw, algbw * factor,
+			       (double)bytes / (med * 1e3) * factor, wsum);
+		else
+			printf(" %11zu %13zu %10.2f %10.2f %8.3f %8.3f %8.3f %7lld\n",
+			       bytes, count, mean, med, algbw, algbw * factor,
+			       (double)bytes / (med * 1e3) * factor, wsum);
+		fflush(stdout);
+	}
+	free(sbuf);
+	free(rbuf);
+	free(t);
+	free(d);
+	free(sizes);
+	MPI_Finalize();
+	return 0;
+}

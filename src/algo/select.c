@@ -19,7 +19,8 @@
  *                         + ((pof2-1)/pof2 + f) n gamma
  *   ring RS / AG          p alpha + (p-1)/p N beta (+ (p-1)/p N gamma for RS)
  *   broadcast tree        ceil(lg p) (alpha + n (beta + c))
- *   broadcast chain       (p - 2 + k)(alpha + s (beta + c)), k fragments of s
+ *   broadcast chain       (p - 2 + k)(alpha + s (beta + c)), k = n / s >= 1
+ *                         fragments of s bytes (a mailbox slot)
  * The ring's extra alpha is its READY exchange; the mailbox algorithms pay
  * c for the copies that the zero-copy ring does not make.
  */
@@ -68,10 +69,11 @@ static void tune_defaults(struct fr_tune *t, const char *transport)
 {
 	bool verbs = !strcmp(transport, "verbs");
 
-	/* TCP: a loopback / 10 GbE round trip through epoll; verbs: a
-	 * 100 Gbit/s HCA.  fr_tune(1) measures the real ones. */
+	/* TCP: a round trip through the kernel and epoll, and 2 ns/B: between
+	 * 1 and 10 GbE once the CPU's copies count; verbs: a 100 Gbit/s HCA.
+	 * fr_tune(1) measures the real ones. */
 	t->alpha_us = verbs ? 5.0 : 25.0;
-	t->beta_ns = verbs ? 0.08 : 0.8;
+	t->beta_ns = verbs ? 0.08 : 2.0;
 	t->copy_ns = 0.15;
 	for (int d = 0; d < FR_DTYPE_COUNT; d++)
 		t->gamma_ns[d] = 0.15;
@@ -222,8 +224,10 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 	case FR_COLL_ALLGATHER:
 		return id == FR_ALGO_RING ? p * a + (p - 1) / p * n * b : -1;
 	case FR_COLL_BROADCAST: {
+		/* the chain streams k = n / s fragments of s bytes through
+		 * p - 1 hops; the tree sends all of it down lg p levels */
 		double s = FR_MIN(n, (double)fr_msg_payload_max(comm));
-		double k = n > 0 ? ceil(n / s) : 1;
+		double k = s > 0 ? fmax(n / s, 1) : 1;
 
 		if (id == FR_ALGO_TREE)
 			return ceil(log2(p)) * (a + n * (b + c));

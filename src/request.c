@@ -60,7 +60,9 @@ static struct fr_request *first_pending(struct fr_comm *comm)
 	return q;
 }
 
-int fr_progress_internal(struct fr_comm *comm, bool *did_work)
+/* Drain the transport's completions (when poll), then start and advance
+ * collectives back to back while they complete. */
+static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 {
 	struct fr_tp_cqe cqe[CQE_BATCH];
 	struct fr_request *req;
@@ -68,7 +70,7 @@ int fr_progress_internal(struct fr_comm *comm, bool *did_work)
 
 	if (comm->failed)
 		goto failed;
-	if (comm->nranks > 1) {
+	if (comm->nranks > 1 && poll) {
 		do {
 			n = comm->tp_ops->poll(comm->tp, cqe, CQE_BATCH);
 			if (n < 0) {
@@ -133,6 +135,11 @@ int fr_progress_internal(struct fr_comm *comm, bool *did_work)
 failed:
 	fail_all(comm);
 	return comm->failed;
+}
+
+int fr_progress_internal(struct fr_comm *comm, bool *did_work)
+{
+	return progress(comm, did_work, true);
 }
 
 /* Turn a silent neighbour into an error once the timeout has passed. */
@@ -200,8 +207,13 @@ int fr_req_submit(struct fr_comm *comm, struct fr_request *tmpl,
 		comm->queue = req;
 	comm->tail = req;
 	*out = req;
-	/* Start it now so that the peers hear about it early. */
-	fr_progress_internal(comm, &work);
+	/*
+	 * Start it now so that the peers hear about it early: its first
+	 * messages go out before anything else, without first asking the
+	 * transport for completions (a system call on the critical path of
+	 * a small collective; the wait that follows polls anyway).
+	 */
+	progress(comm, &work, false);
 	return 0;
 }
 

@@ -22,13 +22,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo/algo.h"
 #include "bootstrap.h"
 #include "env.h"
 #include "internal.h"
 #include "log.h"
-#include "reduce.h"
-#include "algo/algo.h"
 #include "peer.h"
+#include "reduce.h"
 #include "util.h"
 
 static _Thread_local char create_err[FR_ERRMSG_MAX];
@@ -54,8 +54,11 @@ int fr_comm_fail(struct fr_comm *comm, int err, const char *fmt, ...)
 	va_end(ap);
 	comm->failed = err;
 	fr_err("%s", comm->errmsg);
-	/* Tell the peers, so that the failure travels to every rank. */
-	fr_peers_send_abort(comm, err, comm->rank);
+	/* Tell the peers, so that the failure travels to every rank; an
+	 * ABORT we relay keeps the rank that failed first. */
+	fr_peers_send_abort(comm, err,
+			    comm->fail_origin >= 0 ? comm->fail_origin
+						   : comm->rank);
 	return err;
 }
 
@@ -81,7 +84,7 @@ struct settings {
 };
 
 /* Fields of a caller's config that its size says it has. */
-#define CFG_HAS(cfg, field)                                                    \
+#define CFG_HAS(cfg, field) \
 	((cfg)->size >= offsetof(fr_config_t, field) + sizeof((cfg)->field))
 
 static int resolve_settings(const fr_config_t *cfg, struct settings *s,
@@ -90,14 +93,14 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 	fr_getenv_fn get = fr_env_getenv;
 	int rc;
 
-	s->transport = cfg && CFG_HAS(cfg, transport) && cfg->transport ?
-			       cfg->transport :
-			       getenv("FR_TRANSPORT");
+	s->transport = cfg && CFG_HAS(cfg, transport) && cfg->transport
+			       ? cfg->transport
+			       : getenv("FR_TRANSPORT");
 	if (!s->transport || !*s->transport)
 		s->transport = "auto";
-	s->token = cfg && CFG_HAS(cfg, job_token) && cfg->job_token ?
-			   cfg->job_token :
-			   getenv("FR_JOB_TOKEN");
+	s->token = cfg && CFG_HAS(cfg, job_token) && cfg->job_token
+			   ? cfg->job_token
+			   : getenv("FR_JOB_TOKEN");
 
 	s->timeout_ms = FR_DEFAULT_TIMEOUT_MS;
 	if (cfg && CFG_HAS(cfg, timeout_ms) && cfg->timeout_ms) {
@@ -124,9 +127,10 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 	}
 	if (s->segment_bytes < 256 || s->segment_bytes > (1u << 30) ||
 	    s->segment_bytes % 8) {
-		snprintf(err, errlen,
-			 "segment size %zu must be a multiple of 8 in [256, 1G]",
-			 s->segment_bytes);
+		snprintf(
+			err, errlen,
+			"segment size %zu must be a multiple of 8 in [256, 1G]",
+			s->segment_bytes);
 		return FR_EINVAL;
 	}
 	s->slots = FR_DEFAULT_SLOTS;
@@ -144,7 +148,8 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 		return FR_EINVAL;
 	}
 	s->regcache = FR_DEFAULT_REGCACHE;
-	if (cfg && CFG_HAS(cfg, regcache_entries) && cfg->regcache_entries > 0) {
+	if (cfg && CFG_HAS(cfg, regcache_entries) &&
+	    cfg->regcache_entries > 0) {
 		s->regcache = cfg->regcache_entries;
 	} else {
 		rc = fr_env_long(get, NULL, "FR_REGCACHE_MAX", 1, 1 << 20,
@@ -160,7 +165,8 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 	s->algo = FR_ALGO_AUTO;
 	if (cfg && CFG_HAS(cfg, algo) && cfg->algo) {
 		if (cfg->algo < 0 || cfg->algo >= FR_ALGO_COUNT) {
-			snprintf(err, errlen, "config algo %d is not an fr_algo_t",
+			snprintf(err, errlen,
+				 "config algo %d is not an fr_algo_t",
 				 cfg->algo);
 			return FR_EINVAL;
 		}
@@ -171,9 +177,10 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 
 		if (a && *a) {
 			if (fr_algo_from_name(a, &id)) {
-				snprintf(err, errlen,
-					 "FR_ALGO=\"%s\" is not auto, ring, rd, rabenseifner, tree or dissemination",
-					 a);
+				snprintf(
+					err, errlen,
+					"FR_ALGO=\"%s\" is not auto, ring, rd, rabenseifner, tree or dissemination",
+					a);
 				return FR_EINVAL;
 			}
 			s->algo = id;
@@ -185,7 +192,8 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 	if (rc < 0)
 		return rc;
 	if (s->eager_bytes && s->eager_bytes % 8) {
-		snprintf(err, errlen, "FR_EAGER_BYTES %zu must be a multiple of 8",
+		snprintf(err, errlen,
+			 "FR_EAGER_BYTES %zu must be a multiple of 8",
 			 s->eager_bytes);
 		return FR_EINVAL;
 	}
@@ -226,9 +234,10 @@ static const struct fr_tp_ops *choose_transport(const char *name, char *err,
 	}
 	ops = fr_transport_find(name);
 	if (!ops) {
-		snprintf(err, errlen,
-			 "transport \"%s\" is unknown or not built in (FR_TRANSPORT=auto|tcp|verbs)",
-			 name);
+		snprintf(
+			err, errlen,
+			"transport \"%s\" is unknown or not built in (FR_TRANSPORT=auto|tcp|verbs)",
+			name);
 		return NULL;
 	}
 	if (ops->probe(why, sizeof(why))) {
@@ -317,7 +326,8 @@ static void mailbox_size(struct fr_comm *c, size_t eager)
 	if (!eager) {
 		eager = 32u << 10;
 		if (eager + FR_MSG_HDR > cap)
-			eager = cap > 1024 + FR_MSG_HDR ? cap - FR_MSG_HDR : 1024;
+			eager = cap > 1024 + FR_MSG_HDR ? cap - FR_MSG_HDR
+							: 1024;
 		eager &= ~(size_t)63;
 	}
 	c->mbx_slot_size = eager + FR_MSG_HDR;
@@ -378,8 +388,8 @@ static void copy_msg(char *dst, size_t len, const char *src)
 static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 		       size_t errlen)
 {
-	struct fr_tp_params tp = { .size = sizeof(tp) };
-	struct fr_boot_params bp = { 0 };
+	struct fr_tp_params tp = {.size = sizeof(tp)};
+	struct fr_boot_params bp = {0};
 	struct fr_boot *boot = NULL;
 	struct fr_boot_card mine, *cards = NULL;
 	uint8_t addr[FR_TP_ADDR_MAX];
@@ -399,6 +409,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	c->regcache_max = (int)s->regcache;
 	c->spin_us = (int)s->spin_us;
 	c->algo_forced = s->algo;
+	c->fail_origin = -1;
 	mailbox_size(c, s->eager_bytes);
 	c->stats.size = sizeof(c->stats);
 	c->tp_ops = choose_transport(s->transport, err, errlen);
@@ -459,11 +470,12 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 		rc = FR_ENOMEM;
 		goto err_cards;
 	}
-	snprintf(config, sizeof(config),
-		 "transport=%s segment=%zu slots=%ld algo=%s eager=%zu tune=%08x",
-		 c->tp_ops->name, c->segment_bytes, s->slots,
-		 fr_algo_name(c->algo_forced), fr_msg_payload_max(c),
-		 fr_tune_hash(&c->tune));
+	snprintf(
+		config, sizeof(config),
+		"transport=%s segment=%zu slots=%ld algo=%s eager=%zu tune=%08x",
+		c->tp_ops->name, c->segment_bytes, s->slots,
+		fr_algo_name(c->algo_forced), fr_msg_payload_max(c),
+		fr_tune_hash(&c->tune));
 	rc = fr_boot_exchange(boot, config, &mine, cards, &c->job_nonce);
 	if (rc)
 		goto err_exchange;
@@ -471,8 +483,8 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	boot = NULL;
 
 	if (cards_take(c, cards)) {
-		snprintf(err, errlen, "rank %d: malformed card at the rendezvous",
-			 s->rank);
+		snprintf(err, errlen,
+			 "rank %d: malformed card at the rendezvous", s->rank);
 		rc = FR_EPROTO;
 		goto err_connect;
 	}
@@ -503,7 +515,7 @@ err_transport:
 
 int fr_comm_create(const fr_config_t *cfg, fr_comm_t **comm)
 {
-	struct settings s = { 0 };
+	struct settings s = {0};
 	char host[256];
 	uint16_t port;
 	int rc;
@@ -512,10 +524,11 @@ int fr_comm_create(const fr_config_t *cfg, fr_comm_t **comm)
 	if (comm)
 		*comm = NULL;
 	if (!cfg || !comm || cfg->size < offsetof(fr_config_t, transport)) {
-		snprintf(create_err, sizeof(create_err),
-			 "fr_comm_create: %s", !cfg || !comm ?
-				 "NULL argument" :
-				 "config size too small (use fr_config_init)");
+		snprintf(
+			create_err, sizeof(create_err), "fr_comm_create: %s",
+			!cfg || !comm
+				? "NULL argument"
+				: "config size too small (use fr_config_init)");
 		return FR_EINVAL;
 	}
 	if (cfg->nranks < 1 || cfg->rank < 0 || cfg->rank >= cfg->nranks) {
@@ -525,8 +538,8 @@ int fr_comm_create(const fr_config_t *cfg, fr_comm_t **comm)
 		return FR_EINVAL;
 	}
 	if (cfg->nranks > 1 &&
-	    (!cfg->rendezvous || fr_parse_hostport(cfg->rendezvous, host,
-						   sizeof(host), &port))) {
+	    (!cfg->rendezvous ||
+	     fr_parse_hostport(cfg->rendezvous, host, sizeof(host), &port))) {
 		snprintf(create_err, sizeof(create_err),
 			 "fr_comm_create: rendezvous \"%s\" is not host:port",
 			 cfg->rendezvous ? cfg->rendezvous : "(null)");
@@ -545,7 +558,7 @@ int fr_comm_create(const fr_config_t *cfg, fr_comm_t **comm)
 int fr_comm_create_from_env(const fr_config_t *cfg, fr_comm_t **comm)
 {
 	struct fr_launch l;
-	struct settings s = { 0 };
+	struct settings s = {0};
 	int rc;
 
 	create_err[0] = '\0';
@@ -554,8 +567,8 @@ int fr_comm_create_from_env(const fr_config_t *cfg, fr_comm_t **comm)
 	if (!comm || (cfg && cfg->size < offsetof(fr_config_t, transport))) {
 		snprintf(create_err, sizeof(create_err),
 			 "fr_comm_create_from_env: %s",
-			 !comm ? "NULL argument" :
-				 "config size too small (use fr_config_init)");
+			 !comm ? "NULL argument"
+			       : "config size too small (use fr_config_init)");
 		return FR_EINVAL;
 	}
 	rc = fr_env_detect(fr_env_getenv, NULL, &l, create_err,

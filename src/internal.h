@@ -32,6 +32,8 @@
 #define FR_DEFAULT_SPIN_US 50
 /* Mailbox data slots per peer (credits). */
 #define FR_MBX_SLOTS 8
+/* Outbox slots only ABORT and BYE may use. */
+#define FR_OUT_RESERVED 2
 /* Peers' remote keys are cached direct-mapped by registration id. */
 #define FR_RKEY_CACHE 64
 
@@ -211,11 +213,12 @@ struct fr_comm {
 	uint32_t next_mem_id;
 
 	int failed; /* 0 or the error that failed the communicator */
+	int fail_origin; /* the rank that failed first, -1: this one */
 	/* an ABORT for a collective after the active one: applied when that
 	 * collective starts, so the active one may still complete */
 	bool abort_pending;
 	uint32_t abort_seq;
-	int abort_err;
+	int abort_err, abort_origin;
 	char abort_msg[FR_ERRMSG_MAX];
 	fr_stats_t stats;
 	char errmsg[FR_ERRMSG_MAX];

@@ -208,7 +208,11 @@ int fr_peer_need(struct fr_comm *c, int rank)
 	case FR_PEER_UP:
 		return 0;
 	case FR_PEER_DOWN:
-		return c->failed ? c->failed : FR_EPEER;
+		if (c->failed)
+			return c->failed;
+		return fr_comm_fail(
+			c, FR_EPEER, "rank %d: rank %d %s", c->rank, rank,
+			p->bye ? "has destroyed its communicator" : "is gone");
 	case FR_PEER_IDLE:
 		if (rank == c->rank)
 			return fr_comm_fail(
@@ -254,7 +258,7 @@ int fr_peers_progress(struct fr_comm *c, bool *did_work)
 				*did_work = true;
 			continue;
 		}
-		if (p->state != FR_PEER_UP || !p->credits_owed ||
+		if (p->state != FR_PEER_UP ||
 		    p->credits_owed < FR_MAX(c->mbx_slots / 2, 1))
 			continue;
 		rc = c->tp_ops->write_imm(
@@ -324,6 +328,11 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 		return FR_EAGAIN;
 	if (len > fr_msg_payload_max(c))
 		return FR_EINVAL;
+	/* The last outbox slots are kept for ABORT and BYE, which must go
+	 * out however busy the data path is. */
+	if (!special &&
+	    __builtin_popcountll(c->out_busy) >= c->out_slots - FR_OUT_RESERVED)
+		return FR_EAGAIN;
 	for (i = 0; i < c->out_slots; i++) {
 		slot = (c->out_next + (uint32_t)i) % (uint32_t)c->out_slots;
 		if (!(c->out_busy & (1ull << slot)))
@@ -331,7 +340,8 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 	}
 	if (i == c->out_slots)
 		return FR_EAGAIN;
-	m->credits = (uint32_t)p->credits_owed;
+	/* credits ride on data only: ABORT and BYE end the conversation */
+	m->credits = special ? 0 : (uint32_t)p->credits_owed;
 	m->len = (uint32_t)len;
 	buf = c->out + (size_t)slot * c->mbx_slot_size;
 	fr_msg_encode(m, buf);
@@ -350,8 +360,8 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 		return rc;
 	c->out_busy |= 1ull << slot;
 	c->out_next = slot + 1;
-	p->credits_owed = 0;
 	if (!special) {
+		p->credits_owed = 0;
 		p->credits--;
 		p->send_seq++;
 	}
@@ -394,8 +404,7 @@ int fr_msg_get(struct fr_comm *c, const struct fr_request *req, int rank,
 		return FR_EAGAIN;
 	b = mbx_slot(c, rank, (int)(p->recv_taken % (uint32_t)c->mbx_slots));
 	if (!p->have_peek) {
-		if (fr_msg_decode(b, fr_msg_payload_max(c), m) ||
-		    m->type > FR_MSG_READY)
+		if (fr_msg_decode(b, fr_msg_payload_max(c), m))
 			return fr_comm_fail(
 				c, FR_EPROTO,
 				"rank %d: malformed message from rank %d",
@@ -408,8 +417,11 @@ int fr_msg_get(struct fr_comm *c, const struct fr_request *req, int rank,
 			return FR_EAGAIN;
 		return fr_comm_fail(
 			c, FR_EMISMATCH,
-			"rank %d: rank %d sent a message for collective #%u, this rank is at #%u: ranks started different numbers of collectives",
-			c->rank, rank, m->seq, req->seq);
+			"rank %d: rank %d sent a message of %s(count=%llu, %s, %s, root %d) for collective #%u, which this rank finished without it (now at #%u): the ranks called different collectives or roots, or different numbers of them",
+			c->rank, rank, fr_coll_name(m->coll),
+			(unsigned long long)m->count,
+			fr_dtype_name((fr_dtype_t)m->dtype),
+			fr_op_name((fr_op_t)m->op), m->root, m->seq, req->seq);
 	}
 	if (m->coll != req->coll || m->count != req->count ||
 	    m->dtype != req->dtype || m->op != req->op || m->root != req->root)
@@ -464,10 +476,12 @@ static int on_abort(struct fr_comm *c, struct fr_peer *p,
 			c->abort_pending = true;
 			c->abort_seq = m->seq;
 			c->abort_err = err;
+			c->abort_origin = m->origin;
 			memcpy(c->abort_msg, text, sizeof(text));
 		}
 		return 0;
 	}
+	c->fail_origin = m->origin;
 	return fr_comm_fail(c, err, "%s", text);
 }
 
@@ -554,8 +568,11 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 					   : "wrote outside our registered memory")
 				: fr_strerror(cqe->status);
 
-		if (p->bye && !fr_active_req(c))
-			return 0; /* it said goodbye: closing now is expected */
+		if (p->bye && !fr_active_req(c)) {
+			/* it said goodbye: closing now is expected */
+			p->state = FR_PEER_DOWN;
+			return 0;
+		}
 		p->state = FR_PEER_DOWN;
 		return fr_comm_fail(
 			c, cqe->status == FR_ERANGE ? FR_EPROTO : FR_EPEER,
@@ -606,6 +623,12 @@ void fr_peers_goodbye(struct fr_comm *c)
 	while (fr_now_ms() < deadline) {
 		bool all = true;
 		int n;
+
+		/* an ABORT that found no room when we failed goes first */
+		if (c->failed)
+			fr_peers_send_abort(c, c->failed,
+					    c->fail_origin >= 0 ? c->fail_origin
+								: c->rank);
 
 		for (struct fr_peer *p = c->active; p; p = p->next_active) {
 			struct fr_msg m = {.type = FR_MSG_BYE, .seq = c->seq};

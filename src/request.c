@@ -5,21 +5,23 @@
  * Requests run one after another in the order they were started (every rank
  * starts them in the same order).  Progress means: drain the transport's
  * completions into the peer layer (peer.c), then let the active
- * collective's algorithm take what arrived and post what it can.  Waiting spins for a short budget (FR_SPIN_US) and then
- * blocks in the transport's wait (epoll / completion channel), because
- * tests and laptops run more ranks than cores and pure busy-polling then
- * steals the CPU from the very rank we are waiting for.
+ * collective's algorithm take what arrived and post what it can.  Waiting spins
+ * for a short budget (FR_SPIN_US) and then blocks in the transport's wait
+ * (epoll / completion channel), because tests and laptops run more ranks than
+ * cores and pure busy-polling then steals the CPU from the very rank we are
+ * waiting for.
  */
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "log.h"
-#include "reduce.h"
 #include "algo/algo.h"
 #include "algo/ring.h"
+#include "internal.h"
+#include "log.h"
 #include "peer.h"
+#include "reduce.h"
 #include "util.h"
 
 #define CQE_BATCH 32
@@ -84,9 +86,12 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 				*did_work = true;
 				comm->last_activity_ms = fr_now_ms();
 			}
+			/* every completion taken from the transport gets its
+			 * bookkeeping (send slots, counters), failed or not */
 			for (int i = 0; i < n; i++)
-				if (fr_peers_on_cqe(comm, &cqe[i]))
-					goto failed;
+				fr_peers_on_cqe(comm, &cqe[i]);
+			if (comm->failed)
+				goto failed;
 		} while (n == CQE_BATCH);
 		if (fr_peers_progress(comm, did_work) ||
 		    fr_ring_progress(comm, did_work))
@@ -100,21 +105,28 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 			comm->last_activity_ms = fr_now_ms();
 			if (comm->abort_pending &&
 			    (int32_t)(req->seq - comm->abort_seq) >= 0) {
+				comm->fail_origin = comm->abort_origin;
 				fr_comm_fail(comm, comm->abort_err, "%s",
 					     comm->abort_msg);
 				goto failed;
 			}
 			req->algo = fr_algo_select(comm, req);
 			comm->last_algo = req->algo->id;
+			comm->errmsg[0] = '\0';
 			rc = req->algo->start(comm, req);
 			if (rc) {
+				char why[FR_ERRMSG_MAX];
+
+				/* errmsg may hold the cause (a registration):
+				 * not formatted into itself */
+				snprintf(why, sizeof(why), "%s",
+					 comm->errmsg[0] ? comm->errmsg
+							 : fr_strerror(rc));
 				if (!comm->failed)
-					fr_comm_fail(comm, rc,
-						     "rank %d: starting collective #%u: %s",
-						     comm->rank, req->seq,
-						     comm->errmsg[0] ?
-							     comm->errmsg :
-							     fr_strerror(rc));
+					fr_comm_fail(
+						comm, rc,
+						"rank %d: starting collective #%u: %s",
+						comm->rank, req->seq, why);
 				goto failed;
 			}
 			*did_work = true;
@@ -151,13 +163,14 @@ static int check_timeout(struct fr_comm *comm)
 
 	if (!req || idle < (uint64_t)comm->timeout_ms)
 		return 0;
-	peer = req->algo && req->state == FR_REQ_ACTIVE ?
-		       req->algo->waiting_on(comm, req) :
-		       -1;
-	fr_comm_fail(comm, FR_ETIMEDOUT,
-		     "rank %d: collective #%u (%s): no progress for %llu ms waiting on rank %d",
-		     comm->rank, req->seq, fr_coll_name(req->coll),
-		     (unsigned long long)idle, peer);
+	peer = req->algo && req->state == FR_REQ_ACTIVE
+		       ? req->algo->waiting_on(comm, req)
+		       : -1;
+	fr_comm_fail(
+		comm, FR_ETIMEDOUT,
+		"rank %d: collective #%u (%s): no progress for %llu ms waiting on rank %d",
+		comm->rank, req->seq, fr_coll_name(req->coll),
+		(unsigned long long)idle, peer);
 	fail_all(comm);
 	return FR_ETIMEDOUT;
 }
@@ -183,9 +196,10 @@ static int check_gone(struct fr_comm *comm)
 	p = &comm->peers[peer];
 	if (!p->bye || p->recv_taken != p->recv_arrived)
 		return 0;
-	fr_comm_fail(comm, FR_EPEER,
-		     "rank %d: collective #%u (%s): rank %d has destroyed its communicator",
-		     comm->rank, req->seq, fr_coll_name(req->coll), peer);
+	fr_comm_fail(
+		comm, FR_EPEER,
+		"rank %d: collective #%u (%s): rank %d has destroyed its communicator",
+		comm->rank, req->seq, fr_coll_name(req->coll), peer);
 	fail_all(comm);
 	return FR_EPEER;
 }
@@ -245,8 +259,9 @@ int fr_test(fr_request_t **reqp, int *done)
 	*done = 0;
 	if (req->state != FR_REQ_DONE) {
 		fr_progress_internal(req->comm, &work);
-		if (req->state != FR_REQ_DONE)
-			check_timeout(req->comm);
+		if (req->state != FR_REQ_DONE && !check_timeout(req->comm) &&
+		    !work)
+			check_gone(req->comm);
 	}
 	if (req->state != FR_REQ_DONE)
 		return 0;
@@ -274,7 +289,8 @@ static void wait_done(struct fr_request *req)
 		if (!work && check_gone(comm))
 			break;
 		if (work) {
-			spin_until = fr_now_ns() + (uint64_t)comm->spin_us * 1000u;
+			spin_until =
+				fr_now_ns() + (uint64_t)comm->spin_us * 1000u;
 			continue;
 		}
 		if (comm->spin_us < 0 || fr_now_ns() < spin_until) {
@@ -282,10 +298,10 @@ static void wait_done(struct fr_request *req)
 			continue;
 		}
 		idle = fr_now_ms() - comm->last_activity_ms;
-		ms = idle >= (uint64_t)comm->timeout_ms ?
-			     0 :
-			     (int)FR_MIN((uint64_t)comm->timeout_ms - idle,
-					 (uint64_t)100);
+		ms = idle >= (uint64_t)comm->timeout_ms
+			     ? 0
+			     : (int)FR_MIN((uint64_t)comm->timeout_ms - idle,
+					   (uint64_t)100);
 		if (comm->nranks > 1)
 			comm->tp_ops->wait(comm->tp, ms);
 	}
@@ -316,6 +332,8 @@ int fr_progress(fr_comm_t *comm)
 	rc = fr_progress_internal(comm, &work);
 	if (!rc)
 		rc = check_timeout(comm);
+	if (!rc && !work)
+		rc = check_gone(comm);
 	return rc;
 }
 

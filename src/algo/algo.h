@@ -125,10 +125,9 @@ int fr_hc_fold(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc,
 	       bool *did_work);
 int fr_hc_unfold(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc,
 		 bool *did_work);
-/* After the body: the result into buf (divided by n for FR_AVG when
- * avg_bytes), then on to the unfold. */
-void fr_hc_body_done(struct fr_comm *comm, struct fr_request *req,
-		     struct fr_hc *hc);
+/* After the body: the result into buf, then on to the unfold (the body
+ * divides by n for FR_AVG itself, before the unfold sends it). */
+void fr_hc_body_done(struct fr_comm *comm, struct fr_hc *hc);
 /* Run fold, body and unfold as far as they go; body runs the algorithm's
  * own steps and calls fr_hc_body_done() at their end. */
 typedef int (*fr_hc_body_fn)(struct fr_comm *comm, struct fr_request *req,

@@ -104,15 +104,13 @@ int fr_hc_fold(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc,
 	return 0;
 }
 
-void fr_hc_body_done(struct fr_comm *comm, struct fr_request *req,
-		     struct fr_hc *hc)
+void fr_hc_body_done(struct fr_comm *comm, struct fr_hc *hc)
 {
 	int r = comm->rank;
 
 	if (hc->cur != hc->buf && hc->bytes)
 		memcpy(hc->buf, hc->cur, hc->bytes);
 	hc->cur = hc->buf;
-	(void)req;
 	if (r >= 2 * hc->h.rem) {
 		hc->stage = FR_HC_DONE;
 		return;

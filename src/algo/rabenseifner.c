@@ -155,7 +155,7 @@ static int body(struct fr_comm *comm, struct fr_request *req, bool *did_work)
 		hc->inited = false;
 		st->k--;
 	}
-	fr_hc_body_done(comm, req, hc);
+	fr_hc_body_done(comm, hc);
 	return 0;
 }
 

@@ -80,7 +80,7 @@ static int body(struct fr_comm *comm, struct fr_request *req, bool *did_work)
 		hc->inited = false;
 		st->k++;
 	}
-	fr_hc_body_done(comm, req, hc);
+	fr_hc_body_done(comm, hc);
 	if (req->op == FR_AVG && hc->bytes)
 		fr_reduce_scale_avg(req->dtype, hc->buf, req->count,
 				    comm->nranks);

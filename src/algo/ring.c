@@ -431,18 +431,6 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 		cur_norm(st, (enum stream)s);
 	fr_peer_need(comm, rc->next);
 	fr_peer_need(comm, rc->prev);
-	/* Segments that arrived before we started. */
-	if (st->rs_steps) {
-		int n_early = rc->n_rs_early;
-
-		rc->n_rs_early = 0;
-		for (int i = 0; i < n_early; i++) {
-			err = on_rs(comm, rc->rs_early[i].payload,
-				    rc->rs_early[i].len);
-			if (err)
-				return err;
-		}
-	}
 	return comm->failed;
 }
 
@@ -635,7 +623,6 @@ static int send_ag(struct fr_comm *comm, struct fr_ring_state *st,
 {
 	while (!cur_done(st, AG_SEND)) {
 		struct cursor *c = &st->cur[AG_SEND];
-		struct fr_mem *src = st->wmem;
 		size_t off, len, loff;
 		int err;
 
@@ -644,15 +631,10 @@ static int send_ag(struct fr_comm *comm, struct fr_ring_state *st,
 			      : !past(st, AG_RECV, c->k - 1, c->j))
 			break;
 		seg_range(st, AG_SEND, c, &off, &len);
+		/* all-gather's own block was copied into recvbuf at start */
 		loff = st->woff + off;
-		if (c->k == 0 && st->coll == FR_COLL_ALLGATHER) {
-			/* our own block, from sendbuf (zero copy) */
-			src = st->smem;
-			loff = st->soff +
-			       (off - (size_t)st->r * st->blk * st->es);
-		}
-		err = post(comm, src, loff, st->dst, st->dst_off + off, len,
-			   FR_IMM(FR_IMM_AG, st->ag_sent));
+		err = post(comm, st->wmem, loff, st->dst, st->dst_off + off,
+			   len, FR_IMM(FR_IMM_AG, st->ag_sent));
 		if (err == FR_EAGAIN)
 			break;
 		if (err)
@@ -764,6 +746,23 @@ static int take_readies(struct fr_comm *comm, struct fr_request *req,
 	return 0;
 }
 
+/* Reduce-scatter segments kept until our READY check (on_rs parks them). */
+static int take_early(struct fr_comm *comm, bool *did_work)
+{
+	struct fr_ring_comm *rc = comm->ring;
+	int n = rc->n_rs_early, err = 0;
+	struct {
+		uint32_t payload, len;
+	} early[FR_MAX_SLOTS];
+
+	memcpy(early, rc->rs_early, sizeof(early[0]) * (size_t)n);
+	rc->n_rs_early = 0;
+	for (int i = 0; i < n && !err; i++)
+		err = on_rs(comm, early[i].payload, early[i].len);
+	*did_work = true;
+	return err;
+}
+
 static int ring_advance(struct fr_comm *comm, struct fr_request *req,
 			bool *did_work)
 {
@@ -797,6 +796,8 @@ static int ring_advance(struct fr_comm *comm, struct fr_request *req,
 		*did_work = true;
 	}
 	err = take_readies(comm, req, did_work);
+	if (!err && st->ready_prev && rc->n_rs_early && !cur_done(st, RS_RECV))
+		err = take_early(comm, did_work);
 	if (err)
 		return err;
 	/*
@@ -825,13 +826,20 @@ static int on_rs(struct fr_comm *comm, uint32_t payload, uint32_t len)
 	uint8_t *dst;
 	struct cursor *c;
 
-	/* For a collective we have not started: keep it until we do. */
-	if ((!st || cur_done(st, RS_RECV)) && rc->n_rs_early < comm->slots) {
+	/*
+	 * For a collective we have not started, or whose READY from prev we
+	 * have not checked yet: keep it until then (it sits in our own
+	 * staging slot, and credits bound how many), so that nothing is
+	 * reduced before prev is known to have called the same collective.
+	 */
+	if ((!st || cur_done(st, RS_RECV) || !st->ready_prev) &&
+	    rc->n_rs_early < comm->slots) {
 		rc->rs_early[rc->n_rs_early].payload = payload;
 		rc->rs_early[rc->n_rs_early++].len = len;
 		return 0;
 	}
-	if (!st || cur_done(st, RS_RECV) || payload != (serial << 8 | slot))
+	if (!st || cur_done(st, RS_RECV) || !st->ready_prev ||
+	    payload != (serial << 8 | slot))
 		return fr_comm_fail(
 			comm, FR_EPROTO,
 			"rank %d: unexpected reduce-scatter segment from rank %d",

@@ -170,17 +170,15 @@ bad:
 
 uint32_t fr_tune_hash(const struct fr_tune *t)
 {
-	char buf[512];
-	int n = snprintf(buf, sizeof(buf), "%.6g %.6g %.6g", t->alpha_us,
-			 t->beta_ns, t->copy_ns);
+	/* the exact doubles the model uses: a file differing in the 10th
+	 * digit may tip a choice at a crossover */
+	double v[3 + FR_DTYPE_COUNT] = {t->alpha_us, t->beta_ns, t->copy_ns};
+	const unsigned char *p = (const unsigned char *)v;
 	uint32_t h = 2166136261u;
 
-	for (int d = 0; d < FR_DTYPE_COUNT && n > 0 && (size_t)n < sizeof(buf);
-	     d++)
-		n += snprintf(buf + n, sizeof(buf) - (size_t)n, " %.6g",
-			      t->gamma_ns[d]);
-	for (const char *p = buf; *p; p++) {
-		h ^= (unsigned char)*p;
+	memcpy(v + 3, t->gamma_ns, sizeof(t->gamma_ns));
+	for (size_t i = 0; i < sizeof(v); i++) {
+		h ^= p[i];
 		h *= 16777619u;
 	}
 	return h;

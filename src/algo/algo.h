@@ -120,6 +120,18 @@ struct fr_hc {
 int fr_hc_start(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc);
 void fr_hc_xfers(struct fr_comm *comm, struct fr_hc *hc, int partner,
 		 size_t txlen, size_t rxlen);
+/*
+ * One step of a hypercube schedule with partner: send src[0, txlen), take
+ * rxlen bytes into dst (dst = a OP fragment with hc->kern when a, else a
+ * copy).  lockstep: take fragment i only once our own fragment i is out,
+ * for when dst is what we send from.  1 once both directions are done (the
+ * next step starts afresh), 0 while waiting, or an error.
+ */
+int fr_hc_exchange(struct fr_comm *comm, struct fr_request *req,
+		   struct fr_hc *hc, int partner, uint16_t step,
+		   const uint8_t *src, size_t txlen, uint8_t *dst,
+		   const uint8_t *a, size_t rxlen, bool lockstep,
+		   bool *did_work);
 /* Run the fold / unfold stage; they move hc->stage on when done. */
 int fr_hc_fold(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc,
 	       bool *did_work);

@@ -68,6 +68,32 @@ void fr_hc_xfers(struct fr_comm *comm, struct fr_hc *hc, int partner,
 	hc->inited = true;
 }
 
+int fr_hc_exchange(struct fr_comm *comm, struct fr_request *req,
+		   struct fr_hc *hc, int partner, uint16_t step,
+		   const uint8_t *src, size_t txlen, uint8_t *dst,
+		   const uint8_t *a, size_t rxlen, bool lockstep,
+		   bool *did_work)
+{
+	int rc;
+
+	if (!hc->inited)
+		fr_hc_xfers(comm, hc, partner, txlen, rxlen);
+	rc = fr_peer_need(comm, hc->partner);
+	if (rc)
+		return rc == FR_EAGAIN ? 0 : rc;
+	rc = fr_xfer_send(comm, req, &hc->tx, hc->partner, step, src, txlen,
+			  did_work);
+	if (!rc)
+		rc = fr_xfer_take(comm, req, &hc->rx, hc->partner, step, dst, a,
+				  a ? hc->kern : NULL, hc->es,
+				  lockstep ? hc->tx.done : UINT32_MAX,
+				  did_work);
+	if (rc || !fr_xfer_complete(&hc->tx) || !fr_xfer_complete(&hc->rx))
+		return rc;
+	hc->inited = false;
+	return 1;
+}
+
 int fr_hc_fold(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc,
 	       bool *did_work)
 {

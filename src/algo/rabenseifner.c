@@ -101,27 +101,15 @@ static int body(struct fr_comm *comm, struct fr_request *req, bool *did_work)
 	/* reduce-scatter: send the partner's half, reduce ours */
 	while (!st->gather && st->k < h->steps) {
 		halves(st, st->k, &mine, &mlen, &other, &olen);
-		if (!hc->inited)
-			fr_hc_xfers(comm, hc,
+		rc = fr_hc_exchange(comm, req, hc,
 				    fr_hcube_real(h, h->vrank ^ (1 << st->k)),
-				    olen, mlen);
-		rc = fr_peer_need(comm, hc->partner);
-		if (rc)
-			return rc == FR_EAGAIN ? 0 : rc;
-		rc = fr_xfer_send(comm, req, &hc->tx, hc->partner,
-				  STEP_RS(st->k), hc->cur + other, olen,
-				  did_work);
-		if (!rc)
-			rc = fr_xfer_take(comm, req, &hc->rx, hc->partner,
-					  STEP_RS(st->k), hc->buf + mine,
-					  hc->cur + mine, hc->kern, hc->es,
-					  UINT32_MAX, did_work);
-		if (rc || !fr_xfer_complete(&hc->tx) ||
-		    !fr_xfer_complete(&hc->rx))
+				    STEP_RS(st->k), hc->cur + other, olen,
+				    hc->buf + mine, hc->cur + mine, mlen, false,
+				    did_work);
+		if (rc <= 0)
 			return rc;
 		/* R_(k+1), all that later steps read, is in buf now */
 		hc->cur = hc->buf;
-		hc->inited = false;
 		if (++st->k < h->steps)
 			continue;
 		st->gather = true;
@@ -135,24 +123,13 @@ static int body(struct fr_comm *comm, struct fr_request *req, bool *did_work)
 	/* all-gather: send ours, copy the partner's into place */
 	while (st->k >= 0) {
 		halves(st, st->k, &mine, &mlen, &other, &olen);
-		if (!hc->inited)
-			fr_hc_xfers(comm, hc,
+		rc = fr_hc_exchange(comm, req, hc,
 				    fr_hcube_real(h, h->vrank ^ (1 << st->k)),
-				    mlen, olen);
-		rc = fr_peer_need(comm, hc->partner);
-		if (rc)
-			return rc == FR_EAGAIN ? 0 : rc;
-		rc = fr_xfer_send(comm, req, &hc->tx, hc->partner,
-				  STEP_AG(st->k), hc->buf + mine, mlen,
-				  did_work);
-		if (!rc)
-			rc = fr_xfer_take(comm, req, &hc->rx, hc->partner,
-					  STEP_AG(st->k), hc->buf + other, NULL,
-					  NULL, hc->es, UINT32_MAX, did_work);
-		if (rc || !fr_xfer_complete(&hc->tx) ||
-		    !fr_xfer_complete(&hc->rx))
+				    STEP_AG(st->k), hc->buf + mine, mlen,
+				    hc->buf + other, NULL, olen, false,
+				    did_work);
+		if (rc <= 0)
 			return rc;
-		hc->inited = false;
 		st->k--;
 	}
 	fr_hc_body_done(comm, hc);

@@ -57,27 +57,15 @@ static int body(struct fr_comm *comm, struct fr_request *req, bool *did_work)
 	int rc;
 
 	while (st->k < h->steps) {
-		if (!hc->inited)
-			fr_hc_xfers(comm, hc,
+		/* buf is what we send: a fragment may overwrite it only once
+		 * our own fragment of those bytes is out (lockstep) */
+		rc = fr_hc_exchange(comm, req, hc,
 				    fr_hcube_real(h, h->vrank ^ (1 << st->k)),
-				    hc->bytes, hc->bytes);
-		rc = fr_peer_need(comm, hc->partner);
-		if (rc)
-			return rc == FR_EAGAIN ? 0 : rc;
-		rc = fr_xfer_send(comm, req, &hc->tx, hc->partner, STEP(st->k),
-				  hc->cur, hc->bytes, did_work);
-		if (rc)
-			return rc;
-		/* A fragment may overwrite buf only once our own fragment of
-		 * those bytes has been copied out. */
-		rc = fr_xfer_take(comm, req, &hc->rx, hc->partner, STEP(st->k),
-				  hc->buf, hc->cur, hc->kern, hc->es,
-				  hc->tx.done, did_work);
-		if (rc || !fr_xfer_complete(&hc->tx) ||
-		    !fr_xfer_complete(&hc->rx))
+				    STEP(st->k), hc->cur, hc->bytes, hc->buf,
+				    hc->cur, hc->bytes, true, did_work);
+		if (rc <= 0)
 			return rc;
 		hc->cur = hc->buf;
-		hc->inited = false;
 		st->k++;
 	}
 	fr_hc_body_done(comm, hc);

@@ -19,8 +19,13 @@
  *   - Configuration structs start with their own size so that later versions
  *     can append fields without breaking binaries built against this one:
  *     always fill them with fr_config_init() / set .size = sizeof(...).
- *   - A communicator is not thread-safe: call it from one thread at a time.
- *     Different communicators are independent.
+ *   - Threads: every call on a communicator (and on its fr_mem_t,
+ *     fr_request_t and fr_buckets_t) takes the communicator's lock, so
+ *     several application threads may share one communicator; a request
+ *     is completed (fr_test, fr_wait) by one thread only.  With a progress
+ *     thread (fr_config_t.progress, FR_PROGRESS=thread) collectives also
+ *     advance while no thread is inside the library.  Different
+ *     communicators are independent.  See fastreduce(7), THREADS.
  *   - Collectives on one communicator run in the order they were started,
  *     and every rank must start the same collectives in the same order with
  *     the same count, datatype, operation and root.  Ranks that do not get
@@ -165,6 +170,37 @@ FR_API const char *fr_algo_name(int algo);
 /* Parse such a name (also "recursive_doubling"); 0 or FR_EINVAL. */
 FR_API int fr_algo_from_name(const char *name, fr_algo_t *algo);
 
+/* ---- compression on the wire -------------------------------------------- */
+
+/*
+ * How f32 data of an All-Reduce travels (fr_coll_opts_t.compress).  The
+ * reduction itself is done in f32 at every step; only what crosses the wire
+ * is narrowed, and every rank ends with identical bits.
+ *   none  f32 as is
+ *   bf16  bfloat16, round to nearest even (same range as f32)
+ *   fp16  IEEE binary16, round to nearest even (|x| > 65504 becomes inf)
+ *   int8  blocks of FR_INT8_BLOCK values: one f32 scale (max |x| / 127)
+ *         and one signed byte per value; a block holding inf or NaN
+ *         arrives as NaN
+ */
+typedef enum fr_compress {
+	FR_COMPRESS_NONE = 0,
+	FR_COMPRESS_BF16 = 1,
+	FR_COMPRESS_FP16 = 2,
+	FR_COMPRESS_INT8 = 3,
+	FR_COMPRESS_COUNT
+} fr_compress_t;
+
+#define FR_INT8_BLOCK 256
+
+/* "none", "bf16", "fp16", "int8" ("?"). */
+FR_API const char *fr_compress_name(int compress);
+/* Parse such a name (also "fp32"/"f32" for none, "f16"/"half"); 0 or
+ * FR_EINVAL. */
+FR_API int fr_compress_from_name(const char *name, fr_compress_t *compress);
+/* Wire bytes of count f32 values in that format (for estimates). */
+FR_API size_t fr_compress_bytes(int compress, size_t count);
+
 /* ---- communicators ------------------------------------------------------ */
 
 typedef struct fr_comm fr_comm_t;
@@ -188,7 +224,25 @@ typedef struct fr_config {
 	int slots;              /* staging slots per peer; FR_SLOTS, 8        */
 	int regcache_entries;   /* registration cache bound; FR_REGCACHE_MAX, 64 */
 	int algo;               /* fr_algo_t to force; FR_ALGO, auto          */
+	int progress;           /* fr_progress_t; FR_PROGRESS, caller         */
 } fr_config_t;
+
+/*
+ * Who advances collectives (fr_config_t.progress, FR_PROGRESS):
+ *   caller  the application's calls into the library (fr_test, fr_wait,
+ *           fr_progress, any call on the communicator); the default
+ *   thread  also a progress thread of the communicator, so that a
+ *           non-blocking collective completes while the application
+ *           computes; it sleeps in the transport's wait when nothing
+ *           arrives, and runs where FR_PROGRESS_CPU (a CPU list such as
+ *           "3" or "2-3") puts it, else inherits the creating thread's
+ *           binding.
+ */
+typedef enum fr_progress_mode {
+	FR_PROGRESS_DEFAULT = 0, /* FR_PROGRESS, else caller */
+	FR_PROGRESS_CALLER = 1,
+	FR_PROGRESS_THREAD = 2,
+} fr_progress_t;
 
 /* Fill cfg with its size and "take everything from the environment". */
 FR_API void fr_config_init(fr_config_t *cfg);
@@ -244,6 +298,10 @@ typedef struct fr_stats {
 	uint64_t regcache_misses;   /* ... and those that had to be registered */
 	uint64_t regcache_evictions;
 	uint64_t rkeys_sent;        /* remote keys sent to peers              */
+	uint64_t wire_bytes;        /* every byte our writes put on the wire,
+				     * message headers included               */
+	uint64_t compress_in_bytes; /* f32 bytes fed to the compressor        */
+	uint64_t compress_out_bytes; /* ... and the wire bytes it made of them */
 } fr_stats_t;
 
 FR_API int fr_comm_stats(const fr_comm_t *comm, fr_stats_t *stats);
@@ -331,6 +389,55 @@ FR_API int fr_test(fr_request_t **req, int *done);
 FR_API int fr_wait(fr_request_t **req);
 /* Advance every collective in flight without blocking. */
 FR_API int fr_progress(fr_comm_t *comm);
+
+/* ---- gradient buckets ---------------------------------------------------- */
+
+/*
+ * All-Reduce a flat gradient arena in buckets while the backward pass is
+ * still producing it (as PyTorch DDP does).  The arena is cut once, at
+ * creation, into buckets of bucket_bytes (the first one first_bucket_bytes),
+ * starting from its end (backward produces the last layers first) or its
+ * start.  Each step, the application marks element ranges ready in any
+ * order (fr_buckets_ready); a bucket's All-Reduce starts as soon as it and
+ * every bucket before it are complete, so all ranks start the same
+ * collectives in the same order; fr_buckets_wait() treats what is not
+ * marked yet as ready, waits for the rest and re-arms for the next step.
+ */
+typedef struct fr_buckets fr_buckets_t;
+
+typedef struct fr_buckets_config {
+	size_t size;              /* sizeof: set by fr_buckets_config_init() */
+	size_t bucket_bytes;      /* FR_BUCKET_BYTES, 25 MiB                 */
+	size_t first_bucket_bytes; /* FR_FIRST_BUCKET_BYTES, 1 MiB           */
+	int compress;             /* fr_compress_t for every bucket (f32)    */
+	int error_feedback;       /* 1: keep a residual per element (compress) */
+	int forward;              /* 1: buckets from the arena's start       */
+} fr_buckets_config_t;
+
+FR_API void fr_buckets_config_init(fr_buckets_config_t *cfg);
+/*
+ * Set up buckets over arena (count elements of dtype), reduced in place
+ * with op.  The arena is registered once here (zero copy).  cfg may be
+ * NULL.
+ */
+FR_API int fr_buckets_create(fr_comm_t *comm, void *arena, size_t count,
+			     fr_dtype_t dtype, fr_op_t op,
+			     const fr_buckets_config_t *cfg,
+			     fr_buckets_t **buckets);
+/* Elements [offset, offset + count) of this step's gradients are final;
+ * starts every bucket that became complete.  FR_EINVAL if a range is out
+ * of the arena or was marked already this step. */
+FR_API int fr_buckets_ready(fr_buckets_t *buckets, size_t offset,
+			    size_t count);
+/* End of the backward pass: start what remains, wait for every bucket,
+ * and re-arm for the next step.  0 or the first error. */
+FR_API int fr_buckets_wait(fr_buckets_t *buckets);
+/* Number of buckets and the element range of bucket i (in start order). */
+FR_API int fr_buckets_count(const fr_buckets_t *buckets);
+FR_API int fr_buckets_range(const fr_buckets_t *buckets, int i,
+			    size_t *offset, size_t *count);
+/* Free (FR_EBUSY while a step is in flight).  NULL is a no-op. */
+FR_API int fr_buckets_destroy(fr_buckets_t *buckets);
 
 #ifdef __cplusplus
 }

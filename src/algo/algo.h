@@ -44,6 +44,11 @@ const struct fr_algo *fr_algo_select(struct fr_comm *comm,
  * negative value if it does not implement it. */
 double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 			  size_t bytes, fr_dtype_t dtype);
+/* The same from the parameters alone, for any number of ranks (tools
+ * predicting other job sizes); payload_max is a mailbox slot's payload. */
+double fr_model_predict_us(const struct fr_tune *t, int nranks,
+			   size_t payload_max, int id, enum fr_coll coll,
+			   size_t bytes, fr_dtype_t dtype);
 /* Cost-model parameters: FR_TUNE_FILE, else built-in defaults. */
 int fr_tune_load(struct fr_comm *comm, const char *transport, char *err,
 		 size_t errlen);

@@ -190,18 +190,26 @@ uint32_t fr_tune_hash(const struct fr_tune *t)
 double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 			  size_t bytes, fr_dtype_t dtype)
 {
-	const struct fr_tune *t = &comm->tune;
-	double p = comm->nranks, n = (double)bytes, a = t->alpha_us;
+	return fr_model_predict_us(&comm->tune, comm->nranks,
+				   fr_msg_payload_max(comm), id, coll, bytes,
+				   dtype);
+}
+
+double fr_model_predict_us(const struct fr_tune *t, int nranks,
+			   size_t payload_max, int id, enum fr_coll coll,
+			   size_t bytes, fr_dtype_t dtype)
+{
+	double p = nranks, n = (double)bytes, a = t->alpha_us;
 	double b = t->beta_ns * 1e-3, c = t->copy_ns * 1e-3;
 	double g = t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3;
 	int L = 0, pof2 = 1, f;
 
-	while (pof2 * 2 <= comm->nranks) {
+	while (pof2 * 2 <= nranks) {
 		pof2 *= 2;
 		L++;
 	}
-	f = pof2 != comm->nranks;
-	if (comm->nranks == 1)
+	f = pof2 != nranks;
+	if (nranks <= 1)
 		return 0;
 	switch (coll) {
 	case FR_COLL_ALLREDUCE:
@@ -224,7 +232,7 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 	case FR_COLL_BROADCAST: {
 		/* the chain streams k = n / s fragments of s bytes through
 		 * p - 1 hops; the tree sends all of it down lg p levels */
-		double s = FR_MIN(n, (double)fr_msg_payload_max(comm));
+		double s = FR_MIN(n, (double)payload_max);
 		double k = s > 0 ? fmax(n / s, 1) : 1;
 
 		if (id == FR_ALGO_TREE)

@@ -346,6 +346,34 @@ FR_API int fr_iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 			 fr_request_t **req);
 
 /*
+ * Per-call options of an All-Reduce.  Fill with fr_coll_opts_init().
+ *   compress  fr_compress_t, for f32 data (FR_EINVAL for other dtypes);
+ *             compressed All-Reduces run the compressed ring
+ *             (fr_comm_last_algo() says FR_ALGO_RING)
+ *   residual  error feedback: count floats, all zero before the first
+ *             call, kept by the caller for this buffer between calls and
+ *             not touched while the call runs.  What this rank's
+ *             compression dropped is stored there and added back before
+ *             the next compression of the same buffer, so over many steps
+ *             nothing is lost.  NULL: no error feedback.
+ */
+typedef struct fr_coll_opts {
+	size_t size; /* sizeof(fr_coll_opts_t): set by fr_coll_opts_init() */
+	int compress;
+	float *residual;
+} fr_coll_opts_t;
+
+FR_API void fr_coll_opts_init(fr_coll_opts_t *opts);
+/* fr_allreduce / fr_iallreduce with options (NULL opts: none). */
+FR_API int fr_allreduce_ex(fr_comm_t *comm, const void *sendbuf,
+			   void *recvbuf, size_t count, fr_dtype_t dtype,
+			   fr_op_t op, const fr_coll_opts_t *opts);
+FR_API int fr_iallreduce_ex(fr_comm_t *comm, const void *sendbuf,
+			    void *recvbuf, size_t count, fr_dtype_t dtype,
+			    fr_op_t op, const fr_coll_opts_t *opts,
+			    fr_request_t **req);
+
+/*
  * Reduce-scatter with equal blocks: recvbuf (recvcount elements) on rank r
  * = op over all ranks of block r of sendbuf (nranks * recvcount elements).
  * In place: recvbuf == sendbuf + rank * recvcount elements (as NCCL).

@@ -1,10 +1,11 @@
 #!/bin/bash
 # The whole test suite, as CI runs it (README's second command):
 #   1. -Werror build, `make check` (CMocka units + multi-process runs);
-#   2. the same suite built with AddressSanitizer + UBSan;
+#   2. the same suite built with AddressSanitizer + UBSan, and the threaded
+#      tests built with ThreadSanitizer;
 #   3. valgrind over the unit tests and a small multi-process run;
 #   4. `make distcheck`.
-# Build trees go to build/, build-asan/ (kept for inspection).
+# Build trees go to build/, build-asan/, build-tsan/ (kept for inspection).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -30,6 +31,18 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 	--enable-debug >/dev/null && make -j"$jobs" >/dev/null &&
 	FR_VM_TESTS=0 FR_TEST_RANKS="1 2 3 5 8" make -j"$jobs" check) ||
 	{ cat build-asan/test-suite.log 2>/dev/null | tail -100; exit 1; }
+
+# The progress thread and the communicator's lock: the tests that run
+# threads (the progress thread, a second application thread) under
+# ThreadSanitizer; any report fails the run.
+step "ThreadSanitizer build and the threaded tests"
+mkdir -p build-tsan
+(cd build-tsan && ../configure --enable-werror --enable-tsan --enable-debug \
+	--enable-verbs=no >/dev/null && make -j"$jobs" >/dev/null &&
+	make -j"$jobs" tests/mp_allreduce >/dev/null &&
+	FR_BUILDDIR="$PWD" FR_TEST_RANKS="1 2 3 4" \
+	TSAN_OPTIONS="halt_on_error=1 exitcode=66" bash "$top/tests/mp_training.sh") ||
+	{ echo "ThreadSanitizer stage failed"; exit 1; }
 
 # The kernels dispatch at run time (portable, AVX2, AVX-512, AVX-512 BF16)
 # and test_reduce runs every level this CPU has; this build checks that the

@@ -6,6 +6,7 @@
  * is checked on the wire (every message names the collective, count,
  * dtype, op, root and algorithm, see peer.c).
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "algo/algo.h"
@@ -76,9 +77,55 @@ static int check(fr_comm_t *comm, enum fr_coll coll, size_t count,
 	return 0;
 }
 
-int fr_iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
-		  size_t count, fr_dtype_t dtype, fr_op_t op,
-		  fr_request_t **out)
+/* Per-call options: compression of f32 data and its error feedback. */
+static int take_opts(fr_comm_t *comm, const fr_coll_opts_t *opts,
+		     struct fr_request *r, size_t bytes)
+{
+	size_t rbytes;
+
+	if (!opts)
+		return 0;
+	if (opts->size < sizeof(size_t) ||
+	    opts->size < offsetof(fr_coll_opts_t, residual) + sizeof(float *))
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: allreduce: fr_coll_opts_t.size %zu is not set (fr_coll_opts_init)",
+			comm->rank, opts->size);
+	if (opts->compress < 0 || opts->compress >= FR_COMPRESS_COUNT)
+		return fr_comm_seterr(comm, FR_EINVAL,
+				      "rank %d: allreduce: compress %d is not an fr_compress_t",
+				      comm->rank, opts->compress);
+	if (opts->compress == FR_COMPRESS_NONE) {
+		if (opts->residual)
+			return fr_comm_seterr(
+				comm, FR_EINVAL,
+				"rank %d: allreduce: a residual (error feedback) needs compression",
+				comm->rank);
+		return 0;
+	}
+	if (r->dtype != FR_F32)
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: allreduce: %s compression is for f32 data, not %s",
+			comm->rank, fr_compress_name(opts->compress),
+			fr_dtype_name(r->dtype));
+	rbytes = r->count * sizeof(float);
+	if (opts->residual && r->count &&
+	    (overlaps(opts->residual, rbytes, r->recvbuf, bytes) ||
+	     (r->sendbuf != FR_IN_PLACE &&
+	      overlaps(opts->residual, rbytes, r->sendbuf, bytes))))
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: allreduce: the residual overlaps the data",
+			comm->rank);
+	r->compress = opts->compress;
+	r->residual = opts->residual;
+	return 0;
+}
+
+static int iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		      size_t count, fr_dtype_t dtype, fr_op_t op,
+		      const fr_coll_opts_t *opts, fr_request_t **out)
 {
 	struct fr_request r;
 	size_t bytes;
@@ -106,10 +153,13 @@ int fr_iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 			comm->rank);
 	r.sendbuf = sendbuf;
 	r.recvbuf = recvbuf;
+	rc = take_opts(comm, opts, &r, bytes);
+	if (rc)
+		return rc;
 	return fr_req_submit(comm, &r, out);
 }
 
-int fr_ireduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+static int ireduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		       size_t recvcount, fr_dtype_t dtype, fr_op_t op,
 		       fr_request_t **out)
 {
@@ -146,7 +196,7 @@ int fr_ireduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	return fr_req_submit(comm, &r, out);
 }
 
-int fr_iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+static int iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		  size_t sendcount, fr_dtype_t dtype, fr_request_t **out)
 {
 	struct fr_request r;
@@ -181,7 +231,7 @@ int fr_iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	return fr_req_submit(comm, &r, out);
 }
 
-int fr_ibroadcast(fr_comm_t *comm, void *buf, size_t count, fr_dtype_t dtype,
+static int ibroadcast(fr_comm_t *comm, void *buf, size_t count, fr_dtype_t dtype,
 		  int root, fr_request_t **out)
 {
 	struct fr_request r;
@@ -209,7 +259,7 @@ int fr_ibroadcast(fr_comm_t *comm, void *buf, size_t count, fr_dtype_t dtype,
 	return fr_req_submit(comm, &r, out);
 }
 
-int fr_ibarrier(fr_comm_t *comm, fr_request_t **out)
+static int ibarrier(fr_comm_t *comm, fr_request_t **out)
 {
 	struct fr_request r;
 	int rc;
@@ -224,47 +274,131 @@ int fr_ibarrier(fr_comm_t *comm, fr_request_t **out)
 	return fr_req_submit(comm, &r, out);
 }
 
+/*
+ * The public entry points: the communicator's lock around the checks and
+ * the submission (progress.c), then for the blocking ones the wait.
+ */
+#define LOCKED(comm, call)                                                     \
+	do {                                                                   \
+		int rc_;                                                       \
+		if (!(comm))                                                   \
+			return FR_EINVAL;                                      \
+		fr_lock(comm);                                                 \
+		rc_ = (call);                                                  \
+		fr_unlock(comm);                                               \
+		return rc_;                                                    \
+	} while (0)
+
+/* Submit with the lock held, then wait for it (blocking collectives). */
+#define LOCKED_WAIT(comm, call)                                                \
+	do {                                                                   \
+		fr_request_t *req_;                                            \
+		int rc_;                                                       \
+		if (!(comm))                                                   \
+			return FR_EINVAL;                                      \
+		fr_lock(comm);                                                 \
+		rc_ = (call);                                                  \
+		if (!rc_)                                                      \
+			rc_ = fr_req_wait_locked(req_);                        \
+		fr_unlock(comm);                                               \
+		return rc_;                                                    \
+	} while (0)
+
+int fr_iallreduce_locked(struct fr_comm *comm, const void *sendbuf,
+			 void *recvbuf, size_t count, fr_dtype_t dtype,
+			 fr_op_t op, const fr_coll_opts_t *opts,
+			 fr_request_t **req)
+{
+	return iallreduce(comm, sendbuf, recvbuf, count, dtype, op, opts, req);
+}
+
+void fr_coll_opts_init(fr_coll_opts_t *opts)
+{
+	if (!opts)
+		return;
+	memset(opts, 0, sizeof(*opts));
+	opts->size = sizeof(*opts);
+}
+
+int fr_iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		  size_t count, fr_dtype_t dtype, fr_op_t op,
+		  fr_request_t **out)
+{
+	LOCKED(comm, iallreduce(comm, sendbuf, recvbuf, count, dtype,
+				       op, NULL, out));
+}
+
+int fr_iallreduce_ex(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		     size_t count, fr_dtype_t dtype, fr_op_t op,
+		     const fr_coll_opts_t *opts, fr_request_t **out)
+{
+	LOCKED(comm, iallreduce(comm, sendbuf, recvbuf, count, dtype,
+				       op, opts, out));
+}
+
+int fr_ireduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		       size_t recvcount, fr_dtype_t dtype, fr_op_t op,
+		       fr_request_t **out)
+{
+	LOCKED(comm, ireduce_scatter(comm, sendbuf, recvbuf, recvcount,
+					    dtype, op, out));
+}
+
+int fr_iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		  size_t sendcount, fr_dtype_t dtype, fr_request_t **out)
+{
+	LOCKED(comm, iallgather(comm, sendbuf, recvbuf, sendcount,
+				       dtype, out));
+}
+
+int fr_ibroadcast(fr_comm_t *comm, void *buf, size_t count, fr_dtype_t dtype,
+		  int root, fr_request_t **out)
+{
+	LOCKED(comm, ibroadcast(comm, buf, count, dtype, root, out));
+}
+
+int fr_ibarrier(fr_comm_t *comm, fr_request_t **out)
+{
+	LOCKED(comm, ibarrier(comm, out));
+}
+
 int fr_allreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		 size_t count, fr_dtype_t dtype, fr_op_t op)
 {
-	fr_request_t *req;
-	int rc = fr_iallreduce(comm, sendbuf, recvbuf, count, dtype, op, &req);
+	LOCKED_WAIT(comm, iallreduce(comm, sendbuf, recvbuf, count,
+					    dtype, op, NULL, &req_));
+}
 
-	return rc ? rc : fr_wait(&req);
+int fr_allreduce_ex(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		    size_t count, fr_dtype_t dtype, fr_op_t op,
+		    const fr_coll_opts_t *opts)
+{
+	LOCKED_WAIT(comm, iallreduce(comm, sendbuf, recvbuf, count,
+					    dtype, op, opts, &req_));
 }
 
 int fr_reduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		      size_t recvcount, fr_dtype_t dtype, fr_op_t op)
 {
-	fr_request_t *req;
-	int rc = fr_ireduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype,
-				    op, &req);
-
-	return rc ? rc : fr_wait(&req);
+	LOCKED_WAIT(comm, ireduce_scatter(comm, sendbuf, recvbuf,
+						 recvcount, dtype, op, &req_));
 }
 
 int fr_allgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		 size_t sendcount, fr_dtype_t dtype)
 {
-	fr_request_t *req;
-	int rc = fr_iallgather(comm, sendbuf, recvbuf, sendcount, dtype, &req);
-
-	return rc ? rc : fr_wait(&req);
+	LOCKED_WAIT(comm, iallgather(comm, sendbuf, recvbuf, sendcount,
+					    dtype, &req_));
 }
 
 int fr_broadcast(fr_comm_t *comm, void *buf, size_t count, fr_dtype_t dtype,
 		 int root)
 {
-	fr_request_t *req;
-	int rc = fr_ibroadcast(comm, buf, count, dtype, root, &req);
-
-	return rc ? rc : fr_wait(&req);
+	LOCKED_WAIT(comm, ibroadcast(comm, buf, count, dtype, root,
+					    &req_));
 }
 
 int fr_barrier(fr_comm_t *comm)
 {
-	fr_request_t *req;
-	int rc = fr_ibarrier(comm, &req);
-
-	return rc ? rc : fr_wait(&req);
+	LOCKED_WAIT(comm, ibarrier(comm, &req_));
 }

@@ -81,11 +81,80 @@ struct settings {
 	long slots, regcache, spin_us;
 	int algo;
 	size_t eager_bytes;
+	int progress;
+	bool cpus_set;
+	cpu_set_t cpus;
 };
 
 /* Fields of a caller's config that its size says it has. */
 #define CFG_HAS(cfg, field) \
 	((cfg)->size >= offsetof(fr_config_t, field) + sizeof((cfg)->field))
+
+/* "3", "0,2", "2-3": a CPU list for FR_PROGRESS_CPU. */
+static int parse_cpus(const char *s, cpu_set_t *set)
+{
+	CPU_ZERO(set);
+	while (*s) {
+		char *end;
+		long a = strtol(s, &end, 10), b;
+
+		if (end == s || a < 0 || a >= CPU_SETSIZE)
+			return FR_EINVAL;
+		b = a;
+		s = end;
+		if (*s == '-') {
+			b = strtol(s + 1, &end, 10);
+			if (end == s + 1 || b < a || b >= CPU_SETSIZE)
+				return FR_EINVAL;
+			s = end;
+		}
+		for (long i = a; i <= b; i++)
+			CPU_SET((int)i, set);
+		if (*s == ',')
+			s++;
+		else if (*s)
+			return FR_EINVAL;
+	}
+	return CPU_COUNT(set) ? 0 : FR_EINVAL;
+}
+
+static int resolve_progress(const fr_config_t *cfg, struct settings *s,
+			    char *err, size_t errlen)
+{
+	const char *e = getenv("FR_PROGRESS"), *cpus;
+
+	s->progress = FR_PROGRESS_CALLER;
+	if (cfg && CFG_HAS(cfg, progress) && cfg->progress) {
+		if (cfg->progress != FR_PROGRESS_CALLER &&
+		    cfg->progress != FR_PROGRESS_THREAD) {
+			snprintf(err, errlen,
+				 "config progress %d is not an fr_progress_t",
+				 cfg->progress);
+			return FR_EINVAL;
+		}
+		s->progress = cfg->progress;
+	} else if (e && *e) {
+		if (!strcmp(e, "thread")) {
+			s->progress = FR_PROGRESS_THREAD;
+		} else if (strcmp(e, "caller")) {
+			snprintf(err, errlen,
+				 "FR_PROGRESS=\"%s\" is not thread or caller", e);
+			return FR_EINVAL;
+		}
+	}
+	cpus = getenv("FR_PROGRESS_CPU");
+	if (cpus && *cpus) {
+		if (parse_cpus(cpus, &s->cpus)) {
+			snprintf(err, errlen,
+				 "FR_PROGRESS_CPU=\"%s\" is not a CPU list such as 3 or 2-3",
+				 cpus);
+			return FR_EINVAL;
+		}
+		s->cpus_set = true;
+	}
+	return 0;
+}
+
 
 static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 			    char *err, size_t errlen)
@@ -197,6 +266,9 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 			 s->eager_bytes);
 		return FR_EINVAL;
 	}
+	rc = resolve_progress(cfg, s, err, errlen);
+	if (rc)
+		return rc;
 	/* FR_POLL: spin = never block, event = block at once, hybrid
 	 * (default) = spin FR_SPIN_US, then block. */
 	const char *poll = getenv("FR_POLL");
@@ -412,9 +484,17 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	c->fail_origin = -1;
 	mailbox_size(c, s->eager_bytes);
 	c->stats.size = sizeof(c->stats);
+	c->progress_mode = s->progress;
+	c->pt_cpus_set = s->cpus_set;
+	c->pt_cpus = s->cpus;
 	c->tp_ops = choose_transport(s->transport, err, errlen);
 	if (!c->tp_ops) {
 		rc = !strcmp(s->transport, "verbs") ? FR_ENODEV : FR_EINVAL;
+		goto err_transport;
+	}
+	rc = fr_lock_init(c);
+	if (rc) {
+		snprintf(err, errlen, "cannot create the communicator's lock");
 		goto err_transport;
 	}
 
@@ -489,13 +569,21 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 		goto err_connect;
 	}
 	free(cards);
+	cards = NULL;
 	c->errmsg[0] = '\0';
 	c->last_activity_ms = fr_now_ms();
+	/* one rank has nothing to progress */
+	if (c->progress_mode == FR_PROGRESS_THREAD && c->nranks > 1) {
+		rc = fr_progress_thread_start(c, err, errlen);
+		if (rc)
+			goto err_thread;
+	}
 	fr_info("rank %d/%d: communicator up over %s (job %016llx)", c->rank,
 		c->nranks, c->tp_ops->name, (unsigned long long)c->job_nonce);
 	*out = c;
 	return 0;
 
+err_thread:
 err_connect:
 	free(c->addrlens);
 	free(c->addrs);
@@ -508,6 +596,7 @@ err_areas:
 err_open:
 	fr_boot_end(boot);
 err_boot:
+	fr_lock_fini(c);
 err_transport:
 	free(c);
 	return rc;
@@ -590,6 +679,8 @@ int fr_comm_destroy(fr_comm_t *comm)
 {
 	if (!comm)
 		return 0;
+	/* from here on single-threaded again */
+	fr_progress_thread_stop(comm);
 	fr_requests_abandon(comm);
 	if (comm->nranks > 1)
 		fr_peers_goodbye(comm);
@@ -600,6 +691,7 @@ int fr_comm_destroy(fr_comm_t *comm)
 	comm->tp_ops->close(comm->tp);
 	free(comm->addrlens);
 	free(comm->addrs);
+	fr_lock_fini(comm);
 	free(comm);
 	return 0;
 }
@@ -621,7 +713,14 @@ const char *fr_comm_transport(const fr_comm_t *comm)
 
 int fr_comm_last_algo(const fr_comm_t *comm)
 {
-	return comm ? comm->last_algo : FR_EINVAL;
+	int algo;
+
+	if (!comm)
+		return FR_EINVAL;
+	fr_lock((struct fr_comm *)comm);
+	algo = comm->last_algo;
+	fr_unlock((struct fr_comm *)comm);
+	return algo;
 }
 
 const char *fr_comm_last_error(const fr_comm_t *comm)
@@ -636,8 +735,11 @@ int fr_comm_stats(const fr_comm_t *comm, fr_stats_t *stats)
 	if (!comm || !stats || stats->size < sizeof(size_t))
 		return FR_EINVAL;
 	n = FR_MIN(stats->size, sizeof(comm->stats));
-	/* Copy only what the caller's version of the struct has room for. */
+	/* Copy only what the caller's version of the struct has room for;
+	 * the progress thread may be counting: under the lock. */
+	fr_lock((struct fr_comm *)comm);
 	memcpy((char *)stats + sizeof(size_t),
 	       (const char *)&comm->stats + sizeof(size_t), n - sizeof(size_t));
+	fr_unlock((struct fr_comm *)comm);
 	return 0;
 }

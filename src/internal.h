@@ -16,6 +16,9 @@
 #ifndef FR_INTERNAL_H
 #define FR_INTERNAL_H
 
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -135,6 +138,8 @@ struct fr_request {
 	fr_op_t op;
 	int root;
 	int forced;   /* algorithm asked for (FR_ALGO_AUTO: choose) */
+	int compress; /* fr_compress_t of f32 All-Reduce data on the wire */
+	float *residual; /* error feedback (count floats) or NULL */
 	const struct fr_algo *algo;
 	void *algo_state;
 };
@@ -222,6 +227,22 @@ struct fr_comm {
 	char abort_msg[FR_ERRMSG_MAX];
 	fr_stats_t stats;
 	char errmsg[FR_ERRMSG_MAX];
+
+	/* threads (progress.c): the lock every public call takes */
+	pthread_mutex_t lock;
+	pthread_cond_t yield_cv; /* the lock was given up */
+	/* events (a request finished, the leader left, stop): ev_gen grows */
+	pthread_mutex_t ev_lock;
+	pthread_cond_t ev_cv;
+	uint64_t ev_gen;
+	atomic_int lock_waiters; /* threads blocked in fr_lock() */
+	atomic_bool sleeping;    /* the lock holder sleeps in tp wait() */
+	bool poller_busy;        /* a thread drives the engine (leader) */
+	int progress_mode;       /* FR_PROGRESS_CALLER or _THREAD */
+	bool pt_running, pt_stop;
+	pthread_t pt;
+	bool pt_cpus_set; /* FR_PROGRESS_CPU */
+	cpu_set_t pt_cpus;
 };
 
 /* comm.c */
@@ -240,7 +261,29 @@ int fr_mem_register_internal(struct fr_comm *comm, void *buf, size_t len,
 void fr_mem_free_internal(struct fr_mem *mem);
 void fr_mem_cache_flush(struct fr_comm *comm);
 
+/* progress.c: see there for the protocol */
+void fr_lock(struct fr_comm *comm);
+void fr_unlock(struct fr_comm *comm);
+/* Wait for the next fr_signal(), giving the lock up meanwhile. */
+void fr_cond_wait(struct fr_comm *comm);
+/* Wake every fr_cond_wait() (lock held). */
+void fr_signal(struct fr_comm *comm);
+/* The leader: give the lock to the threads that asked for it. */
+void fr_lock_yield(struct fr_comm *comm);
+/* The leader: sleep in the transport's wait, holding the lock; fr_lock()
+ * from another thread ends the sleep. */
+void fr_comm_sleep(struct fr_comm *comm, int ms);
+int fr_lock_init(struct fr_comm *comm);
+void fr_lock_fini(struct fr_comm *comm);
+int fr_progress_thread_start(struct fr_comm *comm, char *err, size_t errlen);
+void fr_progress_thread_stop(struct fr_comm *comm);
+
 /* request.c */
+/* One round of the engine with the checks a waiter makes (timeout, peer
+ * gone); true while requests are pending. */
+bool fr_engine_step(struct fr_comm *comm, bool *did_work);
+/* fr_wait() with the lock held. */
+int fr_req_wait_locked(struct fr_request *req);
 int fr_progress_internal(struct fr_comm *comm, bool *did_work);
 void fr_requests_abandon(struct fr_comm *comm);
 struct fr_request *fr_active_req(struct fr_comm *comm);
@@ -248,6 +291,11 @@ int fr_req_submit(struct fr_comm *comm, struct fr_request *req,
 		  fr_request_t **out);
 
 /* coll.c */
+/* fr_iallreduce_ex() with the lock held. */
+int fr_iallreduce_locked(struct fr_comm *comm, const void *sendbuf,
+			 void *recvbuf, size_t count, fr_dtype_t dtype,
+			 fr_op_t op, const fr_coll_opts_t *opts,
+			 fr_request_t **req);
 const char *fr_coll_name(enum fr_coll coll);
 /* Total elements a collective's data spans on every rank (the full
  * vector for reduce-scatter and all-gather: nranks blocks). */

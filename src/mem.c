@@ -150,7 +150,7 @@ void fr_mem_cache_flush(struct fr_comm *comm)
 	}
 }
 
-int fr_mem_register(fr_comm_t *comm, void *buf, size_t len, fr_mem_t **mem)
+static int mem_register(fr_comm_t *comm, void *buf, size_t len, fr_mem_t **mem)
 {
 	struct fr_mem *m;
 	int rc;
@@ -178,7 +178,7 @@ int fr_mem_register(fr_comm_t *comm, void *buf, size_t len, fr_mem_t **mem)
 	return 0;
 }
 
-int fr_mem_deregister(fr_mem_t *mem)
+static int mem_deregister(fr_mem_t *mem)
 {
 	struct fr_comm *comm;
 	struct fr_mem **pp;
@@ -213,4 +213,30 @@ int fr_mem_deregister(fr_mem_t *mem)
 	}
 	fr_mem_free_internal(mem);
 	return 0;
+}
+
+int fr_mem_register(fr_comm_t *comm, void *buf, size_t len, fr_mem_t **mem)
+{
+	int rc;
+
+	if (!comm)
+		return FR_EINVAL;
+	fr_lock(comm);
+	rc = mem_register(comm, buf, len, mem);
+	fr_unlock(comm);
+	return rc;
+}
+
+int fr_mem_deregister(fr_mem_t *mem)
+{
+	struct fr_comm *comm;
+	int rc;
+
+	if (!mem)
+		return 0;
+	comm = mem->comm;
+	fr_lock(comm);
+	rc = mem_deregister(mem);
+	fr_unlock(comm);
+	return rc;
 }

@@ -299,7 +299,15 @@ int fr_peer_write(struct fr_comm *c, int rank, struct fr_mem *lmem, size_t loff,
 	c->user_outstanding += user;
 	c->stats.writes++;
 	c->stats.bytes_sent += len;
+	c->stats.wire_bytes += len;
 	return 0;
+}
+
+/* The header's algo byte: the algorithm, and in the high nibble the
+ * compression, which the ranks must agree on as much. */
+static uint8_t wire_algo(const struct fr_request *req)
+{
+	return (uint8_t)((req->algo ? req->algo->id : 0) | req->compress << 4);
 }
 
 void fr_msg_for(const struct fr_request *req, uint8_t type, struct fr_msg *m)
@@ -307,7 +315,7 @@ void fr_msg_for(const struct fr_request *req, uint8_t type, struct fr_msg *m)
 	memset(m, 0, sizeof(*m));
 	m->type = type;
 	m->coll = (uint8_t)req->coll;
-	m->algo = (uint8_t)(req->algo ? req->algo->id : 0);
+	m->algo = wire_algo(req);
 	m->dtype = (uint8_t)req->dtype;
 	m->op = (uint8_t)req->op;
 	m->seq = req->seq;
@@ -368,6 +376,7 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 	c->outstanding++;
 	c->stats.writes++;
 	c->stats.bytes_sent += FR_MSG_HDR + len;
+	c->stats.wire_bytes += FR_MSG_HDR + len;
 	return 0;
 }
 
@@ -435,12 +444,14 @@ int fr_msg_get(struct fr_comm *c, const struct fr_request *req, int rank,
 			fr_coll_name(req->coll), req->count,
 			fr_dtype_name(req->dtype), fr_op_name(req->op),
 			req->root);
-	if (m->algo != (req->algo ? req->algo->id : 0))
+	if (m->algo != wire_algo(req))
 		return fr_comm_fail(
 			c, FR_EMISMATCH,
-			"rank %d: collective #%u: rank %d runs algorithm %s, this rank %s",
-			c->rank, req->seq, rank, fr_algo_name(m->algo),
-			fr_algo_name(req->algo ? req->algo->id : 0));
+			"rank %d: collective #%u: rank %d runs algorithm %s with compression %s, this rank %s with %s",
+			c->rank, req->seq, rank, fr_algo_name(m->algo & 15),
+			fr_compress_name(m->algo >> 4),
+			fr_algo_name(wire_algo(req) & 15),
+			fr_compress_name(req->compress));
 	*mp = m;
 	*payload = b + FR_MSG_HDR;
 	return 0;

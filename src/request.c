@@ -34,6 +34,9 @@ static void req_finish(struct fr_request *req, int result)
 		req->algo->free(req);
 	if (!result)
 		req->comm->stats.collectives++;
+	/* its waiter may sleep in fr_cond_wait (a follower, or with the progress
+	 * thread the application) */
+	fr_signal(req->comm);
 }
 
 /* The failure reaches every request not yet finished. */
@@ -250,75 +253,114 @@ static void req_unlink_free(struct fr_request *req)
 int fr_test(fr_request_t **reqp, int *done)
 {
 	struct fr_request *req;
+	struct fr_comm *comm;
 	bool work = false;
 	int rc;
 
 	if (!reqp || !*reqp || !done)
 		return FR_EINVAL;
 	req = *reqp;
+	comm = req->comm;
 	*done = 0;
-	if (req->state != FR_REQ_DONE) {
-		fr_progress_internal(req->comm, &work);
-		if (req->state != FR_REQ_DONE && !check_timeout(req->comm) &&
-		    !work)
-			check_gone(req->comm);
-	}
+	fr_lock(comm);
 	if (req->state != FR_REQ_DONE)
+		fr_engine_step(comm, &work);
+	if (req->state != FR_REQ_DONE) {
+		fr_unlock(comm);
 		return 0;
+	}
 	rc = req->result;
 	*done = 1;
 	req_unlink_free(req);
 	*reqp = NULL;
+	fr_unlock(comm);
 	return rc;
 }
 
-/* Progress until req is done, spinning briefly and then blocking. */
+bool fr_engine_step(struct fr_comm *comm, bool *did_work)
+{
+	fr_progress_internal(comm, did_work);
+	if (!first_pending(comm))
+		return false;
+	if (!check_timeout(comm) && !*did_work)
+		check_gone(comm);
+	return first_pending(comm) != NULL;
+}
+
+/*
+ * Progress until req is done, spinning briefly and then blocking.  One
+ * thread drives (the leader); others, and everyone while a progress thread
+ * runs, sleep in fr_cond_wait() until their request is done or the leader
+ * leaves.
+ */
 static void wait_done(struct fr_request *req)
 {
 	struct fr_comm *comm = req->comm;
-	uint64_t spin_until = fr_now_ns() + (uint64_t)comm->spin_us * 1000u;
+	uint64_t spin_until;
 
 	while (req->state != FR_REQ_DONE) {
-		bool work = false;
-		uint64_t idle;
-		int ms;
+		if (comm->poller_busy || comm->pt_running) {
+			fr_cond_wait(comm);
+			continue;
+		}
+		comm->poller_busy = true;
+		spin_until = fr_now_ns() + (uint64_t)comm->spin_us * 1000u;
+		while (req->state != FR_REQ_DONE) {
+			bool work = false;
+			uint64_t idle;
+			int ms;
 
-		fr_progress_internal(comm, &work);
-		if (req->state == FR_REQ_DONE || check_timeout(comm))
-			break;
-		if (!work && check_gone(comm))
-			break;
-		if (work) {
-			spin_until =
-				fr_now_ns() + (uint64_t)comm->spin_us * 1000u;
-			continue;
+			fr_lock_yield(comm);
+			fr_engine_step(comm, &work);
+			if (req->state == FR_REQ_DONE)
+				break;
+			if (work) {
+				spin_until = fr_now_ns() +
+					     (uint64_t)comm->spin_us * 1000u;
+				continue;
+			}
+			if (comm->spin_us < 0 || fr_now_ns() < spin_until) {
+				fr_unlock(comm);
+				sched_yield();
+				fr_lock(comm);
+				continue;
+			}
+			idle = fr_now_ms() - comm->last_activity_ms;
+			ms = idle >= (uint64_t)comm->timeout_ms
+				     ? 0
+				     : (int)FR_MIN((uint64_t)comm->timeout_ms -
+							   idle,
+						   (uint64_t)100);
+			fr_comm_sleep(comm, ms);
 		}
-		if (comm->spin_us < 0 || fr_now_ns() < spin_until) {
-			sched_yield();
-			continue;
-		}
-		idle = fr_now_ms() - comm->last_activity_ms;
-		ms = idle >= (uint64_t)comm->timeout_ms
-			     ? 0
-			     : (int)FR_MIN((uint64_t)comm->timeout_ms - idle,
-					   (uint64_t)100);
-		if (comm->nranks > 1)
-			comm->tp_ops->wait(comm->tp, ms);
+		comm->poller_busy = false;
+		/* a follower may take over */
+		fr_signal(comm);
 	}
+}
+
+int fr_req_wait_locked(struct fr_request *req)
+{
+	int rc;
+
+	wait_done(req);
+	rc = req->result;
+	req_unlink_free(req);
+	return rc;
 }
 
 int fr_wait(fr_request_t **reqp)
 {
-	struct fr_request *req;
+	struct fr_comm *comm;
 	int rc;
 
 	if (!reqp || !*reqp)
 		return FR_EINVAL;
-	req = *reqp;
-	wait_done(req);
-	rc = req->result;
-	req_unlink_free(req);
+	comm = (*reqp)->comm;
+	fr_lock(comm);
+	rc = fr_req_wait_locked(*reqp);
 	*reqp = NULL;
+	fr_unlock(comm);
 	return rc;
 }
 
@@ -329,11 +371,13 @@ int fr_progress(fr_comm_t *comm)
 
 	if (!comm)
 		return FR_EINVAL;
+	fr_lock(comm);
 	rc = fr_progress_internal(comm, &work);
 	if (!rc)
 		rc = check_timeout(comm);
 	if (!rc && !work)
 		rc = check_gone(comm);
+	fr_unlock(comm);
 	return rc;
 }
 

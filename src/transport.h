@@ -22,7 +22,8 @@
  *   - a peer that closes or dies produces one completion with a negative
  *     status on every connection to it; later operations on it fail.
  *
- * A transport is single-threaded: one thread drives one endpoint.
+ * A transport is single-threaded: one thread at a time drives one endpoint
+ * (the communicator's lock sees to it); only wake() may come from another.
  */
 #ifndef FR_TRANSPORT_H
 #define FR_TRANSPORT_H
@@ -130,6 +131,13 @@ struct fr_tp_ops {
 	 * there.
 	 */
 	int (*wait)(struct fr_tp *tp, int timeout_ms);
+	/*
+	 * Make a wait() in progress (or the next one) return soon.  The only
+	 * operation that may be called from another thread while one thread
+	 * is inside any other: the progress thread sleeps in wait() and an
+	 * application thread that needs the communicator wakes it.
+	 */
+	void (*wake)(struct fr_tp *tp);
 
 	void (*close_conn)(struct fr_tp_conn *conn);
 	void (*close)(struct fr_tp *tp);

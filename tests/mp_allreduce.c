@@ -29,6 +29,8 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
@@ -655,6 +657,290 @@ static int run_mismatch(fr_comm_t *comm, int victim, const char *what)
 	return failed;
 }
 
+/*
+ * Compressed All-Reduce: every format x op x count, in and out of place,
+ * with and without error feedback.  All ranks must end with identical bits;
+ * the error against the exact f64 result must stay within the format's
+ * bound; with error feedback, the mean of many steps must converge to the
+ * exact value far better than one step's error (nothing is lost).
+ */
+static double comp_input(int r, size_t i, int step)
+{
+	uint64_t m = mix((uint64_t)r << 40 ^ i << 8 ^ (uint64_t)step);
+
+	return ((double)(m % 2000001) - 1000000.0) / 1000000.0 *
+	       (1.0 + (double)(i % 7));
+}
+
+static int run_compress(fr_comm_t *comm, const char *counts_s)
+{
+	static const long dflt[] = { 0, 1, 3, 255, 256, 257, 1000, 7919,
+				     65537, 300007 };
+	static const fr_compress_t fmts[] = { FR_COMPRESS_BF16,
+					       FR_COMPRESS_FP16,
+					       FR_COMPRESS_INT8 };
+	static const fr_op_t ops[] = { FR_SUM, FR_AVG, FR_MAX };
+	/* relative L2 bound per format for one call (n ranks' requantized
+	 * partial sums): bf16 8 bits, fp16 11 bits, int8 7 bits per block */
+	static const double bound[] = { 0, 1.6e-2, 2e-3, 4e-2 };
+	long counts[32];
+	int nc = counts_s ? parse_list(counts_s, counts, 32) : 10;
+
+	if (!counts_s)
+		memcpy(counts, dflt, sizeof(dflt));
+	for (int ci = 0; ci < nc; ci++) {
+		size_t n = (size_t)counts[ci];
+		float *in = malloc((n + 1) * sizeof(float));
+		float *out = malloc((n + 1) * sizeof(float));
+		float *res = calloc(n + 1, sizeof(float));
+
+		for (int fi = 0; fi < 3; fi++)
+		for (int oi = 0; oi < 3; oi++)
+		for (int variant = 0; variant < 3; variant++) {
+			/* 0: out of place, 1: in place, 2: in place + EF */
+			fr_coll_opts_t o;
+			double num = 0, den = 0;
+			int rc;
+
+			fr_coll_opts_init(&o);
+			o.compress = fmts[fi];
+			memset(res, 0, (n + 1) * sizeof(float));
+			o.residual = variant == 2 ? res : NULL;
+			for (size_t i = 0; i < n; i++)
+				in[i] = (float)comp_input(rank, i, 0);
+			if (variant)
+				memcpy(out, in, n * sizeof(float));
+			rc = fr_allreduce_ex(comm, variant ? FR_IN_PLACE : in,
+					     out, n, FR_F32, ops[oi], &o);
+			CHECK(rc == 0, "compress %s %s n=%zu: %s: %s",
+			      fr_compress_name(fmts[fi]), fr_op_name(ops[oi]),
+			      n, fr_strerror(rc), fr_comm_last_error(comm));
+			if (rc)
+				continue;
+			CHECK(fr_comm_last_algo(comm) == FR_ALGO_RING,
+			      "compressed runs the ring");
+			for (size_t i = 0; i < n; i++) {
+				double e = ops[oi] == FR_MAX ? -1e300 : 0;
+
+				for (int r = 0; r < nranks; r++) {
+					double x = (float)comp_input(r, i, 0);
+
+					e = ops[oi] == FR_MAX ? (x > e ? x : e)
+							      : e + x;
+				}
+				if (ops[oi] == FR_AVG)
+					e /= nranks;
+				num += (out[i] - e) * (out[i] - e);
+				den += e * e;
+			}
+			CHECK(n == 0 || sqrt(num / den) < bound[fmts[fi]],
+			      "compress %s %s n=%zu variant %d: relative error %.3g >= %.3g",
+			      fr_compress_name(fmts[fi]), fr_op_name(ops[oi]), n,
+			      variant, sqrt(num / (den ? den : 1)),
+			      bound[fmts[fi]]);
+			CHECK(all_same(comm, hash_bytes(out, n * sizeof(float))),
+			      "compress %s %s n=%zu: ranks differ",
+			      fr_compress_name(fmts[fi]), fr_op_name(ops[oi]),
+			      n);
+		}
+		/* error feedback: 40 steps of the same input; the mean result
+		 * converges to the exact sum, without it int8 stays off */
+		if (n >= 1000) {
+			double num[2] = { 0, 0 }, den = 0;
+
+			for (int ef = 0; ef < 2; ef++) {
+				double *acc = calloc(n, sizeof(double));
+				fr_coll_opts_t o;
+
+				fr_coll_opts_init(&o);
+				o.compress = FR_COMPRESS_INT8;
+				o.residual = ef ? res : NULL;
+				memset(res, 0, n * sizeof(float));
+				for (int it = 0; it < 40; it++) {
+					for (size_t i = 0; i < n; i++)
+						out[i] = (float)comp_input(rank, i, 0);
+					CHECK(!fr_allreduce_ex(comm, FR_IN_PLACE,
+							       out, n, FR_F32,
+							       FR_SUM, &o),
+					      "ef step");
+					for (size_t i = 0; i < n; i++)
+						acc[i] += out[i];
+				}
+				for (size_t i = 0; i < n; i++) {
+					double e = 0;
+
+					for (int r = 0; r < nranks; r++)
+						e += (float)comp_input(r, i, 0);
+					num[ef] += (acc[i] / 40 - e) *
+						   (acc[i] / 40 - e);
+					if (!ef)
+						den += e * e;
+				}
+				free(acc);
+			}
+			CHECK(nranks == 1 || sqrt(num[1] / den) < 0.25 * sqrt(num[0] / den),
+			      "error feedback n=%zu: mean error %.3g with vs %.3g without",
+			      n, sqrt(num[1] / den), sqrt(num[0] / den));
+		}
+		free(res);
+		free(out);
+		free(in);
+	}
+	/* bad arguments are refused, not run */
+	{
+		fr_coll_opts_t o;
+		double d = 1;
+		float f = 1, r = 0;
+
+		fr_coll_opts_init(&o);
+		o.compress = FR_COMPRESS_BF16;
+		CHECK(fr_allreduce_ex(comm, FR_IN_PLACE, &d, 1, FR_F64, FR_SUM,
+				      &o) == FR_EINVAL, "compress f64 refused");
+		o.compress = 99;
+		CHECK(fr_allreduce_ex(comm, FR_IN_PLACE, &f, 1, FR_F32, FR_SUM,
+				      &o) == FR_EINVAL, "bad format refused");
+		o.compress = FR_COMPRESS_NONE;
+		o.residual = &r;
+		CHECK(fr_allreduce_ex(comm, FR_IN_PLACE, &f, 1, FR_F32, FR_SUM,
+				      &o) == FR_EINVAL, "residual without compression");
+		o.size = 0;
+		CHECK(fr_allreduce_ex(comm, FR_IN_PLACE, &f, 1, FR_F32, FR_SUM,
+				      &o) == FR_EINVAL, "unset opts size");
+	}
+	return failed;
+}
+
+/*
+ * Gradient buckets: ranks mark layer ranges in different orders (each
+ * rank its own shuffle), some never marked; after fr_buckets_wait every
+ * element is the sum over ranks and all ranks agree, step after step.
+ */
+static int run_buckets(fr_comm_t *comm, size_t count, int iters)
+{
+	fr_buckets_config_t cfg;
+	fr_buckets_t *b;
+	int32_t *g = malloc(count * sizeof(*g));
+	size_t layers = 37, per = count / layers + 1;
+	size_t order[64];
+	int rc;
+
+	fr_buckets_config_init(&cfg);
+	cfg.bucket_bytes = count; /* about 4 buckets */
+	cfg.first_bucket_bytes = count / 8 + 4;
+	rc = fr_buckets_create(comm, g, count, FR_I32, FR_SUM, &cfg, &b);
+	CHECK(rc == 0, "fr_buckets_create: %s", fr_strerror(rc));
+	if (rc)
+		return failed;
+	CHECK(fr_buckets_count(b) >= 2, "several buckets (%d)",
+	      fr_buckets_count(b));
+	for (int it = 0; it < iters; it++) {
+		int bad = 0;
+
+		for (size_t i = 0; i < count; i++)
+			g[i] = (int32_t)(mix((uint64_t)rank << 32 ^ i ^ (uint64_t)it << 50) & 0xffff);
+		for (size_t l = 0; l < layers; l++)
+			order[l] = l;
+		for (size_t l = layers - 1; l > 0; l--) {
+			size_t j = mix((uint64_t)rank * 131 + l + (uint64_t)it * 7) % (l + 1), t = order[l];
+
+			order[l] = order[j];
+			order[j] = t;
+		}
+		for (size_t k = 0; k < layers; k++) {
+			size_t lo = order[k] * per, n;
+
+			if (lo >= count || order[k] == 5) /* layer 5: unmarked */
+				continue;
+			n = lo + per > count ? count - lo : per;
+			rc = fr_buckets_ready(b, lo, n);
+			CHECK(rc == 0, "fr_buckets_ready(%zu, %zu): %s", lo, n,
+			      fr_strerror(rc));
+			if (k == 3)
+				CHECK(fr_buckets_ready(b, lo, 1) == FR_EINVAL,
+				      "marking twice is refused");
+		}
+		rc = fr_buckets_wait(b);
+		CHECK(rc == 0, "fr_buckets_wait: %s: %s", fr_strerror(rc),
+		      fr_comm_last_error(comm));
+		for (size_t i = 0; i < count; i++) {
+			int32_t e = 0;
+
+			for (int r = 0; r < nranks; r++)
+				e += (int32_t)(mix((uint64_t)r << 32 ^ i ^ (uint64_t)it << 50) & 0xffff);
+			bad += g[i] != e;
+		}
+		CHECK(bad == 0, "buckets step %d: %d wrong elements", it, bad);
+	}
+	CHECK(fr_buckets_ready(b, count, 1) == FR_EINVAL, "out of range refused");
+	fr_buckets_wait(b);
+	CHECK(fr_buckets_destroy(b) == 0, "fr_buckets_destroy");
+	free(g);
+	return failed;
+}
+
+/*
+ * The thread-safety contract: while this thread runs collectives, another
+ * one shares the communicator (statistics, registrations, progress).
+ * Under ThreadSanitizer this is the test of the lock.
+ */
+struct side {
+	fr_comm_t *comm;
+	atomic_int stop;
+	int errors;
+};
+
+static void *side_main(void *arg)
+{
+	struct side *sd = arg;
+	static char buf[4096];
+
+	while (!atomic_load(&sd->stop)) {
+		fr_stats_t st = { .size = sizeof(st) };
+		fr_mem_t *m;
+
+		sd->errors += fr_comm_stats(sd->comm, &st) != 0;
+		if (fr_mem_register(sd->comm, buf, sizeof(buf), &m) == 0)
+			sd->errors += fr_mem_deregister(m) != 0;
+		else
+			sd->errors++;
+		fr_progress(sd->comm);
+	}
+	return NULL;
+}
+
+static int run_threads(fr_comm_t *comm, int iters, size_t count)
+{
+	struct side sd = { .comm = comm };
+	int32_t *v = malloc(count * sizeof(*v));
+	pthread_t t;
+	int bad = 0;
+
+	atomic_init(&sd.stop, 0);
+	CHECK(pthread_create(&t, NULL, side_main, &sd) == 0, "pthread_create");
+	for (int it = 0; it < iters; it++) {
+		fr_request_t *req;
+		int done = 0, rc;
+
+		for (size_t i = 0; i < count; i++)
+			v[i] = rank + (int32_t)i + it;
+		rc = fr_iallreduce(comm, FR_IN_PLACE, v, count, FR_I32, FR_SUM,
+				   &req);
+		while (!rc && !done)
+			rc = fr_test(&req, &done);
+		CHECK(rc == 0, "threads iteration %d: %s", it, fr_strerror(rc));
+		for (size_t i = 0; i < count; i++)
+			bad += v[i] != nranks * ((int32_t)i + it) +
+					       nranks * (nranks - 1) / 2;
+	}
+	atomic_store(&sd.stop, 1);
+	pthread_join(t, NULL);
+	CHECK(bad == 0, "threads: %d wrong elements", bad);
+	CHECK(sd.errors == 0, "threads: %d errors in the side thread",
+	      sd.errors);
+	free(v);
+	return failed;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -717,6 +1003,12 @@ int main(int argc, char **argv)
 		run_colls(comm, counts);
 	else if (!strcmp(argv[1], "mismatch"))
 		run_mismatch(comm, victim, what);
+	else if (!strcmp(argv[1], "threads"))
+		run_threads(comm, iters > 300 ? 300 : iters, count);
+	else if (!strcmp(argv[1], "compress"))
+		run_compress(comm, counts);
+	else if (!strcmp(argv[1], "buckets"))
+		run_buckets(comm, count, iters > 50 ? 10 : iters);
 	else
 		CHECK(0, "unknown mode %s", argv[1]);
 	fr_comm_destroy(comm);

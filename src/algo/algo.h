@@ -35,6 +35,7 @@ extern const struct fr_algo fr_algo_rabenseifner;  /* allreduce         */
 extern const struct fr_algo fr_algo_bcast_tree;	   /* broadcast         */
 extern const struct fr_algo fr_algo_bcast_chain;   /* broadcast         */
 extern const struct fr_algo fr_algo_dissemination; /* barrier          */
+extern const struct fr_algo fr_algo_cring; /* compressed allreduce */
 
 /* The algorithm for req (every rank decides the same from the same
  * arguments, settings and tune file). */

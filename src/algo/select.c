@@ -309,6 +309,9 @@ const struct fr_algo *fr_algo_select(struct fr_comm *comm,
 	const struct fr_algo *best = NULL;
 	double best_us = 0, us[FR_ALGO_COUNT] = {0};
 
+	/* compression on the wire has one schedule */
+	if (req->compress != FR_COMPRESS_NONE)
+		return &fr_algo_cring;
 	if (req->forced != FR_ALGO_AUTO) {
 		best = impl(req->coll, req->forced);
 		if (best)

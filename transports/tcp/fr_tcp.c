@@ -78,6 +78,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -212,6 +213,7 @@ struct fr_tp {
 	unsigned int sq_depth;
 	int lfd;
 	int epfd;
+	int wfd; /* eventfd in the epoll set: wake() ends a wait() */
 	struct fr_tp_conn *conns;
 	unsigned int npending; /* incoming connections not handed out */
 	int accept_errno;      /* last accept() failure, warned about once */
@@ -1074,6 +1076,16 @@ static bool tcp_rx_buffered(const struct fr_tp_conn *c)
  * that would only say EAGAIN costs microseconds, and the small-message
  * latency of a collective is a handful of polls.
  */
+/* Level-triggered: a wake left unread would end every later wait. */
+static void tcp_wake_drain(struct fr_tp *tp)
+{
+	uint64_t v;
+
+	if (read(tp->wfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		fr_dbg("tcp: rank %d: reading the wake eventfd: %s", tp->rank,
+		       strerror(errno));
+}
+
 static bool tcp_collect_ready(struct fr_tp *tp)
 {
 	struct epoll_event ev[64];
@@ -1095,7 +1107,9 @@ static bool tcp_collect_ready(struct fr_tp *tp)
 	}
 	for (int i = 0; i < n; i++) {
 		c = ev[i].data.ptr;
-		if (!c)
+		if (ev[i].data.ptr == &tp->wfd)
+			tcp_wake_drain(tp);
+		else if (!c)
 			listener = true;
 		else if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
 			c->readable = true;
@@ -1286,6 +1300,17 @@ static int tcp_open(const struct fr_tp_params *params, struct fr_tp **out,
 		tcp_open_err(&p, "tcp: epoll_ctl: %s", strerror(errno));
 		goto err_epoll;
 	}
+	tp->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (tp->wfd < 0) {
+		tcp_open_err(&p, "tcp: eventfd: %s", strerror(errno));
+		goto err_epoll;
+	}
+	ev.events = EPOLLIN;
+	ev.data.ptr = &tp->wfd;
+	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wfd, &ev)) {
+		tcp_open_err(&p, "tcp: epoll_ctl: %s", strerror(errno));
+		goto err_wfd;
+	}
 	tcp_addr_encode(addr, &sa);
 	*addrlen = TCP_ADDR_LEN;
 	*out = tp;
@@ -1293,6 +1318,8 @@ static int tcp_open(const struct fr_tp_params *params, struct fr_tp **out,
 	       fr_sockaddr_str((struct sockaddr *)&sa, where, sizeof(where)));
 	return 0;
 
+err_wfd:
+	close(tp->wfd);
 err_epoll:
 	close(tp->epfd);
 err_listen:
@@ -1601,7 +1628,7 @@ static int tcp_wait(struct fr_tp *tp, int timeout_ms)
 	struct epoll_event ev[16];
 	struct fr_tp_conn *c;
 	uint64_t now, due;
-	int t = timeout_ms < 0 ? -1 : timeout_ms;
+	int t = timeout_ms < 0 ? -1 : timeout_ms, n;
 
 	if (!tp)
 		return FR_EINVAL;
@@ -1631,12 +1658,25 @@ static int tcp_wait(struct fr_tp *tp, int timeout_ms)
 			return FR_ESYS;
 		}
 	}
-	if (epoll_wait(tp->epfd, ev, (int)FR_ARRAY_SIZE(ev), t) < 0 &&
-	    errno != EINTR) {
+	n = epoll_wait(tp->epfd, ev, (int)FR_ARRAY_SIZE(ev), t);
+	if (n < 0 && errno != EINTR) {
 		tcp_seterr(tp, FR_LOG_ERROR, "epoll_wait: %s", strerror(errno));
 		return FR_ESYS;
 	}
+	for (int i = 0; i < n; i++)
+		if (ev[i].data.ptr == &tp->wfd)
+			tcp_wake_drain(tp);
 	return 0;
+}
+
+/* The one call another thread may make while wait() sleeps. */
+static void tcp_wake(struct fr_tp *tp)
+{
+	uint64_t one = 1;
+
+	if (tp && write(tp->wfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		fr_dbg("tcp: rank %d: writing the wake eventfd: %s", tp->rank,
+		       strerror(errno));
 }
 
 static void tcp_close_conn(struct fr_tp_conn *c)
@@ -1658,6 +1698,7 @@ static void tcp_close(struct fr_tp *tp)
 	for (i = 0; i < tp->nregions; i++)
 		free(tp->regions[i].mr);
 	free(tp->regions);
+	close(tp->wfd);
 	close(tp->epfd);
 	close(tp->lfd);
 	free(tp);
@@ -1683,6 +1724,7 @@ const struct fr_tp_ops fr_tcp_ops = {
 	.write_imm = tcp_write_imm,
 	.poll = tcp_poll,
 	.wait = tcp_wait,
+	.wake = tcp_wake,
 	.close_conn = tcp_close_conn,
 	.close = tcp_close,
 	.conn_peer = tcp_conn_peer,

@@ -126,6 +126,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -269,6 +270,7 @@ struct fr_tp {
 	unsigned int rq_depth; /* receives posted per QP */
 	bool spin;	       /* FR_POLL=spin: wait() never blocks */
 	int fatal;	       /* the endpoint itself failed */
+	int wfd;	       /* eventfd: wake() ends a wait() */
 
 	struct rdma_event_channel *ec;
 	struct rdma_cm_id *lid; /* listening */
@@ -2040,6 +2042,12 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 	tp->spin = poll_env && !strcmp(poll_env, "spin");
 
 	rc = FR_ESYS;
+	tp->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (tp->wfd < 0) {
+		verbs_msg(p.errbuf, p.errlen, "verbs: eventfd: %s",
+			  strerror(errno));
+		goto err_wfd;
+	}
 	tp->ec = rdma_create_event_channel();
 	if (!tp->ec) {
 		verbs_msg(p.errbuf, p.errlen,
@@ -2159,6 +2167,8 @@ err_bind:
 err_id:
 	rdma_destroy_event_channel(tp->ec);
 err_ec:
+	close(tp->wfd);
+err_wfd:
 	free(tp);
 	return rc;
 }
@@ -2507,8 +2517,9 @@ static int verbs_wait_cap(const struct fr_tp *tp, int t)
 
 static int verbs_wait(struct fr_tp *tp, int timeout_ms)
 {
-	struct pollfd pfd[2];
+	struct pollfd pfd[3];
 	struct ibv_cq *ecq;
+	uint64_t v;
 	void *ectx;
 	int t, rc;
 
@@ -2536,7 +2547,9 @@ static int verbs_wait(struct fr_tp *tp, int timeout_ms)
 	pfd[0].events = POLLIN;
 	pfd[1].fd = tp->ec->fd;
 	pfd[1].events = POLLIN;
-	if (poll(pfd, 2, t) < 0 && errno != EINTR) {
+	pfd[2].fd = tp->wfd;
+	pfd[2].events = POLLIN;
+	if (poll(pfd, 3, t) < 0 && errno != EINTR) {
 		verbs_seterr(tp, FR_LOG_ERROR, "poll: %s", strerror(errno));
 		return FR_ESYS;
 	}
@@ -2548,7 +2561,22 @@ static int verbs_wait(struct fr_tp *tp, int timeout_ms)
 			tp->cq_unacked = 0;
 		}
 	}
+	/* Level-triggered: a wake left unread would end every later wait. */
+	if ((pfd[2].revents & POLLIN) && read(tp->wfd, &v, sizeof(v)) < 0 &&
+	    errno != EAGAIN)
+		fr_dbg("verbs: rank %d: reading the wake eventfd: %s",
+		       tp->rank, strerror(errno));
 	return 0;
+}
+
+/* The one call another thread may make while wait() sleeps. */
+static void verbs_wake(struct fr_tp *tp)
+{
+	uint64_t one = 1;
+
+	if (tp && write(tp->wfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		fr_dbg("verbs: rank %d: writing the wake eventfd: %s",
+		       tp->rank, strerror(errno));
 }
 
 static void verbs_close_conn(struct fr_tp_conn *c)
@@ -2581,6 +2609,7 @@ static void verbs_close(struct fr_tp *tp)
 	ibv_dealloc_pd(tp->pd);
 	rdma_destroy_id(tp->lid);
 	rdma_destroy_event_channel(tp->ec);
+	close(tp->wfd);
 	free(tp->slots);
 	free(tp->slot_gen);
 	free(tp);
@@ -2606,6 +2635,7 @@ const struct fr_tp_ops fr_verbs_ops = {
 	.write_imm = verbs_write_imm,
 	.poll = verbs_poll,
 	.wait = verbs_wait,
+	.wake = verbs_wake,
 	.close_conn = verbs_close_conn,
 	.close = verbs_close,
 	.conn_peer = verbs_conn_peer,

@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * progress.c - the communicator's lock and its progress thread.
+ *
+ * Every public call takes comm->lock, so application threads may share a
+ * communicator, and the transport (single-threaded by contract) is only
+ * ever driven by the thread that holds the lock.  That includes the thread
+ * that sleeps in the transport's wait(): it sleeps holding the lock,
+ * because wait() walks the transport's connections.  A thread that wants
+ * the lock therefore first counts itself in lock_waiters and, if someone
+ * sleeps, wakes it through the transport's wake() (an eventfd in its poll
+ * set); the sleeper sees the count when it returns and gives the lock up
+ * (fr_lock_yield) until the count drops to zero.  The count and the
+ * `sleeping` flag are seq_cst atomics, written before the other is read
+ * (Dekker), so either the sleeper sees the waiter and does not sleep, or
+ * the waiter sees the sleeper and wakes it: a lock request never waits
+ * for a wait() timeout.
+ *
+ * One thread at a time drives the engine while others wait for their
+ * requests (leader/followers): poller_busy marks the leader, followers
+ * sleep in fr_cond_wait(), which fr_signal() ends whenever a request finishes
+ * or the leader leaves.  With FR_PROGRESS=thread the progress thread is the
+ * leader for the communicator's whole life (pt_running, set before any
+ * application call can come): it progresses, spins for
+ * FR_SPIN_US after work and otherwise sleeps in wait(), so no core burns
+ * between collectives, and the application's fr_wait() sleeps in
+ * fr_cond_wait().
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "log.h"
+#include "util.h"
+
+void fr_lock(struct fr_comm *comm)
+{
+	if (!pthread_mutex_trylock(&comm->lock))
+		return;
+	atomic_fetch_add(&comm->lock_waiters, 1);
+	if (atomic_load(&comm->sleeping))
+		comm->tp_ops->wake(comm->tp);
+	pthread_mutex_lock(&comm->lock);
+	atomic_fetch_sub(&comm->lock_waiters, 1);
+}
+
+void fr_unlock(struct fr_comm *comm)
+{
+	/* a leader may be waiting in fr_lock_yield() for us to finish */
+	pthread_cond_broadcast(&comm->yield_cv);
+	pthread_mutex_unlock(&comm->lock);
+}
+
+/*
+ * Waiting for an event (a request done, the leader gone, stop) must not
+ * reacquire the lock inside pthread_cond_wait(): a leader asleep in the
+ * transport would not know we want it.  So the wait is on a small lock
+ * of its own and a generation count, and the lock is then taken again
+ * through fr_lock(), which wakes the sleeper.
+ */
+void fr_signal(struct fr_comm *comm)
+{
+	pthread_mutex_lock(&comm->ev_lock);
+	comm->ev_gen++;
+	pthread_cond_broadcast(&comm->ev_cv);
+	pthread_mutex_unlock(&comm->ev_lock);
+}
+
+void fr_cond_wait(struct fr_comm *comm)
+{
+	uint64_t gen;
+
+	pthread_mutex_lock(&comm->ev_lock);
+	gen = comm->ev_gen;
+	pthread_mutex_unlock(&comm->ev_lock);
+	fr_unlock(comm);
+	pthread_mutex_lock(&comm->ev_lock);
+	while (comm->ev_gen == gen)
+		pthread_cond_wait(&comm->ev_cv, &comm->ev_lock);
+	pthread_mutex_unlock(&comm->ev_lock);
+	fr_lock(comm);
+}
+
+void fr_lock_yield(struct fr_comm *comm)
+{
+	while (atomic_load(&comm->lock_waiters) > 0)
+		pthread_cond_wait(&comm->yield_cv, &comm->lock);
+}
+
+void fr_comm_sleep(struct fr_comm *comm, int ms)
+{
+	if (comm->nranks < 2)
+		return;
+	atomic_store(&comm->sleeping, true);
+	if (atomic_load(&comm->lock_waiters) == 0)
+		comm->tp_ops->wait(comm->tp, ms);
+	atomic_store(&comm->sleeping, false);
+}
+
+int fr_lock_init(struct fr_comm *comm)
+{
+	if (pthread_mutex_init(&comm->lock, NULL))
+		goto err_lock;
+	if (pthread_cond_init(&comm->yield_cv, NULL))
+		goto err_yield;
+	if (pthread_mutex_init(&comm->ev_lock, NULL))
+		goto err_ev_lock;
+	if (pthread_cond_init(&comm->ev_cv, NULL))
+		goto err_ev_cv;
+	atomic_init(&comm->lock_waiters, 0);
+	atomic_init(&comm->sleeping, false);
+	return 0;
+
+err_ev_cv:
+	pthread_mutex_destroy(&comm->ev_lock);
+err_ev_lock:
+	pthread_cond_destroy(&comm->yield_cv);
+err_yield:
+	pthread_mutex_destroy(&comm->lock);
+err_lock:
+	return FR_ENOMEM;
+}
+
+void fr_lock_fini(struct fr_comm *comm)
+{
+	pthread_cond_destroy(&comm->ev_cv);
+	pthread_mutex_destroy(&comm->ev_lock);
+	pthread_cond_destroy(&comm->yield_cv);
+	pthread_mutex_destroy(&comm->lock);
+}
+
+/* How long the leader may sleep: until the timeout is due, at most 100 ms
+ * (timeouts are checked between sleeps), forever-ish when idle. */
+static int sleep_ms(struct fr_comm *comm, bool pending)
+{
+	uint64_t idle;
+
+	if (!pending)
+		return 1000;
+	idle = fr_now_ms() - comm->last_activity_ms;
+	if (idle >= (uint64_t)comm->timeout_ms)
+		return 0;
+	return (int)FR_MIN((uint64_t)comm->timeout_ms - idle, (uint64_t)100);
+}
+
+static void *progress_main(void *arg)
+{
+	struct fr_comm *comm = arg;
+	uint64_t spin_until = 0;
+
+	fr_lock(comm);
+	while (!comm->pt_stop) {
+		bool work = false, pending;
+
+		fr_lock_yield(comm);
+		if (comm->pt_stop)
+			break;
+		if (comm->failed) {
+			/* nothing will move again: no polling, no spinning */
+			fr_cond_wait(comm);
+			continue;
+		}
+		pending = fr_engine_step(comm, &work);
+		if (work) {
+			spin_until =
+				fr_now_ns() + (uint64_t)comm->spin_us * 1000u;
+			continue;
+		}
+		if (pending &&
+		    (comm->spin_us < 0 || fr_now_ns() < spin_until)) {
+			fr_unlock(comm);
+			sched_yield();
+			fr_lock(comm);
+			continue;
+		}
+		fr_comm_sleep(comm, sleep_ms(comm, pending));
+	}
+	fr_unlock(comm);
+	return NULL;
+}
+
+int fr_progress_thread_start(struct fr_comm *comm, char *err, size_t errlen)
+{
+	pthread_attr_t attr;
+	int rc;
+
+	if (pthread_attr_init(&attr)) {
+		snprintf(err, errlen, "pthread_attr_init failed");
+		return FR_ENOMEM;
+	}
+	if (comm->pt_cpus_set) {
+		rc = pthread_attr_setaffinity_np(&attr, sizeof(comm->pt_cpus),
+						 &comm->pt_cpus);
+		if (rc) {
+			snprintf(err, errlen,
+				 "FR_PROGRESS_CPU: cannot bind there: %s",
+				 strerror(rc));
+			pthread_attr_destroy(&attr);
+			return FR_EINVAL;
+		}
+	}
+	comm->pt_running = true;
+	rc = pthread_create(&comm->pt, &attr, progress_main, comm);
+	pthread_attr_destroy(&attr);
+	if (rc) {
+		comm->pt_running = false;
+		snprintf(err, errlen, "cannot start the progress thread: %s",
+			 strerror(rc));
+		return FR_ESYS;
+	}
+	return 0;
+}
+
+void fr_progress_thread_stop(struct fr_comm *comm)
+{
+	if (!comm->pt_running)
+		return;
+	fr_lock(comm);
+	comm->pt_stop = true;
+	fr_signal(comm);
+	comm->tp_ops->wake(comm->tp);
+	fr_unlock(comm);
+	pthread_join(comm->pt, NULL);
+	comm->pt_running = false;
+}

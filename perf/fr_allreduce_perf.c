@@ -30,13 +30,29 @@
  * small integers (or +-1 for prod), so every partial result is exact in every
  * datatype for up to 64 ranks and the expected value does not depend on the
  * order in which the library combines contributions.
+ *
+ * -Z none|bf16|fp16|int8 (f32 All-Reduce only) runs fr_allreduce_ex() with
+ * that wire compression, --ef with an error-feedback residual per buffer.
+ * The inputs are then pseudo-random multiples of 2^-30 in (-1, 1) that
+ * every rank can compute for every rank, so the check compares the result
+ * with the exact f64 reduction (relerr: ||result - exact|| / ||exact||);
+ * busbw still counts the uncompressed bytes, and the wire column gives the
+ * bytes each rank put on the wire per call (fr_comm_stats()).
+ *
+ * --overlap-ms MS times, per size, the collective alone (start + fr_wait),
+ * MS of computation alone (sleep or spin, no library call) and the two
+ * overlapped (start, compute, fr_wait), and prints wall / max(compute,
+ * comm): 1 is a perfect overlap, (compute + comm) / max none.  Overlap
+ * needs a progress thread (--progress thread or FR_PROGRESS=thread).
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fastreduce.h"
@@ -54,6 +70,10 @@
 #define SENTINEL 0xff
 /* Inputs repeat with this period in rank + index. */
 #define PATTERN 7
+/* -Z --ef: calls of the check, whose mean result is compared. */
+#define EF_CHECK_CALLS 8
+#define PC_STR_(x) #x
+#define PC_STR(x) PC_STR_(x)
 
 enum { FMT_TABLE, FMT_CSV, FMT_JSON };
 
@@ -73,7 +93,17 @@ static const char *const coll_funcs[COLL_COUNT] = {
 	"fr_allreduce", "fr_reduce_scatter", "fr_allgather", "fr_broadcast"};
 
 /* Long options without a short letter. */
-enum { OPT_CSV = 256, OPT_JSON };
+enum {
+	OPT_CSV = 256,
+	OPT_JSON,
+	OPT_EF,
+	OPT_OVERLAP,
+	OPT_COMPUTE,
+	OPT_PROGRESS
+};
+
+/* --compute: what the computation of --overlap-ms does. */
+enum { COMPUTE_SLEEP, COMPUTE_SPIN };
 
 struct opts {
 	size_t minb, maxb, step; /* step 0: multiply by factor */
@@ -88,6 +118,12 @@ struct opts {
 	int ndtypes;
 	fr_op_t ops[FR_OP_COUNT];
 	int nops;
+	bool zmode;	   /* -Z or --ef given: f32 allreduce via _ex */
+	int compress;	   /* fr_compress_t */
+	bool ef;	   /* error feedback */
+	double overlap_ms; /* > 0: overlap mode */
+	int compute;	   /* COMPUTE_* */
+	int progress;	   /* fr_progress_t for fr_config_t */
 };
 
 struct row {
@@ -97,12 +133,19 @@ struct row {
 	double time_us, algbw, busbw;
 	long long wrong; /* -1: not checked */
 	int algo;	 /* fr_comm_last_algo() after the timed loop */
+	/* --overlap-ms: time_us is the collective alone (start + wait) */
+	double compute_us, wall_us;
+	/* -Z: relerr < 0 when not checked; wire bytes per call and rank;
+	 * zratio compress_in / compress_out (0: nothing compressed) */
+	double relerr, wire, zratio;
 };
 
 /* Buffers of the tool's own tiny All-Reduces (timing max, #wrong sum). */
 struct meta {
 	double t[2];
 	uint64_t w[2];
+	double d[8]; /* up to 4 values in, 4 out */
+	uint64_t u[8];
 };
 
 struct ctx {
@@ -116,6 +159,9 @@ struct ctx {
 	fr_mem_t *send_mem, *recv_mem, *meta_mem;
 	struct row *rows;
 	size_t nrows, cap;
+	fr_coll_opts_t zopts; /* -Z, --ef */
+	float *residual;      /* --ef: one per element of the buffer */
+	float *acc;	      /* --ef: sum of the check's results */
 };
 
 static bool is_float(fr_dtype_t dt)
@@ -363,6 +409,76 @@ static void fill(fr_dtype_t dt, fr_op_t op, int rank, void *buf, size_t count)
 	}
 }
 
+/* ---- -Z inputs: known to every rank, exact in f64 ------------------------ */
+
+/*
+ * Input of rank r at index i with -Z: a pseudo-random multiple of 2^-23 in
+ * [-1, 1) (splitmix64 of rank and index), scaled by 2^-k with k = 0..7 by
+ * index blocks of 64, so that int8 blocks mix magnitudes as gradients do.
+ * Every value is a multiple of 2^-30 below 1, so the f64 sum of up to 2^22
+ * of them is exact, and every rank can compute any rank's input.
+ */
+static float zval(int rank, size_t i)
+{
+	uint64_t x = ((uint64_t)rank << 44) ^ (uint64_t)i;
+	int k = (int)(((uint64_t)(i >> 6) * 0x9e3779b97f4a7c15ull) >> 61);
+
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	return ldexpf((float)((int32_t)(x >> 40) - (1 << 23)), -23 - k);
+}
+
+static void fill_z(int rank, float *buf, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		buf[i] = zval(rank, i);
+}
+
+/* The exact result at index i, in f64 (avg: the exact sum / nranks). */
+static double exact_z(fr_op_t op, int nranks, size_t i)
+{
+	double acc = zval(0, i);
+
+	for (int r = 1; r < nranks; r++) {
+		double v = zval(r, i);
+
+		switch (op) {
+		case FR_PROD:
+			acc *= v;
+			break;
+		case FR_MIN:
+			acc = v < acc ? v : acc;
+			break;
+		case FR_MAX:
+			acc = v > acc ? v : acc;
+			break;
+		default:
+			acc += v;
+			break;
+		}
+	}
+	return op == FR_AVG ? acc / nranks : acc;
+}
+
+/* 64-bit hash of a buffer: whether the ranks' results agree bit for bit. */
+static uint64_t hash_bytes(const void *p, size_t len)
+{
+	const unsigned char *b = p;
+	uint64_t h = 0xcbf29ce484222325ull, w;
+	size_t i = 0;
+
+	for (; i + 8 <= len; i += 8) {
+		memcpy(&w, b + i, 8);
+		h = (h ^ w) * 0x100000001b3ull;
+		h ^= h >> 29;
+	}
+	for (; i < len; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
 /* ---- the collectives ---------------------------------------------------- */
 
 /* Whether the collective reduces (takes an operation). */
@@ -434,6 +550,10 @@ static int coll_call(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count)
 
 	switch (o->coll) {
 	case COLL_ALLREDUCE:
+		if (o->zmode)
+			return fr_allreduce_ex(
+				c->comm, o->inplace ? FR_IN_PLACE : c->send,
+				c->recv, count, dt, op, &c->zopts);
 		return fr_allreduce(c->comm, o->inplace ? FR_IN_PLACE : c->send,
 				    c->recv, count, dt, op);
 	case COLL_REDUCE_SCATTER:
@@ -447,6 +567,36 @@ static int coll_call(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count)
 				    c->recv, count, dt);
 	default:
 		return fr_broadcast(c->comm, c->recv, count, dt, (int)o->root);
+	}
+}
+
+/* The same collective, started without waiting (--overlap-ms). */
+static int coll_start(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
+		      fr_request_t **req)
+{
+	struct opts *o = c->o;
+	size_t blk = count * fr_dtype_size(dt);
+	unsigned char *own = c->recv + (size_t)c->rank * blk;
+
+	switch (o->coll) {
+	case COLL_ALLREDUCE:
+		if (o->zmode)
+			return fr_iallreduce_ex(
+				c->comm, o->inplace ? FR_IN_PLACE : c->send,
+				c->recv, count, dt, op, &c->zopts, req);
+		return fr_iallreduce(c->comm,
+				     o->inplace ? FR_IN_PLACE : c->send,
+				     c->recv, count, dt, op, req);
+	case COLL_REDUCE_SCATTER:
+		return fr_ireduce_scatter(
+			c->comm, o->inplace ? c->recv : c->send,
+			o->inplace ? own : c->recv, count, dt, op, req);
+	case COLL_ALLGATHER:
+		return fr_iallgather(c->comm, o->inplace ? own : c->send,
+				     c->recv, count, dt, req);
+	default:
+		return fr_ibroadcast(c->comm, c->recv, count, dt, (int)o->root,
+				     req);
 	}
 }
 
@@ -606,13 +756,54 @@ static const char *forced_algo(void)
 	return e && *e ? e : "auto";
 }
 
+/* Who advances collectives, as the header shows it. */
+static const char *progress_label(const struct opts *o)
+{
+	const char *e = getenv("FR_PROGRESS");
+
+	if (o->progress == FR_PROGRESS_THREAD)
+		return "thread";
+	if (o->progress == FR_PROGRESS_CALLER)
+		return "caller";
+	return e && *e ? e : "caller";
+}
+
+/* wall / max(compute, comm) of an --overlap-ms row. */
+static double overlap_ratio(const struct row *r)
+{
+	double m = r->compute_us > r->time_us ? r->compute_us : r->time_us;
+
+	return m > 0 ? r->wall_us / m : 0;
+}
+
+static double max_relerr(const struct ctx *c)
+{
+	double m = 0;
+
+	for (size_t i = 0; i < c->nrows; i++)
+		if (c->rows[i].relerr > m)
+			m = c->rows[i].relerr;
+	return m;
+}
+
+static double avg_overlap(const struct ctx *c)
+{
+	double sum = 0;
+
+	for (size_t i = 0; i < c->nrows; i++)
+		sum += overlap_ratio(&c->rows[i]);
+	return c->nrows ? sum / (double)c->nrows : 0;
+}
+
 static void print_header(struct ctx *c)
 {
 	struct opts *o = c->o;
 	char b1[32], b2[32], b3[32];
 
 	if (o->fmt == FMT_CSV) {
-		printf("size,count,type,redop,inplace,time_us,algbw_GBps,busbw_GBps,wrong,algo,collective,root\n");
+		printf("size,count,type,redop,inplace,time_us,algbw_GBps,busbw_GBps,wrong,algo,collective,root%s%s\n",
+		       o->overlap_ms > 0 ? ",compute_us,wall_us,overlap" : "",
+		       o->zmode ? ",compress,ef,relerr,wire_bytes,zratio" : "");
 		fflush(stdout);
 		return;
 	}
@@ -632,15 +823,37 @@ static void print_header(struct ctx *c)
 	       pc_format_size(o->minb, b1, sizeof(b1)),
 	       pc_format_size(o->maxb, b2, sizeof(b2)), b3,
 	       o->step ? "bytes" : "factor", o->warmup, o->iters);
-	printf("#  validation: %d  in-place: %d  registered buffers: %d\n",
-	       o->check, o->inplace, o->reg);
+	printf("#  validation: %d  in-place: %d  registered buffers: %d  progress: %s\n",
+	       o->check, o->inplace, o->reg, progress_label(o));
+	if (o->zmode)
+		printf("#  compression: %s  error feedback: %d  (relerr vs the exact f64 result%s)\n",
+		       fr_compress_name(o->compress), o->ef,
+		       o->ef ? ", mean of " PC_STR(EF_CHECK_CALLS) " calls"
+			     : "");
+	if (o->overlap_ms > 0)
+		printf("#  overlap: %g ms of %s compute; time = collective alone (start + fr_wait)\n",
+		       o->overlap_ms,
+		       o->compute == COMPUTE_SPIN ? "spin" : "sleep");
 	printf("#\n");
 	/* Over the time..#wrong columns, as nccl-tests labels them. */
 	printf("#%53s%s\n", "", o->inplace ? "in-place" : "out-of-place");
-	printf("#%11s %13s %7s %6s %10s %8s %8s %7s %13s\n", "size", "count",
+	printf("#%11s %13s %7s %6s %10s %8s %8s %7s %13s", "size", "count",
 	       "type", "redop", "time", "algbw", "busbw", "#wrong", "algo");
-	printf("#%11s %13s %7s %6s %10s %8s %8s\n", "(B)", "(elements)", "", "",
+	if (o->overlap_ms > 0)
+		printf(" %10s %10s %8s", "compute", "wall", "wall/max");
+	if (o->zmode)
+		printf(" %8s %9s %11s %6s", "compress", "relerr", "wire",
+		       "zratio");
+	printf("\n");
+	printf("#%11s %13s %7s %6s %10s %8s %8s", "(B)", "(elements)", "", "",
 	       "(us)", "(GB/s)", "(GB/s)");
+	if (o->overlap_ms > 0 || o->zmode)
+		printf(" %7s %13s", "", "");
+	if (o->overlap_ms > 0)
+		printf(" %10s %10s %8s", "(us)", "(us)", "");
+	if (o->zmode)
+		printf(" %8s %9s %11s %6s", "", "", "(B/rank)", "");
+	printf("\n");
 	fflush(stdout);
 }
 
@@ -657,16 +870,46 @@ static void print_row(struct ctx *c, const struct row *r)
 
 		if (c->o->coll == COLL_BROADCAST)
 			snprintf(root, sizeof(root), "%ld", c->o->root);
-		printf("%zu,%zu,%s,%s,%d,%.3f,%.4f,%.4f,%s,%s,%s,%s\n",
-		       r->bytes, r->count, fr_dtype_name(r->dtype),
-		       op_label(c, r->op), c->o->inplace, r->time_us, r->algbw,
-		       r->busbw, r->wrong < 0 ? "" : w, fr_algo_name(r->algo),
+		printf("%zu,%zu,%s,%s,%d,%.3f,%.4f,%.4f,%s,%s,%s,%s", r->bytes,
+		       r->count, fr_dtype_name(r->dtype), op_label(c, r->op),
+		       c->o->inplace, r->time_us, r->algbw, r->busbw,
+		       r->wrong < 0 ? "" : w, fr_algo_name(r->algo),
 		       coll_names[c->o->coll], root);
+		if (c->o->overlap_ms > 0)
+			printf(",%.3f,%.3f,%.4f", r->compute_us, r->wall_us,
+			       overlap_ratio(r));
+		if (c->o->zmode) {
+			printf(",%s,%d,", fr_compress_name(c->o->compress),
+			       c->o->ef);
+			if (r->relerr >= 0)
+				printf("%.6e", r->relerr);
+			printf(",%.1f,%.4f", r->wire, r->zratio);
+		}
+		printf("\n");
 	} else if (c->o->fmt == FMT_TABLE) {
-		printf(" %11zu %13zu %7s %6s %10.2f %8.3f %8.3f %7s %13s\n",
+		printf(" %11zu %13zu %7s %6s %10.2f %8.3f %8.3f %7s %13s",
 		       r->bytes, r->count, fr_dtype_name(r->dtype),
 		       op_label(c, r->op), r->time_us, r->algbw, r->busbw, w,
 		       fr_algo_name(r->algo));
+		if (c->o->overlap_ms > 0)
+			printf(" %10.2f %10.2f %8.3f", r->compute_us,
+			       r->wall_us, overlap_ratio(r));
+		if (c->o->zmode) {
+			char re[32], zr[32];
+
+			if (r->relerr >= 0)
+				snprintf(re, sizeof(re), "%.3e", r->relerr);
+			else
+				snprintf(re, sizeof(re), "N/A");
+			if (r->zratio > 0)
+				snprintf(zr, sizeof(zr), "%.3f", r->zratio);
+			else
+				snprintf(zr, sizeof(zr), "-");
+			printf(" %8s %9s %11.0f %6s",
+			       fr_compress_name(c->o->compress), re, r->wire,
+			       zr);
+		}
+		printf("\n");
 	}
 	fflush(stdout);
 }
@@ -685,6 +928,13 @@ static void print_footer(struct ctx *c, long long total_wrong)
 		else
 			printf("# Out of bounds values : N/A (not checked)\n");
 		printf("# Avg bus bandwidth : %.3f GB/s\n", avg);
+		if (c->o->zmode && c->o->check)
+			printf("# Max relative error : %.3e (%s%s)\n",
+			       max_relerr(c), fr_compress_name(c->o->compress),
+			       c->o->ef ? ", error feedback" : "");
+		if (c->o->overlap_ms > 0)
+			printf("# Avg wall / max(compute, comm) : %.3f (1: full overlap)\n",
+			       avg_overlap(c));
 		printf("#\n");
 	} else if (c->o->fmt == FMT_JSON) {
 		printf("{\"tool\":\"fr_allreduce_perf\",\"version\":\"%s\","
@@ -697,11 +947,21 @@ static void print_footer(struct ctx *c, long long total_wrong)
 		else
 			printf("\"root\":null,");
 		printf("\"inplace\":%s,\"registered\":%s,\"check\":%s,"
-		       "\"iters\":%ld,\"warmup\":%ld,\"rows\":[",
+		       "\"iters\":%ld,\"warmup\":%ld,\"progress\":\"%s\",",
 		       c->o->inplace ? "true" : "false",
 		       c->o->reg ? "true" : "false",
 		       c->o->check ? "true" : "false", c->o->iters,
-		       c->o->warmup);
+		       c->o->warmup, progress_label(c->o));
+		if (c->o->zmode)
+			printf("\"compress\":\"%s\",\"ef\":%s,",
+			       fr_compress_name(c->o->compress),
+			       c->o->ef ? "true" : "false");
+		if (c->o->overlap_ms > 0)
+			printf("\"overlap_ms\":%g,\"compute\":\"%s\",",
+			       c->o->overlap_ms,
+			       c->o->compute == COMPUTE_SPIN ? "spin"
+							     : "sleep");
+		printf("\"rows\":[");
 		for (size_t i = 0; i < c->nrows; i++) {
 			const struct row *r = &c->rows[i];
 
@@ -715,7 +975,21 @@ static void print_footer(struct ctx *c, long long total_wrong)
 				printf("\"wrong\":null,");
 			else
 				printf("\"wrong\":%lld,", r->wrong);
-			printf("\"algo\":\"%s\"}", fr_algo_name(r->algo));
+			printf("\"algo\":\"%s\"", fr_algo_name(r->algo));
+			if (c->o->overlap_ms > 0)
+				printf(",\"compute_us\":%.3f,\"wall_us\":%.3f,"
+				       "\"overlap\":%.4f",
+				       r->compute_us, r->wall_us,
+				       overlap_ratio(r));
+			if (c->o->zmode) {
+				if (r->relerr >= 0)
+					printf(",\"relerr\":%.6e", r->relerr);
+				else
+					printf(",\"relerr\":null");
+				printf(",\"wire_bytes\":%.1f,\"zratio\":%.4f",
+				       r->wire, r->zratio);
+			}
+			printf("}");
 		}
 		printf("],\"avg_busbw_GBps\":%.4f,", avg);
 		if (c->o->check)
@@ -770,6 +1044,245 @@ static int reduce_sum_u64(struct ctx *c, uint64_t *v)
 	return 0;
 }
 
+/* Tiny All-Reduces of up to 4 values of the tool's own (sums, maxima). */
+static int reduce_f64n(struct ctx *c, double *v, int n, fr_op_t op)
+{
+	int rc;
+
+	memcpy(c->meta->d, v, (size_t)n * sizeof(*v));
+	rc = fr_allreduce(c->comm, c->meta->d, c->meta->d + 4, (size_t)n,
+			  FR_F64, op);
+	if (!rc)
+		memcpy(v, c->meta->d + 4, (size_t)n * sizeof(*v));
+	return rc;
+}
+
+static int reduce_u64n(struct ctx *c, uint64_t *v, int n, fr_op_t op)
+{
+	int rc;
+
+	memcpy(c->meta->u, v, (size_t)n * sizeof(*v));
+	rc = fr_allreduce(c->comm, c->meta->u, c->meta->u + 4, (size_t)n,
+			  FR_U64, op);
+	if (!rc)
+		memcpy(v, c->meta->u + 4, (size_t)n * sizeof(*v));
+	return rc;
+}
+
+/* The library call that a failure of the measured collective names. */
+static const char *coll_func(const struct ctx *c, bool nonblocking)
+{
+	if (c->o->coll == COLL_ALLREDUCE && c->o->zmode)
+		return nonblocking ? "fr_iallreduce_ex/fr_wait"
+				   : "fr_allreduce_ex";
+	if (!nonblocking)
+		return coll_funcs[c->o->coll];
+	switch (c->o->coll) {
+	case COLL_ALLREDUCE:
+		return "fr_iallreduce/fr_wait";
+	case COLL_REDUCE_SCATTER:
+		return "fr_ireduce_scatter/fr_wait";
+	case COLL_ALLGATHER:
+		return "fr_iallgather/fr_wait";
+	default:
+		return "fr_ibroadcast/fr_wait";
+	}
+}
+
+/* --overlap-ms: the application's computation, with no library call. */
+static void compute(const struct opts *o)
+{
+	uint64_t ns = (uint64_t)(o->overlap_ms * 1e6);
+
+	if (o->compute == COMPUTE_SPIN) {
+		uint64_t end = pc_now_ns() + ns;
+		volatile uint64_t sink = 0;
+
+		while (pc_now_ns() < end)
+			for (int i = 0; i < 256; i++)
+				sink += (uint64_t)i;
+	} else {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += (time_t)(ns / 1000000000u);
+		ts.tv_nsec += (long)(ns % 1000000000u);
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts,
+				       NULL) == EINTR)
+			;
+	}
+}
+
+/* What one timed loop does per iteration. */
+enum phase {
+	PH_BLOCKING, /* the blocking call */
+	PH_COMM,     /* start, fr_wait */
+	PH_COMPUTE,  /* compute only */
+	PH_OVERLAP   /* start, compute, fr_wait */
+};
+
+/*
+ * Time n iterations of one phase: line the ranks up so the clock starts
+ * together everywhere, time the loop, and take the slowest rank's average
+ * (us per iteration).  With n_algo/delta, also the algorithm of the last
+ * call and the counters' growth over the loop (before the tool's own
+ * All-Reduces change them).  Reports its own errors; 0 or -1.
+ */
+static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
+		 enum phase ph, long n, double *us, int *algo,
+		 fr_stats_t *delta)
+{
+	fr_stats_t s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
+	fr_request_t *req;
+	uint64_t t0, t1;
+	double t = 0;
+	int rc = 0;
+
+	rc = reduce_max_f64(c, &t);
+	if (rc)
+		goto fail_meta;
+	if (delta)
+		fr_comm_stats(c->comm, &s0);
+	t0 = pc_now_ns();
+	for (long i = 0; i < n && !rc; i++) {
+		switch (ph) {
+		case PH_BLOCKING:
+			rc = coll_call(c, dt, op, count);
+			break;
+		case PH_COMM:
+			rc = coll_start(c, dt, op, count, &req);
+			if (!rc)
+				rc = fr_wait(&req);
+			break;
+		case PH_COMPUTE:
+			compute(c->o);
+			break;
+		default:
+			rc = coll_start(c, dt, op, count, &req);
+			if (rc)
+				break;
+			compute(c->o);
+			rc = fr_wait(&req);
+			break;
+		}
+	}
+	t1 = pc_now_ns();
+	if (rc) {
+		lib_error(c, coll_func(c, ph != PH_BLOCKING), rc);
+		return -1;
+	}
+	if (algo)
+		*algo = fr_comm_last_algo(c->comm);
+	if (delta) {
+		fr_comm_stats(c->comm, &s1);
+		delta->wire_bytes = s1.wire_bytes - s0.wire_bytes;
+		delta->compress_in_bytes =
+			s1.compress_in_bytes - s0.compress_in_bytes;
+		delta->compress_out_bytes =
+			s1.compress_out_bytes - s0.compress_out_bytes;
+	}
+	t = (double)(t1 - t0) / 1e3 / (double)n;
+	rc = reduce_max_f64(c, &t);
+	if (rc)
+		goto fail_meta;
+	*us = t;
+	return 0;
+
+fail_meta:
+	lib_error(c, "fr_allreduce (timing exchange)", rc);
+	return -1;
+}
+
+/*
+ * -Z: the check.  One call, or with --ef EF_CHECK_CALLS calls on the same
+ * inputs with the residual starting from zero, whose mean result is what
+ * is compared (error feedback makes the mean converge, not one result).
+ * relerr = ||result - exact|| / ||exact||, each rank summing the squares of
+ * its share of the elements.  The format decides how far the result may
+ * be from the exact one, so #wrong counts only what holds for every
+ * format: elements that are not finite (the exact results are), send
+ * buffer elements an out-of-place call changed, guard bytes overwritten,
+ * and one for each rank whose result is not bit-identical to the others'.
+ */
+static int check_z(struct ctx *c, fr_op_t op, size_t count, struct row *r,
+		   long long *total_wrong)
+{
+	int calls = c->o->ef ? EF_CHECK_CALLS : 1;
+	float *res = (float *)c->recv;
+	const float *snd = (const float *)c->send;
+	size_t blk = count * sizeof(float), per, lo, hi;
+	size_t gend = PC_MIN(blk + GUARD_CHECK, c->buflen + GUARD_BYTES);
+	uint64_t h[2], own, wrong = 0;
+	double sums[3] = {0, 0, 0};
+	int rc;
+
+	if (c->o->ef)
+		memset(c->residual, 0, blk);
+	for (int k = 0; k < calls; k++) {
+		if (c->o->inplace)
+			fill_z(c->rank, res, count);
+		else
+			memset(c->recv, SENTINEL, blk);
+		memset(c->recv + blk, SENTINEL, gend - blk);
+		rc = coll_call(c, FR_F32, op, count);
+		if (rc) {
+			lib_error(c, coll_func(c, false), rc);
+			return -1;
+		}
+		if (calls == 1)
+			continue;
+		for (size_t i = 0; i < count; i++)
+			c->acc[i] = k ? c->acc[i] + res[i] : res[i];
+	}
+	for (size_t i = 0; i < count; i++)
+		if (!isfinite(res[i]))
+			wrong++;
+	if (!c->o->inplace)
+		for (size_t i = 0; i < count; i++) {
+			float v = zval(c->rank, i);
+
+			if (memcmp(&snd[i], &v, sizeof(v)))
+				wrong++;
+		}
+	for (size_t i = blk; i < gend; i++)
+		if (c->recv[i] != SENTINEL)
+			wrong++;
+	per = (count + (size_t)c->nranks - 1) / (size_t)c->nranks;
+	lo = PC_MIN((size_t)c->rank * per, count);
+	hi = PC_MIN(lo + per, count);
+	for (size_t i = lo; i < hi; i++) {
+		double e = exact_z(op, c->nranks, i);
+		double got = calls > 1 ? (double)c->acc[i] / calls : res[i];
+
+		sums[0] += (got - e) * (got - e);
+		sums[1] += e * e;
+	}
+	own = hash_bytes(res, blk);
+	h[0] = own;
+	h[1] = ~own;
+	rc = reduce_u64n(c, h, 2, FR_MAX); /* h[1] = ~(the least hash) */
+	if (rc)
+		goto fail_meta;
+	if (h[0] != ~h[1] && own != h[0])
+		wrong++; /* the ranks' results differ: count those below max */
+	sums[2] = (double)wrong;
+	rc = reduce_f64n(c, sums, 3, FR_SUM);
+	if (rc)
+		goto fail_meta;
+	r->relerr = sums[1] > 0 ? sqrt(sums[0] / sums[1]) : sqrt(sums[0]);
+	r->wrong = (long long)sums[2];
+	*total_wrong += r->wrong;
+	return 0;
+
+fail_meta:
+	lib_error(c, "fr_allreduce (check exchange)", rc);
+	return -1;
+}
+
 /* count: the call's count argument (recvcount for reduce_scatter,
  * sendcount for allgather), as nccl-tests' count column shows it. */
 static int run_size(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
@@ -781,43 +1294,66 @@ static int run_size(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 			.count = count,
 			.dtype = dt,
 			.op = op,
-			.wrong = -1};
-	uint64_t t0, t1, w;
+			.wrong = -1,
+			.relerr = -1};
+	bool ovl = o->overlap_ms > 0;
+	fr_stats_t d = {.size = sizeof(d)};
+	uint64_t w;
 	double t;
 	int rc;
 
+	/* A new buffer for error feedback: its residual starts at zero. */
+	if (o->ef)
+		memset(c->residual, 0, count * sizeof(float));
 	for (long i = 0; i < o->warmup; i++) {
-		rc = coll_call(c, dt, op, count);
-		if (rc)
-			goto fail;
+		fr_request_t *req;
+
+		if (ovl) {
+			rc = coll_start(c, dt, op, count, &req);
+			if (!rc)
+				rc = fr_wait(&req);
+		} else {
+			rc = coll_call(c, dt, op, count);
+		}
+		if (rc) {
+			lib_error(c, coll_func(c, ovl), rc);
+			return -1;
+		}
 	}
-	/* Line the ranks up so the clock starts together everywhere. */
-	t = 0;
-	rc = reduce_max_f64(c, &t);
-	if (rc)
-		goto fail_meta;
-	t0 = pc_now_ns();
-	for (long i = 0; i < o->iters; i++) {
-		rc = coll_call(c, dt, op, count);
-		if (rc)
-			goto fail;
-	}
-	t1 = pc_now_ns();
-	/* Before the tool's own All-Reduces replace it. */
-	r.algo = fr_comm_last_algo(c->comm);
-	t = (double)(t1 - t0) / 1e3 / (double)o->iters;
-	rc = reduce_max_f64(c, &t);
-	if (rc)
-		goto fail_meta;
+	/* The collective alone: blocking, or with --overlap-ms started and
+	 * waited for, as the overlapped loop does. */
+	if (timed(c, dt, op, count, ovl ? PH_COMM : PH_BLOCKING, o->iters, &t,
+		  &r.algo, &d))
+		return -1;
 	r.time_us = t;
 	r.algbw = t > 0 ? (double)bytes / (t * 1e3) : 0; /* B/ns = GB/s */
 	r.busbw = r.algbw * coll_busbw_factor(o->coll, c->nranks);
+	if (ovl && (timed(c, dt, op, count, PH_COMPUTE, o->iters, &r.compute_us,
+			  NULL, NULL) ||
+		    timed(c, dt, op, count, PH_OVERLAP, o->iters, &r.wall_us,
+			  NULL, NULL)))
+		return -1;
+	if (o->zmode) {
+		uint64_t v[3] = {d.wire_bytes, d.compress_in_bytes,
+				 d.compress_out_bytes};
 
-	if (o->check) {
+		rc = reduce_u64n(c, v, 3, FR_SUM);
+		if (rc)
+			goto fail_meta;
+		r.wire = (double)v[0] / (double)o->iters / c->nranks;
+		r.zratio = v[2] ? (double)v[1] / (double)v[2] : 0;
+	}
+
+	if (o->check && o->zmode) {
+		if (check_z(c, op, count, &r, total_wrong))
+			return -1;
+	} else if (o->check) {
 		prepare_check(c, dt, op, count);
 		rc = coll_call(c, dt, op, count);
-		if (rc)
-			goto fail;
+		if (rc) {
+			lib_error(c, coll_func(c, false), rc);
+			return -1;
+		}
 		w = (uint64_t)count_wrong(c, dt, op, count);
 		rc = reduce_sum_u64(c, &w);
 		if (rc)
@@ -833,9 +1369,6 @@ static int run_size(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 		print_row(c, &r);
 	return 0;
 
-fail:
-	lib_error(c, coll_funcs[o->coll], rc);
-	return -1;
 fail_meta:
 	lib_error(c, "fr_allreduce (timing/check exchange)", rc);
 	return -1;
@@ -860,8 +1393,15 @@ static int run_all(struct ctx *c, long long *total_wrong)
 				continue; /* only with -o all: see parse */
 			/* Inputs once per (type, op) for the whole sweep;
 			 * the checked run refills what it needs. */
-			fill(dt, op, c->rank, o->inplace ? c->recv : c->send,
-			     c->buflen / esz);
+			if (o->zmode)
+				fill_z(c->rank,
+				       (float *)(o->inplace ? c->recv
+							    : c->send),
+				       c->buflen / esz);
+			else
+				fill(dt, op, c->rank,
+				     o->inplace ? c->recv : c->send,
+				     c->buflen / esz);
 			for (;;) {
 				/* Per rank for reduce_scatter and allgather,
 				 * whose size is the whole buffer. */
@@ -918,6 +1458,15 @@ static void usage(FILE *f)
 		"  -R, --register 0|1       register buffers once (default 1; 0: rely on\n"
 		"                           the library's registration cache)\n"
 		"  -t, --timeout MS         peer timeout in milliseconds (FR_TIMEOUT_MS)\n"
+		"  -Z, --compress FMT       f32 allreduce with none, bf16, fp16 or int8 on the\n"
+		"                           wire (fr_allreduce_ex); adds compress, relerr (vs\n"
+		"                           the exact result), wire (B/rank/call), zratio\n"
+		"      --ef                 with -Z: error feedback, a residual per buffer\n"
+		"      --overlap-ms MS      also time MS of compute alone and overlapped with\n"
+		"                           the collective (start, compute, fr_wait)\n"
+		"      --compute sleep|spin what that compute does (default sleep)\n"
+		"      --progress thread|caller  the communicator's progress mode (default:\n"
+		"                           FR_PROGRESS, else caller)\n"
 		"      --csv                CSV rows on stdout instead of the table\n"
 		"      --json               one JSON object on stdout instead of the table\n"
 		"  -h, --help               this text\n"
@@ -955,6 +1504,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"collective", required_argument, NULL, 'C'},
 		{"coll", required_argument, NULL, 'C'},
 		{"root", required_argument, NULL, 'r'},
+		{"compress", required_argument, NULL, 'Z'},
+		{"ef", no_argument, NULL, OPT_EF},
+		{"overlap-ms", required_argument, NULL, OPT_OVERLAP},
+		{"compute", required_argument, NULL, OPT_COMPUTE},
+		{"progress", required_argument, NULL, OPT_PROGRESS},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -981,7 +1535,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	o->reg = true;
 	o->fmt = FMT_TABLE;
 	opterr = 0;
-	while ((ch = getopt_long(argc, argv, ":b:e:f:i:n:w:d:o:c:I:R:t:C:r:h",
+	while ((ch = getopt_long(argc, argv, ":b:e:f:i:n:w:d:o:c:I:R:t:C:r:Z:h",
 				 lopts, NULL)) != -1) {
 		switch (ch) {
 		case 'b':
@@ -1056,6 +1610,44 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			if (pc_parse_long(optarg, 0, 1 << 30, &o->root))
 				return bad("root rank", optarg);
 			break;
+		case 'Z': {
+			fr_compress_t z;
+
+			if (fr_compress_from_name(optarg, &z))
+				return bad(
+					"compression (none, bf16, fp16, int8)",
+					optarg);
+			o->compress = (int)z;
+			o->zmode = true;
+			break;
+		}
+		case OPT_EF:
+			o->ef = true;
+			o->zmode = true;
+			break;
+		case OPT_OVERLAP:
+			if (pc_parse_seconds(optarg, &o->overlap_ms) ||
+			    !(o->overlap_ms > 0) || o->overlap_ms > 1e6)
+				return bad("--overlap-ms (milliseconds, > 0)",
+					   optarg);
+			break;
+		case OPT_COMPUTE:
+			if (!strcmp(optarg, "sleep"))
+				o->compute = COMPUTE_SLEEP;
+			else if (!strcmp(optarg, "spin"))
+				o->compute = COMPUTE_SPIN;
+			else
+				return bad("--compute (sleep or spin)", optarg);
+			break;
+		case OPT_PROGRESS:
+			if (!strcmp(optarg, "thread"))
+				o->progress = FR_PROGRESS_THREAD;
+			else if (!strcmp(optarg, "caller"))
+				o->progress = FR_PROGRESS_CALLER;
+			else
+				return bad("--progress (thread or caller)",
+					   optarg);
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -1073,7 +1665,16 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	if (o->minb > o->maxb)
 		return bad("size range (-b is larger than -e)", "");
 
-	if (!strcmp(dname, "all")) {
+	if (o->zmode && o->coll != COLL_ALLREDUCE)
+		return bad("-Z/--ef with this collective (allreduce only)",
+			   coll_names[o->coll]);
+	if (o->ef && o->compress == FR_COMPRESS_NONE)
+		return bad("--ef without compression (-Z bf16, fp16 or int8)",
+			   fr_compress_name(o->compress));
+	if (o->zmode && !strcmp(dname, "all")) {
+		/* compression is for f32 only */
+		o->dtypes[o->ndtypes++] = FR_F32;
+	} else if (!strcmp(dname, "all")) {
 		for (int d = 0; d < FR_DTYPE_COUNT; d++)
 			o->dtypes[o->ndtypes++] = (fr_dtype_t)d;
 	} else if (fr_dtype_from_name(dname, &o->dtypes[0])) {
@@ -1089,6 +1690,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	} else {
 		o->nops = 1;
 	}
+	if (o->zmode && o->dtypes[0] != FR_F32)
+		return bad("datatype for -Z/--ef (f32 only)", dname);
 	/* Broadcast has one buffer: it is in place by nature. */
 	if (o->coll == COLL_BROADCAST)
 		o->inplace = true;
@@ -1127,6 +1730,7 @@ int main(int argc, char **argv)
 	fr_config_init(&cfg);
 	if (o.timeout_ms)
 		cfg.timeout_ms = (int)o.timeout_ms;
+	cfg.progress = o.progress;
 	rc = fr_comm_create_from_env(&cfg, &c.comm);
 	if (rc) {
 		fprintf(stderr,
@@ -1151,7 +1755,16 @@ int main(int argc, char **argv)
 	c.recv = alloc_buf(c.buflen);
 	c.send = o.inplace ? c.recv : alloc_buf(c.buflen);
 	c.meta = alloc_buf(sizeof(*c.meta));
-	if (!c.recv || !c.send || !c.meta) {
+	if (o.ef) {
+		c.residual = calloc(c.buflen / sizeof(float), sizeof(float));
+		if (o.check)
+			c.acc = malloc(c.buflen);
+	}
+	fr_coll_opts_init(&c.zopts);
+	c.zopts.compress = o.compress;
+	c.zopts.residual = c.residual;
+	if (!c.recv || !c.send || !c.meta || (o.ef && !c.residual) ||
+	    (o.ef && o.check && !c.acc)) {
 		fprintf(stderr,
 			"fr_allreduce_perf: rank %d: cannot allocate 2 x %zu bytes\n",
 			c.rank, c.buflen);
@@ -1208,6 +1821,8 @@ out:
 		free(c.send);
 	free(c.recv);
 	free(c.meta);
+	free(c.residual);
+	free(c.acc);
 	free(c.rows);
 	return ret;
 }

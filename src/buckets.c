@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "reduce.h"
 #include "util.h"
 
 #define FR_DEFAULT_BUCKET_BYTES (25u << 20)
@@ -158,6 +159,10 @@ int fr_buckets_create(fr_comm_t *comm, void *arena, size_t count,
 		if (BCFG_HAS(cfg, forward))
 			forward = cfg->forward;
 	}
+	if (fr_reduce_check(dtype, op))
+		return fr_comm_seterr(comm, FR_EINVAL,
+				      "rank %d: fr_buckets_create: invalid operation %d for %s",
+				      comm->rank, (int)op, fr_dtype_name(dtype));
 	if (compress < 0 || compress >= FR_COMPRESS_COUNT ||
 	    (compress != FR_COMPRESS_NONE && dtype != FR_F32) ||
 	    (ef && compress == FR_COMPRESS_NONE))

@@ -16,6 +16,11 @@
 #include <stdint.h>
 #include <string.h>
 
+/* hot loops over every gradient value: let GCC vectorize them */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize")
+#endif
+
 #include "compress.h"
 #include "reduce.h"
 
@@ -98,38 +103,79 @@ size_t fr_codec_values_in(int fmt, size_t bytes, size_t chunk_count)
 	return v < chunk_count ? v : chunk_count;
 }
 
+/* bf16 inline (the kernels' converters live in another file and would be
+ * a call per value): round to nearest even, NaN stays a quiet NaN. */
+static inline uint16_t bf16_enc(float x)
+{
+	uint32_t u;
+
+	memcpy(&u, &x, sizeof(u));
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+static inline float bf16_dec(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float x;
+
+	memcpy(&x, &u, sizeof(x));
+	return x;
+}
+
+/* Branch-free loops over a block, so that the compiler vectorizes them. */
 static void int8_block(uint8_t *dst, const float *src, size_t n, float *res,
 		       float *out)
 {
 	float x[FR_INT8_BLOCK], m = 0, s, inv;
 	int8_t *q = (int8_t *)(dst + sizeof(float));
-	bool finite = true;
+	int nan = 0;
 
+	if (res)
+		for (size_t i = 0; i < n; i++)
+			x[i] = src[i] + res[i];
+	else
+		memcpy(x, src, n * sizeof(float));
 	for (size_t i = 0; i < n; i++) {
-		float a;
+		float a = fabsf(x[i]);
 
-		x[i] = res ? src[i] + res[i] : src[i];
-		a = fabsf(x[i]);
-		if (!(a <= 3.4028234e38f))
-			finite = false;
-		else if (a > m)
-			m = a;
+		m = a > m ? a : m;
+		nan |= a != a;
 	}
-	s = finite ? m / 127.0f : NAN;
+	if (nan || !(m <= 3.4028234e38f)) {
+		/* no finite scale: the block arrives as NaN */
+		s = NAN;
+		memcpy(dst, &s, sizeof(s));
+		memset(q, 0, n);
+		for (size_t i = 0; i < n; i++) {
+			if (res)
+				res[i] = 0;
+			if (out)
+				out[i] = NAN;
+		}
+		return;
+	}
+	s = m / 127.0f;
 	memcpy(dst, &s, sizeof(s));
-	inv = s > 0 ? 127.0f / m : 0;
+	inv = m > 0 ? 127.0f / m : 0;
 	for (size_t i = 0; i < n; i++) {
-		float v = finite ? rintf(x[i] * inv) : 0, d;
+		/* round half away from zero by truncation: no libm call, and
+		 * only the encoder rounds (decoding is one multiply); x * (127
+		 * / m) can land a hair past 127 */
+		float v = x[i] * inv;
 
-		/* x * (127 / m) can round a hair past 127 */
-		v = v > 127 ? 127 : v < -127 ? -127 : v;
-		q[i] = (int8_t)v;
-		d = (float)q[i] * s;
-		if (res)
-			res[i] = finite ? x[i] - d : 0;
-		if (out)
-			out[i] = d;
+		v += v >= 0 ? 0.5f : -0.5f;
+		v = v > 127.0f ? 127.0f : v;
+		v = v < -127.0f ? -127.0f : v;
+		q[i] = (int8_t)(int)v;
 	}
+	if (res)
+		for (size_t i = 0; i < n; i++)
+			res[i] = x[i] - (float)q[i] * s;
+	if (out)
+		for (size_t i = 0; i < n; i++)
+			out[i] = (float)q[i] * s;
 }
 
 void fr_codec_encode(int fmt, void *dst, const float *src, size_t count,
@@ -140,17 +186,29 @@ void fr_codec_encode(int fmt, void *dst, const float *src, size_t count,
 
 	switch (fmt) {
 	case FR_COMPRESS_BF16:
+		if (!residual && !out) {
+			for (size_t i = 0; i < count; i++)
+				h[i] = bf16_enc(src[i]);
+			break;
+		}
+		for (size_t i = 0; i < count; i++) {
+			float x = residual ? src[i] + residual[i] : src[i], d;
+
+			h[i] = bf16_enc(x);
+			d = bf16_dec(h[i]);
+			/* inf - inf would leave NaN behind for good */
+			if (residual)
+				residual[i] = isfinite(d) ? x - d : 0;
+			if (out)
+				out[i] = d;
+		}
+		break;
 	case FR_COMPRESS_FP16:
 		for (size_t i = 0; i < count; i++) {
 			float x = residual ? src[i] + residual[i] : src[i], d;
 
-			if (fmt == FR_COMPRESS_BF16) {
-				h[i] = fr_f32_to_bf16(x);
-				d = fr_bf16_to_f32(h[i]);
-			} else {
-				h[i] = fr_f32_to_f16(x);
-				d = fr_f16_to_f32(h[i]);
-			}
+			h[i] = fr_f32_to_f16(x);
+			d = fr_f16_to_f32(h[i]);
 			/* inf - inf would leave NaN behind for good */
 			if (residual)
 				residual[i] = isfinite(d) ? x - d : 0;
@@ -184,7 +242,7 @@ void fr_codec_decode(int fmt, float *dst, const void *src, size_t count)
 	switch (fmt) {
 	case FR_COMPRESS_BF16:
 		for (size_t i = 0; i < count; i++)
-			dst[i] = fr_bf16_to_f32(h[i]);
+			dst[i] = bf16_dec(h[i]);
 		break;
 	case FR_COMPRESS_FP16:
 		for (size_t i = 0; i < count; i++)

@@ -78,10 +78,28 @@ tune() {
 	rm -f "$f" "$f.out"
 	return $rc
 }
+# -Z / --ef / --overlap-ms: compressed rows are checked (identical bits,
+# relerr within the format's reach), wire bytes shrink, overlap columns
+compress_overlap() {
+	for z in none bf16 int8; do
+		out=$(frrun -n 3 --transport "$TRANSPORT" --timeout 120 "$B/fr_allreduce_perf" \
+			-b 64K -e 256K -f 4 -n 2 -w 1 -Z $z 2>&1) || { echo "$out"; return 1; }
+		echo "$out" | grep -q "Out of bounds values : 0 OK" &&
+			echo "$out" | grep -Eq "^\[0\] +262144 +65536 +f32 +sum .* ring +$z +[0-9.e+-]+ +[0-9]+ +[-0-9.]+$" ||
+			{ echo "$out"; return 1; }
+	done
+	csv=$(frrun -n 2 --no-prefix --transport "$TRANSPORT" --timeout 120 "$B/fr_allreduce_perf" \
+		-b 64K -e 64K -n 2 -w 1 -Z int8 --ef --overlap-ms 1 --progress thread --csv 2>&1) ||
+		{ echo "$csv"; return 1; }
+	echo "$csv" | grep -q '^size,.*,root,compute_us,wall_us,overlap,compress,ef,relerr,wire_bytes,zratio$' &&
+		echo "$csv" | grep -Eq '^65536,16384,f32,sum,0,.*,0,ring,allreduce,,[0-9.]+,[0-9.]+,[0-9.]+,int8,1,[0-9.e+-]+,[0-9.]+,3\.938[0-9]$' ||
+		{ echo "$csv"; return 1; }
+}
 run "fr_tune writes a tune file that FR_TUNE_FILE reads" tune
 run "fr_allreduce_perf every dtype, 3 ranks" allreduce_table
 run "fr_allreduce_perf --csv / --json" allreduce_csv_json
 run "fr_allreduce_perf -C reduce_scatter/allgather/broadcast" allreduce_collectives
 run "fr_transport_perf bw + lat" transport_perf
 run "fr_reduce_perf" reduce_perf
+run "fr_allreduce_perf -Z / --ef / --overlap-ms" compress_overlap
 finish

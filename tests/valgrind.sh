@@ -32,6 +32,13 @@ for algo in rd rabenseifner; do
 done
 check "mp_allreduce colls n=3" "$B/frrun" -n 3 --timeout 900 \
 	"$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" colls --counts 0,1,1001
+check "mp_allreduce compress n=3" "$B/frrun" -n 3 --timeout 900 \
+	"$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" compress --counts 0,1,257,4099
+check "mp_allreduce buckets n=3 progress=thread" "$B/frrun" -n 3 -e FR_PROGRESS=thread \
+	--timeout 900 "$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" buckets \
+	--count 20011 --iters 3
+check "mp_allreduce threads n=2" "$B/frrun" -n 2 -e FR_PROGRESS=thread --timeout 900 \
+	"$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" threads --count 101 --iters 20
 check "mp_allreduce mismatch n=3" env FR_TIMEOUT_MS=20000 "$B/frrun" -n 3 --timeout 300 \
 	"$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" mismatch --victim 2 --what count
 rm -f /tmp/fr-vg.$$

@@ -1,0 +1,792 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * train_mlp - data-parallel training of a small MLP with libfastreduce.
+ *
+ *   frrun -n 4 ./examples/train_mlp --data examples/data/digits.csv \
+ *         [--compress none|bf16|fp16|int8] [--ef] [--buckets]
+ *         [--steps N] [--batch B] [--hidden H] [--lr X] [--momentum X]
+ *         [--seed S] [--test N] [--bucket-bytes N] [--csv FILE]
+ *
+ * A 64-H-10 perceptron (ReLU, softmax cross-entropy) learns the 8x8
+ * handwritten digits of examples/data/digits.csv.  Every rank starts from
+ * the same weights (one fixed seed) and walks the same shuffled order of
+ * global minibatches; each step a rank takes its own shard of the
+ * minibatch, writes its gradients into one flat f32 arena and All-Reduces
+ * the arena with FR_AVG, either in one call (optionally compressed on the
+ * wire, with error feedback) or in buckets started layer by layer while
+ * the backward pass runs.  Since every rank then applies the same averaged
+ * gradient with the same arithmetic, the weights must stay bit-identical:
+ * at the end the ranks all-gather a 64-bit FNV-1a hash of their weights
+ * and fail if any differs.
+ *
+ * Output: rank 0 writes "step,loss" (the global minibatch's mean loss,
+ * itself All-Reduced) to --csv, and every rank prints one line
+ *   final mode=M ranks=N steps=S train_loss=L test_loss=L test_acc=A
+ *         hash=H ...
+ * that examples/train.sh and tests/mp_example.sh parse.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <fastreduce.h>
+
+#ifndef EXAMPLE_DATA
+#define EXAMPLE_DATA "examples/data/digits.csv"
+#endif
+
+#define NIN 64	/* 8x8 pixels */
+#define NOUT 10 /* digits */
+#define MAXPIX 16.0f
+
+struct opts {
+	const char *data;
+	const char *csv;
+	int steps;
+	int batch;
+	int hidden;
+	int ntest;
+	double lr;
+	double momentum;
+	uint64_t seed;
+	int compress;
+	bool ef;
+	bool buckets;
+	size_t bucket_bytes;
+};
+
+/* The data set: x[i] has NIN inputs scaled to [0, 1], y[i] its digit. */
+struct data {
+	int n;
+	float *x;
+	int *y;
+};
+
+/*
+ * One flat layout serves the weights, their gradients and the momentum,
+ * so that the gradients are one arena (one All-Reduce, one registration)
+ * and a layer is a contiguous range of it.  Layer 2 comes last because the
+ * backward pass produces it first and the buckets are cut from the arena's
+ * end: its bucket can be on the wire while layer 1 is still computed.
+ */
+struct layout {
+	int h;
+	size_t w1, b1, w2, b2; /* offsets in floats */
+	size_t l1_len;	       /* W1 and b1: [0, l1_len)            */
+	size_t l2_len;	       /* W2 and b2: [l1_len, l1_len + l2_len) */
+	size_t n;
+};
+
+static void layout_init(struct layout *l, int h)
+{
+	l->h = h;
+	l->w1 = 0;
+	l->b1 = l->w1 + (size_t)h * NIN;
+	l->w2 = l->b1 + (size_t)h;
+	l->b2 = l->w2 + (size_t)NOUT * h;
+	l->n = l->b2 + NOUT;
+	l->l1_len = l->w2;
+	l->l2_len = l->n - l->w2;
+}
+
+static void die(const char *what, fr_comm_t *comm, int err)
+{
+	fprintf(stderr, "train_mlp: %s: %s (%s)\n", what, fr_strerror(err),
+		comm ? fr_comm_last_error(comm) : fr_comm_last_error(NULL));
+	exit(1);
+}
+
+/* ---- deterministic randomness (no libc rand: same bits everywhere) ---- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1) with 24 bits, exact in float. */
+static float uniform01(uint64_t *s)
+{
+	return (float)(splitmix64(s) >> 40) * 0x1p-24f;
+}
+
+static void shuffle(int *v, int n, uint64_t *s)
+{
+	for (int i = n - 1; i > 0; i--) {
+		int j = (int)(splitmix64(s) % (uint64_t)(i + 1));
+		int t = v[i];
+
+		v[i] = v[j];
+		v[j] = t;
+	}
+}
+
+static uint64_t fnv1a64(const void *buf, size_t len)
+{
+	const unsigned char *p = buf;
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- data -------------------------------------------------------------- */
+
+/* Lines of "label,p0,...,p63" (examples/data/export_digits.py). */
+static void load_csv(const char *path, struct data *d)
+{
+	FILE *f = fopen(path, "r");
+	char line[1024];
+	int cap = 2048, lineno = 0;
+
+	if (!f) {
+		fprintf(stderr, "train_mlp: %s: %s (pass --data PATH)\n", path,
+			strerror(errno));
+		exit(1);
+	}
+	d->n = 0;
+	d->x = malloc(sizeof(float) * NIN * cap);
+	d->y = malloc(sizeof(int) * cap);
+	while (d->x && d->y && fgets(line, sizeof(line), f)) {
+		char *p = line, *end;
+		long v;
+
+		lineno++;
+		if (line[0] == '\n' || line[0] == '#')
+			continue;
+		if (d->n == cap) {
+			cap *= 2;
+			d->x = realloc(d->x, sizeof(float) * NIN * cap);
+			d->y = realloc(d->y, sizeof(int) * cap);
+			if (!d->x || !d->y)
+				break;
+		}
+		for (int i = 0; i <= NIN; i++) {
+			v = strtol(p, &end, 10);
+			/* a short, long or out-of-range line is a broken file,
+			 * not something to train on silently */
+			if (end == p || (i < NIN && *end != ',') ||
+			    (i == NIN && *end != '\n' && *end != '\0') ||
+			    v < 0 || v > (i == 0 ? NOUT - 1 : (long)MAXPIX)) {
+				fprintf(stderr,
+					"train_mlp: %s:%d: expected a label 0-9 and %d pixels 0-16\n",
+					path, lineno, NIN);
+				exit(1);
+			}
+			if (i == 0)
+				d->y[d->n] = (int)v;
+			else
+				d->x[(size_t)d->n * NIN + i - 1] =
+					(float)v / MAXPIX;
+			p = end + 1;
+		}
+		d->n++;
+	}
+	if (!d->x || !d->y) {
+		fprintf(stderr, "train_mlp: out of memory\n");
+		exit(1);
+	}
+	fclose(f);
+}
+
+/* ---- the model ----------------------------------------------------------- */
+
+/*
+ * He-uniform weights, zero biases, all from one seed: every rank computes
+ * the same bits, so no broadcast of the initial model is needed.
+ */
+static void init_params(const struct layout *l, float *w, uint64_t seed)
+{
+	uint64_t s = seed;
+	float a1 = sqrtf(6.0f / NIN), a2 = sqrtf(6.0f / l->h);
+
+	memset(w, 0, sizeof(float) * l->n);
+	for (size_t i = 0; i < (size_t)l->h * NIN; i++)
+		w[l->w1 + i] = (2.0f * uniform01(&s) - 1.0f) * a1;
+	for (size_t i = 0; i < (size_t)NOUT * l->h; i++)
+		w[l->w2 + i] = (2.0f * uniform01(&s) - 1.0f) * a2;
+}
+
+/*
+ * Forward pass of one sample: hidden activations into hid, softmax
+ * probabilities into prob; returns the cross-entropy of label y.
+ */
+static float forward(const struct layout *l, const float *w, const float *x,
+		     int y, float *hid, float *prob)
+{
+	float mx = -INFINITY, sum = 0.0f;
+
+	for (int j = 0; j < l->h; j++) {
+		const float *row = w + l->w1 + (size_t)j * NIN;
+		float a = w[l->b1 + j];
+
+		for (int i = 0; i < NIN; i++)
+			a += row[i] * x[i];
+		hid[j] = a > 0.0f ? a : 0.0f;
+	}
+	for (int k = 0; k < NOUT; k++) {
+		const float *row = w + l->w2 + (size_t)k * l->h;
+		float a = w[l->b2 + k];
+
+		for (int j = 0; j < l->h; j++)
+			a += row[j] * hid[j];
+		prob[k] = a;
+		mx = fmaxf(mx, a);
+	}
+	for (int k = 0; k < NOUT; k++) {
+		prob[k] = expf(prob[k] - mx);
+		sum += prob[k];
+	}
+	for (int k = 0; k < NOUT; k++)
+		prob[k] /= sum;
+	return -logf(fmaxf(prob[y], 1e-30f));
+}
+
+/* Scratch for one rank's shard: activations kept for the backward pass. */
+struct scratch {
+	float *hid;  /* shard x h   */
+	float *dout; /* shard x 10: dL/dlogits */
+	float *dhid; /* h           */
+};
+
+/*
+ * Reduces the gradient arena.  How depends on the mode: one All-Reduce
+ * (plain or compressed with fr_allreduce_ex) or buckets that start while
+ * the backward pass still runs.
+ */
+struct reducer {
+	fr_comm_t *comm;
+	const struct layout *l;
+	float *grad;
+	int compress;
+	float *residual; /* error feedback of the one-call path */
+	fr_mem_t *mem;
+	fr_buckets_t *bk;
+};
+
+static void reducer_init(struct reducer *r, fr_comm_t *comm,
+			 const struct layout *l, float *grad,
+			 const struct opts *o)
+{
+	int err;
+
+	memset(r, 0, sizeof(*r));
+	r->comm = comm;
+	r->l = l;
+	r->grad = grad;
+	r->compress = o->compress;
+	if (o->buckets) {
+		fr_buckets_config_t bc;
+
+		fr_buckets_config_init(&bc);
+		/* The model is small (19 KB at h=64), so the buckets are
+		 * small too, as a large model's would be relative to it: the
+		 * first one is exactly layer 2, which backward finishes
+		 * first, so its All-Reduce overlaps layer 1's gradients. */
+		bc.first_bucket_bytes = sizeof(float) * l->l2_len;
+		bc.bucket_bytes = o->bucket_bytes;
+		bc.compress = o->compress;
+		bc.error_feedback = o->ef;
+		err = fr_buckets_create(comm, grad, l->n, FR_F32, FR_AVG, &bc,
+					&r->bk);
+		if (err)
+			die("fr_buckets_create", comm, err);
+		return;
+	}
+	/* Registered once: every step's All-Reduce runs zero-copy. */
+	err = fr_mem_register(comm, grad, sizeof(float) * l->n, &r->mem);
+	if (err)
+		die("fr_mem_register", comm, err);
+	if (o->ef && o->compress != FR_COMPRESS_NONE) {
+		/* What compression dropped at step t is added back at step
+		 * t+1, so the error does not accumulate in the weights. */
+		r->residual = calloc(l->n, sizeof(float));
+		if (!r->residual)
+			die("residual", comm, FR_ENOMEM);
+	}
+}
+
+/* Backward produced [off, off + len) of the arena. */
+static void reducer_ready(struct reducer *r, size_t off, size_t len)
+{
+	int err;
+
+	if (!r->bk)
+		return;
+	err = fr_buckets_ready(r->bk, off, len);
+	if (err)
+		die("fr_buckets_ready", r->comm, err);
+}
+
+/* End of backward: the averaged gradient is in the arena on return. */
+static void reducer_finish(struct reducer *r)
+{
+	fr_coll_opts_t co;
+	int err;
+
+	if (r->bk) {
+		err = fr_buckets_wait(r->bk);
+		if (err)
+			die("fr_buckets_wait", r->comm, err);
+		return;
+	}
+	if (r->compress == FR_COMPRESS_NONE) {
+		err = fr_allreduce(r->comm, FR_IN_PLACE, r->grad, r->l->n,
+				   FR_F32, FR_AVG);
+		if (err)
+			die("fr_allreduce", r->comm, err);
+		return;
+	}
+	fr_coll_opts_init(&co);
+	co.compress = r->compress;
+	co.residual = r->residual;
+	err = fr_allreduce_ex(r->comm, FR_IN_PLACE, r->grad, r->l->n, FR_F32,
+			      FR_AVG, &co);
+	if (err)
+		die("fr_allreduce_ex", r->comm, err);
+}
+
+static void reducer_destroy(struct reducer *r)
+{
+	fr_buckets_destroy(r->bk);
+	fr_mem_deregister(r->mem);
+	free(r->residual);
+}
+
+/*
+ * One step on this rank's shard idx[0..m) of a global minibatch of gb
+ * samples: gradients into grad (scaled so that FR_AVG over the ranks gives
+ * the mean over the whole minibatch, whatever the shard sizes), the
+ * shard's summed loss returned.  Batched layer by layer, so that layer 2's
+ * gradient is complete - and on the wire - before layer 1's is computed.
+ */
+static double train_shard(const struct layout *l, const float *w, float *grad,
+			  const struct data *d, const int *idx, int m, int gb,
+			  int nranks, struct scratch *sc, struct reducer *red)
+{
+	float prob[NOUT];
+	float scale = (float)nranks / (float)gb;
+	double loss = 0.0;
+	int h = l->h;
+
+	memset(grad, 0, sizeof(float) * l->n);
+	for (int s = 0; s < m; s++) {
+		const float *x = d->x + (size_t)idx[s] * NIN;
+		int y = d->y[idx[s]];
+
+		loss += forward(l, w, x, y, sc->hid + (size_t)s * h, prob);
+		for (int k = 0; k < NOUT; k++)
+			sc->dout[s * NOUT + k] =
+				(prob[k] - (k == y ? 1.0f : 0.0f)) * scale;
+	}
+	/* layer 2: dW2 = dout^T hid, db2 = sum dout */
+	for (int s = 0; s < m; s++) {
+		const float *hid = sc->hid + (size_t)s * h;
+
+		for (int k = 0; k < NOUT; k++) {
+			float g = sc->dout[s * NOUT + k];
+			float *row = grad + l->w2 + (size_t)k * h;
+
+			for (int j = 0; j < h; j++)
+				row[j] += g * hid[j];
+			grad[l->b2 + k] += g;
+		}
+	}
+	reducer_ready(red, l->l1_len, l->l2_len);
+	/* layer 1: dhid = W2^T dout through the ReLU; dW1 = dhid^T x */
+	for (int s = 0; s < m; s++) {
+		const float *x = d->x + (size_t)idx[s] * NIN;
+		const float *hid = sc->hid + (size_t)s * h;
+
+		for (int j = 0; j < h; j++) {
+			float a = 0.0f;
+
+			if (hid[j] > 0.0f)
+				for (int k = 0; k < NOUT; k++)
+					a += w[l->w2 + (size_t)k * h + j] *
+					     sc->dout[s * NOUT + k];
+			sc->dhid[j] = a;
+		}
+		for (int j = 0; j < h; j++) {
+			float g = sc->dhid[j];
+			float *row = grad + l->w1 + (size_t)j * NIN;
+
+			if (g == 0.0f)
+				continue;
+			for (int i = 0; i < NIN; i++)
+				row[i] += g * x[i];
+			grad[l->b1 + j] += g;
+		}
+	}
+	reducer_ready(red, 0, l->l1_len);
+	return loss;
+}
+
+/*
+ * Mean loss and accuracy over idx[0..n), each rank evaluating its own
+ * slice and the sums All-Reduced (in f64: exact enough, and the same bits
+ * on every rank).
+ */
+static void evaluate(fr_comm_t *comm, const struct layout *l, const float *w,
+		     const struct data *d, const int *idx, int n, float *hid,
+		     double *loss, double *acc)
+{
+	int rank = fr_comm_rank(comm), nranks = fr_comm_size(comm);
+	int lo = (int)((long)n * rank / nranks);
+	int hi = (int)((long)n * (rank + 1) / nranks);
+	double sums[2] = {0.0, 0.0};
+	float prob[NOUT];
+	int err;
+
+	for (int s = lo; s < hi; s++) {
+		int y = d->y[idx[s]], best = 0;
+
+		sums[0] += forward(l, w, d->x + (size_t)idx[s] * NIN, y, hid,
+				   prob);
+		for (int k = 1; k < NOUT; k++)
+			if (prob[k] > prob[best])
+				best = k;
+		sums[1] += best == y;
+	}
+	err = fr_allreduce(comm, FR_IN_PLACE, sums, 2, FR_F64, FR_SUM);
+	if (err)
+		die("fr_allreduce (evaluate)", comm, err);
+	*loss = sums[0] / n;
+	*acc = sums[1] / n;
+}
+
+static void usage(int rc)
+{
+	fprintf(rc ? stderr : stdout,
+		"usage: frrun -n N train_mlp [options]\n"
+		"  --data PATH           digits CSV (default %s)\n"
+		"  --compress none|bf16|fp16|int8   wire format (default none)\n"
+		"  --ef                  error feedback for compression\n"
+		"  --buckets             bucket API instead of one All-Reduce\n"
+		"  --bucket-bytes N      --buckets: size of those after layer 2 (4096)\n"
+		"  --steps N             training steps (2000)\n"
+		"  --batch B             global minibatch (64)\n"
+		"  --hidden H            hidden units (64)\n"
+		"  --lr X --momentum X   SGD (0.05, 0.9)\n"
+		"  --seed S              initial weights and order (1)\n"
+		"  --test N              held-out samples (297)\n"
+		"  --csv FILE            rank 0 writes step,loss\n",
+		EXAMPLE_DATA);
+	exit(rc);
+}
+
+static long num_arg(const char *name, const char *s, long lo, long hi)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 0);
+	if (errno || end == s || *end || v < lo || v > hi) {
+		fprintf(stderr, "train_mlp: %s: expected %ld..%ld, got '%s'\n",
+			name, lo, hi, s);
+		exit(2);
+	}
+	return v;
+}
+
+static double real_arg(const char *name, const char *s)
+{
+	char *end;
+	double v = strtod(s, &end);
+
+	if (end == s || *end || !(v >= 0.0) || v > 1e3) {
+		fprintf(stderr, "train_mlp: %s: bad value '%s'\n", name, s);
+		exit(2);
+	}
+	return v;
+}
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+	static const struct option lo[] = {
+		{"data", required_argument, NULL, 'd'},
+		{"compress", required_argument, NULL, 'c'},
+		{"ef", no_argument, NULL, 'E'},
+		{"buckets", no_argument, NULL, 'B'},
+		{"bucket-bytes", required_argument, NULL, 'K'},
+		{"steps", required_argument, NULL, 's'},
+		{"batch", required_argument, NULL, 'b'},
+		{"hidden", required_argument, NULL, 'H'},
+		{"lr", required_argument, NULL, 'l'},
+		{"momentum", required_argument, NULL, 'm'},
+		{"seed", required_argument, NULL, 'S'},
+		{"test", required_argument, NULL, 't'},
+		{"csv", required_argument, NULL, 'o'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	fr_compress_t c;
+	int ch;
+
+	*o = (struct opts){
+		.data = EXAMPLE_DATA,
+		.steps = 2000,
+		.batch = 64,
+		.hidden = 64,
+		.ntest = 297,
+		.lr = 0.05,
+		.momentum = 0.9,
+		.seed = 1,
+		.compress = FR_COMPRESS_NONE,
+		.bucket_bytes = 4096,
+	};
+	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (ch) {
+		case 'd':
+			o->data = optarg;
+			break;
+		case 'c':
+			if (fr_compress_from_name(optarg, &c)) {
+				fprintf(stderr,
+					"train_mlp: --compress: unknown '%s'\n",
+					optarg);
+				exit(2);
+			}
+			o->compress = c;
+			break;
+		case 'E':
+			o->ef = true;
+			break;
+		case 'B':
+			o->buckets = true;
+			break;
+		case 'K':
+			o->bucket_bytes =
+				num_arg("--bucket-bytes", optarg, 4, 1L << 30);
+			break;
+		case 's':
+			o->steps = num_arg("--steps", optarg, 0, 100000000);
+			break;
+		case 'b':
+			o->batch = num_arg("--batch", optarg, 1, 1 << 20);
+			break;
+		case 'H':
+			o->hidden = num_arg("--hidden", optarg, 1, 1 << 16);
+			break;
+		case 'l':
+			o->lr = real_arg("--lr", optarg);
+			break;
+		case 'm':
+			o->momentum = real_arg("--momentum", optarg);
+			break;
+		case 'S':
+			o->seed = num_arg("--seed", optarg, 0, 0x7fffffff);
+			break;
+		case 't':
+			o->ntest = num_arg("--test", optarg, 1, 1 << 20);
+			break;
+		case 'o':
+			o->csv = optarg;
+			break;
+		case 'h':
+			usage(0);
+			break;
+		default:
+			usage(2);
+		}
+	}
+	if (optind != argc)
+		usage(2);
+	if (o->ef && o->compress == FR_COMPRESS_NONE) {
+		/* nothing is dropped, so there is nothing to feed back */
+		fprintf(stderr, "train_mlp: --ef needs --compress\n");
+		exit(2);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	struct data d;
+	struct layout l;
+	struct scratch sc;
+	struct reducer red;
+	fr_stats_t st0 = {.size = sizeof(st0)}, st1 = {.size = sizeof(st1)};
+	fr_comm_t *comm;
+	float *w, *grad, *vel;
+	int *order, *perm, *shard;
+	int rank, nranks, ntrain, pos, err;
+	uint64_t s, hash, *hashes;
+	double t0, t1, train_loss, train_acc, test_loss, test_acc;
+	char mode[64];
+	FILE *csv = NULL;
+	bool same = true;
+
+	parse_args(argc, argv, &o);
+	err = fr_comm_create_from_env(NULL, &comm);
+	if (err)
+		die("fr_comm_create_from_env", NULL, err);
+	rank = fr_comm_rank(comm);
+	nranks = fr_comm_size(comm);
+	snprintf(mode, sizeof(mode), "%s%s%s", fr_compress_name(o.compress),
+		 o.ef ? "+ef" : "", o.buckets ? "+buckets" : "");
+
+	load_csv(o.data, &d);
+	if (o.ntest >= d.n) {
+		fprintf(stderr,
+			"train_mlp: --test %d leaves no training data\n",
+			o.ntest);
+		return 2;
+	}
+	ntrain = d.n - o.ntest;
+	if (o.batch < nranks || o.batch > ntrain) {
+		fprintf(stderr,
+			"train_mlp: --batch %d must be between the %d ranks and the %d training samples\n",
+			o.batch, nranks, ntrain);
+		return 2;
+	}
+
+	/* The split is fixed (not --seed): every run tests on the same
+	 * held-out digits; order[0..ntrain) trains, the rest tests. */
+	order = malloc(sizeof(int) * d.n);
+	perm = malloc(sizeof(int) * ntrain);
+	layout_init(&l, o.hidden);
+	w = calloc(l.n, sizeof(float));
+	vel = calloc(l.n, sizeof(float));
+	/* page-aligned: the arena is registered and sent as is */
+	grad = aligned_alloc(4096, (sizeof(float) * l.n + 4095) & ~4095ul);
+	sc.hid = malloc(sizeof(float) * (size_t)o.batch * o.hidden);
+	sc.dout = malloc(sizeof(float) * (size_t)o.batch * NOUT);
+	sc.dhid = malloc(sizeof(float) * o.hidden);
+	hashes = calloc(nranks, sizeof(uint64_t));
+	if (!order || !perm || !w || !vel || !grad || !sc.hid || !sc.dout ||
+	    !sc.dhid || !hashes)
+		die("allocation", comm, FR_ENOMEM);
+	for (int i = 0; i < d.n; i++)
+		order[i] = i;
+	s = 0x5eed;
+	shuffle(order, d.n, &s);
+	memcpy(perm, order, sizeof(int) * ntrain);
+
+	init_params(&l, w, o.seed);
+	reducer_init(&red, comm, &l, grad, &o);
+	if (rank == 0 && o.csv) {
+		csv = fopen(o.csv, "w");
+		if (!csv) {
+			fprintf(stderr, "train_mlp: %s: %s\n", o.csv,
+				strerror(errno));
+			return 1;
+		}
+		fprintf(csv, "step,loss\n");
+	}
+	if (rank == 0)
+		printf("train_mlp: %d ranks, %s, %d-%d-%d MLP (%zu parameters), %d train / %d test digits, batch %d, %d steps\n",
+		       nranks, mode, NIN, o.hidden, NOUT, l.n, ntrain, o.ntest,
+		       o.batch, o.steps);
+
+	if (rank == 0 && red.bk) {
+		size_t off, cnt;
+
+		printf("train_mlp: %d buckets, started in this order:",
+		       fr_buckets_count(red.bk));
+		for (int i = 0; i < fr_buckets_count(red.bk); i++)
+			if (!fr_buckets_range(red.bk, i, &off, &cnt))
+				printf(" [%zu, %zu)", off, off + cnt);
+		printf(" (layer 2 is [%zu, %zu))\n", l.l1_len, l.n);
+	}
+
+	/* Same seed on every rank: the same minibatches in the same order. */
+	s = o.seed ^ 0xda7a;
+	pos = ntrain;
+	fr_comm_stats(comm, &st0);
+	t0 = now_s();
+	for (int step = 0; step < o.steps; step++) {
+		int lo = (int)((long)o.batch * rank / nranks);
+		int hi = (int)((long)o.batch * (rank + 1) / nranks);
+		double loss;
+
+		if (pos + o.batch > ntrain) { /* next epoch */
+			shuffle(perm, ntrain, &s);
+			pos = 0;
+		}
+		shard = perm + pos + lo;
+		pos += o.batch;
+		loss = train_shard(&l, w, grad, &d, shard, hi - lo, o.batch,
+				   nranks, &sc, &red);
+		reducer_finish(&red);
+		err = fr_allreduce(comm, FR_IN_PLACE, &loss, 1, FR_F64, FR_SUM);
+		if (err)
+			die("fr_allreduce (loss)", comm, err);
+		if (csv)
+			fprintf(csv, "%d,%.9g\n", step, loss / o.batch);
+		/* SGD with momentum: the same bits on every rank because
+		 * the averaged gradient is */
+		for (size_t i = 0; i < l.n; i++) {
+			vel[i] = (float)o.momentum * vel[i] + grad[i];
+			w[i] -= (float)o.lr * vel[i];
+		}
+	}
+	t1 = now_s();
+	fr_comm_stats(comm, &st1);
+	if (csv && fclose(csv)) {
+		fprintf(stderr, "train_mlp: %s: write error\n", o.csv);
+		return 1;
+	}
+
+	evaluate(comm, &l, w, &d, order, ntrain, sc.hid, &train_loss,
+		 &train_acc);
+	evaluate(comm, &l, w, &d, order + ntrain, o.ntest, sc.hid, &test_loss,
+		 &test_acc);
+
+	hash = fnv1a64(w, sizeof(float) * l.n);
+	err = fr_allgather(comm, &hash, hashes, 1, FR_U64);
+	if (err)
+		die("fr_allgather (hashes)", comm, err);
+	for (int r = 0; r < nranks; r++)
+		if (hashes[r] != hash) {
+			same = false;
+			if (rank == 0)
+				fprintf(stderr,
+					"train_mlp: rank %d's weights differ: %016" PRIx64
+					" != %016" PRIx64 "\n",
+					r, hashes[r], hash);
+		}
+	printf("final mode=%s ranks=%d steps=%d train_loss=%.8g train_acc=%.4f test_loss=%.8g test_acc=%.4f hash=%016" PRIx64
+	       " identical=%s sent_bytes=%" PRIu64 " wire_bytes=%" PRIu64
+	       " time_s=%.2f\n",
+	       mode, nranks, o.steps, train_loss, train_acc, test_loss,
+	       test_acc, hash, same ? "yes" : "NO",
+	       st1.bytes_sent - st0.bytes_sent, st1.wire_bytes - st0.wire_bytes,
+	       t1 - t0);
+
+	reducer_destroy(&red);
+	fr_comm_destroy(comm);
+	free(hashes);
+	free(sc.dhid);
+	free(sc.dout);
+	free(sc.hid);
+	free(grad);
+	free(vel);
+	free(w);
+	free(perm);
+	free(order);
+	free(d.x);
+	free(d.y);
+	return same ? 0 : 1;
+}

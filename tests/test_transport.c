@@ -35,6 +35,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -1838,10 +1839,60 @@ static void test_tcp_wire_connector(void **state)
 	assert_int_equal(first_err(a, c), FR_EPEER);
 }
 
+/* wake() ends a wait() in progress from another thread, and one that comes
+ * later returns at once; without it wait() sleeps its full timeout. */
+struct waker {
+	struct fr_tp *tp;
+	int delay_ms;
+};
+
+static void *waker_main(void *arg)
+{
+	struct waker *w = arg;
+
+	sleep_ms(w->delay_ms);
+	ops->wake(w->tp);
+	return NULL;
+}
+
+static void test_wake(void **state)
+{
+	struct ep *a = ep_open(0);
+	struct waker w = { .tp = a->tp, .delay_ms = 50 };
+	struct fr_tp_cqe cqe[4];
+	pthread_t t;
+	uint64_t t0;
+
+	(void)state;
+	assert_non_null(ops->wake);
+	assert_int_equal(ops->poll(a->tp, cqe, 4), 0);
+	t0 = now_ms();
+	assert_int_equal(ops->wait(a->tp, 100), 0);
+	assert_true(now_ms() - t0 >= 90); /* nothing to wake it */
+	assert_int_equal(pthread_create(&t, NULL, waker_main, &w), 0);
+	assert_int_equal(ops->poll(a->tp, cqe, 4), 0);
+	t0 = now_ms();
+	assert_int_equal(ops->wait(a->tp, 10000), 0);
+	assert_true(now_ms() - t0 < 5000);
+	pthread_join(t, NULL);
+	/* a wake before the wait is not lost (a poll in between may use it
+	 * up: the caller looks then), and is used up by the wait */
+	assert_int_equal(ops->poll(a->tp, cqe, 4), 0);
+	ops->wake(a->tp);
+	t0 = now_ms();
+	assert_int_equal(ops->wait(a->tp, 10000), 0);
+	assert_true(now_ms() - t0 < 5000);
+	t0 = now_ms();
+	assert_int_equal(ops->poll(a->tp, cqe, 4), 0);
+	assert_int_equal(ops->wait(a->tp, 100), 0);
+	assert_true(now_ms() - t0 >= 90);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+		T(test_wake),
 		T(test_handshake),
 		T(test_wrong_nonce),
 		T(test_connect_refused_times_out),

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "internal.h"
 #include "reduce.h"
 #include "util.h"
@@ -64,28 +65,6 @@ void fr_buckets_config_init(fr_buckets_config_t *cfg)
 	((cfg)->size >=      \
 	 offsetof(fr_buckets_config_t, field) + sizeof((cfg)->field))
 
-static int env_bytes(const char *name, size_t dflt, size_t *out)
-{
-	const char *e = getenv(name);
-	char *end;
-	unsigned long long v;
-
-	*out = dflt;
-	if (!e || !*e)
-		return 0;
-	v = strtoull(e, &end, 10);
-	if (*end == 'K' || *end == 'k')
-		v <<= 10, end++;
-	else if (*end == 'M' || *end == 'm')
-		v <<= 20, end++;
-	else if (*end == 'G' || *end == 'g')
-		v <<= 30, end++;
-	if (*end || !v)
-		return FR_EINVAL;
-	*out = (size_t)v;
-	return 0;
-}
-
 /* Cut the arena: bucket 0 at the end (or start), first_bytes, then
  * bucket_bytes each, in start order. */
 static int cut(struct fr_buckets *g, size_t first_bytes, size_t bytes,
@@ -120,6 +99,7 @@ int fr_buckets_create(fr_comm_t *comm, void *arena, size_t count,
 		      const fr_buckets_config_t *cfg, fr_buckets_t **out)
 {
 	size_t bytes, first;
+	char why[200];
 	struct fr_buckets *g;
 	int rc, compress = FR_COMPRESS_NONE;
 	bool ef = false, forward = false;
@@ -139,13 +119,15 @@ int fr_buckets_create(fr_comm_t *comm, void *arena, size_t count,
 				      !fr_dtype_size(dtype) ? "invalid dtype"
 				      : !count		    ? "empty arena"
 							    : "NULL arena");
-	if (env_bytes("FR_BUCKET_BYTES", FR_DEFAULT_BUCKET_BYTES, &bytes) ||
-	    env_bytes("FR_FIRST_BUCKET_BYTES", FR_DEFAULT_FIRST_BUCKET_BYTES,
-		      &first))
-		return fr_comm_seterr(
-			comm, FR_EINVAL,
-			"rank %d: FR_BUCKET_BYTES / FR_FIRST_BUCKET_BYTES must be a positive size (e.g. 25M)",
-			comm->rank);
+	bytes = FR_DEFAULT_BUCKET_BYTES;
+	first = FR_DEFAULT_FIRST_BUCKET_BYTES;
+	if (fr_env_size(fr_env_getenv, NULL, "FR_BUCKET_BYTES", 1, SIZE_MAX,
+			&bytes, why, sizeof(why)) < 0 ||
+	    fr_env_size(fr_env_getenv, NULL, "FR_FIRST_BUCKET_BYTES", 1,
+			SIZE_MAX, &first, why, sizeof(why)) < 0)
+		return fr_comm_seterr(comm, FR_EINVAL,
+				      "rank %d: fr_buckets_create: %s",
+				      comm->rank, why);
 	if (cfg) {
 		if (BCFG_HAS(cfg, bucket_bytes) && cfg->bucket_bytes)
 			bytes = cfg->bucket_bytes;
@@ -160,9 +142,10 @@ int fr_buckets_create(fr_comm_t *comm, void *arena, size_t count,
 			forward = cfg->forward;
 	}
 	if (fr_reduce_check(dtype, op))
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: fr_buckets_create: invalid operation %d for %s",
-				      comm->rank, (int)op, fr_dtype_name(dtype));
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: fr_buckets_create: invalid operation %d for %s",
+			comm->rank, (int)op, fr_dtype_name(dtype));
 	if (compress < 0 || compress >= FR_COMPRESS_COUNT ||
 	    (compress != FR_COMPRESS_NONE && dtype != FR_F32) ||
 	    (ef && compress == FR_COMPRESS_NONE))
@@ -235,7 +218,7 @@ static int start_ready(struct fr_buckets *g)
 /* Record [lo, hi) unless it meets a range marked already. */
 static int mark(struct fr_buckets *g, size_t lo, size_t hi)
 {
-	size_t i = 0, j;
+	size_t i = 0;
 
 	while (i < g->niv && g->iv[i].hi <= lo)
 		i++;
@@ -262,9 +245,8 @@ static int mark(struct fr_buckets *g, size_t lo, size_t hi)
 	}
 	if (i > 0 && g->iv[i - 1].hi == g->iv[i].lo) {
 		g->iv[i - 1].hi = g->iv[i].hi;
-		j = i;
-		memmove(&g->iv[j], &g->iv[j + 1],
-			(g->niv - j - 1) * sizeof(*g->iv));
+		memmove(&g->iv[i], &g->iv[i + 1],
+			(g->niv - i - 1) * sizeof(*g->iv));
 		g->niv--;
 	}
 	return 0;

@@ -273,6 +273,9 @@ void fr_lock_yield(struct fr_comm *comm);
 /* The leader: sleep in the transport's wait, holding the lock; fr_lock()
  * from another thread ends the sleep. */
 void fr_comm_sleep(struct fr_comm *comm, int ms);
+/* How long the leader may sleep: up to the timeout, at most 100 ms while
+ * requests are pending. */
+int fr_sleep_ms(const struct fr_comm *comm, bool pending);
 int fr_lock_init(struct fr_comm *comm);
 void fr_lock_fini(struct fr_comm *comm);
 int fr_progress_thread_start(struct fr_comm *comm, char *err, size_t errlen);

@@ -134,8 +134,8 @@ void fr_lock_fini(struct fr_comm *comm)
 }
 
 /* How long the leader may sleep: until the timeout is due, at most 100 ms
- * (timeouts are checked between sleeps), forever-ish when idle. */
-static int sleep_ms(struct fr_comm *comm, bool pending)
+ * (timeouts are checked between sleeps), a second when idle. */
+int fr_sleep_ms(const struct fr_comm *comm, bool pending)
 {
 	uint64_t idle;
 
@@ -177,7 +177,7 @@ static void *progress_main(void *arg)
 			fr_lock(comm);
 			continue;
 		}
-		fr_comm_sleep(comm, sleep_ms(comm, pending));
+		fr_comm_sleep(comm, fr_sleep_ms(comm, pending));
 	}
 	fr_unlock(comm);
 	return NULL;

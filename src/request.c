@@ -34,8 +34,8 @@ static void req_finish(struct fr_request *req, int result)
 		req->algo->free(req);
 	if (!result)
 		req->comm->stats.collectives++;
-	/* its waiter may sleep in fr_cond_wait (a follower, or with the progress
-	 * thread the application) */
+	/* its waiter may sleep in fr_cond_wait (a follower, or with the
+	 * progress thread the application) */
 	fr_signal(req->comm);
 }
 
@@ -307,8 +307,6 @@ static void wait_done(struct fr_request *req)
 		spin_until = fr_now_ns() + (uint64_t)comm->spin_us * 1000u;
 		while (req->state != FR_REQ_DONE) {
 			bool work = false;
-			uint64_t idle;
-			int ms;
 
 			fr_lock_yield(comm);
 			fr_engine_step(comm, &work);
@@ -325,13 +323,7 @@ static void wait_done(struct fr_request *req)
 				fr_lock(comm);
 				continue;
 			}
-			idle = fr_now_ms() - comm->last_activity_ms;
-			ms = idle >= (uint64_t)comm->timeout_ms
-				     ? 0
-				     : (int)FR_MIN((uint64_t)comm->timeout_ms -
-							   idle,
-						   (uint64_t)100);
-			fr_comm_sleep(comm, ms);
+			fr_comm_sleep(comm, fr_sleep_ms(comm, true));
 		}
 		comm->poller_busy = false;
 		/* a follower may take over */

@@ -78,18 +78,22 @@ static void cring_free(struct fr_request *req)
 	req->algo_state = NULL;
 }
 
-/* Encode chunk c of src (with its residual) into enc; out gets the
- * decoded values when given. */
-static void encode_chunk(struct fr_comm *comm, struct fr_request *req,
-			 struct cring *st, int c, const float *src, float *out)
+/* Encode values [first, first + k) of chunk c of src (first on a unit
+ * boundary) with their residual into enc; out, when given, gets the
+ * decoded values. */
+static void encode_values(struct fr_comm *comm, struct fr_request *req,
+			  struct cring *st, int c, size_t first, size_t k,
+			  const float *src, float *out)
 {
-	size_t lo = st->elo[c], n = chunk_n(st, c);
+	size_t at = st->elo[c] + first;
 
-	fr_codec_encode(st->fmt, st->enc + st->boff[c], src + lo, n,
-			req->residual ? req->residual + lo : NULL,
-			out ? out + lo : NULL);
-	comm->stats.compress_in_bytes += n * sizeof(float);
-	comm->stats.compress_out_bytes += fr_compress_bytes(st->fmt, n);
+	fr_codec_encode(st->fmt,
+			st->enc + st->boff[c] +
+				fr_compress_bytes(st->fmt, first),
+			src + at, k, req->residual ? req->residual + at : NULL,
+			out ? out + at : NULL);
+	comm->stats.compress_in_bytes += k * sizeof(float);
+	comm->stats.compress_out_bytes += fr_compress_bytes(st->fmt, k);
 }
 
 static int cring_start(struct fr_comm *comm, struct fr_request *req)
@@ -168,23 +172,15 @@ static void step_init(struct fr_comm *comm, struct fr_request *req,
 static size_t encode_ahead(struct fr_comm *comm, struct fr_request *req,
 			   struct cring *st)
 {
-	size_t n = chunk_n(st, st->ct), lo = st->elo[st->ct];
+	size_t n = chunk_n(st, st->ct);
 	size_t want = fr_xfer_bytes(comm, &st->tx, st->tx.done + 8);
 	const float *src = st->s ? st->out : st->mine;
 
 	while (st->tx_enc < n &&
 	       fr_compress_bytes(st->fmt, st->tx_enc) < want) {
 		size_t k = FR_MIN(n - st->tx_enc, (size_t)DECODE_BATCH);
-		size_t at = lo + st->tx_enc;
 
-		fr_codec_encode(st->fmt,
-				st->enc + st->boff[st->ct] +
-					fr_compress_bytes(st->fmt, st->tx_enc),
-				src + at, k,
-				req->residual ? req->residual + at : NULL,
-				NULL);
-		comm->stats.compress_in_bytes += k * sizeof(float);
-		comm->stats.compress_out_bytes += fr_compress_bytes(st->fmt, k);
+		encode_values(comm, req, st, st->ct, st->tx_enc, k, src, NULL);
 		st->tx_enc += k;
 	}
 	return st->tx_enc == n ? st->tx.len
@@ -269,7 +265,8 @@ static int cring_advance(struct fr_comm *comm, struct fr_request *req,
 			if (req->op == FR_AVG && chunk_n(st, f))
 				fr_reduce_scale_avg(FR_F32, st->out + lo,
 						    chunk_n(st, f), st->p);
-			encode_chunk(comm, req, st, f, st->out, st->out);
+			encode_values(comm, req, st, f, 0, chunk_n(st, f),
+				      st->out, st->out);
 		}
 		st->phase++;
 	}

@@ -1,0 +1,84 @@
+"""The fastreduce package against numpy references, 1-4 processes, with
+and without the progress thread (api_worker.py does the checking), plus
+single-process checks of argument handling."""
+
+import os
+
+import numpy as np
+import pytest
+
+from conftest import launch, ranks_to_test
+
+import fastreduce as fr
+
+
+@pytest.mark.parametrize("n", ranks_to_test([1, 2, 3, 4]))
+@pytest.mark.parametrize("progress", ["caller", "thread"])
+def test_collectives_match_numpy(n, progress):
+    p = launch(n, "api_worker.py", progress)
+    assert p.returncode == 0, p.stdout
+    assert "api_worker: %d ranks" % n in p.stdout
+
+
+def test_version_and_errors():
+    assert fr.version() == fr.__version__
+    assert fr.version().count(".") == 2
+    assert fr.errname(fr.ETIMEDOUT) == "FR_ETIMEDOUT"
+    assert "timed out" in fr.strerror(fr.ETIMEDOUT)
+    e = fr.FastReduceError(fr.EPEER, "rank 1: peer rank 2 closed the connection")
+    assert e.code == fr.EPEER and e.name == "FR_EPEER" and "rank 2" in str(e)
+
+
+def test_bad_creation_arguments():
+    with pytest.raises(ValueError, match="together"):
+        fr.Comm(rank=0, size=2)
+    with pytest.raises(fr.FastReduceError) as ei:
+        fr.Comm(rank=0, size=2, rendezvous="no-port-here")
+    assert ei.value.code == fr.EINVAL and "host:port" in ei.value.message
+    with pytest.raises(fr.FastReduceError) as ei:
+        fr.Comm(rank=3, size=2, rendezvous="127.0.0.1:1")
+    assert ei.value.code == fr.EINVAL
+    with pytest.raises(ValueError, match="algorithm"):
+        fr.Comm(rank=0, size=1, rendezvous="127.0.0.1:1", algo="bogus")
+
+
+def test_no_launcher_environment(monkeypatch):
+    for v in list(os.environ):
+        if v.startswith(("FR_", "OMPI_", "PMI_", "SLURM_")) or v in ("RANK", "WORLD_SIZE"):
+            monkeypatch.delenv(v, raising=False)
+    with pytest.raises(fr.FastReduceError) as ei:
+        fr.Comm()
+    assert ei.value.message  # says which variables it looked for
+
+
+def test_single_rank_and_closed_comm():
+    c = fr.Comm(rank=0, size=1, rendezvous="127.0.0.1:1")
+    assert (c.rank, c.size) == (0, 1)
+    x = np.arange(5, dtype=np.float32)
+    assert c.allreduce(x, "max") is x
+    assert list(x) == [0, 1, 2, 3, 4]
+    req = c.iallreduce(x)
+    c.close()
+    with pytest.raises(fr.FastReduceError):
+        req.wait()
+    with pytest.raises(ValueError, match="closed"):
+        c.allreduce(x)
+    c.close()  # twice is fine
+
+
+def test_dtype_mapping():
+    from fastreduce._buffers import view, dtype_of
+
+    assert dtype_of("torch.bfloat16") == fr.DType.BFLOAT16
+    assert dtype_of(np.dtype("float16")) == fr.DType.FLOAT16
+    assert dtype_of("bf16") == fr.DType.BFLOAT16
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        dtype_of("complex64")
+    v = view(np.zeros((3, 4), np.uint16), dtype="bfloat16")
+    assert (v.count, v.dtype) == (12, fr.DType.BFLOAT16)
+    v = view(bytearray(16), dtype="float32")
+    assert (v.count, v.dtype) == (4, fr.DType.FLOAT32)
+    with pytest.raises(ValueError, match="uint16|dtype"):
+        view(np.zeros(3, np.uint16))
+    with pytest.raises(ValueError, match="read-only"):
+        view(memoryview(b"abcd"), dtype="uint8")

@@ -2,7 +2,7 @@
 /*
  * frrun - start N local ranks of a libfastreduce program.
  *
- *   frrun -n N [--transport auto|tcp|verbs] [--timeout SEC] [--host ADDR]
+ *   frrun -n N [--transport auto|tcp|shm|verbs] [--timeout SEC] [--host ADDR]
  *         [--port P] [--no-prefix] [--keep-going] [--env NAME=VALUE]...
  *         [--] PROGRAM [ARGS...]
  *
@@ -134,7 +134,7 @@ static void usage(FILE *f)
 		"Start N local ranks of PROGRAM for libfastreduce.\n"
 		"\n"
 		"  -n, --np N              number of ranks (1..%d)\n"
-		"  -x, --transport NAME    set FR_TRANSPORT=auto|tcp|verbs for the ranks\n"
+		"  -x, --transport NAME    set FR_TRANSPORT=auto|tcp|shm|verbs for the ranks\n"
 		"  -t, --timeout SEC       kill everything after SEC seconds, exit 124\n"
 		"  -H, --host ADDR         rendezvous address (default 127.0.0.1)\n"
 		"  -p, --port P            rendezvous port (default: a free one)\n"
@@ -194,9 +194,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'x':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "tcp") &&
-			    strcmp(optarg, "verbs"))
+			    strcmp(optarg, "shm") && strcmp(optarg, "verbs"))
 				return bad_usage(
-					"unknown transport '%s' (auto, tcp, verbs)",
+					"unknown transport '%s' (auto, tcp, shm, verbs)",
 					optarg);
 			o->transport = optarg;
 			break;

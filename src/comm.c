@@ -288,13 +288,29 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 	return 0;
 }
 
-static const struct fr_tp_ops *choose_transport(const char *name, char *err,
-						size_t errlen)
+/*
+ * auto: shared memory when the launcher says every rank is on this host
+ * (and FR_NODE does not emulate several nodes), else verbs where an active
+ * RDMA port exists, else TCP.
+ */
+static const struct fr_tp_ops *choose_transport(const char *name, int nranks,
+						char *err, size_t errlen)
 {
 	const struct fr_tp_ops *ops;
+	const char *node = getenv("FR_NODE");
 	char why[256] = "";
 
 	if (!strcmp(name, "auto")) {
+		if (nranks > 1 && !(node && *node) &&
+		    fr_env_all_local(fr_env_getenv, NULL, nranks)) {
+			ops = fr_transport_find("shm");
+			if (ops && !ops->probe(why, sizeof(why))) {
+				fr_info("transport: shm (the launcher puts all %d ranks on this host)",
+					nranks);
+				return ops;
+			}
+			fr_info("transport: not shm (%s)", why);
+		}
 		ops = fr_transport_find("verbs");
 		if (ops && !ops->probe(why, sizeof(why))) {
 			fr_info("transport: verbs (an active RDMA port was found)");
@@ -308,7 +324,7 @@ static const struct fr_tp_ops *choose_transport(const char *name, char *err,
 	if (!ops) {
 		snprintf(
 			err, errlen,
-			"transport \"%s\" is unknown or not built in (FR_TRANSPORT=auto|tcp|verbs)",
+			"transport \"%s\" is unknown or not built in (FR_TRANSPORT=auto|tcp|shm|verbs)",
 			name);
 		return NULL;
 	}
@@ -487,7 +503,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	c->progress_mode = s->progress;
 	c->pt_cpus_set = s->cpus_set;
 	c->pt_cpus = s->cpus;
-	c->tp_ops = choose_transport(s->transport, err, errlen);
+	c->tp_ops = choose_transport(s->transport, s->nranks, err, errlen);
 	if (!c->tp_ops) {
 		rc = !strcmp(s->transport, "verbs") ? FR_ENODEV : FR_EINVAL;
 		goto err_transport;

@@ -101,6 +101,34 @@ static uint32_t hash_str(uint32_t h, const char *s)
 	return h;
 }
 
+/* Does the launcher say that all nranks ranks run on this host? */
+static bool launcher_local(fr_getenv_fn get, void *arg,
+			   const struct launcher *l, long nranks)
+{
+	char err[160];
+	long n;
+
+	if (l->local_size_var &&
+	    fr_env_long(get, arg, l->local_size_var, 1, 1 << 24, &n, err,
+			sizeof(err)) == 1 && n == nranks)
+		return true;
+	if (l->nnodes_var &&
+	    fr_env_long(get, arg, l->nnodes_var, 1, 1 << 24, &n, err,
+			sizeof(err)) == 1 && n == 1)
+		return true;
+	return l->nnodes_var && !strcmp(l->name, "Slurm") &&
+	       fr_env_long(get, arg, "SLURM_JOB_NUM_NODES", 1, 1 << 24, &n,
+			   err, sizeof(err)) == 1 && n == 1;
+}
+
+int fr_env_all_local(fr_getenv_fn get, void *arg, long nranks)
+{
+	for (size_t i = 0; i < FR_ARRAY_SIZE(launchers); i++)
+		if (get_set(get, arg, launchers[i].rank_var))
+			return launcher_local(get, arg, &launchers[i], nranks);
+	return 0;
+}
+
 static int find_rendezvous(fr_getenv_fn get, void *arg,
 			   const struct launcher *l, long nranks,
 			   struct fr_launch *out, char *err, size_t errlen)
@@ -108,7 +136,7 @@ static int find_rendezvous(fr_getenv_fn get, void *arg,
 	const char *v, *maddr;
 	char host[256];
 	uint16_t port;
-	long mport, n;
+	long mport;
 	uint32_t h = 2166136261u;
 	bool have_id = false, local = false;
 
@@ -141,19 +169,7 @@ static int find_rendezvous(fr_getenv_fn get, void *arg,
 			 "127.0.0.1:1");
 		return 0;
 	}
-	if (l->local_size_var &&
-	    fr_env_long(get, arg, l->local_size_var, 1, 1 << 24, &n, err,
-			errlen) == 1 && n == nranks)
-		local = true;
-	if (l->nnodes_var &&
-	    fr_env_long(get, arg, l->nnodes_var, 1, 1 << 24, &n, err,
-			errlen) == 1 && n == 1)
-		local = true;
-	if (!local && l->nnodes_var && !strcmp(l->name, "Slurm") &&
-	    fr_env_long(get, arg, "SLURM_JOB_NUM_NODES", 1, 1 << 24, &n, err,
-			errlen) == 1 && n == 1)
-		local = true;
-	err[0] = '\0';
+	local = launcher_local(get, arg, l, nranks);
 	for (int i = 0; i < 3 && l->jobid_vars[i]; i++) {
 		v = get_set(get, arg, l->jobid_vars[i]);
 		if (v) {

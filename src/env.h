@@ -32,6 +32,11 @@ int fr_env_long(fr_getenv_fn get, void *arg, const char *name, long min,
 int fr_env_size(fr_getenv_fn get, void *arg, const char *name, size_t min,
 		size_t max, size_t *out, char *err, size_t errlen);
 
+/* 1 if the launcher's variables (FR_LOCAL_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE,
+ * MPI_LOCALNRANKS, LOCAL_WORLD_SIZE, SLURM_NNODES) say that all nranks
+ * ranks run on this host, else 0. */
+int fr_env_all_local(fr_getenv_fn get, void *arg, long nranks);
+
 /* The process environment as an fr_getenv_fn. */
 const char *fr_env_getenv(const char *name, void *arg);
 

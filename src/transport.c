@@ -9,6 +9,7 @@ static const struct fr_tp_ops *const transports[] = {
 	&fr_verbs_ops,
 #endif
 	&fr_tcp_ops,
+	&fr_shm_ops,
 };
 
 const struct fr_tp_ops *fr_transport_find(const char *name)

@@ -147,11 +147,12 @@ struct fr_tp_ops {
 };
 
 extern const struct fr_tp_ops fr_tcp_ops;
+extern const struct fr_tp_ops fr_shm_ops;
 #ifdef FR_HAVE_VERBS
 extern const struct fr_tp_ops fr_verbs_ops;
 #endif
 
-/* The transport named `name` ("tcp", "verbs") or NULL. */
+/* The transport named `name` ("tcp", "shm", "verbs") or NULL. */
 const struct fr_tp_ops *fr_transport_find(const char *name);
 
 #endif /* FR_TRANSPORT_H */

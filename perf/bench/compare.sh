@@ -40,7 +40,10 @@
 #                         recursive_doubling, rabenseifner, segmented_ring, or
 #                         a number) is forced as coll_tuned_<coll>_algorithm;
 #                         each param=value adds "--mca param value" to that
-#                         variant only (e.g. ring,btl_tcp_links=2); "" = no MPI
+#                         variant only (e.g. ring,btl_tcp_links=2; '+' in
+#                         a value stands for ',': default,btl=vader+self is
+#                         Open MPI over shared memory, else btl=tcp,self);
+#                         "" = no MPI
 #   --mpi-args "ARGS"     extra mpirun arguments for every variant
 #   --mpi-yield auto|0|1  mpi_yield_when_idle for Open MPI; auto (default): 1
 #                         when there are more ranks than CPUs, as mpirun does
@@ -366,7 +369,10 @@ run_fr() {
 run_mpi() {
 	local v=$1 size=$2 it=$3 wu=$4 base=$5 mca=() pre=() alg="" hosts r p
 	# shellcheck disable=SC2054
-	mca=(--mca pml ob1 --mca btl tcp,self --mca mpi_yield_when_idle "$MPI_YIELD")
+	mca=(--mca pml ob1 --mca mpi_yield_when_idle "$MPI_YIELD")
+	# TCP between ranks unless the variant names its own btl
+	# (e.g. "default,btl=vader+self": Open MPI's shared memory)
+	[[ "$v" == *,btl=* ]] || mca+=(--mca btl tcp,self)
 	if ((USE_NS)); then
 		hosts=$(ns_addr 0)
 		for ((r = 1; r < RANKS; r++)); do hosts+=",$(ns_addr "$r")"; done
@@ -388,7 +394,9 @@ run_mpi() {
 		IFS=, read -r -a kv <<<"${v#*,}"
 		for p in "${kv[@]}"; do
 			[[ "$p" == *=* ]] || { log "variant '$v': '$p' is not param=value"; return 2; }
+			# '+' in a value stands for ',' (the variant's separator)
 			mca+=(--mca "${p%%=*}" "${p#*=}")
+			mca[-1]=${mca[-1]//+/,}
 		done
 	fi
 	# shellcheck disable=SC2206

@@ -128,6 +128,9 @@ class FastReduceState:
         if old is not None:
             old[2].deregister()
         self._mems[index] = (ptr, nbytes, self.comm.register(tensor))
+        # A new buffer means DDP rebuilt its buckets: this index may now
+        # hold other parameters, so its old residual does not apply.
+        self._residuals.pop(index, None)
 
     def _residual(self, index: int, tensor: torch.Tensor) -> Optional[torch.Tensor]:
         if not (self.compress and self.error_feedback):
@@ -166,7 +169,9 @@ def allreduce_hook(state: FastReduceState,
     with ``ddp_model.register_comm_hook(state, allreduce_hook)``."""
     tensor = bucket.buffer()
     if not tensor.is_contiguous():
-        tensor = tensor.contiguous()
+        # DDP's flat bucket buffers are contiguous; a copy here would be
+        # reduced and never written back.
+        raise ValueError("fastreduce.torch: bucket %d is not contiguous" % bucket.index())
     index = bucket.index()
     state._register(index, tensor)
     compress = state.compress if tensor.dtype == torch.float32 else None

@@ -68,12 +68,14 @@ int fr_algo_from_name(const char *name, fr_algo_t *algo)
 static void tune_defaults(struct fr_tune *t, const char *transport)
 {
 	bool verbs = !strcmp(transport, "verbs");
+	bool shm = !strcmp(transport, "shm");
 
 	/* TCP: a round trip through the kernel and epoll, and 2 ns/B: between
-	 * 1 and 10 GbE once the CPU's copies count; verbs: a 100 Gbit/s HCA.
+	 * 1 and 10 GbE once the CPU's copies count; verbs: a 100 Gbit/s HCA;
+	 * shm: a cache line through a shared ring, one memcpy per byte.
 	 * fr_tune(1) measures the real ones. */
-	t->alpha_us = verbs ? 5.0 : 25.0;
-	t->beta_ns = verbs ? 0.08 : 2.0;
+	t->alpha_us = verbs ? 5.0 : shm ? 2.0 : 25.0;
+	t->beta_ns = verbs ? 0.08 : shm ? 0.15 : 2.0;
 	t->copy_ns = 0.15;
 	for (int d = 0; d < FR_DTYPE_COUNT; d++)
 		t->gamma_ns[d] = 0.15;

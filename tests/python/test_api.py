@@ -82,3 +82,65 @@ def test_dtype_mapping():
         view(np.zeros(3, np.uint16))
     with pytest.raises(ValueError, match="read-only"):
         view(memoryview(b"abcd"), dtype="uint8")
+
+
+ENV_WORKER = r"""
+import numpy as np, fastreduce as fr
+c = fr.Comm()
+x = np.full(4, c.rank + 1, np.float32)
+c.allreduce(x)
+assert (x == c.size * (c.size + 1) / 2).all(), x
+try:
+    import torch, torch.distributed as dist
+    import fastreduce.torch as frt
+except ImportError:
+    torch = None
+if torch is not None:
+    frt.init_process_group()
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert t.tolist() == [c.size] * 3
+    dist.destroy_process_group()
+print("env-ok", c.rank, c.size)
+c.close()
+"""
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "openmpi"])
+def test_launcher_environment(launcher):
+    """Comm() and init_process_group() from the variables torchrun or Open
+    MPI set (Debian's torchrun itself cannot start processes, see README),
+    without frrun: every process started here by hand."""
+    import subprocess
+    import sys
+
+    n, port = 3, _free_port()
+    procs = []
+    for r in range(n):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FR_")}
+        if launcher == "torchrun":
+            env.update(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
+                       LOCAL_WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port))
+        else:
+            env.update(OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_SIZE=str(n),
+                       OMPI_COMM_WORLD_LOCAL_RANK=str(r), FR_RENDEZVOUS="127.0.0.1:%d" % port,
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port + 1))
+        env["FR_TIMEOUT_MS"] = "30000"
+        env["PYTHONPATH"] = os.path.join(os.path.dirname(os.path.dirname(
+            os.path.dirname(os.path.abspath(__file__)))), "python")
+        procs.append(subprocess.Popen([sys.executable, "-c", ENV_WORKER], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    for r, (p, o) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, o
+        assert "env-ok %d %d" % (r, n) in o, o

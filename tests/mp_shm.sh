@@ -1,0 +1,43 @@
+#!/bin/bash
+# The shared-memory transport: the conformance suite and the multi-process
+# suites (matrix, other collectives, kill/stall/exit, mismatches, register
+# once) over shm; the ring-only (FR_SHM_CMA_BYTES=0) and mostly
+# cross-memory-attach paths; the automatic choice; and that nothing is
+# left in /dev/shm afterwards (segments are memfds, not names).
+. "$(dirname "$0")/lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+shm_before=$(ls /dev/shm 2>/dev/null | sort)
+export FR_TEST_TRANSPORT=shm
+TRANSPORT=shm
+
+if [ -x "$B/tests/test_transport" ]; then
+	run "conformance suite over shm" "$B/tests/test_transport"
+fi
+suite() { FR_TEST_RANKS=${FR_SHM_TEST_RANKS:-${FR_TEST_RANKS:-1 2 3 4 5 8}} bash "$here/$1"; }
+run "matrix over shm" suite mp_matrix.sh
+run "collectives over shm" suite mp_colls.sh
+run "kill, exit, stall over shm" bash "$here/mp_kill.sh"
+run "mismatches over shm" bash "$here/mp_mismatch.sh"
+run "register once over shm" bash "$here/mp_regonce.sh"
+run "ring only (FR_SHM_CMA_BYTES=0) n=3" \
+	frrun -n 3 -e FR_SHM_CMA_BYTES=0 --transport shm --timeout 600 "$MP" matrix \
+	--counts 0,1,2,7919,300007 --dtypes f32,f64,u8 --ops sum,max
+run "cross-memory attach from 4 KiB n=4" \
+	frrun -n 4 -e FR_SHM_CMA_BYTES=4096 --transport shm --timeout 600 "$MP" matrix \
+	--counts 0,1,3,7919,300007 --dtypes f32,bf16,i64 --ops sum,min
+# auto: shm when the launcher puts every rank here, not when FR_NODE
+# emulates separate nodes
+auto_is() {
+	want=$1
+	shift
+	out=$(frrun -n 2 "$@" --timeout 60 "$B/fr_allreduce_perf" -b 8 -e 8 -n 2 -w 1 2>&1)
+	echo "$out" | grep -q "transport $want," || { echo "$out"; return 1; }
+}
+run "auto picks shm for a single-host job" auto_is shm
+run "auto picks tcp with FR_NODE set" auto_is tcp -e FR_NODE=nodeA
+leaks() {
+	after=$(ls /dev/shm 2>/dev/null | sort)
+	[ "$shm_before" = "$after" ] || { diff <(echo "$shm_before") <(echo "$after"); return 1; }
+}
+run "nothing left in /dev/shm" leaks
+finish

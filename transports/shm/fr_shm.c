@@ -1,0 +1,1574 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fr_shm.c - the shared-memory transport: write-with-immediate between
+ * processes of one node.
+ *
+ * Design
+ *   - Each connection owns a shared segment (a memfd, never a name in
+ *     /dev/shm, so nothing can leak, not even after kill -9) holding two
+ *     single-producer single-consumer rings of fixed slots, one per
+ *     direction.  The connector creates it and hands the file descriptor to
+ *     the acceptor with its hello, over an AF_UNIX SOCK_SEQPACKET socket in
+ *     the abstract namespace.  The socket then serves only to wake a
+ *     sleeping peer and to learn that the peer died: the kernel closes it
+ *     with the process, and the survivor reads EOF.
+ *   - A write of fewer than cma_bytes (FR_SHM_CMA_BYTES, default 64 KiB)
+ *     travels through the ring in fragments of up to SHM_SLOT_DATA bytes;
+ *     the receiver checks each fragment against its region table and copies
+ *     it into place when it polls (two copies, no system call: this is the
+ *     latency path).  A larger write is placed directly in the peer's
+ *     memory by cross-memory attach (process_vm_writev: one copy, by the
+ *     kernel) and followed by one slot that says so; where the kernel
+ *     refuses it (ptrace restrictions, another PID namespace) the
+ *     connection falls back to fragments for good.
+ *   - Sends are queued (sq_depth descriptors pointing at the caller's
+ *     memory) and pushed into the ring as it has room; a SEND completion
+ *     comes when the last fragment is in the ring (the source may then be
+ *     reused), a RECV completion when the receiver has placed the last one.
+ *     Slots go in order, so completions are FIFO on both sides.
+ *   - Idle: wait() sets this side's "sleeping" flag in every segment, checks
+ *     the rings once more and sleeps in epoll (the sockets, the listener and
+ *     the wake eventfd).  A producer that publishes a slot, or a consumer
+ *     that frees one, reads the peer's flag after a full fence and sends one
+ *     byte on the socket if it is set (a Dekker pair: either the sleeper
+ *     sees the slot or the producer sees the flag).  No core spins while
+ *     nothing arrives.
+ *
+ * Wire format (host byte order: both ends are on one machine)
+ *
+ *   hello, connector -> acceptor, one SEQPACKET message of 24 bytes with
+ *   the segment's descriptor attached (SCM_RIGHTS):
+ *      0 u32 magic "FSHM"   4 u16 version (1)   6 u16 kind (1 = hello)
+ *      8 i32 connector's rank   12 u32 segment bytes   16 u64 job nonce
+ *   reply, acceptor -> connector, 12 bytes:
+ *      0 u32 magic   4 u16 version   6 u16 kind (2 = reply)   8 i32 status
+ *      (0, FR_EPROTO, FR_EAUTH wrong nonce, FR_EBUSY rank already connected)
+ *   afterwards only 1-byte wake messages.
+ *
+ *   slot (SHM_SLOT_BYTES): u32 imm, u32 flags (FIRST 1, LAST 2, PLACED 4),
+ *      u32 region id, u32 generation, u64 offset of this fragment in the
+ *      region, u32 fragment bytes, u32 total bytes of the write, payload.
+ *   address blob (SHM_ADDR_LEN): u8 magic 0xfd, u8 version, u16 0, u32 0,
+ *      u64 node id (boot id + network namespace, or FR_NODE), then the
+ *      abstract socket name (SHM_NAME_LEN bytes).
+ *   remote key blob, 28 bytes: u8 magic 0xfe, u8 version, u16 0, u32
+ *      region id, u32 generation, u64 region length, u64 region address.
+ *      Unpacked as a = length, b = address, c = id, d = generation.
+ *
+ * The receiver is the authority on its regions, as in the TCP transport: a
+ * fragment outside a registered region (unknown id, stale generation, no
+ * remote-write access, past the end) fails the connection with FR_ERANGE
+ * before a byte is copied.  A write placed by cross-memory attach is
+ * checked by the sender against the key's bounds before, and by the
+ * receiver after.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "fastreduce.h"
+#include "log.h"
+#include "tp_cqring.h"
+#include "transport.h"
+#include "util.h"
+
+#define SHM_MAGIC 0x4d485346u /* "FSHM" */
+#define SHM_VERSION 1
+#define SHM_KIND_HELLO 1
+#define SHM_KIND_REPLY 2
+#define SHM_HELLO_LEN 24
+#define SHM_REPLY_LEN 12
+
+#define SHM_SLOTS 64u
+#define SHM_SLOT_BYTES 8192u
+#define SHM_SLOT_HDR 32u
+#define SHM_SLOT_DATA (SHM_SLOT_BYTES - SHM_SLOT_HDR)
+#define SLOT_FIRST 1u
+#define SLOT_LAST 2u
+#define SLOT_PLACED 4u
+
+#define SHM_NAME_LEN 48
+#define SHM_ADDR_MAGIC 0xfd
+#define SHM_ADDR_LEN (16 + SHM_NAME_LEN)
+#define SHM_RKEY_MAGIC 0xfe
+#define SHM_RKEY_LEN 28
+
+#define SHM_DEFAULT_SQ_DEPTH 64
+#define SHM_MAX_SQ_DEPTH 65536
+#define SHM_DEFAULT_TIMEOUT_MS 30000
+#define SHM_MAX_REGIONS (1u << 20)
+#define SHM_MAX_PENDING 256
+#define SHM_CMA_DEFAULT (64u << 10)
+/* Bytes one cross-memory attach call places, so that one huge write does
+ * not hold up the other connections for long. */
+#define SHM_CMA_CHUNK (4u << 20)
+#define SHM_BACKOFF_MIN_MS 5
+#define SHM_BACKOFF_MAX_MS 500
+#define SHM_ERRBUF_LEN 256
+
+struct shm_slot {
+	uint32_t imm, flags, region, gen;
+	uint64_t off;
+	uint32_t len, total;
+	uint8_t data[SHM_SLOT_DATA];
+};
+
+struct shm_ring {
+	_Alignas(64) _Atomic uint64_t tail; /* written by the producer */
+	_Alignas(64) _Atomic uint64_t head; /* written by the consumer */
+	_Alignas(64) struct shm_slot slot[SHM_SLOTS];
+};
+
+/* ring[s] carries side s's writes to side 1 - s (0 = connector). */
+struct shm_seg {
+	_Alignas(64) _Atomic uint32_t sleeping0;
+	_Alignas(64) _Atomic uint32_t sleeping1;
+	_Alignas(64) struct shm_ring ring[2];
+};
+
+_Static_assert(sizeof(struct shm_slot) == SHM_SLOT_BYTES, "slot layout");
+
+struct fr_tp_mr {
+	struct fr_tp *tp;
+	uint8_t *base;
+	size_t len;
+	int access;
+	uint32_t id, gen;
+	unsigned int inflight; /* queued sends still reading from it */
+};
+
+struct shm_region {
+	struct fr_tp_mr *mr; /* NULL when free */
+	uint32_t gen;
+};
+
+/* A queued write: points at the caller's memory, never copies it early. */
+struct shm_sqe {
+	struct fr_tp_mr *mr;
+	size_t loff, len, done; /* done: bytes in the ring or placed */
+	uint64_t raddr, rlen, roff;
+	uint32_t rid, rgen, imm;
+	uint64_t ctx;
+	bool placed; /* the payload is in the peer's memory (CMA) */
+};
+
+enum shm_state {
+	SHM_RETRY,   /* outgoing: nobody listening yet, trying again later */
+	SHM_HELLO,   /* outgoing: hello sent, awaiting the reply */
+	SHM_GREET,   /* incoming: awaiting the hello */
+	SHM_UP,      /* established */
+	SHM_FAILED,  /* socket closed; error completions may be owed */
+};
+
+struct fr_tp_conn {
+	struct fr_tp *tp;
+	struct fr_tp_conn *prev, *next;
+	int fd;
+	int peer;
+	int side; /* 0 connector, 1 acceptor */
+	enum shm_state state;
+	bool incoming, owned;
+	int error;
+	bool err_owed;
+	pid_t peer_pid;
+	bool cma;
+	struct sockaddr_un sa;
+	socklen_t salen;
+	uint64_t deadline_ms, retry_ms;
+	int backoff_ms, last_errno;
+
+	struct shm_seg *seg;
+	size_t seg_len;
+	struct shm_ring *tx, *rx;
+	_Atomic uint32_t *my_sleep, *peer_sleep;
+	uint64_t tx_tail, rx_head;
+
+	struct shm_sqe *sq;
+	unsigned int sq_depth, sq_head, sq_count;
+};
+
+struct fr_tp {
+	int rank;
+	uint64_t nonce, node;
+	int timeout_ms;
+	unsigned int sq_depth;
+	size_t cma_bytes;
+	int lfd, epfd, wfd;
+	char name[SHM_NAME_LEN];
+	struct fr_tp_conn *conns;
+	unsigned int npending;
+	unsigned int idle_polls;
+	struct shm_region *regions;
+	uint32_t nregions;
+	struct fr_cqring cq;
+	char errbuf[SHM_ERRBUF_LEN];
+};
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static void __attribute__((format(printf, 3, 4)))
+shm_seterr(struct fr_tp *tp, int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(tp->errbuf, sizeof(tp->errbuf), fmt, ap);
+	va_end(ap);
+	fr_log(level, "shm: rank %d: %s", tp->rank, tp->errbuf);
+}
+
+static uint32_t shm_gen_next(uint32_t gen)
+{
+	return gen == UINT32_MAX ? 1 : gen + 1;
+}
+
+static uint64_t fnv64(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	while (n--) {
+		h ^= *b++;
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+/*
+ * Which node this process is on, as far as shared memory goes: the kernel's
+ * boot id and the network namespace (abstract sockets live there), unless
+ * FR_NODE names the node (tests that emulate several nodes on one host).
+ */
+static uint64_t shm_node_id(void)
+{
+	uint64_t h = 1469598103934665603ull;
+	const char *node = getenv("FR_NODE");
+	char boot[64] = "";
+	struct stat st;
+	FILE *f;
+
+	if (node && *node)
+		return fnv64(h, node, strlen(node)) | 1;
+	f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (f) {
+		if (!fgets(boot, sizeof(boot), f))
+			boot[0] = 0;
+		fclose(f);
+	}
+	h = fnv64(h, boot, strlen(boot));
+	if (!stat("/proc/self/ns/net", &st))
+		h = fnv64(h, &st.st_ino, sizeof(st.st_ino));
+	return h | 1;
+}
+
+static void shm_name_addr(const char *name, struct sockaddr_un *sa,
+			  socklen_t *len)
+{
+	size_t n = strnlen(name, SHM_NAME_LEN);
+
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	/* Abstract namespace: sun_path[0] = 0, no file to clean up. */
+	memcpy(sa->sun_path + 1, name, n);
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+/* ---- connections ---------------------------------------------------------- */
+
+static struct fr_tp_conn *shm_conn_new(struct fr_tp *tp)
+{
+	struct fr_tp_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->sq = calloc(tp->sq_depth, sizeof(*c->sq));
+	if (!c->sq) {
+		free(c);
+		return NULL;
+	}
+	c->tp = tp;
+	c->fd = -1;
+	c->peer = -1;
+	c->sq_depth = tp->sq_depth;
+	c->cma = tp->cma_bytes != SIZE_MAX;
+	return c;
+}
+
+static void shm_conn_link(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+
+	c->prev = NULL;
+	c->next = tp->conns;
+	if (tp->conns)
+		tp->conns->prev = c;
+	tp->conns = c;
+}
+
+static int shm_watch(struct fr_tp_conn *c)
+{
+	struct epoll_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.events = EPOLLIN | EPOLLRDHUP;
+	ev.data.ptr = c;
+	return epoll_ctl(c->tp->epfd, EPOLL_CTL_ADD, c->fd, &ev) ? FR_ESYS : 0;
+}
+
+static void shm_close_fd(struct fr_tp_conn *c)
+{
+	if (c->fd < 0)
+		return;
+	epoll_ctl(c->tp->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+}
+
+static void shm_sq_release(struct fr_tp_conn *c)
+{
+	for (unsigned int i = 0; i < c->sq_count; i++) {
+		struct shm_sqe *e = &c->sq[(c->sq_head + i) % c->sq_depth];
+
+		if (e->mr) {
+			e->mr->inflight--;
+			e->mr = NULL;
+		}
+	}
+}
+
+static void shm_unmap(struct fr_tp_conn *c)
+{
+	if (c->seg)
+		munmap(c->seg, c->seg_len);
+	c->seg = NULL;
+	c->tx = c->rx = NULL;
+	c->my_sleep = c->peer_sleep = NULL;
+}
+
+static void shm_conn_free(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		tp->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	if (c->incoming && !c->owned)
+		tp->npending--;
+	shm_close_fd(c);
+	shm_sq_release(c);
+	shm_unmap(c);
+	free(c->sq);
+	free(c);
+}
+
+/*
+ * Fail a connection: close the socket (the peer reads EOF), keep the
+ * segment mapped no longer, owe one error completion plus one per queued
+ * send if it was established and handed out.
+ */
+static void __attribute__((format(printf, 3, 4)))
+shm_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
+{
+	bool was_up = c->state == SHM_UP;
+	char msg[160];
+	va_list ap;
+
+	if (c->state == SHM_FAILED)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	shm_seterr(c->tp,
+		   c->owned && (err == FR_ERANGE || err == FR_EPROTO)
+			   ? FR_LOG_WARN
+			   : FR_LOG_DEBUG,
+		   "connection %s rank %d: %s", c->incoming ? "from" : "to",
+		   c->peer, msg);
+	shm_close_fd(c);
+	shm_unmap(c);
+	c->error = err;
+	c->state = SHM_FAILED;
+	shm_sq_release(c);
+	c->err_owed = was_up && c->owned;
+}
+
+static void shm_flush_failed(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+
+	if (c->err_owed) {
+		if (fr_cqring_full(&tp->cq))
+			return;
+		fr_cqring_push(&tp->cq, FR_CQE_RECV, c->error, c, 0, 0, 0);
+		c->err_owed = false;
+	}
+	while (c->sq_count) {
+		if (fr_cqring_full(&tp->cq))
+			return;
+		fr_cqring_push(&tp->cq, FR_CQE_SEND, c->error, c,
+			       c->sq[c->sq_head].ctx, 0, 0);
+		c->sq_head = (c->sq_head + 1) % c->sq_depth;
+		c->sq_count--;
+	}
+}
+
+static void shm_attach(struct fr_tp_conn *c, struct shm_seg *seg, size_t len)
+{
+	c->seg = seg;
+	c->seg_len = len;
+	c->tx = &seg->ring[c->side];
+	c->rx = &seg->ring[1 - c->side];
+	c->my_sleep = c->side ? &seg->sleeping1 : &seg->sleeping0;
+	c->peer_sleep = c->side ? &seg->sleeping0 : &seg->sleeping1;
+}
+
+static pid_t shm_peer_pid(int fd)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len))
+		return 0;
+	return cr.pid;
+}
+
+/* ---- handshake ------------------------------------------------------------ */
+
+static void shm_put_hdr(uint8_t *b, uint16_t kind)
+{
+	uint32_t magic = SHM_MAGIC;
+	uint16_t v = SHM_VERSION;
+
+	memcpy(b, &magic, 4);
+	memcpy(b + 4, &v, 2);
+	memcpy(b + 6, &kind, 2);
+}
+
+static bool shm_hdr_ok(const uint8_t *b, uint16_t kind)
+{
+	uint32_t magic;
+	uint16_t v, k;
+
+	memcpy(&magic, b, 4);
+	memcpy(&v, b + 4, 2);
+	memcpy(&k, b + 6, 2);
+	return magic == SHM_MAGIC && v == SHM_VERSION && k == kind;
+}
+
+/* Create the segment and send the hello with it.  0, FR_EAGAIN (socket
+ * full, try later) or an error. */
+static int shm_send_hello(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+	size_t len = sizeof(struct shm_seg);
+	uint8_t b[SHM_HELLO_LEN];
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { b, sizeof(b) };
+	struct msghdr m = { 0 };
+	struct cmsghdr *cm;
+	uint32_t seglen = (uint32_t)len;
+	void *seg;
+	int mfd;
+
+	mfd = memfd_create("fastreduce-shm", MFD_CLOEXEC);
+	if (mfd < 0) {
+		c->last_errno = errno;
+		return FR_ESYS;
+	}
+	if (ftruncate(mfd, (off_t)len)) {
+		c->last_errno = errno;
+		close(mfd);
+		return FR_ENOMEM;
+	}
+	seg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	if (seg == MAP_FAILED) {
+		c->last_errno = errno;
+		close(mfd);
+		return FR_ENOMEM;
+	}
+	shm_put_hdr(b, SHM_KIND_HELLO);
+	memcpy(b + 8, &tp->rank, 4);
+	memcpy(b + 12, &seglen, 4);
+	memcpy(b + 16, &tp->nonce, 8);
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = u.buf;
+	m.msg_controllen = sizeof(u.buf);
+	cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
+	if (sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) != sizeof(b)) {
+		c->last_errno = errno;
+		close(mfd);
+		munmap(seg, len);
+		return errno == EAGAIN ? FR_EAGAIN : FR_EPEER;
+	}
+	close(mfd); /* the mapping and the peer's copy keep it alive */
+	c->side = 0;
+	shm_attach(c, seg, len);
+	c->state = SHM_HELLO;
+	return 0;
+}
+
+static bool shm_retryable(int e)
+{
+	return e == ECONNREFUSED || e == ENOENT || e == EAGAIN || e == EINTR;
+}
+
+static void shm_schedule_retry(struct fr_tp_conn *c, int e, uint64_t now)
+{
+	c->last_errno = e;
+	c->state = SHM_RETRY;
+	c->retry_ms = now + (uint64_t)c->backoff_ms;
+	c->backoff_ms = FR_MIN(c->backoff_ms * 2, SHM_BACKOFF_MAX_MS);
+}
+
+/* One connect attempt and the hello; refusals become a later retry. */
+static int shm_start_connect(struct fr_tp_conn *c, uint64_t now)
+{
+	int fd, e, rc;
+
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		c->last_errno = errno;
+		return FR_ESYS;
+	}
+	if (connect(fd, (struct sockaddr *)&c->sa, c->salen)) {
+		e = errno;
+		close(fd);
+		if (shm_retryable(e)) {
+			shm_schedule_retry(c, e, now);
+			return 0;
+		}
+		c->last_errno = e;
+		return FR_ESYS;
+	}
+	c->fd = fd;
+	rc = shm_send_hello(c);
+	if (rc == FR_EAGAIN) {
+		close(fd);
+		c->fd = -1;
+		shm_schedule_retry(c, EAGAIN, now);
+		return 0;
+	}
+	if (rc) {
+		close(fd);
+		c->fd = -1;
+		return rc;
+	}
+	c->peer_pid = shm_peer_pid(fd);
+	if (shm_watch(c)) {
+		c->last_errno = errno;
+		return FR_ESYS;
+	}
+	return 0;
+}
+
+static void shm_reply(int fd, int status)
+{
+	uint8_t b[SHM_REPLY_LEN];
+
+	shm_put_hdr(b, SHM_KIND_REPLY);
+	memcpy(b + 8, &status, 4);
+	if (send(fd, b, sizeof(b), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		fr_dbg("shm: reply: %s", strerror(errno));
+}
+
+static bool shm_rank_taken(struct fr_tp *tp, int rank,
+			   const struct fr_tp_conn *self)
+{
+	for (struct fr_tp_conn *c = tp->conns; c; c = c->next)
+		if (c != self && c->incoming && c->peer == rank &&
+		    (c->state == SHM_UP || (c->state == SHM_FAILED && c->owned)))
+			return true;
+	return false;
+}
+
+/* An incoming connection's hello (with the segment) has arrived. */
+static void shm_greet(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+	uint8_t b[SHM_HELLO_LEN + 1];
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { b, sizeof(b) };
+	struct msghdr m = { 0 };
+	struct cmsghdr *cm;
+	uint64_t nonce;
+	uint32_t seglen;
+	struct stat st;
+	int rank, mfd = -1;
+	ssize_t n;
+	void *seg;
+
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = u.buf;
+	m.msg_controllen = sizeof(u.buf);
+	n = recvmsg(c->fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (n < 0 && errno == EAGAIN)
+		return;
+	for (cm = n > 0 ? CMSG_FIRSTHDR(&m) : NULL; cm;
+	     cm = CMSG_NXTHDR(&m, cm))
+		if (cm->cmsg_level == SOL_SOCKET &&
+		    cm->cmsg_type == SCM_RIGHTS &&
+		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&mfd, CMSG_DATA(cm), sizeof(int));
+	if (n != SHM_HELLO_LEN || !shm_hdr_ok(b, SHM_KIND_HELLO) || mfd < 0 ||
+	    (m.msg_flags & MSG_CTRUNC)) {
+		if (mfd >= 0)
+			close(mfd);
+		if (n > 0)
+			shm_reply(c->fd, FR_EPROTO);
+		shm_conn_fail(c, FR_EPROTO, "malformed hello");
+		return;
+	}
+	memcpy(&rank, b + 8, 4);
+	memcpy(&seglen, b + 12, 4);
+	memcpy(&nonce, b + 16, 8);
+	c->peer = rank;
+	if (nonce != tp->nonce) {
+		close(mfd);
+		shm_reply(c->fd, FR_EAUTH);
+		shm_seterr(tp, FR_LOG_WARN,
+			   "refused a connection claiming rank %d: wrong job nonce",
+			   rank);
+		shm_conn_fail(c, FR_EAUTH, "wrong job nonce");
+		return;
+	}
+	if (rank < 0 || seglen != sizeof(struct shm_seg) || fstat(mfd, &st) ||
+	    (uint64_t)st.st_size != seglen) {
+		close(mfd);
+		shm_reply(c->fd, FR_EPROTO);
+		shm_conn_fail(c, FR_EPROTO, "hello with a bad segment");
+		return;
+	}
+	if (shm_rank_taken(tp, rank, c)) {
+		close(mfd);
+		shm_reply(c->fd, FR_EBUSY);
+		shm_seterr(tp, FR_LOG_WARN,
+			   "refused a second connection from rank %d", rank);
+		shm_conn_fail(c, FR_EBUSY, "duplicate rank");
+		return;
+	}
+	seg = mmap(NULL, seglen, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	close(mfd);
+	if (seg == MAP_FAILED) {
+		shm_reply(c->fd, FR_ENOMEM);
+		shm_conn_fail(c, FR_ENOMEM, "mmap of the segment: %s",
+			      strerror(errno));
+		return;
+	}
+	c->side = 1;
+	shm_attach(c, seg, seglen);
+	c->peer_pid = shm_peer_pid(c->fd);
+	shm_reply(c->fd, 0);
+	c->state = SHM_UP;
+}
+
+static void shm_hello_reply(struct fr_tp_conn *c)
+{
+	uint8_t b[SHM_REPLY_LEN + 1];
+	ssize_t n = recv(c->fd, b, sizeof(b), MSG_DONTWAIT);
+	int status;
+
+	if (n < 0 && errno == EAGAIN)
+		return;
+	if (n != SHM_REPLY_LEN || !shm_hdr_ok(b, SHM_KIND_REPLY)) {
+		shm_conn_fail(c, n == 0 ? FR_EPEER : FR_EPROTO,
+			      n == 0 ? "closed during the handshake"
+				     : "malformed reply");
+		return;
+	}
+	memcpy(&status, b + 8, 4);
+	if (status) {
+		shm_conn_fail(c, status < 0 ? status : FR_EPROTO,
+			      "refused by the peer: %s", fr_strerror(status));
+		return;
+	}
+	c->state = SHM_UP;
+}
+
+static void shm_accept_new(struct fr_tp *tp, uint64_t now)
+{
+	for (;;) {
+		struct fr_tp_conn *c;
+		int fd = accept4(tp->lfd, NULL, NULL,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0)
+			return;
+		if (tp->npending >= SHM_MAX_PENDING ||
+		    !(c = shm_conn_new(tp))) {
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->incoming = true;
+		c->state = SHM_GREET;
+		c->deadline_ms = now + (uint64_t)tp->timeout_ms;
+		if (shm_watch(c)) {
+			close(fd);
+			free(c->sq);
+			free(c);
+			continue;
+		}
+		tp->npending++;
+		shm_conn_link(c);
+	}
+}
+
+/* ---- data path ------------------------------------------------------------ */
+
+static void shm_poke(struct fr_tp_conn *c)
+{
+	char one = 0;
+
+	/* Seen the peer asleep after our ring update: wake it. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(c->peer_sleep, memory_order_relaxed) &&
+	    send(c->fd, &one, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+	    errno != EAGAIN)
+		fr_dbg("shm: wake rank %d: %s", c->peer, strerror(errno));
+}
+
+static void shm_sq_retire(struct fr_tp_conn *c)
+{
+	struct shm_sqe *e = &c->sq[c->sq_head];
+
+	fr_cqring_push(&c->tp->cq, FR_CQE_SEND, 0, c, e->ctx, 0, 0);
+	if (e->mr) {
+		e->mr->inflight--;
+		e->mr = NULL;
+	}
+	c->sq_head = (c->sq_head + 1) % c->sq_depth;
+	c->sq_count--;
+}
+
+/*
+ * Does this write go by cross-memory attach?  Large enough, not started,
+ * and inside the region its key describes: a write outside it goes through
+ * the ring instead, where the receiver refuses it (FR_ERANGE) as it
+ * refuses every write outside its regions.
+ */
+static bool shm_cma_eligible(const struct fr_tp_conn *c,
+			     const struct shm_sqe *e)
+{
+	return c->cma && !e->placed && e->done == 0 &&
+	       e->len >= c->tp->cma_bytes && e->roff <= e->rlen &&
+	       e->len <= e->rlen - e->roff;
+}
+
+/* Place a large write directly in the peer's memory.  0, or an error
+ * (the connection has failed); leaves e->placed false if CMA is refused. */
+static int shm_cma(struct fr_tp_conn *c, struct shm_sqe *e)
+{
+	while (e->done < e->len) {
+		size_t n = FR_MIN((size_t)SHM_CMA_CHUNK, e->len - e->done);
+		struct iovec l = { e->mr->base + e->loff + e->done, n };
+		struct iovec r = { (void *)(uintptr_t)(e->raddr + e->roff +
+						       e->done),
+				   n };
+		ssize_t w = process_vm_writev(c->peer_pid, &l, 1, &r, 1, 0);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EPERM || errno == ENOSYS ||
+			    errno == EACCES) {
+				fr_info("shm: rank %d: cross-memory attach to rank %d refused (%s): copying through the ring",
+					c->tp->rank, c->peer, strerror(errno));
+				c->cma = false;
+				return 0;
+			}
+			if (errno == ESRCH) {
+				shm_conn_fail(c, FR_EPEER,
+					      "peer process %d is gone",
+					      (int)c->peer_pid);
+				return FR_EPEER;
+			}
+			shm_conn_fail(c, FR_ERANGE,
+				      "cross-memory write into the peer failed: %s",
+				      strerror(errno));
+			return FR_ERANGE;
+		}
+		e->done += (size_t)w;
+		if (w == 0)
+			break;
+	}
+	e->placed = e->done == e->len;
+	return 0;
+}
+
+/* Push queued writes into the ring while it (and the completion ring) has
+ * room. */
+static void shm_tx(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+	bool pushed = false;
+	uint64_t head;
+
+	while (c->sq_count && c->state == SHM_UP) {
+		struct shm_sqe *e = &c->sq[c->sq_head];
+		struct shm_slot *s;
+		uint32_t flags = 0, n;
+
+		if (fr_cqring_full(&tp->cq))
+			break;
+		head = atomic_load_explicit(&c->tx->head, memory_order_acquire);
+		/*
+		 * A direct placement must not overtake earlier writes still
+		 * in the ring (the receiver copies those when it polls, and
+		 * they may cover the same bytes): wait until it has drained.
+		 */
+		if (shm_cma_eligible(c, e)) {
+			if (head != c->tx_tail)
+				break;
+			if (shm_cma(c, e))
+				return;
+		}
+		if (c->tx_tail - head >= SHM_SLOTS)
+			break;
+		s = &c->tx->slot[c->tx_tail % SHM_SLOTS];
+		if (e->placed) {
+			n = 0;
+			flags = SLOT_FIRST | SLOT_LAST | SLOT_PLACED;
+			s->off = e->roff;
+		} else {
+			n = (uint32_t)FR_MIN((size_t)SHM_SLOT_DATA,
+					     e->len - e->done);
+			if (e->done == 0)
+				flags |= SLOT_FIRST;
+			if (e->done + n == e->len)
+				flags |= SLOT_LAST;
+			if (n)
+				memcpy(s->data, e->mr->base + e->loff + e->done,
+				       n);
+			s->off = e->roff + e->done;
+			e->done += n;
+		}
+		s->imm = e->imm;
+		s->flags = flags;
+		s->region = e->rid;
+		s->gen = e->rgen;
+		s->len = n;
+		s->total = (uint32_t)e->len;
+		c->tx_tail++;
+		atomic_store_explicit(&c->tx->tail, c->tx_tail,
+				      memory_order_release);
+		pushed = true;
+		if (flags & SLOT_LAST)
+			shm_sq_retire(c);
+	}
+	if (pushed)
+		shm_poke(c);
+}
+
+/* Take the peer's writes out of the ring, check and place them. */
+static bool shm_rx(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+	uint64_t tail;
+	bool got = false;
+
+	if (c->state != SHM_UP) /* shm_tx may just have failed it */
+		return false;
+	tail = atomic_load_explicit(&c->rx->tail, memory_order_acquire);
+
+	while (c->rx_head != tail && c->state == SHM_UP) {
+		const struct shm_slot *s = &c->rx->slot[c->rx_head % SHM_SLOTS];
+		struct shm_slot h;
+		struct fr_tp_mr *mr = NULL;
+
+		if (fr_cqring_full(&tp->cq))
+			break;
+		/* The peer can rewrite the slot: judge a private copy. */
+		memcpy(&h, s, SHM_SLOT_HDR);
+		if (h.len > SHM_SLOT_DATA ||
+		    ((h.flags & SLOT_PLACED) && h.len)) {
+			shm_conn_fail(c, FR_EPROTO, "malformed slot");
+			break;
+		}
+		if (h.total) {
+			uint64_t end = h.off + ((h.flags & SLOT_PLACED)
+							? h.total
+							: h.len);
+
+			if (h.region < tp->nregions)
+				mr = tp->regions[h.region].mr;
+			if (!mr || mr->gen != h.gen ||
+			    !(mr->access & FR_TP_REMOTE_WRITE) ||
+			    end < h.off || end > mr->len) {
+				shm_conn_fail(
+					c, FR_ERANGE,
+					"write outside a registered region (region %u gen %u, offset %" PRIu64
+					", %u bytes)",
+					h.region, h.gen, h.off,
+					(h.flags & SLOT_PLACED) ? h.total
+								: h.len);
+				break;
+			}
+			if (h.len)
+				memcpy(mr->base + h.off, s->data, h.len);
+		}
+		if (h.flags & SLOT_LAST)
+			fr_cqring_push(&tp->cq, FR_CQE_RECV, 0, c, 0, h.imm,
+				       h.total);
+		c->rx_head++;
+		got = true;
+	}
+	if (got && c->state == SHM_UP) {
+		atomic_store_explicit(&c->rx->head, c->rx_head,
+				      memory_order_release);
+		shm_poke(c); /* a producer may wait for room */
+	}
+	return got;
+}
+
+/* The socket of an established connection: wake bytes, or EOF. */
+static void shm_sock_drain(struct fr_tp_conn *c)
+{
+	char buf[64];
+
+	for (;;) {
+		ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n > 0)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return;
+		shm_conn_fail(c, FR_EPEER,
+			      "peer rank %d closed the connection (process exited?)",
+			      c->peer);
+		return;
+	}
+}
+
+static void shm_wake_drain(struct fr_tp *tp)
+{
+	uint64_t v;
+
+	while (read(tp->wfd, &v, sizeof(v)) > 0)
+		;
+}
+
+/* Socket events: new connections, handshakes, wake bytes, dead peers. */
+static void shm_events(struct fr_tp *tp)
+{
+	struct epoll_event ev[32];
+	int n = epoll_wait(tp->epfd, ev, (int)FR_ARRAY_SIZE(ev), 0);
+
+	for (int i = 0; i < n; i++) {
+		struct fr_tp_conn *c = ev[i].data.ptr;
+
+		if (!c) {
+			shm_accept_new(tp, fr_now_ms());
+			continue;
+		}
+		if (ev[i].data.ptr == &tp->wfd) {
+			shm_wake_drain(tp);
+			continue;
+		}
+		switch (c->state) {
+		case SHM_GREET:
+			shm_greet(c);
+			break;
+		case SHM_HELLO:
+			shm_hello_reply(c);
+			break;
+		case SHM_UP:
+			shm_sock_drain(c);
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+/* Deadlines and retries of handshakes. */
+static void shm_timers(struct fr_tp *tp)
+{
+	uint64_t now = fr_now_ms();
+	struct fr_tp_conn *c, *next;
+
+	for (c = tp->conns; c; c = next) {
+		next = c->next;
+		if (c->state == SHM_UP || c->state == SHM_FAILED)
+			continue;
+		if (now >= c->deadline_ms) {
+			if (c->incoming && !c->owned) {
+				shm_conn_free(c);
+				continue;
+			}
+			shm_conn_fail(c, FR_ETIMEDOUT,
+				      "no connection to rank %d within %d ms (%s)",
+				      c->peer, c->tp->timeout_ms,
+				      c->last_errno ? strerror(c->last_errno)
+						    : "no reply");
+			continue;
+		}
+		if (c->state == SHM_RETRY && now >= c->retry_ms &&
+		    shm_start_connect(c, now))
+			shm_conn_fail(c, FR_ESYS, "connect: %s",
+				      strerror(c->last_errno));
+	}
+}
+
+static void shm_progress(struct fr_tp *tp, bool force_events)
+{
+	struct fr_tp_conn *c, *next;
+	bool busy = false, handshakes = false;
+
+	for (c = tp->conns; c; c = next) {
+		next = c->next;
+		if (c->state == SHM_UP && c->owned) {
+			if (c->sq_count)
+				shm_tx(c);
+			busy |= shm_rx(c);
+		} else if (c->state == SHM_FAILED) {
+			if (c->owned)
+				shm_flush_failed(c);
+			else if (c->incoming) {
+				shm_conn_free(c);
+				continue;
+			}
+		} else if (c->state != SHM_UP) {
+			handshakes = true;
+		}
+	}
+	/*
+	 * The sockets cost a system call: look at them when the rings were
+	 * quiet, during handshakes, and every 64th busy pass (a dead peer
+	 * must be noticed even while others keep us busy).
+	 */
+	if (force_events || handshakes || !busy || (++tp->idle_polls & 63) == 0)
+		shm_events(tp);
+	if (handshakes || force_events)
+		shm_timers(tp);
+}
+
+/* ---- the interface -------------------------------------------------------- */
+
+static int shm_probe(char *errbuf, size_t errlen)
+{
+	int fd = memfd_create("fastreduce-probe", MFD_CLOEXEC), s;
+
+	if (fd < 0) {
+		snprintf(errbuf, errlen, "memfd_create: %s", strerror(errno));
+		return FR_ENODEV;
+	}
+	close(fd);
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0) {
+		snprintf(errbuf, errlen, "AF_UNIX socket: %s", strerror(errno));
+		return FR_ENODEV;
+	}
+	close(s);
+	return 0;
+}
+
+static void __attribute__((format(printf, 2, 3)))
+shm_open_err(const struct fr_tp_params *p, const char *fmt, ...)
+{
+	char msg[SHM_ERRBUF_LEN];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (p->errbuf && p->errlen)
+		snprintf(p->errbuf, p->errlen, "%s", msg);
+	fr_dbg("shm: %s", msg);
+}
+
+static int shm_tp_open(const struct fr_tp_params *params, struct fr_tp **out,
+		    void *addr, size_t *addrlen)
+{
+	static _Atomic unsigned int counter;
+	struct fr_tp_params p;
+	struct sockaddr_un sa;
+	struct epoll_event ev;
+	socklen_t salen;
+	struct fr_tp *tp;
+	const char *v;
+	uint8_t *b = addr;
+
+	if (!params || !out || !addr || !addrlen || !params->size)
+		return FR_EINVAL;
+	memset(&p, 0, sizeof(p));
+	memcpy(&p, params, FR_MIN(params->size, sizeof(p)));
+	if (*addrlen < SHM_ADDR_LEN) {
+		shm_open_err(&p, "shm: address buffer of %zu bytes, need %d",
+			     *addrlen, SHM_ADDR_LEN);
+		return FR_EINVAL;
+	}
+	if (p.rank < 0 || p.sq_depth < 0 || p.sq_depth > SHM_MAX_SQ_DEPTH) {
+		shm_open_err(&p, "shm: invalid rank %d or send queue depth %d",
+			     p.rank, p.sq_depth);
+		return FR_EINVAL;
+	}
+	tp = calloc(1, sizeof(*tp));
+	if (!tp) {
+		shm_open_err(&p, "shm: out of memory");
+		return FR_ENOMEM;
+	}
+	tp->rank = p.rank;
+	tp->nonce = p.job_nonce;
+	tp->node = shm_node_id();
+	tp->timeout_ms =
+		p.timeout_ms > 0 ? p.timeout_ms : SHM_DEFAULT_TIMEOUT_MS;
+	tp->sq_depth =
+		p.sq_depth ? (unsigned int)p.sq_depth : SHM_DEFAULT_SQ_DEPTH;
+	tp->cma_bytes = SHM_CMA_DEFAULT;
+	/* FR_SHM_CMA_BYTES: writes from this size go by cross-memory
+	 * attach; 0 turns it off (everything through the rings). */
+	v = getenv("FR_SHM_CMA_BYTES");
+	if (v && *v) {
+		size_t s;
+
+		if (fr_parse_size(v, &s)) {
+			shm_open_err(&p, "FR_SHM_CMA_BYTES=\"%s\" is not a size",
+				     v);
+			free(tp);
+			return FR_EINVAL;
+		}
+		tp->cma_bytes = s ? s : SIZE_MAX;
+	}
+	snprintf(tp->name, sizeof(tp->name), "fastreduce-%016" PRIx64 "-%d-%u",
+		 tp->nonce, (int)getpid(), atomic_fetch_add(&counter, 1));
+	tp->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			 0);
+	if (tp->lfd < 0) {
+		shm_open_err(&p, "shm: socket: %s", strerror(errno));
+		goto err_socket;
+	}
+	shm_name_addr(tp->name, &sa, &salen);
+	if (bind(tp->lfd, (struct sockaddr *)&sa, salen) ||
+	    listen(tp->lfd, SOMAXCONN)) {
+		shm_open_err(&p, "shm: cannot listen on @%s: %s", tp->name,
+			     strerror(errno));
+		goto err_listen;
+	}
+	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (tp->epfd < 0) {
+		shm_open_err(&p, "shm: epoll_create1: %s", strerror(errno));
+		goto err_listen;
+	}
+	memset(&ev, 0, sizeof(ev));
+	ev.events = EPOLLIN;
+	ev.data.ptr = NULL;
+	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->lfd, &ev)) {
+		shm_open_err(&p, "shm: epoll_ctl: %s", strerror(errno));
+		goto err_epoll;
+	}
+	tp->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (tp->wfd < 0) {
+		shm_open_err(&p, "shm: eventfd: %s", strerror(errno));
+		goto err_epoll;
+	}
+	ev.data.ptr = &tp->wfd;
+	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wfd, &ev)) {
+		shm_open_err(&p, "shm: epoll_ctl: %s", strerror(errno));
+		goto err_wfd;
+	}
+	memset(b, 0, SHM_ADDR_LEN);
+	b[0] = SHM_ADDR_MAGIC;
+	b[1] = SHM_VERSION;
+	fr_put_le64(b + 8, tp->node);
+	memcpy(b + 16, tp->name, strnlen(tp->name, SHM_NAME_LEN));
+	*addrlen = SHM_ADDR_LEN;
+	*out = tp;
+	fr_dbg("shm: rank %d listening on @%s", tp->rank, tp->name);
+	return 0;
+
+err_wfd:
+	close(tp->wfd);
+err_epoll:
+	close(tp->epfd);
+err_listen:
+	close(tp->lfd);
+err_socket:
+	free(tp);
+	return FR_ESYS;
+}
+
+static int shm_connect(struct fr_tp *tp, int peer, const void *addr,
+		       size_t addrlen, struct fr_tp_conn **out)
+{
+	const uint8_t *b = addr;
+	struct fr_tp_conn *c;
+	char name[SHM_NAME_LEN + 1];
+	uint64_t now;
+	int rc;
+
+	if (!tp || !addr || !out || peer < 0)
+		return FR_EINVAL;
+	if (addrlen != SHM_ADDR_LEN || b[0] != SHM_ADDR_MAGIC ||
+	    b[1] != SHM_VERSION) {
+		shm_seterr(tp, FR_LOG_WARN,
+			   "malformed address blob for rank %d (%zu bytes)",
+			   peer, addrlen);
+		return FR_EPROTO;
+	}
+	if (fr_get_le64(b + 8) != tp->node) {
+		shm_seterr(tp, FR_LOG_ERROR,
+			   "rank %d is on another node (or network namespace): shared memory cannot reach it",
+			   peer);
+		return FR_ENODEV;
+	}
+	c = shm_conn_new(tp);
+	if (!c) {
+		shm_seterr(tp, FR_LOG_DEBUG, "out of memory");
+		return FR_ENOMEM;
+	}
+	memcpy(name, b + 16, SHM_NAME_LEN);
+	name[SHM_NAME_LEN] = 0;
+	shm_name_addr(name, &c->sa, &c->salen);
+	now = fr_now_ms();
+	c->peer = peer;
+	c->owned = true;
+	c->deadline_ms = now + (uint64_t)tp->timeout_ms;
+	c->backoff_ms = SHM_BACKOFF_MIN_MS;
+	rc = shm_start_connect(c, now);
+	if (rc) {
+		shm_seterr(tp, FR_LOG_DEBUG, "connect to rank %d: %s", peer,
+			   strerror(c->last_errno));
+		shm_close_fd(c);
+		shm_unmap(c);
+		free(c->sq);
+		free(c);
+		return rc;
+	}
+	shm_conn_link(c);
+	*out = c;
+	return 0;
+}
+
+static int shm_accept(struct fr_tp *tp, int peer, struct fr_tp_conn **out)
+{
+	if (!tp || !out || peer < 0)
+		return FR_EINVAL;
+	shm_progress(tp, true);
+	for (struct fr_tp_conn *c = tp->conns; c; c = c->next)
+		if (c->incoming && !c->owned && c->state == SHM_UP &&
+		    c->peer == peer) {
+			c->owned = true;
+			tp->npending--;
+			*out = c;
+			return 0;
+		}
+	return FR_EAGAIN;
+}
+
+static int shm_connect_done(struct fr_tp_conn *c)
+{
+	if (!c)
+		return FR_EINVAL;
+	shm_progress(c->tp, true);
+	if (c->state == SHM_UP)
+		return 0;
+	if (c->state == SHM_FAILED)
+		return c->error;
+	return FR_EAGAIN;
+}
+
+static int shm_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
+		       struct fr_tp_mr **out)
+{
+	const int all =
+		FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE;
+	struct shm_region *regions;
+	struct fr_tp_mr *mr;
+	uint32_t id, i, cap;
+
+	if (!tp || !out || (access & ~all) || (!buf && len) ||
+	    (uintptr_t)buf + len < (uintptr_t)buf)
+		return FR_EINVAL;
+	for (id = 0; id < tp->nregions; id++)
+		if (!tp->regions[id].mr)
+			break;
+	if (id == tp->nregions) {
+		if (tp->nregions >= SHM_MAX_REGIONS)
+			return FR_ENOMEM;
+		cap = tp->nregions ? tp->nregions * 2 : 16;
+		regions = realloc(tp->regions, cap * sizeof(*regions));
+		if (!regions)
+			return FR_ENOMEM;
+		for (i = tp->nregions; i < cap; i++) {
+			regions[i].mr = NULL;
+			regions[i].gen = 1;
+		}
+		tp->regions = regions;
+		tp->nregions = cap;
+	}
+	mr = calloc(1, sizeof(*mr));
+	if (!mr)
+		return FR_ENOMEM;
+	mr->tp = tp;
+	mr->base = buf;
+	mr->len = len;
+	mr->access = access;
+	mr->id = id;
+	mr->gen = tp->regions[id].gen;
+	tp->regions[id].mr = mr;
+	*out = mr;
+	return 0;
+}
+
+static int shm_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
+{
+	if (!tp || !mr || mr->tp != tp || mr->id >= tp->nregions ||
+	    tp->regions[mr->id].mr != mr)
+		return FR_EINVAL;
+	if (mr->inflight)
+		return FR_EBUSY;
+	tp->regions[mr->id].mr = NULL;
+	tp->regions[mr->id].gen = shm_gen_next(mr->gen);
+	free(mr);
+	return 0;
+}
+
+static int shm_pack_rkey(struct fr_tp_mr *mr, void *blob, size_t *len)
+{
+	uint8_t *b = blob;
+
+	if (!mr || !blob || !len || *len < SHM_RKEY_LEN)
+		return FR_EINVAL;
+	b[0] = SHM_RKEY_MAGIC;
+	b[1] = SHM_VERSION;
+	fr_put_le16(b + 2, 0);
+	fr_put_le32(b + 4, mr->id);
+	fr_put_le32(b + 8, mr->gen);
+	fr_put_le64(b + 12, mr->len);
+	fr_put_le64(b + 20, (uint64_t)(uintptr_t)mr->base);
+	*len = SHM_RKEY_LEN;
+	return 0;
+}
+
+static int shm_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
+			   struct fr_tp_rkey *rkey)
+{
+	const uint8_t *b = blob;
+	uint32_t id, gen;
+
+	if (!blob || !rkey)
+		return FR_EINVAL;
+	if (len != SHM_RKEY_LEN || b[0] != SHM_RKEY_MAGIC ||
+	    b[1] != SHM_VERSION || fr_get_le16(b + 2))
+		return FR_EPROTO;
+	id = fr_get_le32(b + 4);
+	gen = fr_get_le32(b + 8);
+	if (id >= SHM_MAX_REGIONS || !gen)
+		return FR_EPROTO;
+	rkey->a = fr_get_le64(b + 12);
+	rkey->b = fr_get_le64(b + 20);
+	rkey->c = id;
+	rkey->d = gen;
+	return 0;
+}
+
+static int shm_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
+			 size_t loff, const struct fr_tp_rkey *rkey,
+			 uint64_t roff, size_t len, uint32_t imm, uint64_t ctx)
+{
+	struct shm_sqe *e;
+
+	if (!c)
+		return FR_EINVAL;
+	if (c->state == SHM_FAILED)
+		return c->error;
+	if (c->state != SHM_UP)
+		return FR_EAGAIN;
+	if (len > UINT32_MAX)
+		return FR_EINVAL;
+	if (len) {
+		if (!lmr || !rkey || lmr->tp != c->tp || !rkey->d)
+			return FR_EINVAL;
+		if (loff > lmr->len || len > lmr->len - loff)
+			return FR_ERANGE;
+	}
+	if (c->sq_count == c->sq_depth)
+		return FR_EAGAIN;
+	e = &c->sq[(c->sq_head + c->sq_count) % c->sq_depth];
+	memset(e, 0, sizeof(*e));
+	e->mr = len ? lmr : NULL;
+	e->loff = loff;
+	e->len = len;
+	e->raddr = len ? rkey->b : 0;
+	e->rlen = len ? rkey->a : 0;
+	e->roff = roff;
+	e->rid = len ? rkey->c : 0;
+	e->rgen = len ? rkey->d : 0;
+	e->imm = imm;
+	e->ctx = ctx;
+	if (e->mr)
+		e->mr->inflight++;
+	c->sq_count++;
+	if (c->sq_count == 1)
+		shm_tx(c);
+	return 0;
+}
+
+static int shm_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
+{
+	if (!tp || max < 0 || (max && !cqe))
+		return FR_EINVAL;
+	shm_progress(tp, false);
+	return fr_cqring_pop(&tp->cq, cqe, max);
+}
+
+/* Is there anything for poll() on this connection right now? */
+static bool shm_ready(struct fr_tp_conn *c)
+{
+	if (c->state == SHM_FAILED)
+		return c->owned && (c->err_owed || c->sq_count);
+	if (c->state != SHM_UP || !c->owned)
+		return false;
+	if (atomic_load_explicit(&c->rx->tail, memory_order_acquire) !=
+	    c->rx_head)
+		return true;
+	if (c->sq_count) {
+		const struct shm_sqe *e = &c->sq[c->sq_head];
+		uint64_t head = atomic_load_explicit(&c->tx->head,
+						     memory_order_acquire);
+
+		/* A placement waits for the ring to drain (shm_tx). */
+		if (shm_cma_eligible(c, e))
+			return head == c->tx_tail;
+		return c->tx_tail - head < SHM_SLOTS;
+	}
+	return false;
+}
+
+static void shm_set_sleeping(struct fr_tp *tp, uint32_t v)
+{
+	for (struct fr_tp_conn *c = tp->conns; c; c = c->next)
+		if (c->state == SHM_UP && c->owned)
+			atomic_store(c->my_sleep, v);
+}
+
+static int shm_wait(struct fr_tp *tp, int timeout_ms)
+{
+	struct epoll_event ev;
+	struct fr_tp_conn *c;
+	uint64_t now, due;
+	int t = timeout_ms < 0 ? -1 : timeout_ms, n;
+
+	if (!tp)
+		return FR_EINVAL;
+	if (tp->cq.count)
+		return 0;
+	shm_set_sleeping(tp, 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	now = fr_now_ms();
+	for (c = tp->conns; c; c = c->next) {
+		if (shm_ready(c)) {
+			shm_set_sleeping(tp, 0);
+			return 0;
+		}
+		if (c->state != SHM_UP && c->state != SHM_FAILED) {
+			due = c->state == SHM_RETRY
+				      ? FR_MIN(c->retry_ms, c->deadline_ms)
+				      : c->deadline_ms;
+			due = due > now ? due - now : 0;
+			if (due > INT_MAX)
+				due = INT_MAX;
+			if (t < 0 || (int)due < t)
+				t = (int)due;
+		}
+	}
+	/* Events are consumed by the next poll(), not here. */
+	n = epoll_wait(tp->epfd, &ev, 1, t);
+	shm_set_sleeping(tp, 0);
+	if (n < 0 && errno != EINTR) {
+		shm_seterr(tp, FR_LOG_ERROR, "epoll_wait: %s", strerror(errno));
+		return FR_ESYS;
+	}
+	/* Level-triggered: the event stays for poll() to handle; a wake
+	 * eventfd is drained there too. */
+	if (n > 0)
+		shm_progress(tp, true);
+	return 0;
+}
+
+static void shm_wake(struct fr_tp *tp)
+{
+	uint64_t one = 1;
+
+	if (tp && write(tp->wfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		fr_dbg("shm: rank %d: writing the wake eventfd: %s", tp->rank,
+		       strerror(errno));
+}
+
+static void shm_close_conn(struct fr_tp_conn *c)
+{
+	if (!c)
+		return;
+	fr_cqring_purge(&c->tp->cq, c);
+	shm_conn_free(c);
+}
+
+static void shm_tp_close(struct fr_tp *tp)
+{
+	if (!tp)
+		return;
+	while (tp->conns)
+		shm_conn_free(tp->conns);
+	for (uint32_t i = 0; i < tp->nregions; i++)
+		free(tp->regions[i].mr);
+	free(tp->regions);
+	close(tp->wfd);
+	close(tp->epfd);
+	close(tp->lfd);
+	free(tp);
+}
+
+static int shm_conn_peer(const struct fr_tp_conn *c)
+{
+	return c ? c->peer : -1;
+}
+
+const struct fr_tp_ops fr_shm_ops = {
+	.size = sizeof(struct fr_tp_ops),
+	.name = "shm",
+	.probe = shm_probe,
+	.open = shm_tp_open,
+	.connect = shm_connect,
+	.accept = shm_accept,
+	.connect_done = shm_connect_done,
+	.reg_mem = shm_reg_mem,
+	.dereg_mem = shm_dereg_mem,
+	.pack_rkey = shm_pack_rkey,
+	.unpack_rkey = shm_unpack_rkey,
+	.write_imm = shm_write_imm,
+	.poll = shm_poll,
+	.wait = shm_wait,
+	.wake = shm_wake,
+	.close_conn = shm_close_conn,
+	.close = shm_tp_close,
+	.conn_peer = shm_conn_peer,
+};

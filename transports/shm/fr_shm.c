@@ -510,6 +510,7 @@ static int shm_send_hello(struct fr_tp_conn *c)
 	memcpy(b + 8, &tp->rank, 4);
 	memcpy(b + 12, &seglen, 4);
 	memcpy(b + 16, &tp->nonce, 8);
+	memset(&u, 0, sizeof(u)); /* the control buffer's padding too */
 	m.msg_iov = &iov;
 	m.msg_iovlen = 1;
 	m.msg_control = u.buf;

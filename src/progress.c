@@ -150,11 +150,12 @@ int fr_sleep_ms(const struct fr_comm *comm, bool pending)
 static void *progress_main(void *arg)
 {
 	struct fr_comm *comm = arg;
-	uint64_t spin_until = 0;
+	uint64_t spin_until = 0, idle_since = 0;
 
 	fr_lock(comm);
 	while (!comm->pt_stop) {
 		bool work = false, pending;
+		uint64_t now;
 
 		fr_lock_yield(comm);
 		if (comm->pt_stop)
@@ -165,15 +166,15 @@ static void *progress_main(void *arg)
 			continue;
 		}
 		pending = fr_engine_step(comm, &work);
+		now = fr_now_ns();
 		if (work) {
-			spin_until =
-				fr_now_ns() + (uint64_t)comm->spin_us * 1000u;
+			idle_since = now;
+			spin_until = now + (uint64_t)comm->spin_us * 1000u;
 			continue;
 		}
-		if (pending &&
-		    (comm->spin_us < 0 || fr_now_ns() < spin_until)) {
+		if (pending && (comm->spin_us < 0 || now < spin_until)) {
 			fr_unlock(comm);
-			sched_yield();
+			fr_spin_turn(idle_since, now);
 			fr_lock(comm);
 			continue;
 		}

@@ -296,7 +296,7 @@ bool fr_engine_step(struct fr_comm *comm, bool *did_work)
 static void wait_done(struct fr_request *req)
 {
 	struct fr_comm *comm = req->comm;
-	uint64_t spin_until;
+	uint64_t spin_until, idle_since;
 
 	while (req->state != FR_REQ_DONE) {
 		if (comm->poller_busy || comm->pt_running) {
@@ -304,22 +304,25 @@ static void wait_done(struct fr_request *req)
 			continue;
 		}
 		comm->poller_busy = true;
-		spin_until = fr_now_ns() + (uint64_t)comm->spin_us * 1000u;
+		idle_since = fr_now_ns();
+		spin_until = idle_since + (uint64_t)comm->spin_us * 1000u;
 		while (req->state != FR_REQ_DONE) {
 			bool work = false;
+			uint64_t now;
 
 			fr_lock_yield(comm);
 			fr_engine_step(comm, &work);
 			if (req->state == FR_REQ_DONE)
 				break;
+			now = fr_now_ns();
 			if (work) {
-				spin_until = fr_now_ns() +
-					     (uint64_t)comm->spin_us * 1000u;
+				idle_since = now;
+				spin_until = now + (uint64_t)comm->spin_us * 1000u;
 				continue;
 			}
-			if (comm->spin_us < 0 || fr_now_ns() < spin_until) {
+			if (comm->spin_us < 0 || now < spin_until) {
 				fr_unlock(comm);
-				sched_yield();
+				fr_spin_turn(idle_since, now);
 				fr_lock(comm);
 				continue;
 			}

@@ -4,6 +4,7 @@
 #define FR_UTIL_H
 
 #include <stddef.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
@@ -14,6 +15,28 @@
 /* Monotonic time in nanoseconds / milliseconds. */
 uint64_t fr_now_ns(void);
 static inline uint64_t fr_now_ms(void) { return fr_now_ns() / 1000000u; }
+
+/*
+ * One turn of a busy wait.  For the first FR_SPIN_PURE_NS of a wait only a
+ * pause instruction: a system call costs more than a shared-memory message
+ * (about a microsecond here, more under a hypervisor), so the peer's reply
+ * is caught sooner.  After that sched_yield(), so that a rank sharing its
+ * core with another (more ranks than cores) lets it run.  since_ns: when
+ * this wait found nothing to do first.
+ */
+#define FR_SPIN_PURE_NS 5000u
+static inline void fr_spin_turn(uint64_t since_ns, uint64_t now_ns)
+{
+	if (now_ns - since_ns < FR_SPIN_PURE_NS) {
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#elif defined(__aarch64__)
+		__asm__ __volatile__("yield" ::: "memory");
+#endif
+		return;
+	}
+	sched_yield();
+}
 
 /* Parse a whole decimal string into [min, max]; 0 or FR_EINVAL. */
 int fr_parse_long(const char *s, long min, long max, long *out);

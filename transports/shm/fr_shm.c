@@ -500,7 +500,8 @@ static int shm_send_hello(struct fr_tp_conn *c)
 		close(mfd);
 		return FR_ENOMEM;
 	}
-	seg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	seg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+		   mfd, 0);
 	if (seg == MAP_FAILED) {
 		c->last_errno = errno;
 		close(mfd);
@@ -676,7 +677,8 @@ static void shm_greet(struct fr_tp_conn *c)
 		shm_conn_fail(c, FR_EBUSY, "duplicate rank");
 		return;
 	}
-	seg = mmap(NULL, seglen, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	seg = mmap(NULL, seglen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+		   mfd, 0);
 	close(mfd);
 	if (seg == MAP_FAILED) {
 		shm_reply(c->fd, FR_ENOMEM);
@@ -1062,11 +1064,14 @@ static void shm_progress(struct fr_tp *tp, bool force_events)
 		}
 	}
 	/*
-	 * The sockets cost a system call: look at them when the rings were
-	 * quiet, during handshakes, and every 64th busy pass (a dead peer
-	 * must be noticed even while others keep us busy).
+	 * The sockets cost a system call, which on the latency path costs
+	 * more than the ring itself: look at them during handshakes, when
+	 * wait() saw an event, and on every 16th pass otherwise (a spinning
+	 * wait polls millions of times a second, so a dead peer or a new
+	 * connection is still noticed within microseconds).
 	 */
-	if (force_events || handshakes || !busy || (++tp->idle_polls & 63) == 0)
+	(void)busy;
+	if (force_events || handshakes || (++tp->idle_polls & 15) == 0)
 		shm_events(tp);
 	if (handshakes || force_events)
 		shm_timers(tp);

@@ -154,6 +154,10 @@ FR_API int fr_op_from_name(const char *name, fr_op_t *op);
  *                 all-gather All-Reduce (medium sizes)
  *   tree          binomial-tree broadcast
  *   dissemination the barrier
+ *   hier          two-level All-Reduce for ranks on several nodes with the
+ *                 same number of ranks on each (more than one): reduce-
+ *                 scatter within each node, All-Reduce of each piece across
+ *                 the nodes, all-gather within each node
  */
 typedef enum fr_algorithm {
 	FR_ALGO_AUTO = 0,
@@ -162,10 +166,12 @@ typedef enum fr_algorithm {
 	FR_ALGO_RABENSEIFNER = 3,
 	FR_ALGO_TREE = 4,
 	FR_ALGO_DISSEMINATION = 5,
+	FR_ALGO_HIER = 6,
 	FR_ALGO_COUNT
 } fr_algo_t;
 
-/* "auto", "ring", "rd", "rabenseifner", "tree", "dissemination" ("?"). */
+/* "auto", "ring", "rd", "rabenseifner", "tree", "dissemination", "hier"
+ * ("?"). */
 FR_API const char *fr_algo_name(int algo);
 /* Parse such a name (also "recursive_doubling"); 0 or FR_EINVAL. */
 FR_API int fr_algo_from_name(const char *name, fr_algo_t *algo);

@@ -338,7 +338,7 @@ static const struct fr_tp_ops *choose_transport(const char *name, int nranks,
 
 /*
  * A card: what a rank tells the others at the rendezvous.
- *   u8 addr_len, addr, u8 mailbox_key_len, key
+ *   u8 addr_len, addr, u8 mailbox_key_len, key, u64 node id (LE)
  */
 static int card_build(struct fr_comm *c, const void *addr, size_t addrlen,
 		      struct fr_boot_card *card)
@@ -355,33 +355,110 @@ static int card_build(struct fr_comm *c, const void *addr, size_t addrlen,
 		return rc;
 	*p = (uint8_t)kl;
 	p += 1 + kl;
+	fr_put_le64(p, c->node_id);
+	p += 8;
 	card->len = (uint16_t)(p - card->data);
 	return 0;
+}
+
+/*
+ * Group the ranks by node (nodes numbered in order of their lowest rank)
+ * and, when every node has the same number of ranks, list our node's ranks
+ * and the ranks that share our local index.
+ */
+static int nodes_take(struct fr_comm *c, const uint64_t *ids)
+{
+	int n = c->nranks;
+	size_t sz = n > 0 ? (size_t)n : 1;
+	int *node = calloc(sz, sizeof(int)), *count = calloc(sz, sizeof(int));
+	int rc = FR_ENOMEM;
+
+	if (!node || !count)
+		goto out;
+	c->nnodes = 0;
+	for (int r = 0; r < n; r++) {
+		int k;
+
+		for (k = 0; k < r && ids[k] != ids[r]; k++)
+			;
+		node[r] = k < r ? node[k] : c->nnodes++;
+		count[node[r]]++;
+	}
+	c->nodes_regular = true;
+	for (int k = 1; k < c->nnodes; k++)
+		c->nodes_regular &= count[k] == count[0];
+	c->local = calloc(sz, sizeof(int));
+	c->cross = calloc(sz, sizeof(int));
+	if (!c->local || !c->cross)
+		goto out;
+	c->nlocal = 0;
+	for (int r = 0; r < n; r++)
+		if (node[r] == node[c->rank]) {
+			if (r == c->rank)
+				c->local_index = c->nlocal;
+			c->local[c->nlocal++] = r;
+		}
+	c->ncross = 0;
+	if (c->nodes_regular) {
+		int *seen = count; /* reused: ranks of each node seen so far */
+
+		memset(seen, 0, sz * sizeof(int));
+		for (int r = 0; r < n; r++)
+			if (seen[node[r]]++ == c->local_index) {
+				if (r == c->rank)
+					c->cross_index = c->ncross;
+				c->cross[c->ncross++] = r;
+			}
+	}
+	rc = 0;
+out:
+	free(count);
+	free(node);
+	return rc;
 }
 
 /* Keep every card's address; decode its mailbox key. */
 static int cards_take(struct fr_comm *c, const struct fr_boot_card *cards)
 {
+	uint64_t *ids;
+	int rc;
+
 	c->addrs = calloc((size_t)c->nranks, FR_TP_ADDR_MAX);
 	c->addrlens = calloc((size_t)c->nranks, 1);
-	if (!c->addrs || !c->addrlens)
+	ids = calloc((size_t)c->nranks, sizeof(*ids));
+	if (!c->addrs || !c->addrlens || !ids) {
+		free(ids);
 		return FR_ENOMEM;
+	}
+	for (int r = 0; r < c->nranks; r++)
+		if (cards[r].len < 8) {
+			free(ids);
+			return FR_EPROTO;
+		}
 	for (int r = 0; r < c->nranks; r++) {
 		const uint8_t *p = cards[r].data, *end = p + cards[r].len;
 
 		if (r == c->rank)
 			continue;
-		if (p >= end || *p > FR_TP_ADDR_MAX || end - p < 1 + *p + 1)
+		if (p >= end || *p > FR_TP_ADDR_MAX || end - p < 1 + *p + 1) {
+			free(ids);
 			return FR_EPROTO;
+		}
 		memcpy(c->addrs + (size_t)r * FR_TP_ADDR_MAX, p + 1, *p);
 		c->addrlens[r] = *p;
 		p += 1 + *p;
-		if (*p > FR_TP_RKEY_MAX || end - p != 1 + *p ||
+		if (*p > FR_TP_RKEY_MAX || end - p != 1 + *p + 8 ||
 		    c->tp_ops->unpack_rkey(c->tp, p + 1, *p,
-					   &c->peers[r].mbx_rkey))
+					   &c->peers[r].mbx_rkey)) {
+			free(ids);
 			return FR_EPROTO;
+		}
 	}
-	return 0;
+	for (int r = 0; r < c->nranks; r++)
+		ids[r] = fr_get_le64(cards[r].data + cards[r].len - 8);
+	rc = nodes_take(c, ids);
+	free(ids);
+	return rc;
 }
 
 /* FNV-1a: the transport's job nonce, equal on all ranks of one job. */
@@ -556,6 +633,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 		copy_msg(err, errlen, c->errmsg);
 		goto err_areas;
 	}
+	c->node_id = fr_node_id();
 	rc = card_build(c, addr, addrlen, &mine);
 	if (rc)
 		goto err_cards;
@@ -602,6 +680,8 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 err_thread:
 err_connect:
 	free(c->addrlens);
+	free(c->local);
+	free(c->cross);
 	free(c->addrs);
 err_exchange:
 	free(cards);
@@ -706,6 +786,8 @@ int fr_comm_destroy(fr_comm_t *comm)
 	fr_peers_fini(comm);
 	comm->tp_ops->close(comm->tp);
 	free(comm->addrlens);
+	free(comm->local);
+	free(comm->cross);
 	free(comm->addrs);
 	fr_lock_fini(comm);
 	free(comm);

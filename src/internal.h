@@ -176,6 +176,19 @@ struct fr_comm {
 	uint8_t *addrlens;
 
 	/*
+	 * Nodes, from every rank's fr_node_id() at the rendezvous.  The
+	 * layout is regular when every node has the same number of ranks:
+	 * local[] are the ranks on our node and cross[] those with our local
+	 * index on every node, both in rank order (the two-level All-Reduce
+	 * runs rings over them).
+	 */
+	uint64_t node_id;
+	int nnodes;
+	bool nodes_regular;
+	int *local, nlocal, local_index;
+	int *cross, ncross, cross_index;
+
+	/*
 	 * Mailbox: peer p writes into slots [p][0 .. mbx_slots + 1]; the
 	 * last two are for its ABORT and BYE.  Outbox: where messages are
 	 * assembled before the write.

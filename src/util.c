@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "fastreduce.h"
@@ -199,4 +200,37 @@ int fr_sockaddr_decode(const void *blob, size_t len, uint8_t magic,
 		return FR_EPROTO;
 	}
 	return 0;
+}
+
+static uint64_t fnv64(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	while (n--) {
+		h ^= *b++;
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+uint64_t fr_node_id(void)
+{
+	uint64_t h = 1469598103934665603ull;
+	const char *node = getenv("FR_NODE");
+	char boot[64] = "";
+	struct stat st;
+	FILE *f;
+
+	if (node && *node)
+		return fnv64(h, node, strlen(node)) | 1;
+	f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (f) {
+		if (!fgets(boot, sizeof(boot), f))
+			boot[0] = 0;
+		fclose(f);
+	}
+	h = fnv64(h, boot, strlen(boot));
+	if (!stat("/proc/self/ns/net", &st))
+		h = fnv64(h, &st.st_ino, sizeof(st.st_ino));
+	return h | 1;
 }

@@ -17,6 +17,13 @@ uint64_t fr_now_ns(void);
 static inline uint64_t fr_now_ms(void) { return fr_now_ns() / 1000000u; }
 
 /*
+ * Which node this process is on: FR_NODE when set (tests and emulated
+ * clusters name nodes themselves), else the kernel's boot id and the
+ * network namespace (one namespace per host in the netns lab).  Never 0.
+ */
+uint64_t fr_node_id(void);
+
+/*
  * One turn of a busy wait.  For the first FR_SPIN_PURE_NS of a wait only a
  * pause instruction: a system call costs more than a shared-memory message
  * (about a microsecond here, more under a hypervisor), so the peer's reply

@@ -204,6 +204,61 @@ static void expect_hcube(fr_dtype_t dt, fr_op_t op, size_t i, uint32_t seed,
 	memcpy(out, v[0], fr_dtype_size(dt));
 }
 
+/* Ranks per emulated node (--ranks-per-node), 0: not emulated. */
+static int rpn;
+
+/* Part c of n cut in parts as the ring cuts: the first n % parts get one
+ * more. */
+static void ref_cut(size_t n, int parts, int c, size_t *lo, size_t *len)
+{
+	size_t base = n / (size_t)parts, rem = n % (size_t)parts;
+
+	*lo = (size_t)c * base + ((size_t)c < rem ? (size_t)c : rem);
+	*len = base + ((size_t)c < rem);
+}
+
+/*
+ * Expected element i for the two-level All-Reduce with nodes of rpn ranks
+ * (rank r on node r / rpn, local index r % rpn): the vector is cut in rpn
+ * chunks; chunk c is summed over each node in local order c, c+1, ...;
+ * the chunk is cut in nnodes pieces and piece j of the node sums is
+ * combined in node order j, j+1, ...
+ */
+static void expect_hier(fr_dtype_t dt, fr_op_t op, size_t count, size_t i,
+			uint32_t seed, void *out)
+{
+	int k = rpn, m = nranks / rpn, c = 0, j = 0;
+	size_t lo = 0, len = 0, plo, plen;
+	uint8_t acc[8], node[8], in[8];
+
+	for (c = 0; c < k; c++) {
+		ref_cut(count, k, c, &lo, &len);
+		if (i < lo + len)
+			break;
+	}
+	for (j = 0; j < m; j++) {
+		ref_cut(len, m, j, &plo, &plen);
+		if (i < lo + plo + plen)
+			break;
+	}
+	for (int t = 0; t < m; t++) {
+		int nd = (j + t) % m;
+
+		input_elem(dt, op, nd * k + c, i, seed, node);
+		for (int u = 1; u < k; u++) {
+			input_elem(dt, op, nd * k + (c + u) % k, i, seed, in);
+			ref_combine(dt, op, node, node, in, 1);
+		}
+		if (t == 0)
+			memcpy(acc, node, sizeof(acc));
+		else
+			ref_combine(dt, op, acc, acc, node, 1);
+	}
+	if (op == FR_AVG)
+		ref_scale_avg(dt, acc, 1, nranks);
+	memcpy(out, acc, fr_dtype_size(dt));
+}
+
 static uint64_t hash_bytes(const void *p, size_t n)
 {
 	const uint8_t *b = p;
@@ -323,6 +378,9 @@ static int run_matrix(fr_comm_t *comm, const char *counts_s,
 					for (size_t i = lo; i < hi && !bad; i++) {
 						if (algo == FR_ALGO_RING)
 							expect_elem((fr_dtype_t)dt, (fr_op_t)op,
+								    count, i, seed, want);
+						else if (algo == FR_ALGO_HIER)
+							expect_hier((fr_dtype_t)dt, (fr_op_t)op,
 								    count, i, seed, want);
 						else
 							expect_hcube((fr_dtype_t)dt, (fr_op_t)op,
@@ -953,6 +1011,7 @@ int main(int argc, char **argv)
 		{ "at", required_argument, 0, 'a' },
 		{ "how", required_argument, 0, 'h' },
 		{ "what", required_argument, 0, 'w' },
+		{ "ranks-per-node", required_argument, 0, 'N' },
 		{ 0, 0, 0, 0 }
 	};
 	const char *counts = NULL, *dtypes = NULL, *ops = NULL, *how = "kill",
@@ -980,6 +1039,19 @@ int main(int argc, char **argv)
 		case 'a': at = atoi(optarg); break;
 		case 'h': how = optarg; break;
 		case 'w': what = optarg; break;
+		case 'N': {
+			/* emulate nodes of K ranks: rank r is on node r / K
+			 * (FR_NODE, read at the rendezvous) */
+			const char *r = getenv("FR_RANK");
+			char node[32];
+
+			rpn = atoi(optarg);
+			if (!r || rpn < 1)
+				return 2;
+			snprintf(node, sizeof(node), "node%d", atoi(r) / rpn);
+			setenv("FR_NODE", node, 1);
+			break;
+		}
 		default: return 2;
 		}
 	}

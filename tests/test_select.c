@@ -126,6 +126,70 @@ static void test_forced_and_others(void **state)
 			 &fr_algo_dissemination);
 }
 
+/* Emulate nodes of k consecutive ranks, seen from rank 0. */
+static int local_ranks[64], cross_ranks[64];
+static void layout(int n, int k, bool regular)
+{
+	comm.nranks = n;
+	comm.rank = 0;
+	comm.nnodes = (n + k - 1) / k;
+	comm.nodes_regular = regular;
+	comm.nlocal = k;
+	comm.local_index = 0;
+	for (int i = 0; i < k; i++)
+		local_ranks[i] = i;
+	comm.local = local_ranks;
+	comm.ncross = regular ? comm.nnodes : 0;
+	comm.cross_index = 0;
+	for (int i = 0; i < comm.ncross; i++)
+		cross_ranks[i] = i * k;
+	comm.cross = cross_ranks;
+}
+
+/* Several nodes with k > 1 ranks each: large All-Reduces go two-level,
+ * tiny ones stay with recursive doubling; on one node, on irregular
+ * layouts or with one rank per node hier is never chosen, and forcing it
+ * there falls back to the model's choice. */
+static void test_hier_choice(void **state)
+{
+	(void)state;
+	for (int k = 2; k <= 4; k++)
+		for (int m = 2; m <= 4; m++) {
+			layout(k * m, k, true);
+			assert_ptr_equal(
+				choose(FR_COLL_ALLREDUCE, 16u << 20, FR_F32, 0),
+				&fr_algo_hier);
+			assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0),
+					 &fr_algo_rd);
+			assert_true(fr_algo_predict_us(&comm, FR_ALGO_HIER,
+						       FR_COLL_ALLREDUCE,
+						       64u << 20, FR_F32) <
+				    fr_algo_predict_us(&comm, FR_ALGO_RING,
+						       FR_COLL_ALLREDUCE,
+						       64u << 20, FR_F32));
+			/* not for the other collectives */
+			assert_true(fr_algo_predict_us(&comm, FR_ALGO_HIER,
+						       FR_COLL_REDUCE_SCATTER,
+						       1000, FR_F32) < 0);
+		}
+	layout(5, 2, false);
+	assert_ptr_not_equal(choose(FR_COLL_ALLREDUCE, 16u << 20, FR_F32, 0),
+			     &fr_algo_hier);
+	assert_ptr_not_equal(choose(FR_COLL_ALLREDUCE, 16u << 20, FR_F32,
+				    FR_ALGO_HIER),
+			     &fr_algo_hier);
+	layout(4, 4, true); /* one node */
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 16u << 20, FR_F32,
+				FR_ALGO_HIER),
+			 &fr_algo_ring);
+	layout(4, 1, true); /* one rank per node */
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_HIER, FR_COLL_ALLREDUCE,
+				       1000, FR_F32) < 0);
+	layout(8, 2, true);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, FR_ALGO_HIER),
+			 &fr_algo_hier);
+}
+
 static char path[64];
 
 static void write_tune(const char *text)
@@ -193,6 +257,7 @@ int main(void)
 		cmocka_unit_test_setup(test_names, setup),
 		cmocka_unit_test_setup(test_allreduce_shape, setup),
 		cmocka_unit_test_setup(test_forced_and_others, setup),
+		cmocka_unit_test_setup(test_hier_choice, setup),
 		cmocka_unit_test_setup(test_tune_file, setup),
 	};
 

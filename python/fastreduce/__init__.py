@@ -251,7 +251,7 @@ class Comm:
       Python computes)
     - timeout_ms: how long to wait for a peer before failing
     - job_token: shared secret every rank must present
-    - algo: force an algorithm ("ring", "rd", "rabenseifner", ...)
+    - algo: force an algorithm ("ring", "rd", "rabenseifner", "hier", ...)
 
     Calls on one communicator may come from several Python threads; the
     library serializes them and releases the GIL while it waits.
@@ -551,7 +551,7 @@ class Comm:
 
 
 _ALGOS = {0: "auto", 1: "ring", 2: "rd", 3: "rabenseifner", 4: "tree",
-          5: "dissemination"}
+          5: "dissemination", 6: "hier"}
 
 
 def _algo(a) -> int:

@@ -36,6 +36,7 @@ extern const struct fr_algo fr_algo_bcast_tree;	   /* broadcast         */
 extern const struct fr_algo fr_algo_bcast_chain;   /* broadcast         */
 extern const struct fr_algo fr_algo_dissemination; /* barrier          */
 extern const struct fr_algo fr_algo_cring; /* compressed allreduce */
+extern const struct fr_algo fr_algo_hier;  /* two-level allreduce  */
 
 /* The algorithm for req (every rank decides the same from the same
  * arguments, settings and tune file). */

@@ -39,6 +39,7 @@ static const char *const algo_names[FR_ALGO_COUNT] = {
 	[FR_ALGO_AUTO] = "auto", [FR_ALGO_RING] = "ring",
 	[FR_ALGO_RD] = "rd",	 [FR_ALGO_RABENSEIFNER] = "rabenseifner",
 	[FR_ALGO_TREE] = "tree", [FR_ALGO_DISSEMINATION] = "dissemination",
+	[FR_ALGO_HIER] = "hier",
 };
 
 const char *fr_algo_name(int algo)
@@ -189,12 +190,62 @@ uint32_t fr_tune_hash(const struct fr_tune *t)
 /* ---- the model
  * --------------------------------------------------------------- */
 
+/* Can the two-level All-Reduce run here (hier.c)? */
+static bool hier_ok(const struct fr_comm *comm)
+{
+	return comm->nodes_regular && comm->nnodes > 1 && comm->nlocal > 1 &&
+	       comm->nnodes <= 1024 && comm->nlocal <= 1024;
+}
+
+/*
+ * Over several nodes the ranks of a node share its network link.  The
+ * flat algorithms' bytes then queue on it: the ring's at each node's ring
+ * neighbours on other nodes (crossings: the most ranks of one node whose
+ * next rank is elsewhere), the hypercube ones' at nearly every rank of the
+ * node.  The two-level All-Reduce sends 2 (m-1)/m of the vector over the
+ * link, spread over its k ranks, and copies 2 (k-1)/k within the node.
+ */
+static int ring_crossings(const struct fr_comm *comm)
+{
+	int worst = 0;
+
+	for (int i = 0; i < comm->nlocal; i++) {
+		int r = comm->local[i], next = (r + 1) % comm->nranks, on = 0;
+
+		for (int j = 0; j < comm->nlocal; j++)
+			on |= comm->local[j] == next;
+		worst += !on;
+	}
+	return worst; /* as seen from our node; regular layouts are alike */
+}
+
 double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 			  size_t bytes, fr_dtype_t dtype)
 {
-	return fr_model_predict_us(&comm->tune, comm->nranks,
-				   fr_msg_payload_max(comm), id, coll, bytes,
-				   dtype);
+	const struct fr_tune *t = &comm->tune;
+	double us = fr_model_predict_us(t, comm->nranks,
+					fr_msg_payload_max(comm), id, coll,
+					bytes, dtype);
+	double n = (double)bytes, b = t->beta_ns * 1e-3;
+	double k = comm->nlocal, m = comm->nnodes;
+
+	if (coll != FR_COLL_ALLREDUCE || !hier_ok(comm))
+		return id == FR_ALGO_HIER ? -1 : us;
+	if (id == FR_ALGO_HIER) {
+		double g = t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3;
+
+		return (2 * (k - 1) + 2 * (m - 1) + 1) * t->alpha_us +
+		       2 * (m - 1) / m * n * b +
+		       2 * (k - 1) / k * n * t->copy_ns * 1e-3 +
+		       ((k - 1) / k + (m - 1) / (m * k)) * n * g;
+	}
+	if (us < 0)
+		return us;
+	/* the flat algorithms' link time, times the ranks sharing it */
+	if (id == FR_ALGO_RING)
+		return us + (ring_crossings(comm) - 1) * 2 *
+				    (comm->nranks - 1.0) / comm->nranks * n * b;
+	return us + (k - 1) * 2 * n * b;
 }
 
 double fr_model_predict_us(const struct fr_tune *t, int nranks,
@@ -249,13 +300,15 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 	return -1;
 }
 
-static const struct fr_algo *impl(enum fr_coll coll, int id)
+static const struct fr_algo *impl(const struct fr_comm *comm,
+				  enum fr_coll coll, int id)
 {
 	switch (coll) {
 	case FR_COLL_ALLREDUCE:
 		return id == FR_ALGO_RING	    ? &fr_algo_ring
 		       : id == FR_ALGO_RD	    ? &fr_algo_rd
 		       : id == FR_ALGO_RABENSEIFNER ? &fr_algo_rabenseifner
+		       : id == FR_ALGO_HIER && hier_ok(comm) ? &fr_algo_hier
 						    : NULL;
 	case FR_COLL_REDUCE_SCATTER:
 	case FR_COLL_ALLGATHER:
@@ -289,7 +342,7 @@ static void log_choice(struct fr_comm *comm, const struct fr_request *req,
 	comm->algo_logged[slot].coll = (int)req->coll;
 	comm->algo_logged[slot].bytes = bytes;
 	for (int id = 1; id < FR_ALGO_COUNT; id++) {
-		const struct fr_algo *a = impl(req->coll, id);
+		const struct fr_algo *a = impl(comm, req->coll, id);
 
 		if (!a || us[id] < 0 || a->id != id || (size_t)n >= sizeof(why))
 			continue;
@@ -315,13 +368,13 @@ const struct fr_algo *fr_algo_select(struct fr_comm *comm,
 	if (req->compress != FR_COMPRESS_NONE)
 		return &fr_algo_cring;
 	if (req->forced != FR_ALGO_AUTO) {
-		best = impl(req->coll, req->forced);
+		best = impl(comm, req->coll, req->forced);
 		if (best)
 			return best;
 		/* not one this collective has: choose as auto would */
 	}
 	for (int id = 1; id < FR_ALGO_COUNT; id++) {
-		const struct fr_algo *a = impl(req->coll, id);
+		const struct fr_algo *a = impl(comm, req->coll, id);
 
 		us[id] = a ? fr_algo_predict_us(comm, id, req->coll, bytes,
 						req->dtype)

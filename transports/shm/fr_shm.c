@@ -237,44 +237,6 @@ static uint32_t shm_gen_next(uint32_t gen)
 	return gen == UINT32_MAX ? 1 : gen + 1;
 }
 
-static uint64_t fnv64(uint64_t h, const void *p, size_t n)
-{
-	const unsigned char *b = p;
-
-	while (n--) {
-		h ^= *b++;
-		h *= 1099511628211ull;
-	}
-	return h;
-}
-
-/*
- * Which node this process is on, as far as shared memory goes: the kernel's
- * boot id and the network namespace (abstract sockets live there), unless
- * FR_NODE names the node (tests that emulate several nodes on one host).
- */
-static uint64_t shm_node_id(void)
-{
-	uint64_t h = 1469598103934665603ull;
-	const char *node = getenv("FR_NODE");
-	char boot[64] = "";
-	struct stat st;
-	FILE *f;
-
-	if (node && *node)
-		return fnv64(h, node, strlen(node)) | 1;
-	f = fopen("/proc/sys/kernel/random/boot_id", "r");
-	if (f) {
-		if (!fgets(boot, sizeof(boot), f))
-			boot[0] = 0;
-		fclose(f);
-	}
-	h = fnv64(h, boot, strlen(boot));
-	if (!stat("/proc/self/ns/net", &st))
-		h = fnv64(h, &st.st_ino, sizeof(st.st_ino));
-	return h | 1;
-}
-
 static void shm_name_addr(const char *name, struct sockaddr_un *sa,
 			  socklen_t *len)
 {
@@ -1144,7 +1106,7 @@ static int shm_tp_open(const struct fr_tp_params *params, struct fr_tp **out,
 	}
 	tp->rank = p.rank;
 	tp->nonce = p.job_nonce;
-	tp->node = shm_node_id();
+	tp->node = fr_node_id();
 	tp->timeout_ms =
 		p.timeout_ms > 0 ? p.timeout_ms : SHM_DEFAULT_TIMEOUT_MS;
 	tp->sq_depth =

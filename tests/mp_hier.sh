@@ -1,0 +1,36 @@
+#!/bin/bash
+# The two-level All-Reduce on emulated nodes (mp_allreduce --ranks-per-node
+# K sets FR_NODE=node<rank/K>): the matrix bit for bit against its own
+# reference, chosen by the model and forced, on regular layouts (2x2, 3x2,
+# 2x3, 2x4, 4x2) and irregular ones (where it must not run and the others
+# still give the right bits); a rank killed mid-run is reported by every
+# survivor.
+. "$(dirname "$0")/lib.sh"
+export FR_TIMEOUT_MS=${FR_TIMEOUT_MS:-5000}
+for cfg in "4 2" "6 2" "6 3" "8 4" "8 2"; do
+	set -- $cfg
+	run "matrix n=$1, $2 ranks per node (auto)" \
+		frrun -n "$1" --transport tcp --timeout 900 "$MP" matrix --ranks-per-node "$2" \
+		--counts "0,1,$(($1 - 1)),7919,300007"
+	run "matrix n=$1, $2 ranks per node (hier forced)" \
+		frrun -n "$1" -e FR_ALGO=hier --transport tcp --timeout 900 "$MP" matrix \
+		--ranks-per-node "$2" --counts "0,1,3,$(($1 + 1)),65537"
+done
+run "matrix n=5, nodes of 2, 2, 1 (irregular: no hier)" \
+	frrun -n 5 -e FR_ALGO=hier --transport tcp --timeout 600 "$MP" matrix --ranks-per-node 2 \
+	--counts 0,1,7919,65537
+run "matrix n=4, eager=128B (many fragments per piece)" \
+	frrun -n 4 -e FR_ALGO=hier -e FR_EAGER_BYTES=128 --transport tcp --timeout 600 "$MP" matrix \
+	--ranks-per-node 2 --counts 0,1,1000,7919 --dtypes f32,bf16,u8 --ops sum,min,avg
+dies() {
+	out=$(frrun -n 4 -e FR_ALGO=hier --transport tcp --keep-going --timeout 60 \
+		"$MP" die --victim "$1" --at 3 --how kill --ranks-per-node 2 2>&1)
+	echo "$out"
+	for r in 0 1 2 3; do
+		[ "$r" = "$1" ] && continue
+		echo "$out" | grep -q "^\[$r\] rank $r: FR_E[A-Z]* after" || return 1
+	done
+}
+run "kill -9 rank 1 of 2x2 mid hier" dies 1
+run "kill -9 rank 2 of 2x2 mid hier" dies 2
+finish

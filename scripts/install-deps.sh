@@ -2,11 +2,12 @@
 # Install what building and testing libfastreduce needs on Debian 12 (root).
 # Only missing packages are installed; a second run is quick.  python3-torch
 # (Debian's PyTorch 1.13, CPU) is for the DDP hook and its tests; the
-# fastreduce package itself needs only python3.
+# fastreduce package itself needs only python3.  mpich and openmpi-bin:
+# the launcher tests (ranks started by mpiexec without FR_RENDEZVOUS).
 set -e
 PKGS="build-essential autoconf automake libtool pkg-config libcmocka-dev
 libibverbs-dev librdmacm-dev libhwloc-dev valgrind
-python3 python3-numpy python3-pytest python3-torch"
+python3 python3-numpy python3-pytest python3-torch mpich openmpi-bin"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

@@ -170,6 +170,16 @@ static int find_rendezvous(fr_getenv_fn get, void *arg,
 		return 0;
 	}
 	local = launcher_local(get, arg, l, nranks);
+	/* MPICH's Hydra sets no job id or address, but offers PMI-1 */
+	if (get_set(get, arg, "PMI_FD") && !strcmp(l->name, "MPICH/Hydra")) {
+		long rank = 0;
+
+		fr_env_long(get, arg, l->rank_var, 0, nranks - 1, &rank, err,
+			    errlen);
+		return fr_pmi_rendezvous(get, arg, (int)rank, local,
+					 out->rendezvous,
+					 sizeof(out->rendezvous), err, errlen);
+	}
 	for (int i = 0; i < 3 && l->jobid_vars[i]; i++) {
 		v = get_set(get, arg, l->jobid_vars[i]);
 		if (v) {

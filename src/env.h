@@ -5,6 +5,7 @@
 #ifndef FR_ENV_H
 #define FR_ENV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* getenv(3) or a table in tests. */
@@ -36,6 +37,14 @@ int fr_env_size(fr_getenv_fn get, void *arg, const char *name, size_t min,
  * MPI_LOCALNRANKS, LOCAL_WORLD_SIZE, SLURM_NNODES) say that all nranks
  * ranks run on this host, else 0. */
 int fr_env_all_local(fr_getenv_fn get, void *arg, long nranks);
+
+/*
+ * Under a PMI-1 launcher (MPICH's Hydra: PMI_FD): rank 0 publishes
+ * "host:port" (127.0.0.1 if local), all meet at a PMI barrier, the others
+ * read it into rdv.  0 or FR_EBOOTSTRAP / FR_EINVAL with a message in err.
+ */
+int fr_pmi_rendezvous(fr_getenv_fn get, void *arg, int rank, bool local,
+		      char *rdv, size_t rdvlen, char *err, size_t errlen);
 
 /* The process environment as an fr_getenv_fn. */
 const char *fr_env_getenv(const char *name, void *arg);

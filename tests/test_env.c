@@ -18,6 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "env.h"
 #include "fastreduce.h"
@@ -271,6 +274,92 @@ static void test_mpich(void **state)
 	expect_einval(ENV({ "PMI_RANK", "2" }, { "PMI_SIZE", "2" },
 			  { "FR_RENDEZVOUS", "head:4000" }),
 		      "PMI_RANK", NULL);
+}
+
+/*
+ * PMI-1 over PMI_FD (Hydra): a fake server on a socketpair answers the
+ * commands, checks what rank 0 puts and what the others get, and plays
+ * refusals.  mode 0: serve rank 0 (expects the put), 1: serve rank 1 (get
+ * returns value), 2: refuse init.
+ */
+static void pmi_server(int fd, int mode)
+{
+	char line[512];
+	FILE *f = fdopen(fd, "r+");
+
+	setvbuf(f, NULL, _IONBF, 0);
+	while (fgets(line, sizeof(line), f)) {
+		if (strstr(line, "cmd=init"))
+			fputs(mode == 2 ? "cmd=response_to_init rc=-1\n"
+					: "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n",
+			      f);
+		else if (strstr(line, "cmd=get_my_kvsname"))
+			fputs("cmd=my_kvsname kvsname=kvs_42_0\n", f);
+		else if (strstr(line, "cmd=put")) {
+			/* rank 0 on one host: 127.0.0.1 and a port */
+			if (!strstr(line, "kvsname=kvs_42_0") ||
+			    !strstr(line, "key=fastreduce_rendezvous") ||
+			    !strstr(line, "value=127.0.0.1:"))
+				_exit(3);
+			fputs("cmd=put_result rc=0\n", f);
+		} else if (strstr(line, "cmd=barrier_in"))
+			fputs("cmd=barrier_out\n", f);
+		else if (strstr(line, "cmd=get "))
+			fputs("cmd=get_result rc=0 value=node7:31234\n", f);
+		else if (strstr(line, "cmd=finalize")) {
+			fputs("cmd=finalize_ack\n", f);
+			_exit(0);
+		} else
+			_exit(4);
+	}
+	_exit(mode == 2 ? 0 : 5);
+}
+
+static int pmi_run(int rank, int mode, const char *local, struct fr_launch *l,
+		   char *err, size_t errlen)
+{
+	char fdtext[16], ranktext[16];
+	int sv[2], rc, status;
+	pid_t pid;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		close(sv[0]);
+		pmi_server(sv[1], mode);
+	}
+	close(sv[1]);
+	snprintf(fdtext, sizeof(fdtext), "%d", sv[0]);
+	snprintf(ranktext, sizeof(ranktext), "%d", rank);
+	rc = detect(ENV({ "PMI_RANK", ranktext }, { "PMI_SIZE", "4" },
+			{ "PMI_FD", fdtext }, { "MPI_LOCALNRANKS", local }),
+		    l, err, errlen);
+	close(sv[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	return rc;
+}
+
+static void test_mpich_pmi(void **state)
+{
+	struct fr_launch l;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(pmi_run(0, 0, "4", &l, err, sizeof(err)), 0);
+	assert_non_null(strstr(l.rendezvous, "127.0.0.1:"));
+	assert_int_equal(pmi_run(1, 1, "2", &l, err, sizeof(err)), 0);
+	assert_string_equal(l.rendezvous, "node7:31234");
+	assert_int_equal(l.rank, 1);
+	assert_int_equal(pmi_run(1, 2, "4", &l, err, sizeof(err)),
+			 FR_EBOOTSTRAP);
+	assert_non_null(strstr(err, "PMI-1"));
+	expect_einval(ENV({ "PMI_RANK", "0" }, { "PMI_SIZE", "2" },
+			  { "PMI_FD", "x" }),
+		      "PMI_FD", NULL);
 }
 
 static void test_slurm(void **state)
@@ -750,6 +839,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_frrun),
+		cmocka_unit_test(test_mpich_pmi),
 		cmocka_unit_test(test_ompi_rendezvous),
 		cmocka_unit_test(test_ompi_local),
 		cmocka_unit_test(test_ompi_multihost),

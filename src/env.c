@@ -129,6 +129,38 @@ int fr_env_all_local(fr_getenv_fn get, void *arg, long nranks)
 	return 0;
 }
 
+/*
+ * The first host of a Slurm host list: "n[07-09,12],gpu1" -> "n07",
+ * "a1,a2" -> "a1", "rack[2-3]-n[1-4]" -> "rack2-n1".  0, or -1 if the text
+ * is not a host list.
+ */
+static int first_host(const char *list, char *out, size_t len)
+{
+	size_t o = 0;
+
+	for (const char *p = list; *p && *p != ','; p++) {
+		if (*p == '[') {
+			/* the first number of the range list: up to - , or ] */
+			for (p++; *p && *p != '-' && *p != ',' && *p != ']';
+			     p++) {
+				if (o + 1 >= len || *p < '0' || *p > '9')
+					return -1;
+				out[o++] = *p;
+			}
+			while (*p && *p != ']')
+				p++;
+			if (!*p)
+				return -1;
+			continue;
+		}
+		if (o + 1 >= len || *p == ']' || *p == ' ')
+			return -1;
+		out[o++] = *p;
+	}
+	out[o] = '\0';
+	return o ? 0 : -1;
+}
+
 static int find_rendezvous(fr_getenv_fn get, void *arg,
 			   const struct launcher *l, long nranks,
 			   struct fr_launch *out, char *err, size_t errlen)
@@ -186,6 +218,18 @@ static int find_rendezvous(fr_getenv_fn get, void *arg,
 			h = hash_str(h, v);
 			h = hash_str(h, "/");
 			have_id = true;
+		}
+	}
+	/* srun over several nodes: task 0 runs on the step's first node */
+	if (!local && have_id && !strcmp(l->name, "Slurm")) {
+		const char *list = get_set(get, arg, "SLURM_STEP_NODELIST");
+
+		if (!list)
+			list = get_set(get, arg, "SLURM_JOB_NODELIST");
+		if (list && !first_host(list, host, sizeof(host))) {
+			snprintf(out->rendezvous, sizeof(out->rendezvous),
+				 "%s:%u", host, 20000u + h % 40000u);
+			return 0;
 		}
 	}
 	if (!local || !have_id) {

@@ -392,6 +392,52 @@ static void test_slurm(void **state)
 	expect_einval(ENV({ "SLURM_PROCID", "0" }, { "SLURM_NTASKS", "4" },
 			  { "SLURM_NNODES", "2" }, { "SLURM_JOB_ID", "777" }),
 		      "FR_RENDEZVOUS", NULL);
+	/* several nodes: the step's first node, the job's port */
+	{
+		static const struct {
+			const char *list, *host;
+		} lists[] = {
+			{ "node[07-09,12],gpu1", "node07" },
+			{ "a1,a2", "a1" },
+			{ "solo", "solo" },
+			{ "rack[2-3]-n[1-4]", "rack2-n1" },
+			{ "x[003]", "x003" },
+		};
+		struct fr_launch l;
+		char err[256], want[300];
+
+		for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+			assert_int_equal(
+				detect(ENV({ "SLURM_PROCID", "3" },
+					   { "SLURM_NTASKS", "8" },
+					   { "SLURM_NNODES", "2" },
+					   { "SLURM_JOB_ID", "777" },
+					   { "SLURM_STEP_ID", "0" },
+					   { "SLURM_STEP_NODELIST",
+					     lists[i].list }),
+				       &l, err, sizeof(err)),
+				0);
+			snprintf(want, sizeof(want), "%s:%u", lists[i].host,
+				 a);
+			assert_string_equal(l.rendezvous, want);
+		}
+		/* the job's list when the step's is missing */
+		assert_int_equal(detect(ENV({ "SLURM_PROCID", "0" },
+					    { "SLURM_NTASKS", "2" },
+					    { "SLURM_NNODES", "2" },
+					    { "SLURM_JOB_ID", "777" },
+					    { "SLURM_STEP_ID", "0" },
+					    { "SLURM_JOB_NODELIST", "c[5-6]" }),
+					&l, err, sizeof(err)),
+				 0);
+		snprintf(want, sizeof(want), "c5:%u", a);
+		assert_string_equal(l.rendezvous, want);
+		/* not a host list: ask for FR_RENDEZVOUS */
+		expect_einval(ENV({ "SLURM_PROCID", "0" }, { "SLURM_NTASKS", "2" },
+				  { "SLURM_NNODES", "2" }, { "SLURM_JOB_ID", "7" },
+				  { "SLURM_STEP_NODELIST", "n[x-y]" }),
+			      "FR_RENDEZVOUS", NULL);
+	}
 }
 
 static void test_torchrun(void **state)

@@ -414,7 +414,8 @@ static int pending_adopt(struct fr_boot *b, struct boot_conn *c)
 		fr_warn("rendezvous: dropped a connection with a malformed hello");
 		return FR_EPROTO;
 	}
-	if (strcmp(h->token, tok)) {
+	/* constant time: the reply's timing says nothing of the token */
+	if (!fr_ct_equal(h->token, h->token_len, tok, strlen(tok))) {
 		fr_warn("rendezvous: refused a connection claiming rank %u: wrong job token",
 			h->rank);
 		send_reject(b, c->fd, FR_EAUTH, "wrong job token (FR_JOB_TOKEN)");

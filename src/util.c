@@ -234,3 +234,15 @@ uint64_t fr_node_id(void)
 		h = fnv64(h, &st.st_ino, sizeof(st.st_ino));
 	return h | 1;
 }
+
+bool fr_ct_equal(const void *a, size_t alen, const void *b, size_t blen)
+{
+	const volatile unsigned char *x = a, *y = b;
+	size_t n = alen > blen ? alen : blen;
+	unsigned char d = alen != blen;
+
+	for (size_t i = 0; i < n; i++)
+		d |= (unsigned char)((i < alen ? x[i] : 0) ^
+				     (i < blen ? y[i] : 0));
+	return d == 0;
+}

@@ -3,6 +3,7 @@
 #ifndef FR_UTIL_H
 #define FR_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sched.h>
 #include <stdint.h>
@@ -15,6 +16,12 @@
 /* Monotonic time in nanoseconds / milliseconds. */
 uint64_t fr_now_ns(void);
 static inline uint64_t fr_now_ms(void) { return fr_now_ns() / 1000000u; }
+
+/*
+ * a[0..alen) == b[0..blen), in a time that depends on the lengths only,
+ * not on where the bytes differ (job tokens).
+ */
+bool fr_ct_equal(const void *a, size_t alen, const void *b, size_t blen);
 
 /*
  * Which node this process is on: FR_NODE when set (tests and emulated

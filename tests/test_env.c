@@ -362,6 +362,18 @@ static void test_mpich_pmi(void **state)
 		      "PMI_FD", NULL);
 }
 
+static void test_ct_equal(void **state)
+{
+	(void)state;
+	assert_true(fr_ct_equal("secret", 6, "secret", 6));
+	assert_true(fr_ct_equal("", 0, "", 0));
+	assert_false(fr_ct_equal("secret", 6, "secreT", 6));
+	assert_false(fr_ct_equal("Secret", 6, "secret", 6));
+	assert_false(fr_ct_equal("secret", 6, "secret!", 7));
+	assert_false(fr_ct_equal("secret", 6, "", 0));
+	assert_false(fr_ct_equal("ab\0", 3, "ab", 2));
+}
+
 static void test_slurm(void **state)
 {
 	unsigned a, b, c;
@@ -891,6 +903,7 @@ int main(void)
 		cmocka_unit_test(test_ompi_multihost),
 		cmocka_unit_test(test_mpich),
 		cmocka_unit_test(test_slurm),
+		cmocka_unit_test(test_ct_equal),
 		cmocka_unit_test(test_torchrun),
 		cmocka_unit_test(test_precedence),
 		cmocka_unit_test(test_errors),

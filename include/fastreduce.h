@@ -223,7 +223,7 @@ typedef struct fr_config {
 	int nranks;             /* number of ranks (fr_comm_create only)      */
 	const char *rendezvous; /* "host:port" where rank 0 serves the rendezvous
 				 * (fr_comm_create only; FR_RENDEZVOUS)        */
-	const char *transport;  /* "auto", "tcp", "verbs"; FR_TRANSPORT, auto */
+	const char *transport;  /* "auto", "tcp", "shm", "verbs"; FR_TRANSPORT */
 	const char *job_token;  /* shared secret; FR_JOB_TOKEN, none          */
 	int timeout_ms;         /* peer timeout; FR_TIMEOUT_MS, 30000         */
 	size_t segment_bytes;   /* pipeline segment; FR_SEGMENT_BYTES, 512 KiB*/
@@ -278,7 +278,7 @@ FR_API int fr_comm_destroy(fr_comm_t *comm);
 
 FR_API int fr_comm_rank(const fr_comm_t *comm);
 FR_API int fr_comm_size(const fr_comm_t *comm);
-/* "tcp" or "verbs". */
+/* "tcp", "shm" or "verbs". */
 FR_API const char *fr_comm_transport(const fr_comm_t *comm);
 
 /*

@@ -245,7 +245,7 @@ class Comm:
     Settings left at None come from the environment (FR_TRANSPORT,
     FR_TIMEOUT_MS, FR_PROGRESS, ...; see fastreduce(7)):
 
-    - transport: "auto", "tcp" or "verbs"
+    - transport: "auto", "tcp", "shm" or "verbs"
     - progress: "caller" (collectives advance inside library calls) or
       "thread" (a progress thread completes non-blocking collectives while
       Python computes)
@@ -322,7 +322,7 @@ class Comm:
 
     @property
     def transport(self) -> str:
-        """"tcp" or "verbs"."""
+        """"tcp", "shm" or "verbs"."""
         return L.fr_comm_transport(self._live()).decode()
 
     @property

@@ -138,7 +138,7 @@ static void usage(FILE *f)
 		"Start N local ranks of PROGRAM for libfastreduce.\n"
 		"\n"
 		"  -n, --np N              number of ranks (1..%d)\n"
-		"  -x, --transport NAME    set FR_TRANSPORT=auto|tcp|shm|verbs for the ranks\n"
+		"  -x, --transport NAME    set FR_TRANSPORT=auto|tcp|shm|shm+tcp|verbs\n"
 		"  -t, --timeout SEC       kill everything after SEC seconds, exit 124\n"
 		"  -H, --host ADDR         rendezvous address (default 127.0.0.1)\n"
 		"  -p, --port P            rendezvous port (default: a free one)\n"
@@ -234,9 +234,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'x':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "tcp") &&
-			    strcmp(optarg, "shm") && strcmp(optarg, "verbs"))
+			    strcmp(optarg, "shm") && strcmp(optarg, "shm+tcp") &&
+			    strcmp(optarg, "verbs"))
 				return bad_usage(
-					"unknown transport '%s' (auto, tcp, shm, verbs)",
+					"unknown transport '%s' (auto, tcp, shm, shm+tcp, verbs)",
 					optarg);
 			o->transport = optarg;
 			break;

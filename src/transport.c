@@ -10,6 +10,7 @@ static const struct fr_tp_ops *const transports[] = {
 #endif
 	&fr_tcp_ops,
 	&fr_shm_ops,
+	&fr_mux_ops,
 };
 
 const struct fr_tp_ops *fr_transport_find(const char *name)

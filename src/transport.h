@@ -33,7 +33,7 @@
 
 /* Largest opaque address blob and remote key blob. */
 #define FR_TP_ADDR_MAX 128
-#define FR_TP_RKEY_MAX 32
+#define FR_TP_RKEY_MAX 52 /* the ring's READY (2 keys) fits 128 bytes */
 
 /* Registration access flags (least privilege: a peer may write only into
  * regions registered with FR_TP_REMOTE_WRITE). */
@@ -50,6 +50,9 @@ struct fr_tp_mr;   /* a registered memory region         */
 struct fr_tp_rkey {
 	uint64_t a, b;
 	uint32_t c, d;
+	/* the mixed transport's second key (shared memory), same layout */
+	uint64_t a2, b2;
+	uint32_t c2, d2;
 };
 
 enum fr_tp_cqe_kind {
@@ -139,6 +142,19 @@ struct fr_tp_ops {
 	 */
 	void (*wake)(struct fr_tp *tp);
 
+	/*
+	 * A sleep split in three, so that one thread can sleep on several
+	 * transports at once (the mixed transport): wait_prepare() arms the
+	 * notifications and returns 1 if something is ready already (then
+	 * no sleep), 0 when armed, lowering *timeout_ms to its own deadlines;
+	 * wait_fd() becomes readable when the transport may have work;
+	 * wait_finish() undoes what prepare armed.  Optional (NULL: the
+	 * transport cannot be mixed).
+	 */
+	int (*wait_prepare)(struct fr_tp *tp, int *timeout_ms);
+	int (*wait_fd)(struct fr_tp *tp);
+	void (*wait_finish)(struct fr_tp *tp);
+
 	void (*close_conn)(struct fr_tp_conn *conn);
 	void (*close)(struct fr_tp *tp);
 
@@ -148,6 +164,7 @@ struct fr_tp_ops {
 
 extern const struct fr_tp_ops fr_tcp_ops;
 extern const struct fr_tp_ops fr_shm_ops;
+extern const struct fr_tp_ops fr_mux_ops; /* shm within a node, tcp across */
 #ifdef FR_HAVE_VERBS
 extern const struct fr_tp_ops fr_verbs_ops;
 #endif

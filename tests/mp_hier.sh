@@ -33,4 +33,26 @@ dies() {
 }
 run "kill -9 rank 1 of 2x2 mid hier" dies 1
 run "kill -9 rank 2 of 2x2 mid hier" dies 2
+# the mixed transport: shm within an emulated node, tcp across
+if [ -x "$B/tests/test_transport" ]; then
+	run "conformance suite over shm+tcp" env FR_TEST_TRANSPORT=shm+tcp "$B/tests/test_transport"
+fi
+for cfg in "4 2" "6 3" "5 2"; do
+	set -- $cfg
+	run "matrix n=$1, $2 per node over shm+tcp" \
+		frrun -n "$1" --transport shm+tcp --timeout 900 "$MP" matrix --ranks-per-node "$2" \
+		--counts "0,1,7919,300007"
+done
+run "colls n=6, 3 per node over shm+tcp" \
+	frrun -n 6 --transport shm+tcp --timeout 900 "$MP" colls --ranks-per-node 3
+mixdies() {
+	out=$(frrun -n 4 --transport shm+tcp --keep-going --timeout 60 \
+		"$MP" die --victim "$1" --at 3 --how kill --ranks-per-node 2 2>&1)
+	echo "$out"
+	for r in 0 1 2 3; do
+		[ "$r" = "$1" ] && continue
+		echo "$out" | grep -q "^\[$r\] rank $r: FR_E[A-Z]* after" || return 1
+	done
+}
+run "kill -9 rank 1 of 2x2 over shm+tcp" mixdies 1
 finish

@@ -68,7 +68,8 @@ static const struct fr_tp_ops *ops;
  */
 static bool one_sided(void)
 {
-	return !strcmp(ops->name, "verbs") || !strcmp(ops->name, "shm");
+	return !strcmp(ops->name, "verbs") || !strcmp(ops->name, "shm") ||
+	       !strcmp(ops->name, "shm+tcp"); /* one process: all shm */
 }
 
 /* An endpoint and every completion polled from it, in order. */

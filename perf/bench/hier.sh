@@ -40,7 +40,7 @@ run() { # ALGO ROUND
 	for r in $(seq 0 $((N - 1))); do
 		ip netns exec "frh_h$((r / K))" env LD_LIBRARY_PATH="$B/.libs" \
 			FR_RANK=$r FR_NRANKS=$N FR_RENDEZVOUS=198.21.0.1:$port \
-			FR_TRANSPORT=tcp FR_ALGO="$1" FR_JOB_TOKEN="hier$port" \
+			FR_TRANSPORT="${FR_TRANSPORT:-tcp}" FR_ALGO="$1" FR_JOB_TOKEN="hier$port" \
 			timeout 600 "$B/.libs/fr_allreduce_perf" -b "${SIZES%% *}" \
 			-e "${SIZES##* }" -f 64 -n "$ITERS" -w 2 >"$out/$1.$2.$r" 2>&1 &
 		pids+=($!)

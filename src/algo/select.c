@@ -234,9 +234,14 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 	if (id == FR_ALGO_HIER) {
 		double g = t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3;
 
+		double c = t->copy_ns * 1e-3;
+
+		/* every byte it moves goes through the mailboxes (xfer.c):
+		 * a copy in and a copy out on top of the wire */
 		return (2 * (k - 1) + 2 * (m - 1) + 1) * t->alpha_us +
 		       2 * (m - 1) / m * n * b +
-		       2 * (k - 1) / k * n * t->copy_ns * 1e-3 +
+		       (2 * (k - 1) / k + 2 * (m - 1) / (m * k)) * n * 2 * c +
+		       2 * (k - 1) / k * n * c +
 		       ((k - 1) / k + (m - 1) / (m * k)) * n * g;
 	}
 	if (us < 0)

@@ -1439,24 +1439,26 @@ static void shm_set_sleeping(struct fr_tp *tp, uint32_t v)
 			atomic_store(c->my_sleep, v);
 }
 
-static int shm_wait(struct fr_tp *tp, int timeout_ms)
+/* Mark us asleep and check once more: 1 if something is ready (the mark
+ * is gone again), 0 when a sleep may begin; *timeout_ms is lowered to the
+ * nearest handshake deadline. */
+static int shm_wait_prepare(struct fr_tp *tp, int *timeout_ms)
 {
-	struct epoll_event ev;
 	struct fr_tp_conn *c;
 	uint64_t now, due;
-	int t = timeout_ms < 0 ? -1 : timeout_ms, n;
+	int t = *timeout_ms < 0 ? -1 : *timeout_ms;
 
 	if (!tp)
 		return FR_EINVAL;
 	if (tp->cq.count)
-		return 0;
+		return 1;
 	shm_set_sleeping(tp, 1);
 	atomic_thread_fence(memory_order_seq_cst);
 	now = fr_now_ms();
 	for (c = tp->conns; c; c = c->next) {
 		if (shm_ready(c)) {
 			shm_set_sleeping(tp, 0);
-			return 0;
+			return 1;
 		}
 		if (c->state != SHM_UP && c->state != SHM_FAILED) {
 			due = c->state == SHM_RETRY
@@ -1469,6 +1471,29 @@ static int shm_wait(struct fr_tp *tp, int timeout_ms)
 				t = (int)due;
 		}
 	}
+	*timeout_ms = t;
+	return 0;
+}
+
+static int shm_wait_fd(struct fr_tp *tp)
+{
+	return tp ? tp->epfd : -1;
+}
+
+static void shm_wait_finish(struct fr_tp *tp)
+{
+	if (tp)
+		shm_set_sleeping(tp, 0);
+}
+
+static int shm_wait(struct fr_tp *tp, int timeout_ms)
+{
+	struct epoll_event ev;
+	int t = timeout_ms, n, rc;
+
+	rc = shm_wait_prepare(tp, &t);
+	if (rc)
+		return rc < 0 ? rc : 0;
 	/* Events are consumed by the next poll(), not here. */
 	n = epoll_wait(tp->epfd, &ev, 1, t);
 	shm_set_sleeping(tp, 0);
@@ -1535,6 +1560,9 @@ const struct fr_tp_ops fr_shm_ops = {
 	.write_imm = shm_write_imm,
 	.poll = shm_poll,
 	.wait = shm_wait,
+	.wait_prepare = shm_wait_prepare,
+	.wait_fd = shm_wait_fd,
+	.wait_finish = shm_wait_finish,
 	.wake = shm_wake,
 	.close_conn = shm_close_conn,
 	.close = shm_tp_close,

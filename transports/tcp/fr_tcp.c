@@ -1623,22 +1623,26 @@ static int tcp_arm(struct fr_tp_conn *c, uint32_t want)
 	return 0;
 }
 
-static int tcp_wait(struct fr_tp *tp, int timeout_ms)
+/*
+ * Arm the epoll set for a sleep: 1 if something is ready now (do not
+ * sleep), 0 when armed, < 0 on error; *t (ms, -1 forever) is lowered to
+ * the nearest handshake deadline or retry.
+ */
+static int tcp_wait_prepare(struct fr_tp *tp, int *timeout_ms)
 {
-	struct epoll_event ev[16];
 	struct fr_tp_conn *c;
 	uint64_t now, due;
-	int t = timeout_ms < 0 ? -1 : timeout_ms, n;
+	int t = *timeout_ms < 0 ? -1 : *timeout_ms;
 
 	if (!tp)
 		return FR_EINVAL;
 	if (tp->cq.count)
-		return 0;
+		return 1;
 	now = fr_now_ms();
 	for (c = tp->conns; c; c = c->next) {
 		if (c->state == TCP_FAILED) {
 			if (c->owned && (c->err_owed || c->sq_count))
-				return 0;
+				return 1;
 			continue;
 		}
 		/* Handshakes have deadlines and retries: wake for them. */
@@ -1658,6 +1662,28 @@ static int tcp_wait(struct fr_tp *tp, int timeout_ms)
 			return FR_ESYS;
 		}
 	}
+	*timeout_ms = t;
+	return 0;
+}
+
+static int tcp_wait_fd(struct fr_tp *tp)
+{
+	return tp ? tp->epfd : -1;
+}
+
+static void tcp_wait_finish(struct fr_tp *tp)
+{
+	(void)tp; /* nothing armed that must be undone */
+}
+
+static int tcp_wait(struct fr_tp *tp, int timeout_ms)
+{
+	struct epoll_event ev[16];
+	int t = timeout_ms, n, rc;
+
+	rc = tcp_wait_prepare(tp, &t);
+	if (rc)
+		return rc < 0 ? rc : 0;
 	n = epoll_wait(tp->epfd, ev, (int)FR_ARRAY_SIZE(ev), t);
 	if (n < 0 && errno != EINTR) {
 		tcp_seterr(tp, FR_LOG_ERROR, "epoll_wait: %s", strerror(errno));
@@ -1724,6 +1750,9 @@ const struct fr_tp_ops fr_tcp_ops = {
 	.write_imm = tcp_write_imm,
 	.poll = tcp_poll,
 	.wait = tcp_wait,
+	.wait_prepare = tcp_wait_prepare,
+	.wait_fd = tcp_wait_fd,
+	.wait_finish = tcp_wait_finish,
 	.wake = tcp_wake,
 	.close_conn = tcp_close_conn,
 	.close = tcp_close,

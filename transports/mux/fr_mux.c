@@ -1,0 +1,466 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fr_mux.c - the mixed transport: shared memory to the peers on this node,
+ * TCP to the others, behind the one interface the algorithms see.
+ *
+ * Design
+ *   - An endpoint opens both children.  Its address blob carries both
+ *     addresses; connect() reads the node id inside the shm address and
+ *     connects through shm when the peer is on our node, else through tcp.
+ *     accept() takes whichever child the peer came in by.
+ *   - A connection wraps the child's and says which child; completions
+ *     name the child's connection and poll() translates them back (a
+ *     list, most recently used first: a rank has few connections).
+ *   - A region is registered with both children; its key blob is the tcp
+ *     key followed by the shm key, unpacked into the rkey's first and
+ *     second halves (a/b/c/d and a2/b2/c2/d2).
+ *   - poll() polls both; wait() arms both (wait_prepare) and sleeps in an
+ *     epoll set of its own holding both children's wait_fd() and a wake
+ *     eventfd.
+ *
+ *   address blob: u8 magic 0xfb, u8 version 1, u8 shm length, shm address,
+ *     u8 tcp length, tcp address (the lengths must add up exactly).  key blob: u8 tcp length, tcp key, shm key.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "fastreduce.h"
+#include "log.h"
+#include "transport.h"
+#include "util.h"
+
+#define MUX_MAGIC 0xfb
+#define MUX_VERSION 1
+
+struct fr_tp_mr; /* ours is struct mux_mr, cast at the interface */
+
+struct mux_mr {
+	struct fr_tp_mr *net, *shm;
+};
+
+/* A connection: the child's, wrapped (completions are translated back). */
+struct fr_tp_conn {
+	struct fr_tp *tp;
+	struct fr_tp_conn *next; /* tp->conns */
+	bool shm;
+	void *child; /* the child transport's connection */
+};
+
+struct fr_tp {
+	struct fr_tp *net, *shm;
+	const struct fr_tp_ops *nops, *sops;
+	struct fr_tp_conn *conns;
+	int epfd, wfd;
+	int rank;
+};
+
+static const struct fr_tp_ops *ops_of(const struct fr_tp_conn *c)
+{
+	return c->shm ? &fr_shm_ops : &fr_tcp_ops;
+}
+
+static struct fr_tp_conn *wrap(struct fr_tp *tp, bool shm, void *child)
+{
+	struct fr_tp_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->tp = tp;
+	c->shm = shm;
+	c->child = child;
+	c->next = tp->conns;
+	tp->conns = c;
+	return c;
+}
+
+/* The wrapper of a child connection (completions name the child's). */
+static struct fr_tp_conn *unwrap_cqe(struct fr_tp *tp, const void *child)
+{
+	for (struct fr_tp_conn **pc = &tp->conns; *pc; pc = &(*pc)->next)
+		if ((*pc)->child == child) {
+			struct fr_tp_conn *c = *pc;
+
+			/* move to front: a few peers carry most traffic */
+			*pc = c->next;
+			c->next = tp->conns;
+			tp->conns = c;
+			return c;
+		}
+	return NULL;
+}
+
+static int mux_probe(char *errbuf, size_t errlen)
+{
+	int rc = fr_shm_ops.probe(errbuf, errlen);
+
+	return rc ? rc : fr_tcp_ops.probe(errbuf, errlen);
+}
+
+static int mux_open(const struct fr_tp_params *p, struct fr_tp **out,
+		    void *addr, size_t *addrlen)
+{
+	uint8_t sa[FR_TP_ADDR_MAX], na[FR_TP_ADDR_MAX], *b = addr;
+	size_t sl = sizeof(sa), nl = sizeof(na);
+	struct epoll_event ev;
+	struct fr_tp *tp;
+	int rc;
+
+	if (!p || !out || !addr || !addrlen)
+		return FR_EINVAL;
+	tp = calloc(1, sizeof(*tp));
+	if (!tp)
+		return FR_ENOMEM;
+	tp->rank = p->rank;
+	tp->sops = &fr_shm_ops;
+	tp->nops = &fr_tcp_ops;
+	rc = tp->sops->open(p, &tp->shm, sa, &sl);
+	if (rc)
+		goto err_shm;
+	rc = tp->nops->open(p, &tp->net, na, &nl);
+	if (rc)
+		goto err_net;
+	rc = FR_EINVAL;
+	if (4 + sl + nl > *addrlen || sl > 255 || nl > 255)
+		goto err_addr;
+	rc = FR_ESYS;
+	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (tp->epfd < 0)
+		goto err_addr;
+	tp->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (tp->wfd < 0)
+		goto err_wfd;
+	memset(&ev, 0, sizeof(ev));
+	ev.events = EPOLLIN;
+	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wfd, &ev) ||
+	    epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->sops->wait_fd(tp->shm),
+		      &ev) ||
+	    epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->nops->wait_fd(tp->net),
+		      &ev))
+		goto err_ctl;
+	b[0] = MUX_MAGIC;
+	b[1] = MUX_VERSION;
+	b[2] = (uint8_t)sl;
+	memcpy(b + 3, sa, sl);
+	b[3 + sl] = (uint8_t)nl;
+	memcpy(b + 4 + sl, na, nl);
+	*addrlen = 4 + sl + nl;
+	*out = tp;
+	return 0;
+
+err_ctl:
+	close(tp->wfd);
+err_wfd:
+	close(tp->epfd);
+err_addr:
+	tp->nops->close(tp->net);
+err_net:
+	tp->sops->close(tp->shm);
+err_shm:
+	free(tp);
+	return rc;
+}
+
+static int mux_connect(struct fr_tp *tp, int peer, const void *addr,
+		       size_t addrlen, struct fr_tp_conn **conn)
+{
+	const uint8_t *b = addr;
+	struct fr_tp_conn *cc;
+	size_t sl;
+	bool shm;
+	int rc;
+
+	if (!tp || !addr || !conn)
+		return FR_EINVAL;
+	if (addrlen < 4 || b[0] != MUX_MAGIC || b[1] != MUX_VERSION ||
+	    4 + (size_t)b[2] > addrlen ||
+	    4 + (size_t)b[2] + b[3 + b[2]] != addrlen)
+		return FR_EPROTO;
+	sl = b[2];
+	/* the shm address carries the node id at bytes 8..15 */
+	shm = sl >= 16 && fr_get_le64(b + 3 + 8) == fr_node_id();
+	rc = shm ? tp->sops->connect(tp->shm, peer, b + 3, sl, &cc)
+		 : tp->nops->connect(tp->net, peer, b + 4 + sl,
+				     addrlen - 4 - sl, &cc);
+	if (rc)
+		return rc;
+	*conn = wrap(tp, shm, cc);
+	if (!*conn) {
+		(shm ? tp->sops : tp->nops)->close_conn(cc);
+		return FR_ENOMEM;
+	}
+	return 0;
+}
+
+static int mux_accept(struct fr_tp *tp, int peer, struct fr_tp_conn **conn)
+{
+	struct fr_tp_conn *cc;
+	bool shm = true;
+	int rc;
+
+	if (!tp || !conn)
+		return FR_EINVAL;
+	rc = tp->sops->accept(tp->shm, peer, &cc);
+	if (rc == FR_EAGAIN) {
+		shm = false;
+		rc = tp->nops->accept(tp->net, peer, &cc);
+	}
+	if (rc)
+		return rc;
+	*conn = wrap(tp, shm, cc);
+	if (!*conn) {
+		(shm ? tp->sops : tp->nops)->close_conn(cc);
+		return FR_ENOMEM;
+	}
+	return 0;
+}
+
+static int mux_connect_done(struct fr_tp_conn *c)
+{
+	return c ? ops_of(c)->connect_done(c->child) : FR_EINVAL;
+}
+
+static int mux_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
+		       struct fr_tp_mr **out)
+{
+	struct mux_mr *m;
+	int rc;
+
+	if (!tp || !out)
+		return FR_EINVAL;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return FR_ENOMEM;
+	rc = tp->nops->reg_mem(tp->net, buf, len, access, &m->net);
+	if (rc)
+		goto err_net;
+	rc = tp->sops->reg_mem(tp->shm, buf, len, access, &m->shm);
+	if (rc)
+		goto err_shm;
+	*out = (struct fr_tp_mr *)m;
+	return 0;
+
+err_shm:
+	tp->nops->dereg_mem(tp->net, m->net);
+err_net:
+	free(m);
+	return rc;
+}
+
+static int mux_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
+{
+	struct mux_mr *m = (struct mux_mr *)mr;
+	int rc;
+
+	if (!tp || !m)
+		return FR_EINVAL;
+	/* a child still busy (FR_EBUSY) says so; the caller polls and
+	 * retries, and what went already stays gone */
+	if (m->shm) {
+		rc = tp->sops->dereg_mem(tp->shm, m->shm);
+		if (rc)
+			return rc;
+		m->shm = NULL;
+	}
+	rc = tp->nops->dereg_mem(tp->net, m->net);
+	if (rc)
+		return rc;
+	free(m);
+	return 0;
+}
+
+static int mux_pack_rkey(struct fr_tp_mr *mr, void *blob, size_t *len)
+{
+	struct mux_mr *m = (struct mux_mr *)mr;
+	uint8_t *b = blob;
+	size_t nl, sl;
+	int rc;
+
+	if (!m || !blob || !len || *len < 2)
+		return FR_EINVAL;
+	nl = *len - 1;
+	rc = fr_tcp_ops.pack_rkey(m->net, b + 1, &nl);
+	if (rc || nl > 255)
+		return rc ? rc : FR_EINVAL;
+	sl = *len - 1 - nl;
+	rc = fr_shm_ops.pack_rkey(m->shm, b + 1 + nl, &sl);
+	if (rc)
+		return rc;
+	b[0] = (uint8_t)nl;
+	*len = 1 + nl + sl;
+	return 0;
+}
+
+static int mux_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
+			   struct fr_tp_rkey *rkey)
+{
+	const uint8_t *b = blob;
+	struct fr_tp_rkey s;
+	int rc;
+
+	if (!tp || !blob || !rkey)
+		return FR_EINVAL;
+	if (len < 1 || 1 + (size_t)b[0] > len)
+		return FR_EPROTO;
+	rc = tp->nops->unpack_rkey(tp->net, b + 1, b[0], rkey);
+	if (rc)
+		return rc;
+	rc = tp->sops->unpack_rkey(tp->shm, b + 1 + b[0], len - 1 - b[0], &s);
+	if (rc)
+		return rc;
+	rkey->a2 = s.a;
+	rkey->b2 = s.b;
+	rkey->c2 = s.c;
+	rkey->d2 = s.d;
+	return 0;
+}
+
+static int mux_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
+			 size_t loff, const struct fr_tp_rkey *rkey,
+			 uint64_t roff, size_t len, uint32_t imm, uint64_t ctx)
+{
+	struct mux_mr *m = (struct mux_mr *)lmr;
+	struct fr_tp_rkey s = { 0 };
+
+	if (!c)
+		return FR_EINVAL;
+	if (len && !m)
+		return FR_EINVAL;
+	if (!c->shm)
+		return fr_tcp_ops.write_imm(c->child, m ? m->net : NULL, loff,
+					    rkey, roff, len, imm, ctx);
+	if (rkey) {
+		s.a = rkey->a2;
+		s.b = rkey->b2;
+		s.c = rkey->c2;
+		s.d = rkey->d2;
+	}
+	if (len && !m->shm)
+		return FR_EINVAL;
+	return fr_shm_ops.write_imm(c->child, m ? m->shm : NULL, loff,
+				    rkey ? &s : NULL, roff, len, imm, ctx);
+}
+
+static int mux_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
+{
+	int n, k;
+
+	if (!tp || max < 0 || (max && !cqe))
+		return FR_EINVAL;
+	n = tp->sops->poll(tp->shm, cqe, max);
+	if (n < 0)
+		return n;
+	k = tp->nops->poll(tp->net, cqe + n, max - n);
+	if (k < 0)
+		return k;
+	for (int i = 0; i < n + k; i++)
+		cqe[i].conn = unwrap_cqe(tp, cqe[i].conn);
+	return n + k;
+}
+
+static int mux_wait(struct fr_tp *tp, int timeout_ms)
+{
+	struct epoll_event ev[4];
+	int t = timeout_ms, rs, rn, n;
+	uint64_t v;
+
+	if (!tp)
+		return FR_EINVAL;
+	rs = tp->sops->wait_prepare(tp->shm, &t);
+	if (rs) {
+		if (rs > 0)
+			tp->sops->wait_finish(tp->shm);
+		return rs < 0 ? rs : 0;
+	}
+	rn = tp->nops->wait_prepare(tp->net, &t);
+	if (rn) {
+		tp->sops->wait_finish(tp->shm);
+		return rn < 0 ? rn : 0;
+	}
+	n = epoll_wait(tp->epfd, ev, (int)FR_ARRAY_SIZE(ev), t);
+	tp->sops->wait_finish(tp->shm);
+	tp->nops->wait_finish(tp->net);
+	if (n < 0 && errno != EINTR)
+		return FR_ESYS;
+	while (read(tp->wfd, &v, sizeof(v)) > 0)
+		;
+	/* let each child take its socket events now (a zero wait), so that
+	 * the next sleep does not wake at once for the same event */
+	if (n > 0) {
+		tp->sops->wait(tp->shm, 0);
+		tp->nops->wait(tp->net, 0);
+	}
+	return 0;
+}
+
+static void mux_wake(struct fr_tp *tp)
+{
+	uint64_t one = 1;
+
+	if (tp && write(tp->wfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		fr_dbg("mux: rank %d: wake: %s", tp->rank, strerror(errno));
+}
+
+static void mux_close_conn(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp;
+
+	if (!c)
+		return;
+	tp = c->tp;
+	ops_of(c)->close_conn(c->child);
+	for (struct fr_tp_conn **pc = &tp->conns; *pc; pc = &(*pc)->next)
+		if (*pc == c) {
+			*pc = c->next;
+			break;
+		}
+	free(c);
+}
+
+static void mux_close(struct fr_tp *tp)
+{
+	if (!tp)
+		return;
+	while (tp->conns) {
+		struct fr_tp_conn *c = tp->conns;
+
+		tp->conns = c->next;
+		free(c); /* the children close their connections below */
+	}
+	tp->nops->close(tp->net);
+	tp->sops->close(tp->shm);
+	close(tp->wfd);
+	close(tp->epfd);
+	free(tp);
+}
+
+static int mux_conn_peer(const struct fr_tp_conn *c)
+{
+	return c ? ops_of(c)->conn_peer(c->child) : -1;
+}
+
+const struct fr_tp_ops fr_mux_ops = {
+	.size = sizeof(struct fr_tp_ops),
+	.name = "shm+tcp",
+	.probe = mux_probe,
+	.open = mux_open,
+	.connect = mux_connect,
+	.accept = mux_accept,
+	.connect_done = mux_connect_done,
+	.reg_mem = mux_reg_mem,
+	.dereg_mem = mux_dereg_mem,
+	.pack_rkey = mux_pack_rkey,
+	.unpack_rkey = mux_unpack_rkey,
+	.write_imm = mux_write_imm,
+	.poll = mux_poll,
+	.wait = mux_wait,
+	.wake = mux_wake,
+	.close_conn = mux_close_conn,
+	.close = mux_close,
+	.conn_peer = mux_conn_peer,
+};

@@ -42,6 +42,7 @@ struct fr_tp_mr; /* ours is struct mux_mr, cast at the interface */
 
 struct mux_mr {
 	struct fr_tp_mr *net, *shm;
+	struct mux_mr *prev, *next; /* tp->mrs: freed at close */
 };
 
 /* A connection: the child's, wrapped (completions are translated back). */
@@ -56,6 +57,7 @@ struct fr_tp {
 	struct fr_tp *net, *shm;
 	const struct fr_tp_ops *nops, *sops;
 	struct fr_tp_conn *conns;
+	struct mux_mr *mrs;
 	int epfd, wfd;
 	int rank;
 };
@@ -242,6 +244,10 @@ static int mux_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
 	rc = tp->sops->reg_mem(tp->shm, buf, len, access, &m->shm);
 	if (rc)
 		goto err_shm;
+	m->next = tp->mrs;
+	if (tp->mrs)
+		tp->mrs->prev = m;
+	tp->mrs = m;
 	*out = (struct fr_tp_mr *)m;
 	return 0;
 
@@ -270,6 +276,12 @@ static int mux_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
 	rc = tp->nops->dereg_mem(tp->net, m->net);
 	if (rc)
 		return rc;
+	if (m->prev)
+		m->prev->next = m->next;
+	else
+		tp->mrs = m->next;
+	if (m->next)
+		m->next->prev = m->prev;
 	free(m);
 	return 0;
 }
@@ -431,6 +443,13 @@ static void mux_close(struct fr_tp *tp)
 
 		tp->conns = c->next;
 		free(c); /* the children close their connections below */
+	}
+	/* the children free their regions; ours are only the pairs */
+	while (tp->mrs) {
+		struct mux_mr *m = tp->mrs;
+
+		tp->mrs = m->next;
+		free(m);
 	}
 	tp->nops->close(tp->net);
 	tp->sops->close(tp->shm);

@@ -128,9 +128,31 @@ found:
 	return 0;
 }
 
+/*
+ * A failed collective may return while a peer that has not yet heard of
+ * the failure is still writing into our receive buffer (it holds our
+ * remote key).  A cached registration would keep that buffer open to such
+ * late writes after the application has freed it, so a failed
+ * communicator drops each cache entry as soon as no collective holds it:
+ * the transport then refuses writes into it (TCP and shm check their region
+ * table, verbs' rkey is invalid).  Regions the application registered are
+ * its own to deregister before it frees them.
+ */
 void fr_mem_release(struct fr_mem *m)
 {
-	m->refs--;
+	struct fr_comm *comm = m->comm;
+	struct fr_mem **pp;
+
+	if (--m->refs > 0 || m->user || !comm->failed)
+		return;
+	for (pp = &comm->cache; *pp; pp = &(*pp)->next)
+		if (*pp == m) {
+			*pp = m->next;
+			comm->cache_entries--;
+			comm->stats.regcache_evictions++;
+			fr_mem_free_internal(m);
+			return;
+		}
 }
 
 void fr_mem_cache_flush(struct fr_comm *comm)

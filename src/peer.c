@@ -615,6 +615,52 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
  * ------------------------------------------------------------------ */
 
 /*
+ * When a collective fails, its request finishes at once and the application
+ * may free its buffers, but sends of that collective can still be queued in
+ * the transport, reading from them (a live peer that stopped reading).  A
+ * failed communicator never sends user data again, so give the queued sends
+ * FR_QUIESCE_MS to drain (they usually do in microseconds, and the ABORT
+ * queued behind them goes out too), then close every connection: the
+ * transport drops what is queued and nothing reads the application's memory
+ * after the failed call returns.  The peers see the closed connection as
+ * this rank's failure, which they are about to learn anyway.
+ */
+#define FR_QUIESCE_MS 200
+
+void fr_peers_quiesce(struct fr_comm *c)
+{
+	uint64_t deadline = fr_now_ms() + FR_QUIESCE_MS;
+	struct fr_tp_cqe cqe[32];
+
+	if (!c->peers || c->user_outstanding <= 0)
+		return;
+	while (c->user_outstanding > 0 && fr_now_ms() < deadline) {
+		int n = c->tp_ops->poll(c->tp, cqe, 32);
+
+		if (n < 0)
+			break;
+		for (int i = 0; i < n; i++)
+			fr_peers_on_cqe(c, &cqe[i]);
+		if (!n)
+			c->tp_ops->wait(c->tp, 1);
+	}
+	if (c->user_outstanding <= 0)
+		return;
+	fr_info("rank %d: %d sends still queued %d ms after the failure: closing every connection",
+		c->rank, c->user_outstanding, FR_QUIESCE_MS);
+	for (struct fr_peer *p = c->active; p; p = p->next_active) {
+		if (p->conn)
+			c->tp_ops->close_conn(p->conn);
+		p->conn = NULL;
+		p->state = FR_PEER_DOWN;
+	}
+	/* their completions went with the connections */
+	c->outstanding = 0;
+	c->user_outstanding = 0;
+	c->out_busy = 0;
+}
+
+/*
  * Say goodbye to every connected peer and wait (bounded) for theirs,
  * reading and dropping whatever else arrives, so that no connection is
  * closed while the other side may still send on it: closing a TCP socket

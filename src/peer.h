@@ -76,6 +76,9 @@ int fr_peer_write(struct fr_comm *comm, int rank, struct fr_mem *lmem,
 void fr_peers_send_abort(struct fr_comm *comm, int err, int origin);
 /* BYE to every connected peer, wait (bounded) for theirs, close. */
 void fr_peers_goodbye(struct fr_comm *comm);
+/* A failed communicator whose sends still read the application's buffers:
+ * let them finish for a moment, then cut every connection (see peer.c). */
+void fr_peers_quiesce(struct fr_comm *comm);
 
 /* Mailbox card: our mailbox's key, for the rendezvous. */
 int fr_peers_pack_card_key(struct fr_comm *comm, void *blob, size_t *len);

@@ -42,6 +42,7 @@ static void req_finish(struct fr_request *req, int result)
 /* The failure reaches every request not yet finished. */
 static void fail_all(struct fr_comm *comm)
 {
+	fr_peers_quiesce(comm);
 	for (struct fr_request *q = comm->queue; q; q = q->next)
 		if (q->state != FR_REQ_DONE)
 			req_finish(q, comm->failed);

@@ -16,10 +16,13 @@
  *   mp_allreduce regonce [--iters N] [--count C]
  *       N iterations on buffers registered once: registrations and remote
  *       keys exchanged must not grow after the first iteration;
- *   mp_allreduce die --victim R --at I [--how kill|exit|stall]
+ *   mp_allreduce die --victim R --at I [--how kill|exit|stall|freeze]
  *       rank R dies (or stalls: stays alive but silent) at iteration I;
  *       every other rank must get an error (not a hang) within
- *       FR_TIMEOUT_MS plus a margin;
+ *       FR_TIMEOUT_MS plus a margin.  freeze: rank R stops (SIGSTOP) in
+ *       the middle of a collective, with our keys in hand, and resumes
+ *       after the others have failed and unmapped their buffers; its late
+ *       writes must not land in them (no crash in the survivors);
  *   mp_allreduce mismatch --victim R [--what count|dtype|op|skip]
  *       rank R calls with a different argument; every rank must get
  *       FR_EMISMATCH (skip: rank R skips a collective; every rank must fail).
@@ -36,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -624,13 +628,49 @@ static int run_regonce(fr_comm_t *comm, int iters, size_t count)
 	return failed;
 }
 
+/*
+ * freeze: stop in the middle of a collective and resume after every other
+ * rank has given up (a child process sends SIGCONT).  The others have then
+ * unmapped the buffer this rank still holds keys for.
+ */
+static int freeze_midway(fr_comm_t *comm, float *buf, size_t count,
+			 long timeout_ms)
+{
+	fr_request_t *req = NULL;
+	pid_t self = getpid();
+	int rc, done = 0;
+
+	rc = fr_iallreduce(comm, FR_IN_PLACE, buf, count, FR_F32, FR_SUM, &req);
+	if (rc)
+		return rc;
+	/* far enough that data is moving, not so far that it is done */
+	for (int i = 0; i < 20 && !done; i++)
+		fr_test(&req, &done);
+	if (done) /* finished already: nothing left to write late */
+		return FR_EAGAIN;
+	fprintf(stderr, "rank %d: freezing now\n", rank);
+	if (fork() == 0) {
+		usleep((useconds_t)(timeout_ms + 1500) * 1000);
+		kill(self, SIGCONT);
+		_exit(0);
+	}
+	raise(SIGSTOP);
+	fprintf(stderr, "rank %d: resumed\n", rank);
+	return fr_wait(&req);
+}
+
 static int run_die(fr_comm_t *comm, int victim, int at, const char *how)
 {
 	size_t count = 1 << 18;
-	float *buf = calloc(count, sizeof(float));
+	/* mmap, not malloc: the survivors' munmap must really unmap it */
+	float *buf = mmap(NULL, count * sizeof(float), PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	int rc = 0, it;
 	double t0 = 0;
 	long timeout_ms = getenv("FR_TIMEOUT_MS") ? atol(getenv("FR_TIMEOUT_MS")) : 30000;
+
+	if (buf == MAP_FAILED)
+		return ++failed;
 
 	for (it = 0; it < at + 1000 && !rc; it++) {
 		/* survivors may still be finishing the previous collective */
@@ -641,6 +681,15 @@ static int run_die(fr_comm_t *comm, int victim, int at, const char *how)
 				fprintf(stderr, "rank %d: dying now (%s)\n", rank, how);
 				if (!strcmp(how, "exit"))
 					_exit(0);
+				if (!strcmp(how, "freeze")) {
+					rc = freeze_midway(comm, buf, count,
+							   timeout_ms);
+					printf("rank %d: resumed: %s\n", rank,
+					       fr_errname(rc));
+					CHECK(rc, "the frozen rank's collective succeeded");
+					munmap(buf, count * sizeof(float));
+					return failed;
+				}
 				if (!strcmp(how, "stall")) {
 					/* alive but silent: the others time out */
 					sleep((unsigned)(timeout_ms / 1000 * 3 + 1));
@@ -654,16 +703,51 @@ stalled:
 		rc = fr_allreduce(comm, FR_IN_PLACE, buf, count, FR_F32, FR_SUM);
 	}
 	double dt = now_s() - t0;
+	fr_stats_t st;
 
 	CHECK(rc == FR_EPEER || rc == FR_ETIMEDOUT,
 	      "survivor got %d (%s) at iteration %d", rc, fr_errname(rc), it);
+	/* the failed collective's cached registration of buf is gone, so
+	 * that a peer's late write cannot land in it after the munmap below */
+	st.size = sizeof(st);
+	CHECK(!fr_comm_stats(comm, &st), "stats");
+	CHECK(st.regcache_hits + st.regcache_misses == 0 ||
+		      st.regcache_evictions >= 1,
+	      "the failed collective's cached registration was kept");
 	CHECK(dt < timeout_ms / 1000.0 + 5, "error after %.1f s", dt);
 	printf("rank %d: %s after %.3f s: %s\n", rank, fr_errname(rc), dt,
 	       fr_comm_last_error(comm));
 	/* the communicator stays failed */
 	rc = fr_allreduce(comm, FR_IN_PLACE, buf, 1, FR_F32, FR_SUM);
 	CHECK(rc == FR_EPEER || rc == FR_ETIMEDOUT, "failed communicator returned %d", rc);
-	free(buf);
+	munmap(buf, count * sizeof(float));
+	if (strcmp(how, "freeze"))
+		return failed;
+	/*
+	 * New memory at the same address, as the application's next
+	 * allocation could be, filled with a pattern; stay until the frozen
+	 * rank has resumed and sent what it still had for the old buffer.
+	 * None of it may land here.
+	 */
+	unsigned char *again = mmap(buf, count * sizeof(float),
+				    PROT_READ | PROT_WRITE,
+				    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+				    -1, 0);
+	size_t bad = 0;
+
+	if (again != (unsigned char *)buf) {
+		printf("rank %d: could not map the same address again: skipped the reuse check\n",
+		       rank);
+		usleep(2500 * 1000);
+		return failed;
+	}
+	memset(again, 0x5a, count * sizeof(float));
+	usleep(2500 * 1000);
+	for (size_t i = 0; i < count * sizeof(float); i++)
+		bad += again[i] != 0x5a;
+	CHECK(!bad, "%zu bytes of memory reused after the failure were overwritten",
+	      bad);
+	munmap(again, count * sizeof(float));
 	return failed;
 }
 

@@ -31,4 +31,7 @@ for algo in rd rabenseifner; do
 done
 # alive but silent: the timeout turns it into FR_ETIMEDOUT everywhere
 run "rank 1 of 4 stalls" survivors_ok 4 1 stall
+# stopped in the middle of a collective, resumed after the others failed and
+# reused their buffers' addresses: its late writes must not land there
+run "rank 1 of 4 freezes mid-collective" survivors_ok 4 1 freeze
 finish

@@ -4,10 +4,12 @@
 # (Debian's PyTorch 1.13, CPU) is for the DDP hook and its tests; the
 # fastreduce package itself needs only python3.  mpich and openmpi-bin:
 # the launcher tests (ranks started by mpiexec without FR_RENDEZVOUS).
+# clang and libclang-rt-14-dev: libFuzzer, for `make fuzz` and CI's smoke.
 set -e
 PKGS="build-essential autoconf automake libtool pkg-config libcmocka-dev
 libibverbs-dev librdmacm-dev libhwloc-dev valgrind
-python3 python3-numpy python3-pytest python3-torch mpich openmpi-bin"
+python3 python3-numpy python3-pytest python3-torch mpich openmpi-bin
+clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

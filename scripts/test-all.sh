@@ -1,6 +1,7 @@
 #!/bin/bash
 # The whole test suite, as CI runs it (README's second command):
-#   1. -Werror build, `make check` (CMocka units + multi-process runs);
+#   1. -Werror build, `make check` (CMocka units + multi-process runs), and
+#      a libFuzzer smoke of every harness (tests/fuzz);
 #   2. the same suite built with AddressSanitizer + UBSan, and the threaded
 #      tests built with ThreadSanitizer;
 #   3. valgrind over the unit tests and a small multi-process run;
@@ -19,6 +20,12 @@ step "build (-Werror) and make check"
 mkdir -p build
 (cd build && ../configure --enable-werror >/dev/null && make -j"$jobs" >/dev/null &&
 	make -j"$jobs" check) || { cat build/test-suite.log 2>/dev/null | tail -100; exit 1; }
+
+# Every decoder that reads bytes from outside, under libFuzzer with ASan and
+# UBSan: a short bounded run of each harness from its seeds (the long
+# campaign is scripts/fuzz.sh run SECONDS).  Any crash fails the run.
+step "fuzz smoke (libFuzzer, ${FR_FUZZ_SMOKE_S:-20} s per harness)"
+(cd build && make fuzz-smoke) || { echo "fuzz smoke failed"; exit 1; }
 
 # The Soft-RoCE VM suite runs in the first build only (FR_VM_TESTS=1 in CI
 # makes it mandatory there); sanitizer runtimes are not in the VM image.

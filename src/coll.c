@@ -5,13 +5,42 @@
  * Arguments are checked here, locally; that the ranks agree with each other
  * is checked on the wire (every message names the collective, count,
  * dtype, op, root and algorithm, see peer.c).
+ *
+ * A refused call fails the communicator on every rank.  The other ranks
+ * are about to run (or already run) this collective and would wait for this
+ * rank until the timeout; worse, if this rank went on to its next call,
+ * that call would meet the others' current one.  So a refusal is a failure
+ * like a dead peer: FR_EINVAL here, and every other rank fails at once with
+ * FR_EPEER and this rank's message (peer.c, fr_peers_tell_all).  A
+ * single-rank communicator keeps working: nobody waits for it.
  */
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "algo/algo.h"
 #include "internal.h"
+#include "peer.h"
 #include "reduce.h"
+
+static int refuse(fr_comm_t *comm, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int refuse(fr_comm_t *comm, int err, const char *fmt, ...)
+{
+	char msg[FR_ERRMSG_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (comm->nranks < 2 || comm->failed)
+		return fr_comm_seterr(comm, err, "%s", msg);
+	fr_comm_fail(comm, err, "%s", msg);
+	fr_peers_tell_all(comm);
+	return err;
+}
 
 const char *fr_coll_name(enum fr_coll coll)
 {
@@ -57,14 +86,14 @@ static int check(fr_comm_t *comm, enum fr_coll coll, size_t count,
 		return comm->failed;
 	es = fr_dtype_size(dtype);
 	if (!es || (reduces && fr_reduce_check(dtype, op)))
-		return fr_comm_seterr(
+		return refuse(
 			comm, FR_EINVAL,
 			"rank %d: %s: invalid datatype/operation (%d, %d)%s",
 			comm->rank, name, (int)dtype, (int)op,
 			es && op == FR_AVG ? ": avg needs a floating type"
 					   : "");
 	if (count > SIZE_MAX / es / 2 / (size_t)comm->nranks)
-		return fr_comm_seterr(comm, FR_EINVAL,
+		return refuse(comm, FR_EINVAL,
 				      "rank %d: %s: count %zu too large",
 				      comm->rank, name, count);
 	memset(req, 0, sizeof(*req));
@@ -87,24 +116,24 @@ static int take_opts(fr_comm_t *comm, const fr_coll_opts_t *opts,
 		return 0;
 	if (opts->size < sizeof(size_t) ||
 	    opts->size < offsetof(fr_coll_opts_t, residual) + sizeof(float *))
-		return fr_comm_seterr(
+		return refuse(
 			comm, FR_EINVAL,
 			"rank %d: allreduce: fr_coll_opts_t.size %zu is not set (fr_coll_opts_init)",
 			comm->rank, opts->size);
 	if (opts->compress < 0 || opts->compress >= FR_COMPRESS_COUNT)
-		return fr_comm_seterr(comm, FR_EINVAL,
+		return refuse(comm, FR_EINVAL,
 				      "rank %d: allreduce: compress %d is not an fr_compress_t",
 				      comm->rank, opts->compress);
 	if (opts->compress == FR_COMPRESS_NONE) {
 		if (opts->residual)
-			return fr_comm_seterr(
+			return refuse(
 				comm, FR_EINVAL,
 				"rank %d: allreduce: a residual (error feedback) needs compression",
 				comm->rank);
 		return 0;
 	}
 	if (r->dtype != FR_F32)
-		return fr_comm_seterr(
+		return refuse(
 			comm, FR_EINVAL,
 			"rank %d: allreduce: %s compression is for f32 data, not %s",
 			comm->rank, fr_compress_name(opts->compress),
@@ -114,7 +143,7 @@ static int take_opts(fr_comm_t *comm, const fr_coll_opts_t *opts,
 	    (overlaps(opts->residual, rbytes, r->recvbuf, bytes) ||
 	     (r->sendbuf != FR_IN_PLACE &&
 	      overlaps(opts->residual, rbytes, r->sendbuf, bytes))))
-		return fr_comm_seterr(
+		return refuse(
 			comm, FR_EINVAL,
 			"rank %d: allreduce: the residual overlaps the data",
 			comm->rank);
@@ -131,8 +160,11 @@ static int iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	size_t bytes;
 	int rc;
 
-	if (!comm || !out)
+	if (!comm)
 		return FR_EINVAL;
+	if (!out)
+		return refuse(comm, FR_EINVAL, "rank %d: NULL request pointer",
+			      comm->rank);
 	*out = NULL;
 	rc = check(comm, FR_COLL_ALLREDUCE, count, dtype, op, true, &r);
 	if (rc)
@@ -141,13 +173,13 @@ static int iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	if (sendbuf == recvbuf)
 		sendbuf = FR_IN_PLACE;
 	if (count && (!recvbuf || !sendbuf))
-		return fr_comm_seterr(
+		return refuse(
 			comm, FR_EINVAL,
 			"rank %d: allreduce: NULL buffer with count %zu",
 			comm->rank, count);
 	if (count && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, bytes, recvbuf, bytes))
-		return fr_comm_seterr(
+		return refuse(
 			comm, FR_EINVAL,
 			"rank %d: allreduce: send and receive buffers overlap without being equal",
 			comm->rank);
@@ -167,8 +199,11 @@ static int ireduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	size_t blk, total;
 	int rc;
 
-	if (!comm || !out)
+	if (!comm)
 		return FR_EINVAL;
+	if (!out)
+		return refuse(comm, FR_EINVAL, "rank %d: NULL request pointer",
+			      comm->rank);
 	*out = NULL;
 	rc = check(comm, FR_COLL_REDUCE_SCATTER, recvcount, dtype, op, true,
 		   &r);
@@ -177,7 +212,7 @@ static int ireduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	blk = recvcount * fr_dtype_size(dtype);
 	total = blk * (size_t)comm->nranks;
 	if (recvcount && (!recvbuf || !sendbuf || sendbuf == FR_IN_PLACE))
-		return fr_comm_seterr(
+		return refuse(
 			comm, FR_EINVAL,
 			"rank %d: reduce_scatter: %s with count %zu (in place is recvbuf == sendbuf + rank * recvcount)",
 			comm->rank,
@@ -187,7 +222,7 @@ static int ireduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	    (const uint8_t *)recvbuf !=
 		    (const uint8_t *)sendbuf + (size_t)comm->rank * blk &&
 	    overlaps(sendbuf, total, recvbuf, blk))
-		return fr_comm_seterr(
+		return refuse(
 			comm, FR_EINVAL,
 			"rank %d: reduce_scatter: buffers overlap other than in place (recvbuf == sendbuf + rank * recvcount)",
 			comm->rank);
@@ -203,8 +238,11 @@ static int iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	size_t blk, total;
 	int rc;
 
-	if (!comm || !out)
+	if (!comm)
 		return FR_EINVAL;
+	if (!out)
+		return refuse(comm, FR_EINVAL, "rank %d: NULL request pointer",
+			      comm->rank);
 	*out = NULL;
 	rc = check(comm, FR_COLL_ALLGATHER, sendcount, dtype, FR_SUM, false,
 		   &r);
@@ -216,13 +254,13 @@ static int iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 				 (const uint8_t *)sendbuf)
 		sendbuf = FR_IN_PLACE;
 	if (sendcount && (!recvbuf || !sendbuf))
-		return fr_comm_seterr(
+		return refuse(
 			comm, FR_EINVAL,
 			"rank %d: allgather: NULL buffer with count %zu",
 			comm->rank, sendcount);
 	if (sendcount && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, blk, recvbuf, total))
-		return fr_comm_seterr(
+		return refuse(
 			comm, FR_EINVAL,
 			"rank %d: allgather: buffers overlap other than in place (sendbuf == recvbuf + rank * sendcount)",
 			comm->rank);
@@ -237,19 +275,22 @@ static int ibroadcast(fr_comm_t *comm, void *buf, size_t count, fr_dtype_t dtype
 	struct fr_request r;
 	int rc;
 
-	if (!comm || !out)
+	if (!comm)
 		return FR_EINVAL;
+	if (!out)
+		return refuse(comm, FR_EINVAL, "rank %d: NULL request pointer",
+			      comm->rank);
 	*out = NULL;
 	rc = check(comm, FR_COLL_BROADCAST, count, dtype, FR_SUM, false, &r);
 	if (rc)
 		return rc;
 	if (root < 0 || root >= comm->nranks)
-		return fr_comm_seterr(
+		return refuse(
 			comm, FR_EINVAL,
 			"rank %d: broadcast: root %d is not a rank of %d",
 			comm->rank, root, comm->nranks);
 	if (count && !buf)
-		return fr_comm_seterr(
+		return refuse(
 			comm, FR_EINVAL,
 			"rank %d: broadcast: NULL buffer with count %zu",
 			comm->rank, count);
@@ -264,8 +305,11 @@ static int ibarrier(fr_comm_t *comm, fr_request_t **out)
 	struct fr_request r;
 	int rc;
 
-	if (!comm || !out)
+	if (!comm)
 		return FR_EINVAL;
+	if (!out)
+		return refuse(comm, FR_EINVAL, "rank %d: NULL request pointer",
+			      comm->rank);
 	*out = NULL;
 	rc = check(comm, FR_COLL_BARRIER, 0, FR_U8, FR_SUM, false, &r);
 	if (rc)

@@ -53,6 +53,17 @@ int fr_comm_fail(struct fr_comm *comm, int err, const char *fmt, ...)
 	vsnprintf(comm->errmsg, sizeof(comm->errmsg), fmt, ap);
 	va_end(ap);
 	comm->failed = err;
+	{
+		/* every unfinished collective fails, from the active one on:
+		 * later ABORTs must name it, not the next free number */
+		struct fr_request *req = fr_active_req(comm);
+
+		comm->fail_seq = req ? req->seq : comm->seq;
+	}
+	if (comm->fail_origin < 0) {
+		comm->fail_code = err;
+		memcpy(comm->fail_text, comm->errmsg, sizeof(comm->fail_text));
+	}
 	fr_err("%s", comm->errmsg);
 	/* Tell the peers, so that the failure travels to every rank; an
 	 * ABORT we relay keeps the rank that failed first. */
@@ -78,7 +89,7 @@ struct settings {
 	const char *token;
 	long timeout_ms;
 	size_t segment_bytes;
-	long slots, regcache, spin_us;
+	long slots, regcache, spin_us, slow_timeout_ms;
 	int algo;
 	size_t eager_bytes;
 	int progress;
@@ -185,6 +196,15 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 		if (rc < 0)
 			return rc;
 	}
+	/* a peer that answers but has not entered the collective: ten
+	 * minutes by default (a checkpoint, a slow data loader), never less
+	 * than the timeout */
+	s->slow_timeout_ms = FR_MAX(600000L, s->timeout_ms);
+	rc = fr_env_long(get, NULL, "FR_SLOW_TIMEOUT_MS", 1, 86400000L,
+			 &s->slow_timeout_ms, err, errlen);
+	if (rc < 0)
+		return rc;
+	s->slow_timeout_ms = FR_MAX(s->slow_timeout_ms, s->timeout_ms);
 	s->segment_bytes = FR_DEFAULT_SEGMENT;
 	if (cfg && CFG_HAS(cfg, segment_bytes) && cfg->segment_bytes) {
 		s->segment_bytes = cfg->segment_bytes;
@@ -569,6 +589,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	c->rank = s->rank;
 	c->nranks = s->nranks;
 	c->timeout_ms = (int)s->timeout_ms;
+	c->slow_timeout_ms = s->slow_timeout_ms;
 	c->segment_bytes = s->segment_bytes;
 	c->slots = (int)s->slots;
 	c->regcache_max = (int)s->regcache;

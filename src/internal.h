@@ -106,6 +106,7 @@ struct fr_peer {
 	int credits;          /* free data slots there for us */
 	uint32_t send_seq;    /* data slots used so far */
 	bool abort_sent, bye_sent;
+	bool told_only; /* connected only to hand it our ABORT */
 	/* receiving from it into our mailbox */
 	uint32_t recv_arrived; /* data messages landed */
 	uint32_t recv_taken;   /* data messages consumed (in order) */
@@ -113,6 +114,12 @@ struct fr_peer {
 	bool have_peek;        /* msg below is the decoded head */
 	struct fr_msg peek;
 	bool bye;              /* it destroyed its communicator */
+	/* liveness (peer.c, "Slow or dead"): our last PING to it, its last
+	 * PONG, and what that said: how many collectives it had started, and
+	 * whether it is itself waiting for a late rank */
+	uint64_t ping_ms, pong_ms;
+	uint32_t pong_started;
+	bool pong_late, pong_owed;
 	/* ids of our registrations whose key it has (direct-mapped) */
 	uint32_t rkey_sent[FR_RKEY_CACHE];
 	/* its registrations' keys we have (direct-mapped by id) */
@@ -161,6 +168,8 @@ struct fr_comm {
 	struct fr_tp *tp;
 	uint64_t job_nonce;
 	int timeout_ms;
+	long slow_timeout_ms; /* patience with a peer that is alive but late */
+	bool waiting_late;    /* what we wait on is alive but late */
 	size_t segment_bytes;
 	int slots;
 	int regcache_max;
@@ -238,6 +247,11 @@ struct fr_comm {
 	uint32_t abort_seq;
 	int abort_err, abort_origin;
 	char abort_msg[FR_ERRMSG_MAX];
+	/* the first failing rank's own code and message, which ABORT
+	 * carries on (relays included) */
+	int fail_code;
+	uint32_t fail_seq; /* the first collective the failure ended */
+	char fail_text[FR_ERRMSG_MAX];
 	fr_stats_t stats;
 	char errmsg[FR_ERRMSG_MAX];
 
@@ -272,6 +286,7 @@ void fr_mem_release(struct fr_mem *mem);
 int fr_mem_register_internal(struct fr_comm *comm, void *buf, size_t len,
 			     int access, bool user, struct fr_mem **mem);
 void fr_mem_free_internal(struct fr_mem *mem);
+void fr_mem_cache_drop_idle(struct fr_comm *comm);
 void fr_mem_cache_flush(struct fr_comm *comm);
 
 /* progress.c: see there for the protocol */

@@ -155,6 +155,26 @@ void fr_mem_release(struct fr_mem *m)
 		}
 }
 
+/* A failed communicator: drop every cache entry no collective holds (see
+ * fr_mem_release for why). */
+void fr_mem_cache_drop_idle(struct fr_comm *comm)
+{
+	struct fr_mem **pp = &comm->cache;
+
+	while (*pp) {
+		struct fr_mem *m = *pp;
+
+		if (m->refs) {
+			pp = &m->next;
+			continue;
+		}
+		*pp = m->next;
+		comm->cache_entries--;
+		comm->stats.regcache_evictions++;
+		fr_mem_free_internal(m);
+	}
+}
+
 void fr_mem_cache_flush(struct fr_comm *comm)
 {
 	while (comm->cache) {

@@ -32,6 +32,9 @@
 #define MSG_MAGIC 0x314d5246u /* "FRM1" */
 #define CTX_OUT (1ull << 63)  /* SEND ctx of an outbox message: | slot */
 #define CTX_USER (1ull << 62) /* SEND ctx of a write from user memory */
+#define CTX_LIVE (1ull << 61) /* SEND ctx of a PING or PONG */
+#define LIVE_SEQ_MASK 0x07ffffffu /* PONG: collectives started, low bits */
+#define LIVE_LATE (1u << 27)      /* PONG: waiting for a late rank itself */
 
 void fr_msg_encode(const struct fr_msg *m, uint8_t *b)
 {
@@ -244,11 +247,96 @@ int fr_peer_need(struct fr_comm *c, int rank)
 	return FR_EPROTO;
 }
 
+/*
+ * Slow or dead.  A rank that waits on a peer for a while PINGs it (an
+ * immediate-only write, every quarter of the timeout, at most every second)
+ * and the peer's progress machinery - its application's next call into the
+ * library, or its progress thread - answers with a PONG that says how many
+ * collectives it has started and whether it is itself waiting, patiently,
+ * for a late rank.  Neither counts as progress of a collective.  So the
+ * waiter knows, when the timeout comes:
+ *   - no fresh PONG: dead, hung or unreachable: FR_ETIMEDOUT at the timeout,
+ *     as before (a closed connection still fails at once);
+ *   - alive and in the collective, but silent: FR_ETIMEDOUT at the timeout;
+ *   - alive but not yet in the collective (a checkpoint, a slow data
+ *     loader), or waiting for such a rank itself: patience until
+ *     FR_SLOW_TIMEOUT_MS, then FR_ETIMEDOUT saying so.
+ * A rank that starts waiting patiently tells all its peers at once with an
+ * unsolicited PONG, so the patience spreads along a ring in round trips,
+ * not in ping intervals.
+ */
+static int live_send(struct fr_comm *c, struct fr_peer *p, uint32_t imm)
+{
+	int rc;
+
+	if (p->state != FR_PEER_UP)
+		return FR_EAGAIN;
+	rc = c->tp_ops->write_imm(p->conn, NULL, 0, NULL, 0, 0, imm, CTX_LIVE);
+	if (rc)
+		return rc;
+	c->outstanding++;
+	c->stats.writes++;
+	return 0;
+}
+
+static uint32_t pong_imm(const struct fr_comm *c)
+{
+	return FR_IMM(FR_IMM_PONG, (c->waiting_late ? LIVE_LATE : 0) |
+					   (c->seq & LIVE_SEQ_MASK));
+}
+
+static int ping_interval_ms(const struct fr_comm *c)
+{
+	return FR_MAX(FR_MIN(c->timeout_ms / 4, 1000), 10);
+}
+
+bool fr_peers_cqe_is_liveness(const struct fr_tp_cqe *cqe)
+{
+	if (cqe->kind == FR_CQE_SEND)
+		return (cqe->ctx & CTX_LIVE) != 0;
+	return !cqe->status && (FR_IMM_TYPE(cqe->imm) == FR_IMM_PING ||
+				FR_IMM_TYPE(cqe->imm) == FR_IMM_PONG);
+}
+
+int fr_peer_liveness(struct fr_comm *c, int rank, uint32_t seq,
+		     uint64_t idle_ms)
+{
+	struct fr_peer *p = &c->peers[rank];
+	uint64_t now = fr_now_ms(), every = (uint64_t)ping_interval_ms(c);
+	uint32_t d;
+
+	if (p->state != FR_PEER_UP)
+		return -1;
+	if (idle_ms >= every && now - p->ping_ms >= every &&
+	    !live_send(c, p, FR_IMM(FR_IMM_PING, 0)))
+		p->ping_ms = now;
+	/* an answer to one of the last few PINGs, not an old one */
+	if (!p->pong_ms || now - p->pong_ms > 3 * every)
+		return -1;
+	/* has it started collective #seq?  (started counts them, mod 2^27) */
+	d = (p->pong_started - (seq & LIVE_SEQ_MASK)) & LIVE_SEQ_MASK;
+	if (d == 0 || d > LIVE_SEQ_MASK / 2 || p->pong_late)
+		return 1;
+	return 0;
+}
+
+/* We just started waiting for a late rank: tell everyone connected. */
+void fr_peers_announce_late(struct fr_comm *c)
+{
+	for (struct fr_peer *p = c->active; p; p = p->next_active)
+		if (live_send(c, p, pong_imm(c)) == FR_EAGAIN &&
+		    p->state == FR_PEER_UP)
+			p->pong_owed = true;
+}
+
 /* Return credits to peers we owe half their slots or more. */
 int fr_peers_progress(struct fr_comm *c, bool *did_work)
 {
 	for (struct fr_peer *p = c->active; p; p = p->next_active) {
 		int rc;
+
+		if (p->pong_owed && !live_send(c, p, pong_imm(c)))
+			p->pong_owed = false;
 
 		if (p->state == FR_PEER_CONNECTING) {
 			rc = peer_advance(c, p);
@@ -382,20 +470,73 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 
 void fr_peers_send_abort(struct fr_comm *c, int err, int origin)
 {
-	struct fr_request *req = fr_active_req(c);
 	struct fr_msg m = {.type = FR_MSG_ABORT,
-			   .seq = req ? req->seq : c->seq,
-			   .err = err,
+			   .seq = c->fail_seq,
+			   .err = c->fail_code ? c->fail_code : err,
 			   .origin = origin};
+
+	size_t len = strnlen(c->fail_text, sizeof(c->fail_text) - 1);
 
 	if (!c->peers)
 		return;
-	/* Best effort: a peer that is gone cannot be told. */
+	len = FR_MIN(len, fr_msg_payload_max(c));
+	/* Best effort: a peer that is gone cannot be told.  The payload is
+	 * the first failing rank's own message, so that every rank can say
+	 * what went wrong where, not only that something did. */
 	for (struct fr_peer *p = c->active; p; p = p->next_active) {
 		if (p->state != FR_PEER_UP || p->abort_sent || p->bye)
 			continue;
-		if (!fr_msg_send(c, p->rank, &m, NULL, 0))
+		if (!fr_msg_send(c, p->rank, &m, c->fail_text, len))
 			p->abort_sent = true;
+	}
+}
+
+/*
+ * Tell every rank that this one failed, not only the peers it is already
+ * connected to: a rank that refused a collective's arguments in the very
+ * first collective has no connections yet, and a partner of the refused
+ * collective (a non-neighbour in the hypercube algorithms) may be waiting
+ * for a connection to it.  Connect to everyone and hand out the ABORT as the
+ * connections come up, for at most FR_TELL_MS: a rank that does not need
+ * us never accepts, and learns it from the ranks that do, which relay it.
+ * Only the failing rank does this (relays go to connected peers), so a job
+ * fails with n - 1 new connections, not n^2.
+ */
+#define FR_TELL_MS 1000
+
+void fr_peers_tell_all(struct fr_comm *c)
+{
+	uint64_t deadline = fr_now_ms() + FR_MIN(c->timeout_ms, FR_TELL_MS);
+	int origin = c->fail_origin >= 0 ? c->fail_origin : c->rank;
+	struct fr_tp_cqe cqe[32];
+
+	if (!c->peers || !c->failed || c->nranks < 2)
+		return;
+	for (int q = 0; q < c->nranks; q++)
+		if (q != c->rank && c->peers[q].state == FR_PEER_IDLE) {
+			c->peers[q].told_only = true;
+			fr_peer_need(c, q); /* a failure marks it DOWN */
+		}
+	for (;;) {
+		bool all = true;
+		int n = c->tp_ops->poll(c->tp, cqe, 32);
+
+		if (n < 0)
+			break;
+		for (int i = 0; i < n; i++)
+			fr_peers_on_cqe(c, &cqe[i]);
+		for (struct fr_peer *p = c->active; p; p = p->next_active)
+			if (p->state == FR_PEER_CONNECTING)
+				peer_advance(c, p);
+		fr_peers_send_abort(c, c->failed, origin);
+		for (struct fr_peer *p = c->active; p; p = p->next_active)
+			if (p->state == FR_PEER_CONNECTING ||
+			    (p->state == FR_PEER_UP && !p->abort_sent && !p->bye))
+				all = false;
+		if (all || fr_now_ms() >= deadline)
+			break;
+		if (!n)
+			c->tp_ops->wait(c->tp, 1);
 	}
 }
 
@@ -470,27 +611,60 @@ static int on_abort(struct fr_comm *c, struct fr_peer *p,
 		    const struct fr_msg *m)
 {
 	struct fr_request *req = fr_active_req(c);
-	int err = m->err < 0 && m->err >= FR_ERANGE ? m->err : FR_EPEER;
-	char text[FR_ERRMSG_MAX];
+	int orig_err = m->err < 0 && m->err >= FR_ERANGE ? m->err : FR_EPEER;
+	int err = orig_err;
+	const uint8_t *b = mbx_slot(c, p->rank, c->mbx_slots);
+	char text[2 * FR_ERRMSG_MAX], why[FR_ERRMSG_MAX];
+	size_t len = FR_MIN((size_t)m->len, sizeof(why) - 1);
 
-	snprintf(
-		text, sizeof(text),
-		"rank %d: aborted at collective #%u: rank %d failed first (%s), as reported by rank %d",
-		c->rank, m->seq, m->origin, fr_strerror(err), p->rank);
+	/* Its own message, as text we can print: control characters out. */
+	for (size_t i = 0; i < len; i++) {
+		uint8_t ch = b[FR_MSG_HDR + i];
+
+		why[i] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+	}
+	why[len] = '\0';
+	/*
+	 * Errors that concern only the rank that had them (its arguments, its
+	 * memory, its system) are FR_EPEER here: nothing is wrong with ours.
+	 * Those that concern the job (a timeout, a mismatch, a protocol error)
+	 * travel as they are.
+	 */
+	if (err == FR_EINVAL || err == FR_ENOMEM || err == FR_ENODEV ||
+	    err == FR_ESYS || err == FR_ENOTSUP || err == FR_EBUSY ||
+	    err == FR_ERANGE || err == FR_EAGAIN || err == FR_EBOOTSTRAP)
+		err = FR_EPEER;
+	if (len)
+		snprintf(text, sizeof(text),
+			 "rank %d: aborted at collective #%u: rank %d failed first (%s), as reported by rank %d: %s",
+			 c->rank, m->seq, m->origin, fr_strerror(orig_err),
+			 p->rank, why);
+	else
+		snprintf(text, sizeof(text),
+			 "rank %d: aborted at collective #%u: rank %d failed first (%s), as reported by rank %d",
+			 c->rank, m->seq, m->origin, fr_strerror(orig_err),
+			 p->rank);
 	/*
 	 * A peer that failed in a later collective than ours had finished
 	 * ours: let ours complete, fail at the next one.
 	 */
 	if (req ? (int32_t)(m->seq - req->seq) > 0
 		: (int32_t)(m->seq - c->seq) >= 0) {
-		if (!c->abort_pending) {
+		if (!c->abort_pending && !c->failed) {
 			c->abort_pending = true;
 			c->abort_seq = m->seq;
 			c->abort_err = err;
 			c->abort_origin = m->origin;
-			memcpy(c->abort_msg, text, sizeof(text));
+			memcpy(c->abort_msg, text, sizeof(c->abort_msg) - 1);
+			c->abort_msg[sizeof(c->abort_msg) - 1] = '\0';
+			memcpy(c->fail_text, why, sizeof(why));
+			c->fail_code = orig_err;
 		}
 		return 0;
+	}
+	if (!c->failed) {
+		memcpy(c->fail_text, why, sizeof(why));
+		c->fail_code = orig_err;
 	}
 	c->fail_origin = m->origin;
 	return fr_comm_fail(c, err, "%s", text);
@@ -604,6 +778,21 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 	case FR_IMM_AG:
 	case FR_IMM_RCREDIT:
 		return fr_ring_on_cqe(c, p->rank, cqe);
+	case FR_IMM_PING:
+		if (cqe->len)
+			break;
+		/* answered from here, whoever drives progress; if the send
+		 * queue is full, from fr_peers_progress */
+		if (live_send(c, p, pong_imm(c)) == FR_EAGAIN)
+			p->pong_owed = true;
+		return 0;
+	case FR_IMM_PONG:
+		if (cqe->len)
+			break;
+		p->pong_ms = fr_now_ms();
+		p->pong_started = FR_IMM_PAYLOAD(cqe->imm) & LIVE_SEQ_MASK;
+		p->pong_late = (FR_IMM_PAYLOAD(cqe->imm) & LIVE_LATE) != 0;
+		return 0;
 	}
 	return fr_comm_fail(
 		c, FR_EPROTO,
@@ -681,15 +870,29 @@ void fr_peers_goodbye(struct fr_comm *c)
 		bool all = true;
 		int n;
 
-		/* an ABORT that found no room when we failed goes first */
-		if (c->failed)
+		/* an ABORT that found no room when we failed goes first, and
+		 * to a peer still connecting to us (it may only learn of the
+		 * failure from us) once the connection is up */
+		if (c->failed) {
+			for (struct fr_peer *p = c->active; p;
+			     p = p->next_active)
+				if (p->state == FR_PEER_CONNECTING)
+					peer_advance(c, p);
 			fr_peers_send_abort(c, c->failed,
 					    c->fail_origin >= 0 ? c->fail_origin
 								: c->rank);
+		}
 
 		for (struct fr_peer *p = c->active; p; p = p->next_active) {
 			struct fr_msg m = {.type = FR_MSG_BYE, .seq = c->seq};
 
+			/* a connection still coming up: finish it, so that
+			 * the peer gets the ABORT, unless it is only ours to
+			 * tell (fr_peers_tell_all) or the peer never connected
+			 * to us (it does not need us) */
+			if (c->failed && p->state == FR_PEER_CONNECTING &&
+			    p->conn && (!p->told_only || c->rank > p->rank))
+				all = false;
 			if (p->state != FR_PEER_UP)
 				continue;
 			/* a peer already gone cannot be told: give up on it */

@@ -30,6 +30,8 @@ enum fr_imm_type {
 	FR_IMM_RS = 3,	    /* ring: (segment serial << 8) | slot    */
 	FR_IMM_AG = 4,	    /* ring: segment index in the collective */
 	FR_IMM_RCREDIT = 5, /* ring: staging slots freed             */
+	FR_IMM_PING = 6,    /* are you alive?                        */
+	FR_IMM_PONG = 7,    /* yes: late flag << 27 | collectives started */
 };
 
 int fr_peers_init(struct fr_comm *comm);
@@ -74,6 +76,17 @@ int fr_peer_write(struct fr_comm *comm, int rank, struct fr_mem *lmem,
 
 /* Best-effort ABORT to every connected peer. */
 void fr_peers_send_abort(struct fr_comm *comm, int err, int origin);
+/* Liveness: a completion that only says a peer is alive (a PING, a PONG,
+ * the send of one) is no progress of a collective. */
+bool fr_peers_cqe_is_liveness(const struct fr_tp_cqe *cqe);
+/* PING the peer we wait on now and then; afterwards, what its PONGs say:
+ * 1 alive but late (not in our collective, or itself waiting for a late
+ * rank), 0 alive and in it, -1 no fresh answer. */
+int fr_peer_liveness(struct fr_comm *comm, int rank, uint32_t seq,
+		     uint64_t idle_ms);
+void fr_peers_announce_late(struct fr_comm *comm);
+/* A failed rank's ABORT to every rank, connecting as needed (bounded). */
+void fr_peers_tell_all(struct fr_comm *comm);
 /* BYE to every connected peer, wait (bounded) for theirs, close. */
 void fr_peers_goodbye(struct fr_comm *comm);
 /* A failed communicator whose sends still read the application's buffers:

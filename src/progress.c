@@ -142,6 +142,9 @@ int fr_sleep_ms(const struct fr_comm *comm, bool pending)
 	if (!pending)
 		return 1000;
 	idle = fr_now_ms() - comm->last_activity_ms;
+	/* patient with a late rank: keep pinging it, do not spin */
+	if (comm->waiting_late)
+		return 100;
 	if (idle >= (uint64_t)comm->timeout_ms)
 		return 0;
 	return (int)FR_MIN((uint64_t)comm->timeout_ms - idle, (uint64_t)100);

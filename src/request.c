@@ -46,6 +46,8 @@ static void fail_all(struct fr_comm *comm)
 	for (struct fr_request *q = comm->queue; q; q = q->next)
 		if (q->state != FR_REQ_DONE)
 			req_finish(q, comm->failed);
+	/* nothing holds them now: no late write may land in them */
+	fr_mem_cache_drop_idle(comm);
 }
 
 struct fr_request *fr_active_req(struct fr_comm *comm)
@@ -86,14 +88,18 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 					     fr_strerror(n));
 				goto failed;
 			}
-			if (n) {
+			if (n)
 				*did_work = true;
-				comm->last_activity_ms = fr_now_ms();
-			}
 			/* every completion taken from the transport gets its
-			 * bookkeeping (send slots, counters), failed or not */
-			for (int i = 0; i < n; i++)
+			 * bookkeeping (send slots, counters), failed or not;
+			 * a PING or PONG is not progress of a collective */
+			for (int i = 0; i < n; i++) {
+				if (!fr_peers_cqe_is_liveness(&cqe[i])) {
+					comm->last_activity_ms = fr_now_ms();
+					comm->waiting_late = false;
+				}
 				fr_peers_on_cqe(comm, &cqe[i]);
+			}
 			if (comm->failed)
 				goto failed;
 		} while (n == CQE_BATCH);
@@ -158,23 +164,64 @@ int fr_progress_internal(struct fr_comm *comm, bool *did_work)
 	return progress(comm, did_work, true);
 }
 
-/* Turn a silent neighbour into an error once the timeout has passed. */
+/*
+ * Turn a silent neighbour into an error once the timeout has passed, or,
+ * if it answers PINGs but has not entered the collective (or waits for a
+ * rank that has not), once FR_SLOW_TIMEOUT_MS has (peer.c, "Slow or dead").
+ */
 static int check_timeout(struct fr_comm *comm)
 {
 	struct fr_request *req = first_pending(comm);
 	uint64_t idle = fr_now_ms() - comm->last_activity_ms;
-	int peer;
+	const char *name;
+	int peer, lv = -1;
 
-	if (!req || idle < (uint64_t)comm->timeout_ms)
+	if (!req) {
+		comm->waiting_late = false;
 		return 0;
+	}
 	peer = req->algo && req->state == FR_REQ_ACTIVE
 		       ? req->algo->waiting_on(comm, req)
 		       : -1;
-	fr_comm_fail(
-		comm, FR_ETIMEDOUT,
-		"rank %d: collective #%u (%s): no progress for %llu ms waiting on rank %d",
-		comm->rank, req->seq, fr_coll_name(req->coll),
-		(unsigned long long)idle, peer);
+	if (peer >= 0 && peer < comm->nranks && peer != comm->rank)
+		lv = fr_peer_liveness(comm, peer, req->seq, idle);
+	if (lv == 1 && !comm->waiting_late) {
+		comm->waiting_late = true;
+		fr_peers_announce_late(comm);
+	}
+	if (idle < (uint64_t)comm->timeout_ms ||
+	    (lv == 1 && idle < (uint64_t)comm->slow_timeout_ms))
+		return 0;
+	name = fr_coll_name(req->coll);
+	if (lv == 1 && comm->peers[peer].pong_late)
+		fr_comm_fail(
+			comm, FR_ETIMEDOUT,
+			"rank %d: collective #%u (%s): rank %d is alive but itself waits for a rank that has not entered collective #%u after %.0f s (FR_SLOW_TIMEOUT_MS=%ld)",
+			comm->rank, req->seq, name, peer, req->seq,
+			(double)idle / 1000, comm->slow_timeout_ms);
+	else if (lv == 1)
+		fr_comm_fail(
+			comm, FR_ETIMEDOUT,
+			"rank %d: rank %d is alive but has not entered collective #%u (%s) after %.0f s (FR_SLOW_TIMEOUT_MS=%ld)",
+			comm->rank, peer, req->seq, name, (double)idle / 1000,
+			comm->slow_timeout_ms);
+	else if (lv == 0)
+		fr_comm_fail(
+			comm, FR_ETIMEDOUT,
+			"rank %d: collective #%u (%s): rank %d is alive and in it but sent nothing for %llu ms",
+			comm->rank, req->seq, name, peer,
+			(unsigned long long)idle);
+	else if (peer >= 0)
+		fr_comm_fail(
+			comm, FR_ETIMEDOUT,
+			"rank %d: collective #%u (%s): no progress for %llu ms waiting on rank %d, which does not answer (dead, hung, unreachable, or busy outside the library without a progress thread)",
+			comm->rank, req->seq, name, (unsigned long long)idle,
+			peer);
+	else
+		fr_comm_fail(
+			comm, FR_ETIMEDOUT,
+			"rank %d: collective #%u (%s): no progress for %llu ms",
+			comm->rank, req->seq, name, (unsigned long long)idle);
 	fail_all(comm);
 	return FR_ETIMEDOUT;
 }

@@ -23,9 +23,17 @@
  *       the middle of a collective, with our keys in hand, and resumes
  *       after the others have failed and unmapped their buffers; its late
  *       writes must not land in them (no crash in the survivors);
- *   mp_allreduce mismatch --victim R [--what count|dtype|op|skip]
+ *   mp_allreduce late|toolate --victim R --at I [--late-ms T]
+ *       rank R enters collective I T ms late (alive, progress thread on):
+ *       late: within FR_SLOW_TIMEOUT_MS every collective must succeed;
+ *       toolate: beyond it every other rank must fail, saying so;
+ *   mp_allreduce mismatch --victim R [--what count|dtype|op|skip|refuse-*]
  *       rank R calls with a different argument; every rank must get
- *       FR_EMISMATCH (skip: rank R skips a collective; every rank must fail).
+ *       FR_EMISMATCH (skip: rank R skips a collective; every rank must fail;
+ *       refuse-null, refuse-dtype, refuse-first: rank R passes an argument
+ *       the library refuses, NULL or an unknown dtype, after one good
+ *       collective or as the very first; it gets FR_EINVAL, every other
+ *       rank FR_EPEER naming it, within seconds, not at the timeout).
  *
  * Prints "N passed, N failed" and exits non-zero on any failure.
  */
@@ -310,7 +318,7 @@ static int run_matrix(fr_comm_t *comm, const char *counts_s,
 		      const char *dtypes_s, const char *ops_s)
 {
 	long counts[16];
-	int ncounts;
+	int ncounts, refuse_dt = -1;
 	size_t maxcount = 0;
 
 	if (counts_s) {
@@ -339,12 +347,9 @@ static int run_matrix(fr_comm_t *comm, const char *counts_s,
 			    !strstr(ops_s, fr_op_name((fr_op_t)op)))
 				continue;
 			if (op == FR_AVG && dt > FR_BF16) {
-				/* avg on integers must be refused */
-				int rc = fr_allreduce(comm, send, recv, 1,
-						      (fr_dtype_t)dt, FR_AVG);
-				CHECK(rc == FR_EINVAL,
-				      "avg on %s returned %d",
-				      fr_dtype_name((fr_dtype_t)dt), rc);
+				/* avg on integers is refused (last, below:
+				 * a refusal fails the communicator) */
+				refuse_dt = dt;
 				continue;
 			}
 			for (int ci = 0; ci < ncounts; ci++) {
@@ -428,6 +433,13 @@ static int run_matrix(fr_comm_t *comm, const char *counts_s,
 				}
 			}
 		}
+	}
+	if (refuse_dt >= 0) {
+		int rc = fr_allreduce(comm, send, recv, 1, (fr_dtype_t)refuse_dt,
+				      FR_AVG);
+
+		CHECK(rc == FR_EINVAL, "avg on %s returned %d",
+		      fr_dtype_name((fr_dtype_t)refuse_dt), rc);
 	}
 out:
 	free(send);
@@ -751,6 +763,49 @@ stalled:
 	return failed;
 }
 
+/*
+ * A rank that is alive but late (a checkpoint, a slow data loader): it
+ * enters collective #at late_ms late.  With its progress thread on it
+ * answers the others' PINGs meanwhile, so they wait for it up to
+ * FR_SLOW_TIMEOUT_MS instead of FR_TIMEOUT_MS: within that patience every
+ * collective succeeds with the right sums; beyond it (toolate) every
+ * other rank fails with FR_ETIMEDOUT saying that a rank is alive but late.
+ */
+static int run_late(fr_comm_t *comm, int victim, int at, long late_ms,
+		    bool toolate)
+{
+	float buf[1024];
+	int rc = 0, it, wrong = 0;
+	double t0 = now_s(), dt;
+
+	for (it = 0; it < at + 3 && !rc; it++) {
+		for (int i = 0; i < 1024; i++)
+			buf[i] = (float)(rank + it);
+		if (rank == victim && it == at) {
+			fprintf(stderr, "rank %d: late by %ld ms\n", rank, late_ms);
+			usleep((useconds_t)late_ms * 1000);
+		}
+		rc = fr_allreduce(comm, FR_IN_PLACE, buf, 1024, FR_F32, FR_SUM);
+		for (int i = 0; !rc && i < 1024; i++)
+			wrong += buf[i] != (float)(nranks * (nranks - 1) / 2 +
+						   nranks * it);
+	}
+	dt = now_s() - t0;
+	printf("rank %d: %s after %.1f s: %s\n", rank, fr_errname(rc), dt,
+	       rc ? fr_comm_last_error(comm) : "all collectives done");
+	CHECK(!wrong, "%d wrong sums", wrong);
+	if (!toolate) {
+		CHECK(!rc, "a late rank within the patience failed the job: %s",
+		      fr_comm_last_error(comm));
+	} else if (rank != victim) {
+		CHECK(rc == FR_ETIMEDOUT, "got %s", fr_errname(rc));
+		CHECK(strstr(fr_comm_last_error(comm), "is alive but"),
+		      "the error does not say the rank is alive but late");
+		CHECK(dt < late_ms / 1000.0, "failed only after %.1f s", dt);
+	}
+	return failed;
+}
+
 static int run_mismatch(fr_comm_t *comm, int victim, const char *what)
 {
 	double buf[64] = { 0 };
@@ -759,9 +814,43 @@ static int run_mismatch(fr_comm_t *comm, int victim, const char *what)
 	fr_op_t op = FR_SUM;
 	int rc;
 
-	/* one good collective first */
-	rc = fr_allreduce(comm, FR_IN_PLACE, buf, count, dt, op);
-	CHECK(!rc, "first allreduce: %s", fr_comm_last_error(comm));
+	/* one good collective first (refuse-first: none, no connections) */
+	if (strcmp(what, "refuse-first")) {
+		rc = fr_allreduce(comm, FR_IN_PLACE, buf, count, dt, op);
+		CHECK(!rc, "first allreduce: %s", fr_comm_last_error(comm));
+	}
+	if (!strncmp(what, "refuse", 6)) {
+		/* the victim's arguments are refused: it gets FR_EINVAL, the
+		 * others FR_EPEER naming it, at once rather than at the
+		 * timeout */
+		double t0 = now_s(), dt_s;
+		char want[64];
+
+		if (rank == victim && !strcmp(what, "refuse-dtype"))
+			rc = fr_allreduce(comm, FR_IN_PLACE, buf, count,
+					  (fr_dtype_t)99, op);
+		else if (rank == victim)
+			rc = fr_allreduce(comm, FR_IN_PLACE, NULL, count, dt, op);
+		else
+			rc = fr_allreduce(comm, FR_IN_PLACE, buf, count, dt, op);
+		dt_s = now_s() - t0;
+		printf("rank %d: %s after %.3f s: %s\n", rank, fr_errname(rc),
+		       dt_s, fr_comm_last_error(comm));
+		snprintf(want, sizeof(want), "rank %d failed first", victim);
+		if (rank == victim)
+			CHECK(rc == FR_EINVAL, "victim got %s", fr_errname(rc));
+		else
+			CHECK(rc == FR_EPEER && strstr(fr_comm_last_error(comm), want) &&
+				      strstr(fr_comm_last_error(comm),
+					     strcmp(what, "refuse-dtype") ? "NULL buffer"
+									  : "invalid datatype"),
+			      "got %s: %s", fr_errname(rc), fr_comm_last_error(comm));
+		CHECK(dt_s < 5.0, "the error took %.1f s", dt_s);
+		/* and the communicator stays failed */
+		rc = fr_allreduce(comm, FR_IN_PLACE, buf, count, FR_F64, FR_SUM);
+		CHECK(rc < 0, "a failed communicator ran a collective");
+		return failed;
+	}
 	if (rank == victim) {
 		if (!strcmp(what, "count"))
 			count++;
@@ -1096,18 +1185,20 @@ int main(int argc, char **argv)
 		{ "how", required_argument, 0, 'h' },
 		{ "what", required_argument, 0, 'w' },
 		{ "ranks-per-node", required_argument, 0, 'N' },
+		{ "late-ms", required_argument, 0, 'L' },
 		{ 0, 0, 0, 0 }
 	};
 	const char *counts = NULL, *dtypes = NULL, *ops = NULL, *how = "kill",
 		   *what = "count";
 	int iters = 1000, victim = 1, at = 3, c;
+	long late_ms = 5000;
 
 	size_t count = 4099;
 	fr_comm_t *comm;
 	int rc;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s matrix|colls|bigexit|regonce|die|mismatch [options]\n",
+		fprintf(stderr, "usage: %s matrix|colls|bigexit|regonce|die|late|toolate|mismatch [options]\n",
 			argv[0]);
 		return 2;
 	}
@@ -1123,6 +1214,7 @@ int main(int argc, char **argv)
 		case 'a': at = atoi(optarg); break;
 		case 'h': how = optarg; break;
 		case 'w': what = optarg; break;
+		case 'L': late_ms = atol(optarg); break;
 		case 'N': {
 			/* emulate nodes of K ranks: rank r is on node r / K
 			 * (FR_NODE, read at the rendezvous) */
@@ -1157,6 +1249,8 @@ int main(int argc, char **argv)
 		run_bigexit(comm, count);
 	else if (!strcmp(argv[1], "colls"))
 		run_colls(comm, counts);
+	else if (!strcmp(argv[1], "late") || !strcmp(argv[1], "toolate"))
+		run_late(comm, victim, at, late_ms, !strcmp(argv[1], "toolate"));
 	else if (!strcmp(argv[1], "mismatch"))
 		run_mismatch(comm, victim, what);
 	else if (!strcmp(argv[1], "threads"))

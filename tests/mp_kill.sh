@@ -31,6 +31,17 @@ for algo in rd rabenseifner; do
 done
 # alive but silent: the timeout turns it into FR_ETIMEDOUT everywhere
 run "rank 1 of 4 stalls" survivors_ok 4 1 stall
+# alive but late, answering PINGs from its progress thread: the others wait
+# for it up to FR_SLOW_TIMEOUT_MS (not FR_TIMEOUT_MS) and all succeed, and
+# beyond that fail saying that it is alive but late, not dead
+late() {
+	frrun -n "$1" --transport "$TRANSPORT" --keep-going --timeout 60 \
+		-e FR_PROGRESS=thread -e FR_TIMEOUT_MS=1500 -e FR_SLOW_TIMEOUT_MS="$2" \
+		${3:+-e FR_ALGO=$3} "$MP" "$4" --victim 2 --at 3 --late-ms "$5"
+}
+run "rank 2 of 5 is 4 s late: patience" late 5 20000 "" late 4000
+run "rank 2 of 8 is 4 s late (rd): patience" late 8 20000 rd late 4000
+run "rank 2 of 5 is too late: alive but late" late 5 3000 "" toolate 7000
 # stopped in the middle of a collective, resumed after the others failed and
 # reused their buffers' addresses: its late writes must not land there
 run "rank 1 of 4 freezes mid-collective" survivors_ok 4 1 freeze

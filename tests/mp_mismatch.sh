@@ -1,5 +1,6 @@
 #!/bin/bash
-# Ranks that call with different arguments all get FR_EMISMATCH, no hang.
+# Ranks that call with different arguments all get FR_EMISMATCH, no hang;
+# a rank whose arguments are refused gets FR_EINVAL, the others FR_EPEER.
 . "$(dirname "$0")/lib.sh"
 export FR_TIMEOUT_MS=20000
 for n in 2 3 5; do
@@ -19,6 +20,17 @@ for algo in ring rd rabenseifner; do
 		run "mismatch $what n=5 $algo" \
 			frrun -n 5 -e FR_ALGO=$algo --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 2 --what $what
 	done
+done
+# a rank whose arguments are refused: the others fail at once, naming it
+for n in 2 3 5; do
+	for what in refuse-null refuse-dtype refuse-first; do
+		run "$what n=$n" \
+			frrun -n "$n" --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim $((n - 1)) --what $what
+	done
+done
+for algo in rd rabenseifner; do
+	run "refuse-first n=5 $algo" \
+		frrun -n 5 -e FR_ALGO=$algo --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 2 --what refuse-first
 done
 run "rank skips a collective n=4" \
 	frrun -n 4 --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 2 --what skip

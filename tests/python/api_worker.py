@@ -228,13 +228,25 @@ def test_compression(c):
     del rng
 
 
-def test_errors(c):
+def test_library_refusal(c):
+    """Last: an argument only the library refuses fails the communicator
+    on every rank (the others would wait for this one)."""
     try:
         c.allreduce(np.ones(3), compress="int8")  # float64 cannot be compressed
         sys.exit("FAIL compress of float64 accepted")
     except fr.FastReduceError as e:
         if e.code != fr.EINVAL or "f32" not in e.message or e.name != "FR_EINVAL":
             sys.exit("FAIL error fields %r %r %r" % (e.code, e.name, e.message))
+    try:
+        c.barrier()
+        if c.size > 1:
+            sys.exit("FAIL the communicator works after a refused call")
+    except fr.FastReduceError as e:
+        if c.size == 1:
+            sys.exit("FAIL a single rank's communicator failed: %s" % e.message)
+
+
+def test_errors(c):
     for i, (bad, exc) in enumerate(((lambda: c.allreduce(np.ones(3, np.float32), "mean"), ValueError),
                      (lambda: c.allreduce(b"abc", dtype="uint8"), ValueError),
                      (lambda: c.allreduce("text"), TypeError),
@@ -251,7 +263,7 @@ def test_errors(c):
             sys.exit("FAIL bad argument %d accepted" % i)
         except exc:
             pass
-    c.barrier()  # the communicator is still usable after refused calls
+    c.barrier()  # arguments the package refused never reached the library
 
 
 def main():
@@ -270,6 +282,7 @@ def main():
         if c.rank == 0:
             print("api_worker: %d ranks over %s ok (%s)" % (c.size, c.transport,
                                                              digest.hexdigest()[:16]))
+        test_library_refusal(c)
     rep = repr(c)
     if "closed" not in rep:
         sys.exit("FAIL repr after close: %s" % rep)

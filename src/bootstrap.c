@@ -345,7 +345,7 @@ static int listen_on(struct fr_boot *b)
 			    b->p.rendezvous);
 	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return fail(b, FR_ESYS, "socket: %s", strerror(errno));
+		return fail(b, FR_ESYS, "socket: %s", fr_syserr(errno));
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(fd, (struct sockaddr *)&ss, sl) || listen(fd, 1024)) {
 		int e = errno;
@@ -353,7 +353,7 @@ static int listen_on(struct fr_boot *b)
 		close(fd);
 		return fail(b, FR_EBOOTSTRAP,
 			    "rank 0 cannot serve the rendezvous at %s: %s",
-			    b->p.rendezvous, strerror(e));
+			    b->p.rendezvous, fr_syserr(e));
 	}
 	set_nonblock(fd);
 	b->fd = fd;
@@ -474,6 +474,14 @@ static int serve(struct fr_boot *b)
 			int fd = accept4(b->fd, NULL, NULL,
 					 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
+			/* out of descriptors does not pass: fail now rather
+			 * than spin until the timeout */
+			if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+				snprintf(b->p.err, b->p.errlen,
+					 "rank 0 cannot accept the other ranks' connections: %s",
+					 fr_syserr(errno));
+				return FR_ESYS;
+			}
 			if (fd < 0)
 				break;
 			if (b->npending == BOOT_MAX_PENDING) {
@@ -612,7 +620,7 @@ static int begin_client(struct fr_boot *b)
 
 		if (fd < 0)
 			return fail(b, FR_ESYS, "socket: %s",
-				    strerror(errno));
+				    fr_syserr(errno));
 		set_nonblock(fd);
 		if (connect(fd, (struct sockaddr *)&ss, sl) == 0 ||
 		    errno == EINPROGRESS) {
@@ -637,7 +645,7 @@ static int begin_client(struct fr_boot *b)
 			snprintf(b->p.err, b->p.errlen,
 				 "rank %d: cannot reach the rendezvous at %s: %s",
 				 b->p.rank, b->p.rendezvous,
-				 strerror(last_errno));
+				 fr_syserr(last_errno));
 			return FR_ETIMEDOUT;
 		}
 		usleep((useconds_t)FR_MIN(delay_ms, ms) * 1000u);

@@ -612,6 +612,15 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 		goto err_transport;
 	}
 
+	/* Descriptors: rank 0 holds one per rank during the rendezvous, every
+	 * rank one per connected partner and a few of its own.  Raise the soft
+	 * limit if that is all it takes; else say so now, not at the n-th
+	 * accept. */
+	rc = fr_fd_reserve((s->rank == 0 ? (long)s->nranks : 0) + 32, err,
+			   errlen);
+	if (rc)
+		goto err_boot;
+
 	/* 2. rendezvous, phase 1 */
 	bp.rank = s->rank;
 	bp.nranks = s->nranks;

@@ -251,6 +251,7 @@ struct fr_comm {
 	 * carries on (relays included) */
 	int fail_code;
 	uint32_t fail_seq; /* the first collective the failure ended */
+	bool told_all;     /* fr_peers_tell_all has run */
 	char fail_text[FR_ERRMSG_MAX];
 	fr_stats_t stats;
 	char errmsg[FR_ERRMSG_MAX];

@@ -173,6 +173,22 @@ int fr_peers_pack_card_key(struct fr_comm *c, void *blob, size_t *len)
 /* ---- connections -----------------------------------------------------------
  */
 
+/* The transport's own account of a system call that failed (rc
+ * FR_ESYS: which call, which limit), with its closing parenthesis, or
+ * NULL. */
+static const char *tp_why(struct fr_comm *c, int rc)
+{
+	static _Thread_local char buf[FR_ERRMSG_MAX / 2];
+	const char *e = c->tp_ops->last_error && rc == FR_ESYS
+				? c->tp_ops->last_error(c->tp)
+				: NULL;
+
+	if (!e || !*e)
+		return NULL;
+	snprintf(buf, sizeof(buf), "%s)", e);
+	return buf;
+}
+
 static int peer_advance(struct fr_comm *c, struct fr_peer *p)
 {
 	const struct fr_tp_ops *o = c->tp_ops;
@@ -197,9 +213,10 @@ static int peer_advance(struct fr_comm *c, struct fr_peer *p)
 
 failed:
 	p->state = FR_PEER_DOWN;
-	return fr_comm_fail(c, rc, "rank %d: %s rank %d failed: %s", c->rank,
+	return fr_comm_fail(c, rc, "rank %d: %s rank %d failed: %s%s%s", c->rank,
 			    c->rank < p->rank ? "connecting to" : "accepting",
-			    p->rank, fr_strerror(rc));
+			    p->rank, fr_strerror(rc), tp_why(c, rc) ? " (" : "",
+			    tp_why(c, rc) ? tp_why(c, rc) : "");
 }
 
 int fr_peer_need(struct fr_comm *c, int rank)
@@ -232,8 +249,10 @@ int fr_peer_need(struct fr_comm *c, int rank)
 				p->state = FR_PEER_DOWN;
 				return fr_comm_fail(
 					c, rc,
-					"rank %d: connecting to rank %d failed: %s",
-					c->rank, rank, fr_strerror(rc));
+					"rank %d: connecting to rank %d failed: %s%s%s",
+					c->rank, rank, fr_strerror(rc),
+					tp_why(c, rc) ? " (" : "",
+					tp_why(c, rc) ? tp_why(c, rc) : "");
 			}
 		}
 		p->state = FR_PEER_CONNECTING;
@@ -510,8 +529,9 @@ void fr_peers_tell_all(struct fr_comm *c)
 	int origin = c->fail_origin >= 0 ? c->fail_origin : c->rank;
 	struct fr_tp_cqe cqe[32];
 
-	if (!c->peers || !c->failed || c->nranks < 2)
+	if (!c->peers || !c->failed || c->nranks < 2 || c->told_all)
 		return;
+	c->told_all = true;
 	for (int q = 0; q < c->nranks; q++)
 		if (q != c->rank && c->peers[q].state == FR_PEER_IDLE) {
 			c->peers[q].told_only = true;

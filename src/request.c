@@ -42,6 +42,15 @@ static void req_finish(struct fr_request *req, int result)
 /* The failure reaches every request not yet finished. */
 static void fail_all(struct fr_comm *comm)
 {
+	int e = comm->failed;
+
+	/* A failure of this rank's own (a system call, memory, its
+	 * arguments) is invisible to the others, who would wait for it until
+	 * the timeout, perhaps not even connected to us: tell them all.  A
+	 * dead or silent peer they see for themselves. */
+	if (comm->fail_origin < 0 &&
+	    (e == FR_ESYS || e == FR_ENOMEM || e == FR_EINVAL))
+		fr_peers_tell_all(comm);
 	fr_peers_quiesce(comm);
 	for (struct fr_request *q = comm->queue; q; q = q->next)
 		if (q->state != FR_REQ_DONE)
@@ -132,11 +141,16 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 				snprintf(why, sizeof(why), "%s",
 					 comm->errmsg[0] ? comm->errmsg
 							 : fr_strerror(rc));
-				if (!comm->failed)
+				if (!comm->failed) {
 					fr_comm_fail(
 						comm, rc,
 						"rank %d: starting collective #%u: %s",
 						comm->rank, req->seq, why);
+					/* a local failure (memory, a
+					 * registration): the partners may not
+					 * be connected yet, tell everyone */
+					fr_peers_tell_all(comm);
+				}
 				goto failed;
 			}
 			*did_work = true;

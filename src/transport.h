@@ -160,6 +160,10 @@ struct fr_tp_ops {
 
 	/* The peer rank of a connection. */
 	int (*conn_peer)(const struct fr_tp_conn *conn);
+
+	/* Optional (NULL): the endpoint's most recent error message, "" if
+	 * none, for the core to quote when a call failed. */
+	const char *(*last_error)(struct fr_tp *tp);
 };
 
 extern const struct fr_tp_ops fr_tcp_ops;

@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include "fastreduce.h"
+#include "log.h"
 #include "util.h"
 
 uint64_t fr_now_ns(void)
@@ -245,4 +247,49 @@ bool fr_ct_equal(const void *a, size_t alen, const void *b, size_t blen)
 		d |= (unsigned char)((i < alen ? x[i] : 0) ^
 				     (i < blen ? y[i] : 0));
 	return d == 0;
+}
+
+const char *fr_syserr(int err)
+{
+	static _Thread_local char buf[256];
+	struct rlimit rl;
+
+	if (err == EMFILE && !getrlimit(RLIMIT_NOFILE, &rl)) {
+		snprintf(buf, sizeof(buf),
+			 "%s (this process may open %llu; raise the limit: ulimit -n, or nofile in /etc/security/limits.conf)",
+			 strerror(err), (unsigned long long)rl.rlim_cur);
+		return buf;
+	}
+	if (err == ENFILE) {
+		snprintf(buf, sizeof(buf),
+			 "%s (the system-wide limit: raise fs.file-max)",
+			 strerror(err));
+		return buf;
+	}
+	return strerror(err);
+}
+
+int fr_fd_reserve(long need, char *err, size_t errlen)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return 0; /* cannot tell: let the calls say it */
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)need)
+		return 0;
+	if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= (rlim_t)need) {
+		rlim_t was = rl.rlim_cur;
+
+		rl.rlim_cur = (rlim_t)need;
+		if (!setrlimit(RLIMIT_NOFILE, &rl)) {
+			fr_info("raised the open-file limit from %llu to %ld descriptors",
+				(unsigned long long)was, need);
+			return 0;
+		}
+	}
+	snprintf(err, errlen,
+		 "this rank needs about %ld file descriptors but may open only %llu (soft limit; hard limit %llu): raise the limit (ulimit -n %ld, or nofile in /etc/security/limits.conf)",
+		 need, (unsigned long long)rl.rlim_cur,
+		 (unsigned long long)rl.rlim_max, need);
+	return FR_ESYS;
 }

@@ -23,6 +23,17 @@ static inline uint64_t fr_now_ms(void) { return fr_now_ns() / 1000000u; }
  */
 bool fr_ct_equal(const void *a, size_t alen, const void *b, size_t blen);
 
+/* strerror(err), plus what to do about it where a resource limit is the
+ * cause (EMFILE: the process's open-file limit and `ulimit -n`; ENFILE:
+ * the system's).  The text lives in a thread-local buffer until the next
+ * call in the same thread. */
+const char *fr_syserr(int err);
+
+/* Make sure this process may open about `need` descriptors: raise the soft
+ * RLIMIT_NOFILE up to the hard one if it must.  0, or FR_ESYS with a
+ * message in err naming the limits and how to raise them. */
+int fr_fd_reserve(long need, char *err, size_t errlen);
+
 /*
  * Which node this process is on: FR_NODE when set (tests and emulated
  * clusters name nodes themselves), else the kernel's boot id and the

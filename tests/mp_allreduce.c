@@ -27,6 +27,15 @@
  *       rank R enters collective I T ms late (alive, progress thread on):
  *       late: within FR_SLOW_TIMEOUT_MS every collective must succeed;
  *       toolate: beyond it every other rank must fail, saying so;
+ *   mp_allreduce faults [--iters N]
+ *       a seeded sequence of N collectives of every kind on exact inputs;
+ *       prints the digest of all results (the fault matrix compares it);
+ *   mp_allreduce fdhog --victim R [--what fds|mem]
+ *       rank R runs out of file descriptors before an All-Reduce that needs
+ *       new connections (run it with FR_ALGO=rd), or (mem: run R under a
+ *       small ulimit -v with a large FR_SEGMENT_BYTES) cannot allocate its
+ *       staging: every rank fails within seconds and R's message says how
+ *       to raise the limit;
  *   mp_allreduce mismatch --victim R [--what count|dtype|op|skip|refuse-*]
  *       rank R calls with a different argument; every rank must get
  *       FR_EMISMATCH (skip: rank R skips a collective; every rank must fail;
@@ -47,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -806,6 +816,124 @@ static int run_late(fr_comm_t *comm, int victim, int at, long late_ms,
 	return failed;
 }
 
+/*
+ * Out of file descriptors after creation: rank R opens /dev/null until it
+ * cannot, then every rank runs an All-Reduce whose algorithm (FR_ALGO=rd)
+ * needs new connections.  Every rank must fail quickly (not at the
+ * timeout), and R's message must name the limit.
+ */
+static int run_fdhog(fr_comm_t *comm, int victim, const char *what)
+{
+	static float buf[100000];
+	static int fds[65536];
+	int nfd = 0, rc;
+	size_t count = 256;
+	double t0;
+
+	/* mem: the victim runs under a small `ulimit -v` (the caller's) and
+	 * a large FR_SEGMENT_BYTES, so the ring's staging cannot be had */
+	if (!strcmp(what, "mem"))
+		count = 100000;
+	else if (rank == victim) {
+		int fd;
+
+		while (nfd < 65536 && (fd = open("/dev/null", O_RDONLY)) >= 0)
+			fds[nfd++] = fd;
+		fprintf(stderr, "rank %d: holding %d more descriptors\n", rank,
+			nfd);
+	}
+	t0 = now_s();
+	rc = fr_allreduce(comm, FR_IN_PLACE, buf, count, FR_F32, FR_SUM);
+	printf("rank %d: %s after %.1f s: %s\n", rank, fr_errname(rc),
+	       now_s() - t0, fr_comm_last_error(comm));
+	/* verbs connections take no descriptor (rdma_cm shares one event
+	 * channel), so there it may well succeed; an error must be quick */
+	CHECK(rc == 0 || rc == FR_ESYS || rc == FR_EPEER || rc == FR_ENOMEM,
+	      "got %s", fr_errname(rc));
+	CHECK(now_s() - t0 < 5, "the collective took %.1f s", now_s() - t0);
+	if (rank == victim && rc)
+		CHECK(strstr(fr_comm_last_error(comm),
+			     strcmp(what, "mem") ? "ulimit -n" : "ulimit -v"),
+		      "the message does not say how to raise the limit");
+	while (nfd)
+		close(fds[--nfd]);
+	return failed;
+}
+
+/*
+ * A seeded sequence of every collective at sizes from 1 element to 1 MiB,
+ * for the fault matrix (tests/verbs_faults.sh): the inputs are small
+ * integers, so sums are exact in every dtype whatever the algorithm or
+ * transport, and the digest of all results must be the same with or
+ * without loss, delay and reordering.  Prints "digest HEX" (rank 0).
+ */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static int run_faults(fr_comm_t *comm, int iters)
+{
+	static const size_t counts[] = { 1, 7, 1000, 65537, 262144 };
+	size_t maxc = 262144 + 64;
+	int32_t *a = calloc(maxc * (size_t)nranks, sizeof(double));
+	int32_t *b = calloc(maxc * (size_t)nranks, sizeof(double));
+	uint64_t h = 0xcbf29ce484222325ull, rnd = 12345;
+	int rc = 0, it;
+
+	for (it = 0; it < iters && !rc && a && b; it++) {
+		size_t count = counts[(rnd = mix(rnd)) % 5];
+		int kind = (int)((rnd >> 8) % 5), which = (int)((rnd >> 16) % 3);
+		fr_dtype_t dt = which == 0 ? FR_F32 : which == 1 ? FR_F64 : FR_I32;
+		fr_op_t op = (rnd >> 24) % 2 ? FR_SUM : FR_MAX;
+		size_t es = fr_dtype_size(dt), blk;
+
+		for (size_t i = 0; i < count * (size_t)nranks; i++) {
+			int v = (int)((rank * 31 + (int)i * 7 + it) % 97);
+
+			if (dt == FR_F32)
+				((float *)a)[i] = (float)v;
+			else if (dt == FR_F64)
+				((double *)a)[i] = v;
+			else
+				a[i] = v;
+		}
+		switch (kind) {
+		case 0:
+		case 1:
+			rc = fr_allreduce(comm, a, b, count, dt, op);
+			h = fnv(h, b, count * es);
+			break;
+		case 2:
+			blk = count / (size_t)nranks + 1;
+			rc = fr_reduce_scatter(comm, a, b, blk, dt, op);
+			h = fnv(h, b, blk * es);
+			break;
+		case 3:
+			rc = fr_allgather(comm, a, b, count, dt);
+			h = fnv(h, b, count * (size_t)nranks * es);
+			break;
+		default:
+			rc = fr_broadcast(comm, a, count, dt, it % nranks);
+			h = fnv(h, a, count * es);
+			if (!rc)
+				rc = fr_barrier(comm);
+			break;
+		}
+	}
+	CHECK(a && b, "out of memory");
+	CHECK(!rc, "collective %d: %s", it - 1, fr_comm_last_error(comm));
+	if (rank == 0 && !rc)
+		printf("digest %016llx\n", (unsigned long long)h);
+	free(a);
+	free(b);
+	return failed;
+}
+
 static int run_mismatch(fr_comm_t *comm, int victim, const char *what)
 {
 	double buf[64] = { 0 };
@@ -1198,7 +1326,7 @@ int main(int argc, char **argv)
 	int rc;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s matrix|colls|bigexit|regonce|die|late|toolate|mismatch [options]\n",
+		fprintf(stderr, "usage: %s matrix|colls|bigexit|regonce|die|late|toolate|faults|fdhog|mismatch [options]\n",
 			argv[0]);
 		return 2;
 	}
@@ -1251,6 +1379,10 @@ int main(int argc, char **argv)
 		run_colls(comm, counts);
 	else if (!strcmp(argv[1], "late") || !strcmp(argv[1], "toolate"))
 		run_late(comm, victim, at, late_ms, !strcmp(argv[1], "toolate"));
+	else if (!strcmp(argv[1], "faults"))
+		run_faults(comm, iters);
+	else if (!strcmp(argv[1], "fdhog"))
+		run_fdhog(comm, victim, what);
 	else if (!strcmp(argv[1], "mismatch"))
 		run_mismatch(comm, victim, what);
 	else if (!strcmp(argv[1], "threads"))

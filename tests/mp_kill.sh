@@ -42,6 +42,19 @@ late() {
 run "rank 2 of 5 is 4 s late: patience" late 5 20000 "" late 4000
 run "rank 2 of 8 is 4 s late (rd): patience" late 8 20000 rd late 4000
 run "rank 2 of 5 is too late: alive but late" late 5 3000 "" toolate 7000
+# out of file descriptors after creation, before an algorithm that needs new
+# connections: every rank fails at once, the victim's message says
+# `ulimit -n` (over verbs, connections need no descriptor: it may succeed)
+run "rank 1 of 4 runs out of descriptors (rd)" \
+	frrun -n 4 -e FR_ALGO=rd --keep-going --transport "$TRANSPORT" --timeout 60 \
+	bash -c "ulimit -n 200; exec \"$MP\" fdhog --victim 1 --what fds"
+# rank 1 cannot allocate the ring's staging (4 GiB under ulimit -v 400 MB);
+# not over verbs, where the other ranks would pin their 4 GiB in a small VM
+[ "$TRANSPORT" = verbs ] ||
+run "rank 1 of 3 cannot allocate its staging" \
+	frrun -n 3 -e FR_ALGO=ring -e FR_SEGMENT_BYTES=256M -e FR_SLOTS=16 --keep-going \
+	--transport "$TRANSPORT" --timeout 60 \
+	bash -c "[ \"\$FR_RANK\" = 1 ] && ulimit -v 400000; exec \"$MP\" fdhog --victim 1 --what mem"
 # stopped in the middle of a collective, resumed after the others failed and
 # reused their buffers' addresses: its late writes must not land there
 run "rank 1 of 4 freezes mid-collective" survivors_ok 4 1 freeze

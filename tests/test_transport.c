@@ -906,6 +906,69 @@ static void test_bounds_no_remote_write(void **state)
 	bad_write_case(BAD_NO_REMOTE_WRITE);
 }
 
+/*
+ * A large write (the size that shm moves by cross-memory attach and verbs
+ * by RDMA, not through a ring or a socket) into a region
+ * that the receiver has deregistered and whose memory it already uses for
+ * something else, from a writer that has not heard of it yet (a stale
+ * key): it must be refused, not land, even while only the writer makes
+ * progress.  A fresh region in the freed slot is not reached either.
+ */
+static void test_bounds_deregistered_large(void **state)
+{
+	const size_t len = 1 * MiB;
+	struct ep *a = ep_open(0), *b = ep_open(1);
+	struct gbuf dst = gbuf_new(len, 0);
+	struct gbuf fresh = gbuf_new(len, 0x5e);
+	uint8_t *src = tbuf(len);
+	struct fr_tp_mr *smr, *dmr, *newmr;
+	struct fr_tp_conn *ab, *ba;
+	struct fr_tp_rkey rk;
+
+	connect_pair(a, b, &ab, &ba);
+	fill(src, len, 23);
+	smr = reg(a, src, len, FR_TP_LOCAL_READ);
+	dmr = reg(b, dst.p, len, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	rk = rkey_of(b, dmr, a);
+	/* The same write, while the region is there: it lands. */
+	post(ab, smr, 0, &rk, 0, len, 1, 1);
+	PUMP_UNTIL(n_ok(b, ba, FR_CQE_RECV) == 1 &&
+		   n_ok(a, ab, FR_CQE_SEND) == 1);
+	assert_memory_equal(dst.p, src, len);
+
+	/* The receiver drops the region, registers another one (probably
+	 * in the same slot) and reuses the old memory; the writer still
+	 * holds the old key. */
+	assert_int_equal(ops->dereg_mem(b->tp, dmr), 0);
+	newmr = reg(b, fresh.p, len, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	memset(dst.p, 0x3c, len);
+	post(ab, smr, 0, &rk, 0, len, 2, 2);
+	post(ab, NULL, 0, NULL, 0, 0, 3, 3); /* and one behind it */
+	/* Only the writer progresses: nothing may land meanwhile. */
+	for (uint64_t end = now_ms() + 100; now_ms() < end;)
+		drain(a);
+	assert_true(all_bytes(dst.p, len, 0x3c));
+	assert_true(all_bytes(fresh.p, len, 0x5e));
+
+	/* Now the receiver: it refuses the write, the writer learns it.
+	 * (verbs: the responder's HCA refuses it with a NAK; what the
+	 * receiver's own completions say then is the device's business) */
+	if (strcmp(ops->name, "verbs")) {
+		PUMP_UNTIL(n_err(b, ba) >= 1);
+		assert_int_equal(first_err(b, ba), FR_ERANGE);
+	}
+	PUMP_UNTIL(n_err(a, ab) >= 1);
+	pump_for(50);
+	assert_int_equal(n_ok(b, ba, FR_CQE_RECV), 1); /* the first only */
+	assert_true(all_bytes(dst.p, len, 0x3c));
+	assert_true(all_bytes(fresh.p, len, 0x5e));
+	check_guards(&dst);
+	check_guards(&fresh);
+	assert_non_null(newmr);
+	/* The writer's source is no longer in use either. */
+	assert_int_equal(ops->dereg_mem(a->tp, smr), 0);
+}
+
 /* ---- flow control ----------------------------------------------------------
  */
 
@@ -1917,6 +1980,7 @@ int main(int argc, char **argv)
 		T(test_bounds_overflow),
 		T(test_bounds_deregistered),
 		T(test_bounds_no_remote_write),
+		T(test_bounds_deregistered_large),
 		T(test_backpressure),
 		T(test_peer_exits_mid_transfer),
 		T(test_peer_killed_while_sending),

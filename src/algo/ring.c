@@ -192,6 +192,12 @@ static int ring_comm_get(struct fr_comm *comm, struct fr_ring_comm **out)
 	sz = (size_t)comm->slots * comm->segment_bytes;
 	rc->staging = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
 	if (!rc->staging) {
+		/* name what was asked for and the knobs that size it */
+		fr_comm_seterr(
+			comm, FR_ENOMEM,
+			"rank %d: cannot allocate the ring's %zu MiB of staging buffers (FR_SLOTS=%d x FR_SEGMENT_BYTES=%zu): lower those, or raise the memory limit (ulimit -v, the job's cgroup)",
+			comm->rank, sz >> 20, comm->slots,
+			comm->segment_bytes);
 		err = FR_ENOMEM;
 		goto err_staging;
 	}

@@ -415,7 +415,7 @@ static void mux_wake(struct fr_tp *tp)
 	uint64_t one = 1;
 
 	if (tp && write(tp->wfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		fr_dbg("mux: rank %d: wake: %s", tp->rank, strerror(errno));
+		fr_dbg("mux: rank %d: wake: %s", tp->rank, fr_syserr(errno));
 }
 
 static void mux_close_conn(struct fr_tp_conn *c)

@@ -16,16 +16,37 @@
  *     travels through the ring in fragments of up to SHM_SLOT_DATA bytes;
  *     the receiver checks each fragment against its region table and copies
  *     it into place when it polls (two copies, no system call: this is the
- *     latency path).  A larger write is placed directly in the peer's
- *     memory by cross-memory attach (process_vm_writev: one copy, by the
- *     kernel) and followed by one slot that says so; where the kernel
- *     refuses it (ptrace restrictions, another PID namespace) the
- *     connection falls back to fragments for good.
+ *     latency path).  A larger write travels as one PULL slot that names
+ *     the source in the writer's address space; the receiver checks the
+ *     whole write against its region table when it reaches the slot and
+ *     then copies the bytes itself by cross-memory attach
+ *     (process_vm_readv: one copy, by the kernel).  The receiver pulls
+ *     rather than the writer pushing (process_vm_writev) so that the only
+ *     process that ever writes into a region is its owner, right after
+ *     checking that the region is still registered: a late write from a
+ *     writer that has not yet heard that the region went away (a failed
+ *     communicator dropped its registrations, the application freed or
+ *     reused the memory) is refused, it cannot land in memory that now
+ *     serves something else.
+ *   - Pulling needs the receiver to be allowed to attach to the writer
+ *     (ptrace rules).  The receiver probes it once per connection, by
+ *     reading back through cross-memory attach a word the writer left in
+ *     the ring header (the ring's address in the writer's process), and
+ *     grants pulls by setting pull_ok in that header; until the grant, or
+ *     for good where the kernel refuses (Yama, another PID namespace),
+ *     large writes go through the ring in fragments.
  *   - Sends are queued (sq_depth descriptors pointing at the caller's
- *     memory) and pushed into the ring as it has room; a SEND completion
- *     comes when the last fragment is in the ring (the source may then be
- *     reused), a RECV completion when the receiver has placed the last one.
- *     Slots go in order, so completions are FIFO on both sides.
+ *     memory) and pushed into the ring as it has room.  A SEND completion
+ *     comes when the last fragment is in the ring, or for a PULL slot when
+ *     the receiver has moved its head past the slot (it has read the
+ *     source: only then may it be reused); a RECV completion when the
+ *     receiver has placed the last byte.  Later writes may be pushed behind
+ *     a pull still pending, but completions are retired in order: slots go
+ *     in order, so completions are FIFO on both sides.
+ *   - A side that closes or fails a connection first sets "closed" in its
+ *     ring header: its application may free a source that a pull has not
+ *     read yet, and a receiver that sees the flag after a pull fails the
+ *     connection instead of completing the write (see shm_pull()).
  *   - Idle: wait() sets this side's "sleeping" flag in every segment, checks
  *     the rings once more and sleeps in epoll (the sockets, the listener and
  *     the wake eventfd).  A producer that publishes a slot, or a consumer
@@ -38,29 +59,38 @@
  *
  *   hello, connector -> acceptor, one SEQPACKET message of 24 bytes with
  *   the segment's descriptor attached (SCM_RIGHTS):
- *      0 u32 magic "FSHM"   4 u16 version (1)   6 u16 kind (1 = hello)
+ *      0 u32 magic "FSHM"   4 u16 version (2)   6 u16 kind (1 = hello)
  *      8 i32 connector's rank   12 u32 segment bytes   16 u64 job nonce
  *   reply, acceptor -> connector, 12 bytes:
  *      0 u32 magic   4 u16 version   6 u16 kind (2 = reply)   8 i32 status
  *      (0, FR_EPROTO, FR_EAUTH wrong nonce, FR_EBUSY rank already connected)
  *   afterwards only 1-byte wake messages.
  *
- *   slot (SHM_SLOT_BYTES): u32 imm, u32 flags (FIRST 1, LAST 2, PLACED 4),
+ *   segment: u32 connector asleep, u32 acceptor asleep (each in its own
+ *      cache line), then ring[0] (connector -> acceptor) and ring[1].
+ *   ring header, one cache line each: u64 tail (producer); u64 head
+ *      (consumer); u64 the ring's address in the producer's process and
+ *      u32 closed (producer); u32 pull_ok (consumer); then 64 slots.
+ *   slot (SHM_SLOT_BYTES): u32 imm, u32 flags (FIRST 1, LAST 2, PULL 4),
  *      u32 region id, u32 generation, u64 offset of this fragment in the
- *      region, u32 fragment bytes, u32 total bytes of the write, payload.
+ *      region, u32 fragment bytes, u32 total bytes of the write, u64 source
+ *      address in the writer's process (PULL only), payload.  A PULL slot
+ *      is FIRST | LAST with no payload: the receiver reads total bytes
+ *      from the source.
  *   address blob (SHM_ADDR_LEN): u8 magic 0xfd, u8 version, u16 0, u32 0,
  *      u64 node id (boot id + network namespace, or FR_NODE), then the
  *      abstract socket name (SHM_NAME_LEN bytes).
  *   remote key blob, 28 bytes: u8 magic 0xfe, u8 version, u16 0, u32
- *      region id, u32 generation, u64 region length, u64 region address.
+ *      region id, u32 generation, u64 region length, u64 region address
+ *      (unused since pulls replaced pushes; kept for the layout).
  *      Unpacked as a = length, b = address, c = id, d = generation.
  *
  * The receiver is the authority on its regions, as in the TCP transport: a
  * fragment outside a registered region (unknown id, stale generation, no
  * remote-write access, past the end) fails the connection with FR_ERANGE
- * before a byte is copied.  A write placed by cross-memory attach is
- * checked by the sender against the key's bounds before, and by the
- * receiver after.
+ * before a byte is copied.  A pulled write is checked the same way, as a
+ * whole and again before every chunk, at the moment the receiver copies
+ * it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -88,7 +118,8 @@
 #include "util.h"
 
 #define SHM_MAGIC 0x4d485346u /* "FSHM" */
-#define SHM_VERSION 1
+/* 2: PULL slots replaced writes placed by the writer */
+#define SHM_VERSION 2
 #define SHM_KIND_HELLO 1
 #define SHM_KIND_REPLY 2
 #define SHM_HELLO_LEN 24
@@ -96,11 +127,12 @@
 
 #define SHM_SLOTS 64u
 #define SHM_SLOT_BYTES 8192u
-#define SHM_SLOT_HDR 32u
+#define SHM_SLOT_HDR 40u
 #define SHM_SLOT_DATA (SHM_SLOT_BYTES - SHM_SLOT_HDR)
 #define SLOT_FIRST 1u
 #define SLOT_LAST 2u
-#define SLOT_PLACED 4u
+#define SLOT_PULL 4u /* no payload: the receiver reads it from src */
+#define SLOT_FLAGS (SLOT_FIRST | SLOT_LAST | SLOT_PULL)
 
 #define SHM_NAME_LEN 48
 #define SHM_ADDR_MAGIC 0xfd
@@ -114,8 +146,9 @@
 #define SHM_MAX_REGIONS (1u << 20)
 #define SHM_MAX_PENDING 256
 #define SHM_CMA_DEFAULT (64u << 10)
-/* Bytes one cross-memory attach call places, so that one huge write does
- * not hold up the other connections for long. */
+/* Bytes the receiver pulls per cross-memory attach call and per pass of
+ * its progress (at most one pulled write per pass, too), so that one huge
+ * write does not hold up the other connections for long. */
 #define SHM_CMA_CHUNK (4u << 20)
 #define SHM_BACKOFF_MIN_MS 5
 #define SHM_BACKOFF_MAX_MS 500
@@ -125,12 +158,20 @@ struct shm_slot {
 	uint32_t imm, flags, region, gen;
 	uint64_t off;
 	uint32_t len, total;
+	uint64_t src; /* PULL: the source, in the writer's address space */
 	uint8_t data[SHM_SLOT_DATA];
 };
 
 struct shm_ring {
 	_Alignas(64) _Atomic uint64_t tail; /* written by the producer */
 	_Alignas(64) _Atomic uint64_t head; /* written by the consumer */
+	/* Producer, rarely: where this ring is mapped in its process (read
+	 * back by the consumer's probe), and "closed": it has given up on
+	 * the connection, its sources may be gone (shm_pull()). */
+	_Alignas(64) _Atomic uint64_t self;
+	_Atomic uint32_t closed;
+	/* Consumer: its probe succeeded, it pulls large writes. */
+	_Alignas(64) _Atomic uint32_t pull_ok;
 	_Alignas(64) struct shm_slot slot[SHM_SLOTS];
 };
 
@@ -142,6 +183,7 @@ struct shm_seg {
 };
 
 _Static_assert(sizeof(struct shm_slot) == SHM_SLOT_BYTES, "slot layout");
+_Static_assert(offsetof(struct shm_slot, data) == SHM_SLOT_HDR, "slot header");
 
 struct fr_tp_mr {
 	struct fr_tp *tp;
@@ -160,11 +202,12 @@ struct shm_region {
 /* A queued write: points at the caller's memory, never copies it early. */
 struct shm_sqe {
 	struct fr_tp_mr *mr;
-	size_t loff, len, done; /* done: bytes in the ring or placed */
-	uint64_t raddr, rlen, roff;
+	size_t loff, len, done; /* done: bytes in the ring (or to be pulled) */
+	uint64_t roff;
 	uint32_t rid, rgen, imm;
 	uint64_t ctx;
-	bool placed; /* the payload is in the peer's memory (CMA) */
+	uint64_t seq; /* pushed: its last slot's index in the ring */
+	bool pull; /* went as a PULL slot: retired when the peer is past seq */
 };
 
 enum shm_state {
@@ -186,7 +229,9 @@ struct fr_tp_conn {
 	int error;
 	bool err_owed;
 	pid_t peer_pid;
-	bool cma;
+	bool cma;     /* FR_SHM_CMA_BYTES allows cross-memory attach here */
+	bool pull_tx; /* the peer pulls our large writes (it set pull_ok) */
+	bool pull_rx; /* we pull the peer's (our probe succeeded) */
 	struct sockaddr_un sa;
 	socklen_t salen;
 	uint64_t deadline_ms, retry_ms;
@@ -197,9 +242,16 @@ struct fr_tp_conn {
 	struct shm_ring *tx, *rx;
 	_Atomic uint32_t *my_sleep, *peer_sleep;
 	uint64_t tx_tail, rx_head;
+	size_t rx_pulled; /* bytes of the PULL slot at rx_head read so far */
 
+	/*
+	 * The send queue: sq_count entries from sq_head; the first sq_push of
+	 * them are entirely in the ring but not retired yet (a pull still
+	 * reading the source, or no room for the completion), the others
+	 * wait for room in the ring (the first of them may be in part).
+	 */
 	struct shm_sqe *sq;
-	unsigned int sq_depth, sq_head, sq_count;
+	unsigned int sq_depth, sq_head, sq_count, sq_push;
 };
 
 struct fr_tp {
@@ -212,6 +264,7 @@ struct fr_tp {
 	char name[SHM_NAME_LEN];
 	struct fr_tp_conn *conns;
 	unsigned int npending;
+	int accept_errno; /* the last accept4() failure, 0 after a success */
 	unsigned int idle_polls;
 	struct shm_region *regions;
 	uint32_t nregions;
@@ -300,6 +353,18 @@ static void shm_close_fd(struct fr_tp_conn *c)
 	c->fd = -1;
 }
 
+/*
+ * We give up on the connection: tell the peer before anything lets the
+ * application reuse a source that a PULL slot names (shm_sq_release, the
+ * error completions, close).  Sequentially consistent: see shm_pull().
+ */
+static void shm_mark_closed(struct fr_tp_conn *c)
+{
+	if (c->tx)
+		atomic_store_explicit(&c->tx->closed, 1, memory_order_seq_cst);
+}
+
+/* Every queued entry, pushed or not, stops reading its region. */
 static void shm_sq_release(struct fr_tp_conn *c)
 {
 	for (unsigned int i = 0; i < c->sq_count; i++) {
@@ -333,6 +398,7 @@ static void shm_conn_free(struct fr_tp_conn *c)
 		c->next->prev = c->prev;
 	if (c->incoming && !c->owned)
 		tp->npending--;
+	shm_mark_closed(c);
 	shm_close_fd(c);
 	shm_sq_release(c);
 	shm_unmap(c);
@@ -363,11 +429,13 @@ shm_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
 			   : FR_LOG_DEBUG,
 		   "connection %s rank %d: %s", c->incoming ? "from" : "to",
 		   c->peer, msg);
+	shm_mark_closed(c);
 	shm_close_fd(c);
 	shm_unmap(c);
 	c->error = err;
 	c->state = SHM_FAILED;
 	shm_sq_release(c);
+	c->sq_push = 0; /* pushed or not, they all fail now */
 	c->err_owed = was_up && c->owned;
 }
 
@@ -399,6 +467,47 @@ static void shm_attach(struct fr_tp_conn *c, struct shm_seg *seg, size_t len)
 	c->rx = &seg->ring[1 - c->side];
 	c->my_sleep = c->side ? &seg->sleeping1 : &seg->sleeping0;
 	c->peer_sleep = c->side ? &seg->sleeping0 : &seg->sleeping1;
+	/* For the peer's probe (shm_probe_pull), before the hello or the
+	 * reply that lets it begin. */
+	atomic_store_explicit(&c->tx->self, (uint64_t)(uintptr_t)c->tx,
+			      memory_order_release);
+}
+
+/*
+ * May we pull the peer's large writes?  Read back, by cross-memory attach,
+ * the word in which the peer wrote where it maps the ring it produces: it
+ * is there only if peer_pid is that process and the kernel lets us attach.
+ * On success grant the peer pulls (pull_ok); otherwise its large writes
+ * come through the ring.
+ */
+static void shm_probe_pull(struct fr_tp_conn *c)
+{
+	uint64_t want = atomic_load_explicit(&c->rx->self,
+					     memory_order_acquire),
+		 at = want + offsetof(struct shm_ring, self), got = 0;
+	struct iovec l = { &got, sizeof(got) };
+	struct iovec r = { (void *)(uintptr_t)at, sizeof(got) };
+	ssize_t n;
+
+	if (!c->cma || c->peer_pid <= 0 || !want)
+		return;
+	do
+		n = process_vm_readv(c->peer_pid, &l, 1, &r, 1, 0);
+	while (n < 0 && errno == EINTR);
+	if (n == (ssize_t)sizeof(got) && got == want) {
+		c->pull_rx = true;
+		atomic_store_explicit(&c->rx->pull_ok, 1, memory_order_release);
+		return;
+	}
+	if (n < 0 && (errno == EPERM || errno == EACCES || errno == ENOSYS))
+		fr_info("shm: rank %d: cross-memory attach to rank %d refused (%s): its large writes come through the ring",
+			c->tp->rank, c->peer, fr_syserr(errno));
+	else if (n < 0)
+		fr_dbg("shm: rank %d: cross-memory attach probe of rank %d: %s",
+		       c->tp->rank, c->peer, fr_syserr(errno));
+	else
+		fr_info("shm: rank %d: cross-memory attach to rank %d reads another process (PID namespaces?): its large writes come through the ring",
+			c->tp->rank, c->peer);
 }
 
 static pid_t shm_peer_pid(int fd)
@@ -557,7 +666,7 @@ static void shm_reply(int fd, int status)
 	shm_put_hdr(b, SHM_KIND_REPLY);
 	memcpy(b + 8, &status, 4);
 	if (send(fd, b, sizeof(b), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-		fr_dbg("shm: reply: %s", strerror(errno));
+		fr_dbg("shm: reply: %s", fr_syserr(errno));
 }
 
 static bool shm_rank_taken(struct fr_tp *tp, int rank,
@@ -645,12 +754,14 @@ static void shm_greet(struct fr_tp_conn *c)
 	if (seg == MAP_FAILED) {
 		shm_reply(c->fd, FR_ENOMEM);
 		shm_conn_fail(c, FR_ENOMEM, "mmap of the segment: %s",
-			      strerror(errno));
+			      fr_syserr(errno));
 		return;
 	}
 	c->side = 1;
 	shm_attach(c, seg, seglen);
 	c->peer_pid = shm_peer_pid(c->fd);
+	shm_probe_pull(c); /* before the reply: the connector's large writes
+			    * can be pulled from the start */
 	shm_reply(c->fd, 0);
 	c->state = SHM_UP;
 }
@@ -663,10 +774,15 @@ static void shm_hello_reply(struct fr_tp_conn *c)
 
 	if (n < 0 && errno == EAGAIN)
 		return;
+	/* closed or reset under us (the peer died, or could not take the
+	 * connection: out of descriptors) is a peer failure, not a protocol
+	 * error */
+	if (n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE))) {
+		shm_conn_fail(c, FR_EPEER, "closed during the handshake");
+		return;
+	}
 	if (n != SHM_REPLY_LEN || !shm_hdr_ok(b, SHM_KIND_REPLY)) {
-		shm_conn_fail(c, n == 0 ? FR_EPEER : FR_EPROTO,
-			      n == 0 ? "closed during the handshake"
-				     : "malformed reply");
+		shm_conn_fail(c, FR_EPROTO, "malformed reply");
 		return;
 	}
 	memcpy(&status, b + 8, 4);
@@ -675,6 +791,7 @@ static void shm_hello_reply(struct fr_tp_conn *c)
 			      "refused by the peer: %s", fr_strerror(status));
 		return;
 	}
+	shm_probe_pull(c);
 	c->state = SHM_UP;
 }
 
@@ -685,8 +802,12 @@ static void shm_accept_new(struct fr_tp *tp, uint64_t now)
 		int fd = accept4(tp->lfd, NULL, NULL,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE)
+				tp->accept_errno = errno;
 			return;
+		}
+		tp->accept_errno = 0;
 		if (tp->npending >= SHM_MAX_PENDING ||
 		    !(c = shm_conn_new(tp))) {
 			close(fd);
@@ -718,9 +839,11 @@ static void shm_poke(struct fr_tp_conn *c)
 	if (atomic_load_explicit(c->peer_sleep, memory_order_relaxed) &&
 	    send(c->fd, &one, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
 	    errno != EAGAIN)
-		fr_dbg("shm: wake rank %d: %s", c->peer, strerror(errno));
+		fr_dbg("shm: wake rank %d: %s", c->peer, fr_syserr(errno));
 }
 
+/* Report the oldest queued write done: its source is no longer read
+ * (shm_sq_done). */
 static void shm_sq_retire(struct fr_tp_conn *c)
 {
 	struct shm_sqe *e = &c->sq[c->sq_head];
@@ -732,97 +855,71 @@ static void shm_sq_retire(struct fr_tp_conn *c)
 	}
 	c->sq_head = (c->sq_head + 1) % c->sq_depth;
 	c->sq_count--;
+	c->sq_push--;
 }
 
-/*
- * Does this write go by cross-memory attach?  Large enough, not started,
- * and inside the region its key describes: a write outside it goes through
- * the ring instead, where the receiver refuses it (FR_ERANGE) as it
- * refuses every write outside its regions.
- */
-static bool shm_cma_eligible(const struct fr_tp_conn *c,
-			     const struct shm_sqe *e)
+/* Can the oldest pushed write be retired, the consumer's head being head? */
+static bool shm_sq_done(const struct fr_tp_conn *c, uint64_t head)
 {
-	return c->cma && !e->placed && e->done == 0 &&
-	       e->len >= c->tp->cma_bytes && e->roff <= e->rlen &&
-	       e->len <= e->rlen - e->roff;
+	const struct shm_sqe *e = &c->sq[c->sq_head];
+
+	/* A fragment's bytes are in the ring; a pull reads the source until
+	 * the consumer moves past its slot. */
+	return c->sq_push && (!e->pull || head > e->seq);
 }
 
-/* Place a large write directly in the peer's memory.  0, or an error
- * (the connection has failed); leaves e->placed false if CMA is refused. */
-static int shm_cma(struct fr_tp_conn *c, struct shm_sqe *e)
+/* Retire pushed writes, oldest first, while they are done. */
+static void shm_sq_reap(struct fr_tp_conn *c, uint64_t head)
 {
-	while (e->done < e->len) {
-		size_t n = FR_MIN((size_t)SHM_CMA_CHUNK, e->len - e->done);
-		struct iovec l = { e->mr->base + e->loff + e->done, n };
-		struct iovec r = { (void *)(uintptr_t)(e->raddr + e->roff +
-						       e->done),
-				   n };
-		ssize_t w = process_vm_writev(c->peer_pid, &l, 1, &r, 1, 0);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EPERM || errno == ENOSYS ||
-			    errno == EACCES) {
-				fr_info("shm: rank %d: cross-memory attach to rank %d refused (%s): copying through the ring",
-					c->tp->rank, c->peer, strerror(errno));
-				c->cma = false;
-				return 0;
-			}
-			if (errno == ESRCH) {
-				shm_conn_fail(c, FR_EPEER,
-					      "peer process %d is gone",
-					      (int)c->peer_pid);
-				return FR_EPEER;
-			}
-			shm_conn_fail(c, FR_ERANGE,
-				      "cross-memory write into the peer failed: %s",
-				      strerror(errno));
-			return FR_ERANGE;
-		}
-		e->done += (size_t)w;
-		if (w == 0)
-			break;
-	}
-	e->placed = e->done == e->len;
-	return 0;
+	while (shm_sq_done(c, head) && !fr_cqring_full(&c->tp->cq))
+		shm_sq_retire(c);
 }
 
-/* Push queued writes into the ring while it (and the completion ring) has
- * room. */
+/* Does this write go as one PULL slot?  Large enough, not started, and the
+ * peer has said it can pull from us. */
+static bool shm_pull_eligible(struct fr_tp_conn *c, const struct shm_sqe *e)
+{
+	if (!c->cma || e->done || e->len < c->tp->cma_bytes)
+		return false;
+	if (!c->pull_tx)
+		c->pull_tx = atomic_load_explicit(&c->tx->pull_ok,
+						  memory_order_acquire);
+	return c->pull_tx;
+}
+
+/* Push queued writes into the ring while it has room, and retire those
+ * that are done. */
 static void shm_tx(struct fr_tp_conn *c)
 {
-	struct fr_tp *tp = c->tp;
 	bool pushed = false;
 	uint64_t head;
 
-	while (c->sq_count && c->state == SHM_UP) {
-		struct shm_sqe *e = &c->sq[c->sq_head];
+	if (c->state != SHM_UP)
+		return;
+	head = atomic_load_explicit(&c->tx->head, memory_order_acquire);
+	/*
+	 * Later writes may follow a pull still pending: the consumer takes
+	 * slots in order, so one that covers the same bytes lands after it.
+	 */
+	while (c->sq_push < c->sq_count) {
+		struct shm_sqe *e =
+			&c->sq[(c->sq_head + c->sq_push) % c->sq_depth];
 		struct shm_slot *s;
-		uint32_t flags = 0, n;
+		uint32_t flags = 0, n = 0;
 
-		if (fr_cqring_full(&tp->cq))
-			break;
-		head = atomic_load_explicit(&c->tx->head, memory_order_acquire);
-		/*
-		 * A direct placement must not overtake earlier writes still
-		 * in the ring (the receiver copies those when it polls, and
-		 * they may cover the same bytes): wait until it has drained.
-		 */
-		if (shm_cma_eligible(c, e)) {
-			if (head != c->tx_tail)
+		if (c->tx_tail - head >= SHM_SLOTS) {
+			head = atomic_load_explicit(&c->tx->head,
+						    memory_order_acquire);
+			if (c->tx_tail - head >= SHM_SLOTS)
 				break;
-			if (shm_cma(c, e))
-				return;
 		}
-		if (c->tx_tail - head >= SHM_SLOTS)
-			break;
 		s = &c->tx->slot[c->tx_tail % SHM_SLOTS];
-		if (e->placed) {
-			n = 0;
-			flags = SLOT_FIRST | SLOT_LAST | SLOT_PLACED;
+		if (shm_pull_eligible(c, e)) {
+			flags = SLOT_FIRST | SLOT_LAST | SLOT_PULL;
+			s->src = (uint64_t)(uintptr_t)(e->mr->base + e->loff);
 			s->off = e->roff;
+			e->pull = true;
+			e->done = e->len;
 		} else {
 			n = (uint32_t)FR_MIN((size_t)SHM_SLOT_DATA,
 					     e->len - e->done);
@@ -833,6 +930,7 @@ static void shm_tx(struct fr_tp_conn *c)
 			if (n)
 				memcpy(s->data, e->mr->base + e->loff + e->done,
 				       n);
+			s->src = 0;
 			s->off = e->roff + e->done;
 			e->done += n;
 		}
@@ -842,21 +940,80 @@ static void shm_tx(struct fr_tp_conn *c)
 		s->gen = e->rgen;
 		s->len = n;
 		s->total = (uint32_t)e->len;
+		if (flags & SLOT_LAST) {
+			e->seq = c->tx_tail;
+			c->sq_push++;
+		}
 		c->tx_tail++;
 		atomic_store_explicit(&c->tx->tail, c->tx_tail,
 				      memory_order_release);
 		pushed = true;
-		if (flags & SLOT_LAST)
-			shm_sq_retire(c);
 	}
+	shm_sq_reap(c, head);
 	if (pushed)
 		shm_poke(c);
+}
+
+/*
+ * Pull the next chunk of the PULL slot h (checked against mr) from the
+ * writer's memory into ours, spending at most *budget bytes.  0 when the
+ * write is all here, 1 when more remains, or an error (the connection has
+ * failed).
+ */
+static int shm_pull(struct fr_tp_conn *c, struct fr_tp_mr *mr,
+		    const struct shm_slot *h, size_t *budget)
+{
+	size_t n = FR_MIN(*budget, (size_t)h->total - c->rx_pulled);
+	struct iovec l = { mr->base + h->off + c->rx_pulled, n };
+	struct iovec r = { (void *)(uintptr_t)(h->src + c->rx_pulled), n };
+	ssize_t got;
+
+	do
+		got = process_vm_readv(c->peer_pid, &l, 1, &r, 1, 0);
+	while (got < 0 && errno == EINTR);
+	if (got < 0 && errno == ESRCH) {
+		shm_conn_fail(c, FR_EPEER, "peer process %d is gone",
+			      (int)c->peer_pid);
+		return FR_EPEER;
+	}
+	if (got <= 0) {
+		shm_conn_fail(c, FR_ERANGE,
+			      "cross-memory read from the peer failed: %s",
+			      got < 0 ? fr_syserr(errno) : "nothing read");
+		return FR_ERANGE;
+	}
+	/*
+	 * Did the writer give up on the connection while we read?  Then its
+	 * application may have freed or reused the source, and the bytes we
+	 * read may be anything: fail rather than complete the write.
+	 *
+	 * This suffices: the writer sets "closed" (seq_cst) before anything
+	 * lets its application reuse the source (shm_mark_closed, then the
+	 * release of the queue, the error completions, close), and it does
+	 * not otherwise let the source go before we have moved head past
+	 * the slot, which we do only after this check.  Our read is ordered
+	 * before the load below by the full fence (and the system call).
+	 * So if the load still sees 0, the writer's store comes later in the
+	 * single total order, every reuse of the source later still, and
+	 * every byte we read predates them: it is the write's own data.  If
+	 * a reuse could have raced with our read, we see the flag.
+	 */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&c->rx->closed, memory_order_seq_cst)) {
+		shm_conn_fail(c, FR_EPEER,
+			      "peer closed while its write was being read");
+		return FR_EPEER;
+	}
+	c->rx_pulled += (size_t)got;
+	*budget -= (size_t)got;
+	return c->rx_pulled < h->total;
 }
 
 /* Take the peer's writes out of the ring, check and place them. */
 static bool shm_rx(struct fr_tp_conn *c)
 {
 	struct fr_tp *tp = c->tp;
+	size_t budget = SHM_CMA_CHUNK;
 	uint64_t tail;
 	bool got = false;
 
@@ -868,21 +1025,40 @@ static bool shm_rx(struct fr_tp_conn *c)
 		const struct shm_slot *s = &c->rx->slot[c->rx_head % SHM_SLOTS];
 		struct shm_slot h;
 		struct fr_tp_mr *mr = NULL;
+		uint32_t n;
+		bool pull, bad;
 
 		if (fr_cqring_full(&tp->cq))
 			break;
 		/* The peer can rewrite the slot: judge a private copy. */
 		memcpy(&h, s, SHM_SLOT_HDR);
-		if (h.len > SHM_SLOT_DATA ||
-		    ((h.flags & SLOT_PLACED) && h.len)) {
+		pull = h.flags & SLOT_PULL;
+		/* A pull has no payload, is its write's only slot, and one
+		 * begun in an earlier pass must still be there as it was. */
+		if (pull)
+			bad = h.len || h.total <= c->rx_pulled ||
+			      (h.flags & (SLOT_FIRST | SLOT_LAST)) !=
+				      (SLOT_FIRST | SLOT_LAST);
+		else
+			bad = c->rx_pulled != 0;
+		if (bad || h.len > SHM_SLOT_DATA || (h.flags & ~SLOT_FLAGS)) {
 			shm_conn_fail(c, FR_EPROTO, "malformed slot");
 			break;
 		}
+		if (pull && !c->pull_rx) {
+			shm_conn_fail(
+				c, FR_EPROTO,
+				"a pull, but cross-memory attach was not granted");
+			break;
+		}
+		if (pull && !budget)
+			break; /* enough for this pass */
+		n = pull ? h.total : h.len;
 		if (h.total) {
-			uint64_t end = h.off + ((h.flags & SLOT_PLACED)
-							? h.total
-							: h.len);
+			uint64_t end = h.off + n;
 
+			/* A pull's whole range is checked now, before each of
+			 * its chunks: the region may have gone meanwhile. */
 			if (h.region < tp->nregions)
 				mr = tp->regions[h.region].mr;
 			if (!mr || mr->gen != h.gen ||
@@ -892,13 +1068,20 @@ static bool shm_rx(struct fr_tp_conn *c)
 					c, FR_ERANGE,
 					"write outside a registered region (region %u gen %u, offset %" PRIu64
 					", %u bytes)",
-					h.region, h.gen, h.off,
-					(h.flags & SLOT_PLACED) ? h.total
-								: h.len);
+					h.region, h.gen, h.off, n);
 				break;
 			}
-			if (h.len)
+			if (pull) {
+				if (shm_pull(c, mr, &h, &budget))
+					break; /* failed, or more next pass */
+				c->rx_pulled = 0;
+				/* One pulled write per pass: the caller gets
+				 * its completion (uses the bytes, returns
+				 * credits) before we copy the next one. */
+				budget = 0;
+			} else if (h.len) {
 				memcpy(mr->base + h.off, s->data, h.len);
+			}
 		}
 		if (h.flags & SLOT_LAST)
 			fr_cqring_push(&tp->cq, FR_CQE_RECV, 0, c, 0, h.imm,
@@ -906,10 +1089,12 @@ static bool shm_rx(struct fr_tp_conn *c)
 		c->rx_head++;
 		got = true;
 	}
+	/* Moving head past a PULL slot tells the writer that its source is
+	 * free again: only after the bytes are here (shm_sq_done). */
 	if (got && c->state == SHM_UP) {
 		atomic_store_explicit(&c->rx->head, c->rx_head,
 				      memory_order_release);
-		shm_poke(c); /* a producer may wait for room */
+		shm_poke(c); /* a producer may wait for room, or a pull */
 	}
 	return got;
 }
@@ -992,14 +1177,14 @@ static void shm_timers(struct fr_tp *tp)
 			shm_conn_fail(c, FR_ETIMEDOUT,
 				      "no connection to rank %d within %d ms (%s)",
 				      c->peer, c->tp->timeout_ms,
-				      c->last_errno ? strerror(c->last_errno)
+				      c->last_errno ? fr_syserr(c->last_errno)
 						    : "no reply");
 			continue;
 		}
 		if (c->state == SHM_RETRY && now >= c->retry_ms &&
 		    shm_start_connect(c, now))
 			shm_conn_fail(c, FR_ESYS, "connect: %s",
-				      strerror(c->last_errno));
+				      fr_syserr(c->last_errno));
 	}
 }
 
@@ -1046,13 +1231,13 @@ static int shm_probe(char *errbuf, size_t errlen)
 	int fd = memfd_create("fastreduce-probe", MFD_CLOEXEC), s;
 
 	if (fd < 0) {
-		snprintf(errbuf, errlen, "memfd_create: %s", strerror(errno));
+		snprintf(errbuf, errlen, "memfd_create: %s", fr_syserr(errno));
 		return FR_ENODEV;
 	}
 	close(fd);
 	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (s < 0) {
-		snprintf(errbuf, errlen, "AF_UNIX socket: %s", strerror(errno));
+		snprintf(errbuf, errlen, "AF_UNIX socket: %s", fr_syserr(errno));
 		return FR_ENODEV;
 	}
 	close(s);
@@ -1131,36 +1316,36 @@ static int shm_tp_open(const struct fr_tp_params *params, struct fr_tp **out,
 	tp->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC,
 			 0);
 	if (tp->lfd < 0) {
-		shm_open_err(&p, "shm: socket: %s", strerror(errno));
+		shm_open_err(&p, "shm: socket: %s", fr_syserr(errno));
 		goto err_socket;
 	}
 	shm_name_addr(tp->name, &sa, &salen);
 	if (bind(tp->lfd, (struct sockaddr *)&sa, salen) ||
 	    listen(tp->lfd, SOMAXCONN)) {
 		shm_open_err(&p, "shm: cannot listen on @%s: %s", tp->name,
-			     strerror(errno));
+			     fr_syserr(errno));
 		goto err_listen;
 	}
 	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (tp->epfd < 0) {
-		shm_open_err(&p, "shm: epoll_create1: %s", strerror(errno));
+		shm_open_err(&p, "shm: epoll_create1: %s", fr_syserr(errno));
 		goto err_listen;
 	}
 	memset(&ev, 0, sizeof(ev));
 	ev.events = EPOLLIN;
 	ev.data.ptr = NULL;
 	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->lfd, &ev)) {
-		shm_open_err(&p, "shm: epoll_ctl: %s", strerror(errno));
+		shm_open_err(&p, "shm: epoll_ctl: %s", fr_syserr(errno));
 		goto err_epoll;
 	}
 	tp->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (tp->wfd < 0) {
-		shm_open_err(&p, "shm: eventfd: %s", strerror(errno));
+		shm_open_err(&p, "shm: eventfd: %s", fr_syserr(errno));
 		goto err_epoll;
 	}
 	ev.data.ptr = &tp->wfd;
 	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wfd, &ev)) {
-		shm_open_err(&p, "shm: epoll_ctl: %s", strerror(errno));
+		shm_open_err(&p, "shm: epoll_ctl: %s", fr_syserr(errno));
 		goto err_wfd;
 	}
 	memset(b, 0, SHM_ADDR_LEN);
@@ -1224,7 +1409,7 @@ static int shm_connect(struct fr_tp *tp, int peer, const void *addr,
 	rc = shm_start_connect(c, now);
 	if (rc) {
 		shm_seterr(tp, FR_LOG_DEBUG, "connect to rank %d: %s", peer,
-			   strerror(c->last_errno));
+			   fr_syserr(c->last_errno));
 		shm_close_fd(c);
 		shm_unmap(c);
 		free(c->sq);
@@ -1249,6 +1434,13 @@ static int shm_accept(struct fr_tp *tp, int peer, struct fr_tp_conn **out)
 			*out = c;
 			return 0;
 		}
+	/* out of descriptors, the peer's connection never arrives: say so
+	 * now, naming the limit, not at the timeout */
+	if (tp->accept_errno) {
+		shm_seterr(tp, FR_LOG_ERROR, "cannot accept rank %d: %s", peer,
+			   fr_syserr(tp->accept_errno));
+		return FR_ESYS;
+	}
 	return FR_EAGAIN;
 }
 
@@ -1386,8 +1578,6 @@ static int shm_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 	e->mr = len ? lmr : NULL;
 	e->loff = loff;
 	e->len = len;
-	e->raddr = len ? rkey->b : 0;
-	e->rlen = len ? rkey->a : 0;
 	e->roff = roff;
 	e->rid = len ? rkey->c : 0;
 	e->rgen = len ? rkey->d : 0;
@@ -1396,7 +1586,7 @@ static int shm_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 	if (e->mr)
 		e->mr->inflight++;
 	c->sq_count++;
-	if (c->sq_count == 1)
+	if (c->sq_count - c->sq_push == 1) /* nothing waits before it */
 		shm_tx(c);
 	return 0;
 }
@@ -1420,14 +1610,16 @@ static bool shm_ready(struct fr_tp_conn *c)
 	    c->rx_head)
 		return true;
 	if (c->sq_count) {
-		const struct shm_sqe *e = &c->sq[c->sq_head];
 		uint64_t head = atomic_load_explicit(&c->tx->head,
 						     memory_order_acquire);
 
-		/* A placement waits for the ring to drain (shm_tx). */
-		if (shm_cma_eligible(c, e))
-			return head == c->tx_tail;
-		return c->tx_tail - head < SHM_SLOTS;
+		/* A write to retire (a pull the peer has finished: its
+		 * consumer pokes us when it moves head), or room for the
+		 * next one. */
+		if (shm_sq_done(c, head))
+			return true;
+		return c->sq_push < c->sq_count &&
+		       c->tx_tail - head < SHM_SLOTS;
 	}
 	return false;
 }
@@ -1498,7 +1690,7 @@ static int shm_wait(struct fr_tp *tp, int timeout_ms)
 	n = epoll_wait(tp->epfd, &ev, 1, t);
 	shm_set_sleeping(tp, 0);
 	if (n < 0 && errno != EINTR) {
-		shm_seterr(tp, FR_LOG_ERROR, "epoll_wait: %s", strerror(errno));
+		shm_seterr(tp, FR_LOG_ERROR, "epoll_wait: %s", fr_syserr(errno));
 		return FR_ESYS;
 	}
 	/* Level-triggered: the event stays for poll() to handle; a wake
@@ -1514,7 +1706,7 @@ static void shm_wake(struct fr_tp *tp)
 
 	if (tp && write(tp->wfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		fr_dbg("shm: rank %d: writing the wake eventfd: %s", tp->rank,
-		       strerror(errno));
+		       fr_syserr(errno));
 }
 
 static void shm_close_conn(struct fr_tp_conn *c)
@@ -1545,6 +1737,11 @@ static int shm_conn_peer(const struct fr_tp_conn *c)
 	return c ? c->peer : -1;
 }
 
+static const char *shm_last_error(struct fr_tp *tp)
+{
+	return tp ? tp->errbuf : "";
+}
+
 const struct fr_tp_ops fr_shm_ops = {
 	.size = sizeof(struct fr_tp_ops),
 	.name = "shm",
@@ -1567,4 +1764,5 @@ const struct fr_tp_ops fr_shm_ops = {
 	.close_conn = shm_close_conn,
 	.close = shm_tp_close,
 	.conn_peer = shm_conn_peer,
+	.last_error = shm_last_error,
 };

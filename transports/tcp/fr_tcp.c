@@ -260,7 +260,7 @@ static void tcp_nodelay(int fd)
 
 	/* Latency of small control writes matters more than packet count. */
 	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)))
-		fr_dbg("tcp: TCP_NODELAY: %s", strerror(errno));
+		fr_dbg("tcp: TCP_NODELAY: %s", fr_syserr(errno));
 }
 
 static uint32_t tcp_gen_next(uint32_t gen)
@@ -519,7 +519,7 @@ static int tcp_start_connect(struct fr_tp_conn *c, uint64_t now)
 	c->last_errno = e;
 	fr_dbg("tcp: connect to %s: %s",
 	       fr_sockaddr_str((struct sockaddr *)&c->sa, where, sizeof(where)),
-	       strerror(e));
+	       fr_syserr(e));
 	return FR_ESYS;
 }
 
@@ -548,7 +548,7 @@ static void tcp_check_connected(struct fr_tp_conn *c, uint64_t now)
 	tcp_conn_fail(c, FR_EPEER, "connect to %s: %s",
 		      fr_sockaddr_str((struct sockaddr *)&c->sa, where,
 				      sizeof(where)),
-		      strerror(soerr));
+		      fr_syserr(soerr));
 }
 
 static const char *tcp_where(const struct fr_tp_conn *c, char *buf, size_t size)
@@ -575,7 +575,7 @@ static void tcp_hello_progress(struct fr_tp_conn *c)
 			"%s closed the connection during the handshake%s%s",
 			tcp_where(c, where, sizeof(where)),
 			c->last_errno ? ": " : "",
-			c->last_errno ? strerror(c->last_errno) : "");
+			c->last_errno ? fr_syserr(c->last_errno) : "");
 		return;
 	}
 	if (fr_get_le32(r) != TCP_MAGIC || fr_get_le16(r + 4) != TCP_VERSION ||
@@ -622,7 +622,7 @@ static void tcp_out_progress(struct fr_tp_conn *c, uint64_t now)
 					      fr_sockaddr_str(
 						      (struct sockaddr *)&c->sa,
 						      where, sizeof(where)),
-					      strerror(c->last_errno));
+					      fr_syserr(c->last_errno));
 			break;
 		case TCP_CONNECTING:
 			tcp_check_connected(c, now);
@@ -647,7 +647,7 @@ static void tcp_out_progress(struct fr_tp_conn *c, uint64_t now)
 		tcp_conn_fail(c, FR_ETIMEDOUT,
 			      "could not connect to %s within %d ms%s%s", where,
 			      c->tp->timeout_ms, c->last_errno ? ": " : "",
-			      c->last_errno ? strerror(c->last_errno) : "");
+			      c->last_errno ? fr_syserr(c->last_errno) : "");
 }
 
 /* Accept every socket waiting on the listener. */
@@ -666,7 +666,7 @@ static void tcp_accept_new(struct fr_tp *tp, uint64_t now)
 			if (!tcp_would_block(errno) &&
 			    errno != tp->accept_errno)
 				fr_warn("tcp: rank %d: accept: %s", tp->rank,
-					strerror(errno));
+					fr_syserr(errno));
 			if (!tcp_would_block(errno))
 				tp->accept_errno = errno;
 			return;
@@ -731,7 +731,7 @@ static void tcp_refuse(struct fr_tp_conn *c, int status)
 
 	tcp_put_reply(b, status);
 	if (send(c->fd, b, sizeof(b), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-		fr_dbg("tcp: refusal not sent: %s", strerror(errno));
+		fr_dbg("tcp: refusal not sent: %s", fr_syserr(errno));
 	tcp_conn_fail(c, status, "refused");
 }
 
@@ -870,7 +870,7 @@ static void tcp_tx(struct fr_tp_conn *c)
 				continue;
 			if (tcp_would_block(errno))
 				return;
-			tcp_conn_fail(c, FR_EPEER, "send: %s", strerror(errno));
+			tcp_conn_fail(c, FR_EPEER, "send: %s", fr_syserr(errno));
 			return;
 		}
 		n = (size_t)sent;
@@ -1029,7 +1029,7 @@ static void tcp_rx(struct fr_tp_conn *c)
 			if (tcp_would_block(errno))
 				return;
 			tcp_conn_fail(c, FR_EPEER, "receive: %s",
-				      strerror(errno));
+				      fr_syserr(errno));
 			return;
 		}
 		if (n == 0) {
@@ -1083,7 +1083,7 @@ static void tcp_wake_drain(struct fr_tp *tp)
 
 	if (read(tp->wfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		fr_dbg("tcp: rank %d: reading the wake eventfd: %s", tp->rank,
-		       strerror(errno));
+		       fr_syserr(errno));
 }
 
 static bool tcp_collect_ready(struct fr_tp *tp)
@@ -1273,42 +1273,42 @@ static int tcp_open(const struct fr_tp_params *params, struct fr_tp **out,
 	tp->lfd = socket(sa.ss_family,
 			 SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (tp->lfd < 0) {
-		tcp_open_err(&p, "tcp: socket: %s", strerror(errno));
+		tcp_open_err(&p, "tcp: socket: %s", fr_syserr(errno));
 		goto err_socket;
 	}
 	if (bind(tp->lfd, (struct sockaddr *)&sa, salen) ||
 	    listen(tp->lfd, SOMAXCONN)) {
 		tcp_open_err(&p, "tcp: cannot listen on %s: %s",
 			     p.local_ip ? p.local_ip : "0.0.0.0",
-			     strerror(errno));
+			     fr_syserr(errno));
 		goto err_listen;
 	}
 	salen = sizeof(sa);
 	if (getsockname(tp->lfd, (struct sockaddr *)&sa, &salen)) {
-		tcp_open_err(&p, "tcp: getsockname: %s", strerror(errno));
+		tcp_open_err(&p, "tcp: getsockname: %s", fr_syserr(errno));
 		goto err_listen;
 	}
 	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (tp->epfd < 0) {
-		tcp_open_err(&p, "tcp: epoll_create1: %s", strerror(errno));
+		tcp_open_err(&p, "tcp: epoll_create1: %s", fr_syserr(errno));
 		goto err_listen;
 	}
 	memset(&ev, 0, sizeof(ev));
 	ev.events = EPOLLIN;
 	ev.data.ptr = NULL; /* the listener */
 	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->lfd, &ev)) {
-		tcp_open_err(&p, "tcp: epoll_ctl: %s", strerror(errno));
+		tcp_open_err(&p, "tcp: epoll_ctl: %s", fr_syserr(errno));
 		goto err_epoll;
 	}
 	tp->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (tp->wfd < 0) {
-		tcp_open_err(&p, "tcp: eventfd: %s", strerror(errno));
+		tcp_open_err(&p, "tcp: eventfd: %s", fr_syserr(errno));
 		goto err_epoll;
 	}
 	ev.events = EPOLLIN;
 	ev.data.ptr = &tp->wfd;
 	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wfd, &ev)) {
-		tcp_open_err(&p, "tcp: epoll_ctl: %s", strerror(errno));
+		tcp_open_err(&p, "tcp: epoll_ctl: %s", fr_syserr(errno));
 		goto err_wfd;
 	}
 	tcp_addr_encode(addr, &sa);
@@ -1358,7 +1358,7 @@ static int tcp_connect(struct fr_tp *tp, int peer, const void *addr,
 	rc = tcp_start_connect(c, now);
 	if (rc) {
 		tcp_seterr(tp, FR_LOG_DEBUG, "connect to rank %d: %s", peer,
-			   strerror(c->last_errno));
+			   fr_syserr(c->last_errno));
 		goto err_conn;
 	}
 	tcp_conn_link(c);
@@ -1386,6 +1386,13 @@ static int tcp_accept(struct fr_tp *tp, int peer, struct fr_tp_conn **out)
 			*out = c;
 			return 0;
 		}
+	}
+	/* Out of descriptors, the peer's connection waits in the kernel and
+	 * never arrives: fail now, naming the limit, not at the timeout. */
+	if (tp->accept_errno == EMFILE || tp->accept_errno == ENFILE) {
+		tcp_seterr(tp, FR_LOG_ERROR, "rank %d: cannot accept rank %d: %s",
+			   tp->rank, peer, fr_syserr(tp->accept_errno));
+		return FR_ESYS;
 	}
 	return FR_EAGAIN;
 }
@@ -1658,7 +1665,7 @@ static int tcp_wait_prepare(struct fr_tp *tp, int *timeout_ms)
 		}
 		if (tcp_arm(c, tcp_want_events(c))) {
 			tcp_seterr(tp, FR_LOG_ERROR, "epoll_ctl: %s",
-				   strerror(errno));
+				   fr_syserr(errno));
 			return FR_ESYS;
 		}
 	}
@@ -1686,7 +1693,7 @@ static int tcp_wait(struct fr_tp *tp, int timeout_ms)
 		return rc < 0 ? rc : 0;
 	n = epoll_wait(tp->epfd, ev, (int)FR_ARRAY_SIZE(ev), t);
 	if (n < 0 && errno != EINTR) {
-		tcp_seterr(tp, FR_LOG_ERROR, "epoll_wait: %s", strerror(errno));
+		tcp_seterr(tp, FR_LOG_ERROR, "epoll_wait: %s", fr_syserr(errno));
 		return FR_ESYS;
 	}
 	for (int i = 0; i < n; i++)
@@ -1702,7 +1709,7 @@ static void tcp_wake(struct fr_tp *tp)
 
 	if (tp && write(tp->wfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 		fr_dbg("tcp: rank %d: writing the wake eventfd: %s", tp->rank,
-		       strerror(errno));
+		       fr_syserr(errno));
 }
 
 static void tcp_close_conn(struct fr_tp_conn *c)
@@ -1735,6 +1742,11 @@ static int tcp_conn_peer(const struct fr_tp_conn *c)
 	return c ? c->peer : -1;
 }
 
+static const char *tcp_last_error(struct fr_tp *tp)
+{
+	return tp ? tp->errbuf : "";
+}
+
 const struct fr_tp_ops fr_tcp_ops = {
 	.size = sizeof(struct fr_tp_ops),
 	.name = "tcp",
@@ -1757,4 +1769,5 @@ const struct fr_tp_ops fr_tcp_ops = {
 	.close_conn = tcp_close_conn,
 	.close = tcp_close,
 	.conn_peer = tcp_conn_peer,
+	.last_error = tcp_last_error,
 };

@@ -992,14 +992,15 @@ static int shm_pull(struct fr_tp_conn *c, struct fr_tp_mr *mr,
 	 * release of the queue, the error completions, close), and it does
 	 * not otherwise let the source go before we have moved head past
 	 * the slot, which we do only after this check.  Our read is ordered
-	 * before the load below by the full fence (and the system call).
+	 * before the load below by the system call and by the load itself,
+	 * a seq_cst read-modify-write (a full barrier; a bare fence is what
+	 * ThreadSanitizer cannot follow).
 	 * So if the load still sees 0, the writer's store comes later in the
 	 * single total order, every reuse of the source later still, and
 	 * every byte we read predates them: it is the write's own data.  If
 	 * a reuse could have raced with our read, we see the flag.
 	 */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&c->rx->closed, memory_order_seq_cst)) {
+	if (atomic_fetch_or_explicit(&c->rx->closed, 0, memory_order_seq_cst)) {
 		shm_conn_fail(c, FR_EPEER,
 			      "peer closed while its write was being read");
 		return FR_EPEER;

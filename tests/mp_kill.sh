@@ -43,7 +43,8 @@ run "rank 2 of 5 is 4 s late: patience" late 5 20000 "" late 4000
 run "rank 2 of 8 is 4 s late (rd): patience" late 8 20000 rd late 4000
 run "rank 2 of 5 is too late: alive but late" late 5 3000 "" toolate 7000
 # out of file descriptors after creation, before an algorithm that needs new
-# connections: every rank fails at once, the victim's message says
+# connections: every rank fails (at once, or at the 3 s timeout where the
+# victim, out of descriptors, cannot tell anyone), the victim's message says
 # `ulimit -n` (over verbs, connections need no descriptor: it may succeed)
 run "rank 1 of 4 runs out of descriptors (rd)" \
 	frrun -n 4 -e FR_ALGO=rd --keep-going --transport "$TRANSPORT" --timeout 60 \

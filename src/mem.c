@@ -70,6 +70,17 @@ static bool covers(const struct fr_mem *m, uintptr_t a, size_t len, int access)
 	       (m->access & access) == access;
 }
 
+/* Unlink *pp from the cache and deregister it. */
+static void cache_drop(struct fr_comm *comm, struct fr_mem **pp)
+{
+	struct fr_mem *m = *pp;
+
+	*pp = m->next;
+	comm->cache_entries--;
+	comm->stats.regcache_evictions++;
+	fr_mem_free_internal(m);
+}
+
 /* Evict the least recently used unreferenced cache entry, if any. */
 static bool cache_evict_one(struct fr_comm *comm)
 {
@@ -81,12 +92,7 @@ static bool cache_evict_one(struct fr_comm *comm)
 			victim = pp;
 	if (!victim)
 		return false;
-	struct fr_mem *m = *victim;
-
-	*victim = m->next;
-	comm->cache_entries--;
-	comm->stats.regcache_evictions++;
-	fr_mem_free_internal(m);
+	cache_drop(comm, victim);
 	return true;
 }
 
@@ -128,50 +134,31 @@ found:
 	return 0;
 }
 
+void fr_mem_release(struct fr_mem *m)
+{
+	m->refs--;
+}
+
 /*
  * A failed collective may return while a peer that has not yet heard of
  * the failure is still writing into our receive buffer (it holds our
  * remote key).  A cached registration would keep that buffer open to such
  * late writes after the application has freed it, so a failed
- * communicator drops each cache entry as soon as no collective holds it:
- * the transport then refuses writes into it (TCP and shm check their region
+ * communicator drops every cache entry no collective holds, right after
+ * its failed requests have released theirs (request.c, fail_all): the
+ * transport then refuses writes into them (TCP and shm check their region
  * table, verbs' rkey is invalid).  Regions the application registered are
  * its own to deregister before it frees them.
  */
-void fr_mem_release(struct fr_mem *m)
-{
-	struct fr_comm *comm = m->comm;
-	struct fr_mem **pp;
-
-	if (--m->refs > 0 || m->user || !comm->failed)
-		return;
-	for (pp = &comm->cache; *pp; pp = &(*pp)->next)
-		if (*pp == m) {
-			*pp = m->next;
-			comm->cache_entries--;
-			comm->stats.regcache_evictions++;
-			fr_mem_free_internal(m);
-			return;
-		}
-}
-
-/* A failed communicator: drop every cache entry no collective holds (see
- * fr_mem_release for why). */
 void fr_mem_cache_drop_idle(struct fr_comm *comm)
 {
 	struct fr_mem **pp = &comm->cache;
 
 	while (*pp) {
-		struct fr_mem *m = *pp;
-
-		if (m->refs) {
-			pp = &m->next;
-			continue;
-		}
-		*pp = m->next;
-		comm->cache_entries--;
-		comm->stats.regcache_evictions++;
-		fr_mem_free_internal(m);
+		if ((*pp)->refs)
+			pp = &(*pp)->next;
+		else
+			cache_drop(comm, pp);
 	}
 }
 

@@ -120,6 +120,12 @@ struct fr_peer {
 	uint64_t ping_ms, pong_ms;
 	uint32_t pong_started;
 	bool pong_late, pong_owed;
+	/* a liveness-only connection (PING and PONG, no data) to a lower rank
+	 * we wait on that has not connected to us yet, or from a higher one
+	 * that waits on us; a connection from the other side of the pair
+	 * to the one that carries data, so the two never mix up */
+	struct fr_tp_conn *probe;
+	bool probe_up, probe_dead;
 	/* ids of our registrations whose key it has (direct-mapped) */
 	uint32_t rkey_sent[FR_RKEY_CACHE];
 	/* its registrations' keys we have (direct-mapped by id) */

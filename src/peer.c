@@ -8,6 +8,11 @@
  * incoming connection until it is accepted), so each pair shares one
  * connection used in both directions, and only pairs that ever talk are
  * connected: a ring job opens its two neighbour connections and no others.
+ * A connection that a lower rank opened before we need it (it reached a
+ * collective's step with us first) is accepted as soon as it arrives, by
+ * whoever drives progress, so that its PINGs get answered; the reverse
+ * case, a higher rank waiting on a lower one that has not connected, gets
+ * a liveness-only connection (see "Slow or dead").
  *
  * Mailbox wire format: rank p writes into our mailbox at
  *   [p][slot][mbx_slot_size], slot < mbx_slots (data, one credit each),
@@ -35,6 +40,8 @@
 #define CTX_LIVE (1ull << 61) /* SEND ctx of a PING or PONG */
 #define LIVE_SEQ_MASK 0x07ffffffu /* PONG: collectives started, low bits */
 #define LIVE_LATE (1u << 27)      /* PONG: waiting for a late rank itself */
+
+static void probe_close(struct fr_comm *c, struct fr_peer *p);
 
 void fr_msg_encode(const struct fr_msg *m, uint8_t *b)
 {
@@ -148,6 +155,9 @@ err_mbx:
 
 void fr_peers_fini(struct fr_comm *c)
 {
+	if (c->peers)
+		for (int r = 0; r < c->nranks; r++)
+			probe_close(c, &c->peers[r]);
 	if (c->peers)
 		for (struct fr_peer *p = c->active; p; p = p->next_active)
 			if (p->conn)
@@ -284,18 +294,23 @@ int fr_peer_need(struct fr_comm *c, int rank)
  * unsolicited PONG, so the patience spreads along a ring in round trips,
  * not in ping intervals.
  */
-static int live_send(struct fr_comm *c, struct fr_peer *p, uint32_t imm)
+static int live_send_on(struct fr_comm *c, struct fr_tp_conn *conn,
+			uint32_t imm)
 {
-	int rc;
+	int rc = c->tp_ops->write_imm(conn, NULL, 0, NULL, 0, 0, imm, CTX_LIVE);
 
-	if (p->state != FR_PEER_UP)
-		return FR_EAGAIN;
-	rc = c->tp_ops->write_imm(p->conn, NULL, 0, NULL, 0, 0, imm, CTX_LIVE);
 	if (rc)
 		return rc;
 	c->outstanding++;
 	c->stats.writes++;
 	return 0;
+}
+
+static int live_send(struct fr_comm *c, struct fr_peer *p, uint32_t imm)
+{
+	if (p->state != FR_PEER_UP)
+		return FR_EAGAIN;
+	return live_send_on(c, p->conn, imm);
 }
 
 static uint32_t pong_imm(const struct fr_comm *c)
@@ -307,6 +322,127 @@ static uint32_t pong_imm(const struct fr_comm *c)
 static int ping_interval_ms(const struct fr_comm *c)
 {
 	return FR_MAX(FR_MIN(c->timeout_ms / 4, 1000), 10);
+}
+
+/*
+ * A higher rank that waits for a lower one to connect (the first collective
+ * of the hypercube algorithms: the partner has not reached it) cannot PING
+ * it: there is no connection, and the lower rank opens it only once it
+ * needs us.  So open one the other way, for liveness only: the lower rank
+ * takes it (fr_peers_accept_early) and answers PINGs on it, and data never
+ * goes over it, so it cannot race with the data connection.  It lives
+ * until the communicator does; a failure of it says nothing about the
+ * job (the peer may just have left) and only ends it.
+ */
+static void probe_close(struct fr_comm *c, struct fr_peer *p)
+{
+	if (p->probe)
+		c->tp_ops->close_conn(p->probe);
+	p->probe = NULL;
+	p->probe_up = p->probe_dead = false;
+}
+
+static void probe_ping(struct fr_comm *c, struct fr_peer *p, uint64_t now,
+		       uint64_t every)
+{
+	int rc;
+
+	if (p->probe_dead)
+		probe_close(c, p);
+	if (!p->probe) {
+		if (now - p->ping_ms < every)
+			return;
+		p->ping_ms = now; /* one connection attempt per interval */
+		if (c->tp_ops->connect(c->tp, p->rank,
+				       c->addrs + (size_t)p->rank * FR_TP_ADDR_MAX,
+				       c->addrlens[p->rank], &p->probe)) {
+			p->probe = NULL;
+			return;
+		}
+	}
+	if (!p->probe_up) {
+		rc = c->tp_ops->connect_done(p->probe);
+		if (rc == FR_EAGAIN)
+			return;
+		if (rc) {
+			fr_dbg("rank %d: liveness connection to rank %d: %s",
+			       c->rank, p->rank, fr_strerror(rc));
+			probe_close(c, p);
+			return;
+		}
+		p->probe_up = true;
+		p->ping_ms = 0;
+	}
+	if (now - p->ping_ms >= every &&
+	    !live_send_on(c, p->probe, FR_IMM(FR_IMM_PING, 0)))
+		p->ping_ms = now;
+}
+
+/* Take the connections that wait for us (transport's pending op): a lower
+ * rank's data connection, or a higher rank's liveness probe. */
+static void accept_early(struct fr_comm *c, bool *did_work)
+{
+	int q[32], n;
+
+	if (!c->tp_ops->pending || c->failed)
+		return;
+	n = c->tp_ops->pending(c->tp, q, 32);
+	for (int i = 0; i < n; i++) {
+		struct fr_peer *p;
+		struct fr_tp_conn *conn;
+
+		if (q[i] < 0 || q[i] >= c->nranks || q[i] == c->rank)
+			continue;
+		p = &c->peers[q[i]];
+		if (q[i] < c->rank) {
+			/* its data connection: as fr_peer_need would */
+			if (p->state != FR_PEER_IDLE)
+				continue;
+			p->state = FR_PEER_CONNECTING;
+			p->next_active = c->active;
+			c->active = p;
+			if (!peer_advance(c, p))
+				*did_work = true;
+			continue;
+		}
+		if (c->tp_ops->accept(c->tp, q[i], &conn))
+			continue;
+		probe_close(c, p); /* a new probe replaces a dead one */
+		p->probe = conn;
+		p->probe_up = true;
+		*did_work = true;
+	}
+}
+
+/* A completion on a probe: PINGs answered on it, PONGs noted, failures
+ * only end it. */
+static int on_probe_cqe(struct fr_comm *c, struct fr_peer *p,
+			const struct fr_tp_cqe *cqe)
+{
+	uint32_t type = FR_IMM_TYPE(cqe->imm);
+
+	if (cqe->status) {
+		/* closed when replaced, or with the communicator */
+		p->probe_dead = true;
+		return 0;
+	}
+	if (cqe->kind == FR_CQE_SEND)
+		return 0;
+	if (type == FR_IMM_PING && !cqe->len) {
+		/* no room: the next PING gets the answer */
+		live_send_on(c, p->probe, pong_imm(c));
+		return 0;
+	}
+	if (type == FR_IMM_PONG && !cqe->len) {
+		p->pong_ms = fr_now_ms();
+		p->pong_started = FR_IMM_PAYLOAD(cqe->imm) & LIVE_SEQ_MASK;
+		p->pong_late = (FR_IMM_PAYLOAD(cqe->imm) & LIVE_LATE) != 0;
+		return 0;
+	}
+	return fr_comm_fail(
+		c, FR_EPROTO,
+		"rank %d: unexpected write (immediate 0x%08x, %u bytes) from rank %d on a liveness-only connection",
+		c->rank, cqe->imm, cqe->len, p->rank);
 }
 
 bool fr_peers_cqe_is_liveness(const struct fr_tp_cqe *cqe)
@@ -324,11 +460,16 @@ int fr_peer_liveness(struct fr_comm *c, int rank, uint32_t seq,
 	uint64_t now = fr_now_ms(), every = (uint64_t)ping_interval_ms(c);
 	uint32_t d;
 
-	if (p->state != FR_PEER_UP)
+	if (p->state == FR_PEER_CONNECTING && !p->conn && c->rank > rank) {
+		/* it has not connected to us: ask over a probe */
+		if (idle_ms >= every)
+			probe_ping(c, p, now, every);
+	} else if (p->state != FR_PEER_UP) {
 		return -1;
-	if (idle_ms >= every && now - p->ping_ms >= every &&
-	    !live_send(c, p, FR_IMM(FR_IMM_PING, 0)))
+	} else if (idle_ms >= every && now - p->ping_ms >= every &&
+		   !live_send(c, p, FR_IMM(FR_IMM_PING, 0))) {
 		p->ping_ms = now;
+	}
 	/* an answer to one of the last few PINGs, not an old one */
 	if (!p->pong_ms || now - p->pong_ms > 3 * every)
 		return -1;
@@ -351,6 +492,9 @@ void fr_peers_announce_late(struct fr_comm *c)
 /* Return credits to peers we owe half their slots or more. */
 int fr_peers_progress(struct fr_comm *c, bool *did_work)
 {
+	accept_early(c, did_work);
+	if (c->failed)
+		return c->failed;
 	for (struct fr_peer *p = c->active; p; p = p->next_active) {
 		int rc;
 
@@ -763,6 +907,8 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 			c, FR_EPROTO,
 			"rank %d: completion on a connection of no known peer",
 			c->rank);
+	if (p->probe && cqe->conn == p->probe)
+		return on_probe_cqe(c, p, cqe);
 	if (cqe->status) {
 		const char *what =
 			cqe->status == FR_EPEER
@@ -857,6 +1003,8 @@ void fr_peers_quiesce(struct fr_comm *c)
 		return;
 	fr_info("rank %d: %d sends still queued %d ms after the failure: closing every connection",
 		c->rank, c->user_outstanding, FR_QUIESCE_MS);
+	for (int r = 0; r < c->nranks; r++)
+		probe_close(c, &c->peers[r]);
 	for (struct fr_peer *p = c->active; p; p = p->next_active) {
 		if (p->conn)
 			c->tp_ops->close_conn(p->conn);
@@ -932,8 +1080,11 @@ void fr_peers_goodbye(struct fr_comm *c)
 			const uint8_t *b;
 			struct fr_msg m;
 
-			if (cqe[i].kind == FR_CQE_SEND) {
+			if (cqe[i].kind == FR_CQE_SEND)
 				send_done(c, &cqe[i]);
+			if (p && p->probe && cqe[i].conn == p->probe)
+				continue; /* liveness only: says nothing */
+			if (cqe[i].kind == FR_CQE_SEND) {
 				if (cqe[i].status && p)
 					p->bye = true;
 				continue;

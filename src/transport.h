@@ -164,6 +164,13 @@ struct fr_tp_ops {
 	/* Optional (NULL): the endpoint's most recent error message, "" if
 	 * none, for the core to quote when a call failed. */
 	const char *(*last_error)(struct fr_tp *tp);
+
+	/* Optional (NULL): the ranks of up to max incoming connections that
+	 * wait for accept(), written to peers; returns how many.  Cheap when
+	 * there are none.  Lets a rank take a connection it does not need yet,
+	 * so that the peer that opened it can tell whether it is alive
+	 * (peer.c, "Slow or dead"). */
+	int (*pending)(struct fr_tp *tp, int *peers, int max);
 };
 
 extern const struct fr_tp_ops fr_tcp_ops;

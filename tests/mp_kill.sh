@@ -34,14 +34,27 @@ run "rank 1 of 4 stalls" survivors_ok 4 1 stall
 # alive but late, answering PINGs from its progress thread: the others wait
 # for it up to FR_SLOW_TIMEOUT_MS (not FR_TIMEOUT_MS) and all succeed, and
 # beyond that fail saying that it is alive but late, not dead
+# (late N SLOW_MS ALGO late|toolate LATE_MS [AT] [VICTIM])
 late() {
 	frrun -n "$1" --transport "$TRANSPORT" --keep-going --timeout 60 \
 		-e FR_PROGRESS=thread -e FR_TIMEOUT_MS=1500 -e FR_SLOW_TIMEOUT_MS="$2" \
-		${3:+-e FR_ALGO=$3} "$MP" "$4" --victim 2 --at 3 --late-ms "$5"
+		${3:+-e FR_ALGO=$3} "$MP" "$4" --victim "${7:-2}" --at "${6:-3}" \
+		--late-ms "$5"
 }
 run "rank 2 of 5 is 4 s late: patience" late 5 20000 "" late 4000
 run "rank 2 of 8 is 4 s late (rd): patience" late 8 20000 rd late 4000
 run "rank 2 of 5 is too late: alive but late" late 5 3000 "" toolate 7000
+# late for the very first collective of a hypercube algorithm: its partners
+# beyond the ring were never connected.  A lower partner connects and the
+# late rank's progress thread accepts at once; a higher one (6 = 2 ^ 4)
+# waits for a connection that the late rank opens only when it arrives, so
+# it opens a liveness-only one the other way
+run "rank 2 of 8 is 4 s late for the first collective (rd): patience" \
+	late 8 20000 rd late 4000 0
+run "rank 1 of 8 is 4 s late for the first (rabenseifner): patience" \
+	late 8 20000 rabenseifner late 4000 0 1
+run "rank 2 of 8 is too late for the first (rd): alive but late" \
+	late 8 3000 rd toolate 7000 0
 # out of file descriptors after creation, before an algorithm that needs new
 # connections: every rank fails (at once, or at the 3 s timeout where the
 # victim, out of descriptors, cannot tell anyone), the victim's message says

@@ -606,6 +606,40 @@ static void test_write_before_accept(void **state)
 		assert_ptr_equal(b->cq[i].conn, ba);
 }
 
+/*
+ * pending() names the ranks whose connections wait for accept(), so that
+ * the core can take one it does not need yet; once accepted (or before the
+ * handshake is done) they are not listed.
+ */
+static void test_pending(void **state)
+{
+	struct ep *a = ep_open(0), *b = ep_open(1), *c = ep_open(2);
+	struct fr_tp_conn *ab, *cb, *ba, *x = NULL;
+	int q[4] = {-1, -1, -1, -1}, n;
+
+	if (!ops->pending)
+		skip();
+	assert_int_equal(ops->pending(b->tp, q, 4), 0);
+	assert_int_equal(ops->connect(a->tp, 1, b->addr, b->addrlen, &ab), 0);
+	assert_int_equal(ops->connect(c->tp, 1, b->addr, b->addrlen, &cb), 0);
+	PUMP_UNTIL(ops->connect_done(ab) == 0 && ops->connect_done(cb) == 0 &&
+		   ops->pending(b->tp, q, 4) == 2);
+	assert_true((q[0] == 0 && q[1] == 2) || (q[0] == 2 && q[1] == 0));
+	/* room for one: one */
+	assert_int_equal(ops->pending(b->tp, q, 1), 1);
+	assert_true(q[0] == 0 || q[0] == 2);
+	assert_int_equal(ops->pending(b->tp, q, 0), 0);
+	/* accepted: no longer pending */
+	ba = accept_from(b, 2);
+	n = ops->pending(b->tp, q, 4);
+	assert_int_equal(n, 1);
+	assert_int_equal(q[0], 0);
+	ba = accept_from(b, 0);
+	assert_int_equal(ops->pending(b->tp, q, 4), 0);
+	assert_int_equal(ops->accept(b->tp, 0, &x), FR_EAGAIN);
+	(void)ba;
+}
+
 /* ---- data path -------------------------------------------------------------
  */
 
@@ -1972,6 +2006,7 @@ int main(int argc, char **argv)
 		T(test_connect_refused_times_out),
 		T(test_duplicate_rank),
 		T(test_write_before_accept),
+		T(test_pending),
 		T(test_write_sizes),
 		T(test_zero_length),
 		T(test_fifo_many),

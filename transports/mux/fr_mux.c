@@ -463,6 +463,18 @@ static int mux_conn_peer(const struct fr_tp_conn *c)
 	return c ? ops_of(c)->conn_peer(c->child) : -1;
 }
 
+static int mux_pending(struct fr_tp *tp, int *peers, int max)
+{
+	int n;
+
+	if (!tp || !peers || max <= 0)
+		return 0;
+	n = tp->sops->pending ? tp->sops->pending(tp->shm, peers, max) : 0;
+	if (n < max && tp->nops->pending)
+		n += tp->nops->pending(tp->net, peers + n, max - n);
+	return n;
+}
+
 const struct fr_tp_ops fr_mux_ops = {
 	.size = sizeof(struct fr_tp_ops),
 	.name = "shm+tcp",
@@ -482,4 +494,5 @@ const struct fr_tp_ops fr_mux_ops = {
 	.close_conn = mux_close_conn,
 	.close = mux_close,
 	.conn_peer = mux_conn_peer,
+	.pending = mux_pending,
 };

@@ -1738,6 +1738,18 @@ static int shm_conn_peer(const struct fr_tp_conn *c)
 	return c ? c->peer : -1;
 }
 
+static int shm_pending(struct fr_tp *tp, int *peers, int max)
+{
+	int n = 0;
+
+	if (!tp || !peers || !tp->npending)
+		return 0;
+	for (struct fr_tp_conn *c = tp->conns; c && n < max; c = c->next)
+		if (c->incoming && !c->owned && c->state == SHM_UP)
+			peers[n++] = c->peer;
+	return n;
+}
+
 static const char *shm_last_error(struct fr_tp *tp)
 {
 	return tp ? tp->errbuf : "";
@@ -1766,4 +1778,5 @@ const struct fr_tp_ops fr_shm_ops = {
 	.close = shm_tp_close,
 	.conn_peer = shm_conn_peer,
 	.last_error = shm_last_error,
+	.pending = shm_pending,
 };

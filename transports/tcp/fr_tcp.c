@@ -1742,6 +1742,18 @@ static int tcp_conn_peer(const struct fr_tp_conn *c)
 	return c ? c->peer : -1;
 }
 
+static int tcp_pending(struct fr_tp *tp, int *peers, int max)
+{
+	int n = 0;
+
+	if (!tp || !peers || !tp->npending)
+		return 0;
+	for (struct fr_tp_conn *c = tp->conns; c && n < max; c = c->next)
+		if (c->incoming && !c->owned && c->state == TCP_UP)
+			peers[n++] = c->peer;
+	return n;
+}
+
 static const char *tcp_last_error(struct fr_tp *tp)
 {
 	return tp ? tp->errbuf : "";
@@ -1770,4 +1782,5 @@ const struct fr_tp_ops fr_tcp_ops = {
 	.close = tcp_close,
 	.conn_peer = tcp_conn_peer,
 	.last_error = tcp_last_error,
+	.pending = tcp_pending,
 };

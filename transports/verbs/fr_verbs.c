@@ -2669,6 +2669,18 @@ static int verbs_conn_peer(const struct fr_tp_conn *c)
 	return c ? c->peer : -1;
 }
 
+static int verbs_pending(struct fr_tp *tp, int *peers, int max)
+{
+	int n = 0;
+
+	if (!tp || !peers || !tp->npending)
+		return 0;
+	for (struct fr_tp_conn *c = tp->conns; c && n < max; c = c->next)
+		if (c->incoming && !c->owned && c->state == VERBS_UP)
+			peers[n++] = c->peer;
+	return n;
+}
+
 static const char *verbs_last_error(struct fr_tp *tp)
 {
 	return tp ? tp->errbuf : "";
@@ -2694,4 +2706,5 @@ const struct fr_tp_ops fr_verbs_ops = {
 	.close = verbs_close,
 	.conn_peer = verbs_conn_peer,
 	.last_error = verbs_last_error,
+	.pending = verbs_pending,
 };

@@ -283,8 +283,8 @@ FR_API const char *fr_comm_transport(const fr_comm_t *comm);
 
 /*
  * The message of the communicator's most recent error ("" if none), e.g.
- * "rank 2: peer rank 3 (next) closed the connection".  Valid until the next
- * call on the communicator.  NULL comm gives the message of this thread's
+ * "rank 2: peer rank 3 closed the connection, died or became unreachable".
+ * Valid until the next call on the communicator.  NULL comm gives the message of this thread's
  * last fr_comm_create*() call ("" if it succeeded).
  */
 FR_API const char *fr_comm_last_error(const fr_comm_t *comm);

@@ -3,12 +3,15 @@
 # Only missing packages are installed; a second run is quick.  python3-torch
 # (Debian's PyTorch 1.13, CPU) is for the DDP hook and its tests; the
 # fastreduce package itself needs only python3.  mpich and openmpi-bin:
-# the launcher tests (ranks started by mpiexec without FR_RENDEZVOUS).
+# the launcher tests (ranks started by mpiexec without FR_RENDEZVOUS);
+# libpmix-dev: the rendezvous through PMIx (configure --with-pmix), and
+# libopenmpi-dev (mpicc) for its test with MPI in the same process.
 # clang and libclang-rt-14-dev: libFuzzer, for `make fuzz` and CI's smoke.
 set -e
 PKGS="build-essential autoconf automake libtool pkg-config libcmocka-dev
 libibverbs-dev librdmacm-dev libhwloc-dev valgrind
 python3 python3-numpy python3-pytest python3-torch mpich openmpi-bin
+libpmix-dev libopenmpi-dev
 clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do

@@ -29,6 +29,7 @@
 #include "log.h"
 #include "peer.h"
 #include "reduce.h"
+#include "topo.h"
 #include "util.h"
 
 static _Thread_local char create_err[FR_ERRMSG_MAX];
@@ -95,6 +96,7 @@ struct settings {
 	int progress;
 	bool cpus_set;
 	cpu_set_t cpus;
+	bool ring_by_rank;
 };
 
 /* Fields of a caller's config that its size says it has. */
@@ -289,6 +291,17 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 	rc = resolve_progress(cfg, s, err, errlen);
 	if (rc)
 		return rc;
+	/* FR_RING_ORDER: node (default: a node's ranks adjacent) or rank */
+	const char *ro = getenv("FR_RING_ORDER");
+
+	if (ro && *ro && strcmp(ro, "node")) {
+		if (strcmp(ro, "rank")) {
+			snprintf(err, errlen,
+				 "FR_RING_ORDER=\"%s\" is not node or rank", ro);
+			return FR_EINVAL;
+		}
+		s->ring_by_rank = true;
+	}
 	/* FR_POLL: spin = never block, event = block at once, hybrid
 	 * (default) = spin FR_SPIN_US, then block. */
 	const char *poll = getenv("FR_POLL");
@@ -395,15 +408,7 @@ static int nodes_take(struct fr_comm *c, const uint64_t *ids)
 
 	if (!node || !count)
 		goto out;
-	c->nnodes = 0;
-	for (int r = 0; r < n; r++) {
-		int k;
-
-		for (k = 0; k < r && ids[k] != ids[r]; k++)
-			;
-		node[r] = k < r ? node[k] : c->nnodes++;
-		count[node[r]]++;
-	}
+	c->nnodes = fr_topo_nodes(ids, n, node, count);
 	c->nodes_regular = true;
 	for (int k = 1; k < c->nnodes; k++)
 		c->nodes_regular &= count[k] == count[0];
@@ -418,6 +423,17 @@ static int nodes_take(struct fr_comm *c, const uint64_t *ids)
 				c->local_index = c->nlocal;
 			c->local[c->nlocal++] = r;
 		}
+	/* the ring: node by node (topo.c) */
+	c->ring_order = calloc(sz, sizeof(int));
+	if (!c->ring_order ||
+	    fr_topo_ring_order(node, count, c->nnodes, n, c->ring_by_rank,
+			       c->ring_order))
+		goto out;
+	for (int i = 0; i < n; i++)
+		if (c->ring_order[i] == c->rank)
+			c->ring_pos = i;
+	c->ring_crossings =
+		fr_topo_ring_crossings(c->ring_order, node, n, node[c->rank]);
 	c->ncross = 0;
 	if (c->nodes_regular) {
 		int *seen = count; /* reused: ranks of each node seen so far */
@@ -594,6 +610,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	c->slots = (int)s->slots;
 	c->regcache_max = (int)s->regcache;
 	c->spin_us = (int)s->spin_us;
+	c->ring_by_rank = s->ring_by_rank;
 	c->algo_forced = s->algo;
 	c->fail_origin = -1;
 	mailbox_size(c, s->eager_bytes);
@@ -676,10 +693,10 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	}
 	snprintf(
 		config, sizeof(config),
-		"transport=%s segment=%zu slots=%ld algo=%s eager=%zu tune=%08x",
+		"transport=%s segment=%zu slots=%ld algo=%s eager=%zu tune=%08x ring=%s",
 		c->tp_ops->name, c->segment_bytes, s->slots,
 		fr_algo_name(c->algo_forced), fr_msg_payload_max(c),
-		fr_tune_hash(&c->tune));
+		fr_tune_hash(&c->tune), c->ring_by_rank ? "rank" : "node");
 	rc = fr_boot_exchange(boot, config, &mine, cards, &c->job_nonce);
 	if (rc)
 		goto err_exchange;
@@ -712,6 +729,7 @@ err_connect:
 	free(c->addrlens);
 	free(c->local);
 	free(c->cross);
+	free(c->ring_order);
 	free(c->addrs);
 err_exchange:
 	free(cards);
@@ -818,6 +836,7 @@ int fr_comm_destroy(fr_comm_t *comm)
 	free(comm->addrlens);
 	free(comm->local);
 	free(comm->cross);
+	free(comm->ring_order);
 	free(comm->addrs);
 	fr_lock_fini(comm);
 	free(comm);

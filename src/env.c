@@ -9,7 +9,9 @@
  * MASTER_ADDR:MASTER_PORT+1 (MASTER_PORT itself belongs to torch's own
  * TCPStore), else - when the launcher says every rank is on this host -
  * 127.0.0.1 with a port derived from the launcher's job id, so that plain
- * `mpirun -np 4 prog` works without extra variables.
+ * `mpirun -np 4 prog` works without extra variables.  On several hosts,
+ * rank 0 publishes its address through the launcher: PMI-1 under Hydra
+ * (pmi.c), PMIx under Open MPI and srun --mpi=pmix (pmix.c, when built).
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -130,6 +132,52 @@ int fr_env_all_local(fr_getenv_fn get, void *arg, long nranks)
 }
 
 /*
+ * PMIx when built (configure --with-pmix), but not in the fuzzing build:
+ * PMIx_Init reads the real environment, not the harness's, and starts a
+ * thread; the fuzzer exercises the choice below, not libpmix.
+ */
+#if defined(FR_HAVE_PMIX) && !defined(FR_FUZZING)
+#define PMIX_BUILT 1
+#else
+#define PMIX_BUILT 0
+#endif
+
+/* Did a PMIx launcher start this process? */
+static bool pmix_server(fr_getenv_fn get, void *arg)
+{
+	return get_set(get, arg, "PMIX_NAMESPACE") ||
+	       get_set(get, arg, "PMIX_RANK");
+}
+
+/*
+ * Should rank 0's address come from PMIx?  FR_PMIX=0: never; FR_PMIX=1:
+ * whenever a PMIx launcher started the job, even on one host; unset: when
+ * its ranks are on several hosts.  1 or 0, or FR_EINVAL with a message.
+ */
+static int want_pmix(fr_getenv_fn get, void *arg, bool local, char *err,
+		     size_t errlen)
+{
+	long force = -1;
+	int rc = fr_env_long(get, arg, "FR_PMIX", 0, 1, &force, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	if (force == 0)
+		return 0;
+	if (force == 1 && !PMIX_BUILT) {
+		snprintf(err, errlen,
+			 "FR_PMIX=1, but libfastreduce was built without PMIx (install libpmix-dev and rebuild)");
+		return FR_EINVAL;
+	}
+	if (force == 1 && !pmix_server(get, arg)) {
+		snprintf(err, errlen,
+			 "FR_PMIX=1, but PMIX_NAMESPACE is not set: the launcher offers no PMIx");
+		return FR_EINVAL;
+	}
+	return PMIX_BUILT && pmix_server(get, arg) && (force == 1 || !local);
+}
+
+/*
  * The first host of a Slurm host list: "n[07-09,12],gpu1" -> "n07",
  * "a1,a2" -> "a1", "rack[2-3]-n[1-4]" -> "rack2-n1".  0, or -1 if the text
  * is not a host list.
@@ -171,6 +219,7 @@ static int find_rendezvous(fr_getenv_fn get, void *arg,
 	long mport;
 	uint32_t h = 2166136261u;
 	bool have_id = false, local = false;
+	int rc;
 
 	v = get_set(get, arg, "FR_RENDEZVOUS");
 	if (v) {
@@ -212,6 +261,16 @@ static int find_rendezvous(fr_getenv_fn get, void *arg,
 					 out->rendezvous,
 					 sizeof(out->rendezvous), err, errlen);
 	}
+	/* Open MPI, srun --mpi=pmix: rank 0 publishes it through PMIx */
+	rc = want_pmix(get, arg, local, err, errlen);
+	if (rc < 0)
+		return rc;
+#if PMIX_BUILT
+	if (rc)
+		return fr_pmix_rendezvous(get, arg, out->rank, (int)nranks,
+					  local, out->rendezvous,
+					  sizeof(out->rendezvous), err, errlen);
+#endif
 	for (int i = 0; i < 3 && l->jobid_vars[i]; i++) {
 		v = get_set(get, arg, l->jobid_vars[i]);
 		if (v) {
@@ -234,10 +293,13 @@ static int find_rendezvous(fr_getenv_fn get, void *arg,
 	}
 	if (!local || !have_id) {
 		snprintf(err, errlen,
-			 "%s: cannot tell where rank 0 serves the rendezvous%s; set FR_RENDEZVOUS=host:port (host of rank 0) on every rank",
+			 "%s: cannot tell where rank 0 serves the rendezvous%s; set FR_RENDEZVOUS=host:port (host of rank 0) on every rank%s",
 			 l->name,
 			 local ? " (no job id found)" :
-				 " (ranks are on several hosts)");
+				 " (ranks are on several hosts)",
+			 !PMIX_BUILT && !local && pmix_server(get, arg) ?
+				 ", or rebuild libfastreduce with PMIx (install libpmix-dev) to find it through the launcher" :
+				 "");
 		return FR_EINVAL;
 	}
 	snprintf(out->rendezvous, sizeof(out->rendezvous), "127.0.0.1:%u",

@@ -46,6 +46,18 @@ int fr_env_all_local(fr_getenv_fn get, void *arg, long nranks);
 int fr_pmi_rendezvous(fr_getenv_fn get, void *arg, int rank, bool local,
 		      char *rdv, size_t rdvlen, char *err, size_t errlen);
 
+/*
+ * Under a PMIx launcher (PMIX_NAMESPACE: Open MPI's mpirun, srun
+ * --mpi=pmix), built with configure --with-pmix (FR_HAVE_PMIX): the same
+ * through PMIx.  rank 0 puts "host:port" (127.0.0.1 if local, else
+ * FR_PMIX_HOST or the host name), all meet at a fence, the others get it.
+ * rank and nranks must be PMIx's.  0 or FR_EBOOTSTRAP / FR_ETIMEDOUT /
+ * FR_EPROTO / FR_EINVAL with a message in err.
+ */
+int fr_pmix_rendezvous(fr_getenv_fn get, void *arg, int rank, int nranks,
+		       bool local, char *rdv, size_t rdvlen, char *err,
+		       size_t errlen);
+
 /* The process environment as an fr_getenv_fn. */
 const char *fr_env_getenv(const char *name, void *arg);
 

@@ -202,6 +202,16 @@ struct fr_comm {
 	bool nodes_regular;
 	int *local, nlocal, local_index;
 	int *cross, ncross, cross_index;
+	/*
+	 * The ring's order (ring.c, cring.c): ring_order[i] is the rank at
+	 * position i, ring_pos ours.  The ranks of a node are adjacent, nodes in order
+	 * of their lowest rank, so a ring crosses each node's link twice
+	 * whatever the launcher's placement (round robin puts every rank's
+	 * neighbours on other nodes); rank order where FR_RING_ORDER=rank.
+	 */
+	int *ring_order, ring_pos;
+	int ring_crossings; /* our node's ranks whose next is elsewhere */
+	bool ring_by_rank;
 
 	/*
 	 * Mailbox: peer p writes into slots [p][0 .. mbx_slots + 1]; the

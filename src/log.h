@@ -4,8 +4,8 @@
  *
  * The level comes from FR_LOG (error, warn, info, debug; default warn),
  * read once.  That cached level is the library's only global mutable state
- * besides the per-thread last-create error (see comm.c); both are
- * documented in fastreduce(7).
+ * besides the per-thread last-create error (see comm.c) and the PMIx
+ * reference kept until exit (pmix.c); all are documented in fastreduce(7).
  */
 #ifndef FR_LOG_H
 #define FR_LOG_H

@@ -199,6 +199,24 @@ static const char *tp_why(struct fr_comm *c, int rc)
 	return buf;
 }
 
+/* The transport's most recent error message if it is about rank (a failed
+ * connection: the HCA's status text, the socket's error), else NULL. */
+static const char *tp_about(struct fr_comm *c, int rank)
+{
+	const char *e = c->tp_ops->last_error ? c->tp_ops->last_error(c->tp)
+					      : NULL;
+	char key[24];
+	size_t kl;
+
+	if (!e || !*e)
+		return NULL;
+	kl = (size_t)snprintf(key, sizeof(key), "rank %d", rank);
+	for (const char *s = e; (s = strstr(s, key)); s += kl)
+		if (s[kl] < '0' || s[kl] > '9')
+			return e;
+	return NULL;
+}
+
 static int peer_advance(struct fr_comm *c, struct fr_peer *p)
 {
 	const struct fr_tp_ops *o = c->tp_ops;
@@ -910,9 +928,10 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 	if (p->probe && cqe->conn == p->probe)
 		return on_probe_cqe(c, p, cqe);
 	if (cqe->status) {
+		const char *why = tp_about(c, p->rank);
 		const char *what =
 			cqe->status == FR_EPEER
-				? "closed the connection or died"
+				? "closed the connection, died or became unreachable"
 			: cqe->status == FR_ERANGE
 				? (cqe->kind == FR_CQE_SEND
 					   ? "refused our write (outside its registered memory)"
@@ -927,7 +946,8 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 		p->state = FR_PEER_DOWN;
 		return fr_comm_fail(
 			c, cqe->status == FR_ERANGE ? FR_EPROTO : FR_EPEER,
-			"rank %d: peer rank %d %s", c->rank, p->rank, what);
+			"rank %d: peer rank %d %s%s%s%s", c->rank, p->rank, what,
+			why ? " (" : "", why ? why : "", why ? ")" : "");
 	}
 	if (cqe->kind == FR_CQE_SEND)
 		return 0;

@@ -6,8 +6,10 @@
  * Hydra tells a rank only PMI_RANK, PMI_SIZE and a connected socket,
  * PMI_FD; it sets no job id and no address of rank 0.  So rank 0 puts
  * "host:port" into the job's key-value space, every rank meets at a PMI
- * barrier, and the others get it.  The port is derived from the
- * key-value space's name, which is unique to the job; the host is
+ * barrier, and the others get it.  The port is one the kernel says is
+ * free (fr_free_port: a port hashed from the job id could be in use,
+ * and on a busy host was), else derived from the key-value space's
+ * name, which is unique to the job; the host is
  * 127.0.0.1 when all ranks are on this host, else the name Hydra gave this
  * node (MPIR_CVAR_CH3_INTERFACE_HOSTNAME) or gethostname().  Finalize ends
  * the conversation at once, so Hydra sees a clean exit whenever the
@@ -131,7 +133,8 @@ int fr_pmi_rendezvous(fr_getenv_fn get, void *arg, int rank, bool local,
 			snprintf(host, sizeof(host), "127.0.0.1");
 		host[sizeof(host) - 1] = '\0';
 		snprintf(val, sizeof(val), strchr(host, ':') ? "[%s]:%u" : "%s:%u",
-			 host, 20000u + h % 40000u);
+			 host,
+			 fr_free_port(local, (uint16_t)(20000u + h % 40000u)));
 		snprintf(cmd, sizeof(cmd),
 			 "cmd=put kvsname=%s key=fastreduce_rendezvous value=%s\n",
 			 kvs, val);

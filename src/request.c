@@ -202,6 +202,14 @@ static int check_timeout(struct fr_comm *comm)
 	if (lv == 1 && !comm->waiting_late) {
 		comm->waiting_late = true;
 		fr_peers_announce_late(comm);
+	} else if (lv != 1 && comm->waiting_late) {
+		/* the late rank has arrived (or stopped answering): it gets a
+		 * whole timeout from now to send, as a rank that was never
+		 * late does, not the rest of one that ran out meanwhile (its
+		 * data may first need a connection to us) */
+		comm->waiting_late = false;
+		comm->last_activity_ms = fr_now_ms();
+		return 0;
 	}
 	if (idle < (uint64_t)comm->timeout_ms ||
 	    (lv == 1 && idle < (uint64_t)comm->slow_timeout_ms))

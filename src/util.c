@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fastreduce.h"
 #include "log.h"
@@ -61,6 +63,23 @@ int fr_parse_size(const char *s, size_t *out)
 		return FR_EINVAL;
 	*out = (size_t)(v * mul);
 	return 0;
+}
+
+uint16_t fr_free_port(bool local, uint16_t fallback)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	uint16_t port = fallback;
+
+	if (fd < 0)
+		return fallback;
+	sa.sin_addr.s_addr = htonl(local ? INADDR_LOOPBACK : INADDR_ANY);
+	if (!bind(fd, (struct sockaddr *)&sa, sizeof(sa)) &&
+	    !getsockname(fd, (struct sockaddr *)&sa, &len) && ntohs(sa.sin_port))
+		port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
 }
 
 int fr_parse_hostport(const char *s, char *host, size_t hostlen,

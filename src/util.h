@@ -71,6 +71,15 @@ int fr_parse_size(const char *s, size_t *out);
 /* Split "host:port", "[v6]:port" into host (NUL-terminated) and port. */
 int fr_parse_hostport(const char *s, char *host, size_t hostlen,
 		      uint16_t *port);
+/*
+ * A TCP port that is free right now (on 127.0.0.1 when local, else on every
+ * address): the kernel's choice for a socket bound to port 0, which is then
+ * closed; fallback if there is none.  For a rank 0 that publishes its
+ * rendezvous port through the launcher (PMI-1, PMIx): a port hashed from
+ * the job id can collide with one in use, this one only if someone takes
+ * it in the instant before rank 0 binds it.
+ */
+uint16_t fr_free_port(bool local, uint16_t fallback);
 /* Resolve host/port into a sockaddr (numeric or DNS).  0 or FR_EINVAL. */
 int fr_resolve(const char *host, uint16_t port, struct sockaddr_storage *ss,
 	       socklen_t *sslen);

@@ -44,6 +44,10 @@
  *       collective or as the very first; it gets FR_EINVAL, every other
  *       rank FR_EPEER naming it, within seconds, not at the timeout).
  *
+ * Emulated nodes (FR_NODE, for any mode): --ranks-per-node K puts rank r on
+ * node r / K; --round-robin-nodes M on node r % M (a launcher's round-robin
+ * placement), where the ring runs node by node and the reference follows.
+ *
  * Prints "N passed, N failed" and exits non-zero on any failure.
  */
 #include <getopt.h>
@@ -172,7 +176,33 @@ static void fill(fr_dtype_t dt, fr_op_t op, void *buf, size_t count, int r,
 		input_elem(dt, op, r, i, seed, (char *)buf + i * es);
 }
 
-/* Expected element i: chunk c is accumulated in ring order c, c+1, ... */
+/* Emulated nodes dealt round robin (--round-robin-nodes M: rank r on node
+ * r % M), 0: not.  The ring then runs node by node, each node's ranks in
+ * rank order (written here independently of comm.c): position p holds
+ * rank ring_at(p). */
+static int rr_nodes;
+
+static int ring_at(int p)
+{
+	int m = rr_nodes, q, rem, per;
+
+	if (m < 2 || m >= nranks)
+		return p; /* one node, or one rank per node: rank order */
+	/* node k holds ranks k, k + m, ...: nranks / m of them, one more for
+	 * the first nranks % m nodes */
+	per = nranks / m;
+	rem = nranks % m;
+	for (int k = 0; k < m; k++) {
+		q = per + (k < rem);
+		if (p < q)
+			return k + p * m;
+		p -= q;
+	}
+	return -1;
+}
+
+/* Expected element i: chunk c is accumulated in ring order c, c+1, ... (by
+ * position in the ring) */
 static void expect_elem(fr_dtype_t dt, fr_op_t op, size_t count, size_t i,
 			uint32_t seed, void *out)
 {
@@ -181,9 +211,9 @@ static void expect_elem(fr_dtype_t dt, fr_op_t op, size_t count, size_t i,
 	int c = (int)(i < big ? i / (base + 1) : rem + (i - big) / (base ? base : 1));
 	uint8_t acc[8], in[8];
 
-	input_elem(dt, op, c, i, seed, acc);
+	input_elem(dt, op, ring_at(c), i, seed, acc);
 	for (int t = 1; t < nranks; t++) {
-		input_elem(dt, op, (c + t) % nranks, i, seed, in);
+		input_elem(dt, op, ring_at((c + t) % nranks), i, seed, in);
 		ref_combine(dt, op, acc, acc, in, 1);
 	}
 	if (op == FR_AVG)
@@ -1322,6 +1352,7 @@ int main(int argc, char **argv)
 		{ "how", required_argument, 0, 'h' },
 		{ "what", required_argument, 0, 'w' },
 		{ "ranks-per-node", required_argument, 0, 'N' },
+		{ "round-robin-nodes", required_argument, 0, 'R' },
 		{ "late-ms", required_argument, 0, 'L' },
 		{ 0, 0, 0, 0 }
 	};
@@ -1362,6 +1393,18 @@ int main(int argc, char **argv)
 			if (!r || rpn < 1)
 				return 2;
 			snprintf(node, sizeof(node), "node%d", atoi(r) / rpn);
+			setenv("FR_NODE", node, 1);
+			break;
+		}
+		case 'R': {
+			/* M nodes dealt round robin: rank r on node r % M */
+			const char *r = getenv("FR_RANK");
+			char node[32];
+
+			rr_nodes = atoi(optarg);
+			if (!r || rr_nodes < 1)
+				return 2;
+			snprintf(node, sizeof(node), "node%d", atoi(r) % rr_nodes);
 			setenv("FR_NODE", node, 1);
 			break;
 		}

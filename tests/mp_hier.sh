@@ -22,6 +22,29 @@ run "matrix n=5, nodes of 2, 2, 1 (irregular: no hier)" \
 run "matrix n=4, eager=128B (many fragments per piece)" \
 	frrun -n 4 -e FR_ALGO=hier -e FR_EAGER_BYTES=128 --transport tcp --timeout 600 "$MP" matrix \
 	--ranks-per-node 2 --counts 0,1,1000,7919 --dtypes f32,bf16,u8 --ops sum,min,avg
+# ranks dealt round robin over the nodes (--round-robin-nodes M: rank r on
+# node r % M): the ring runs node by node (the reference follows), and
+# rank 0's ring neighbours are on its own node: 0 2 4 | 1 3 5 puts 2 after
+# it and 5 (node 1's last) before it, not 1
+for cfg in "6 2" "7 3"; do
+	set -- $cfg
+	run "matrix n=$1 round robin over $2 nodes (ring)" \
+		frrun -n "$1" -e FR_ALGO=ring --transport tcp --timeout 900 "$MP" matrix \
+		--round-robin-nodes "$2" --counts "0,1,$(($1 - 1)),7919,65537"
+	run "colls n=$1 round robin over $2 nodes" \
+		frrun -n "$1" --transport tcp --timeout 900 "$MP" colls --round-robin-nodes "$2" \
+		--counts "0,1,7919"
+done
+ring_neighbours() {
+	frrun -n 6 -e FR_ALGO=ring -e FR_LOG=debug -e FR_RING_ORDER="$1" --transport tcp \
+		--timeout 120 "$MP" matrix --round-robin-nodes 2 --counts 7919 --dtypes f32 \
+		--ops sum 2>&1 | sed -n 's/^\[0\] .*DEBUG: rank 0: connected to rank \([0-9]*\)$/\1/p' |
+		sort -n | tr '\n' ' '
+}
+run "round robin: rank 0's ring neighbours are 2 and 5" \
+	test "$(ring_neighbours node)" = "2 5 "
+run "FR_RING_ORDER=rank: rank 0's ring neighbours are 1 and 5" \
+	test "$(ring_neighbours rank)" = "1 5 "
 # dies VICTIM FRRUN-ARGS...: kill -9 the victim mid-collective on a 2x2
 # layout; every survivor must report an error
 dies() {

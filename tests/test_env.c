@@ -362,6 +362,85 @@ static void test_mpich_pmi(void **state)
 		      "PMI_FD", NULL);
 }
 
+/*
+ * When PMIx is chosen (FR_PMIX, PMIX_NAMESPACE, several hosts).  The cases
+ * here never reach PMIx itself: PMIx_Init reads the real environment, not
+ * the table, and a failed one leaks inside libpmix (valgrind.sh, ASan).
+ * tests/mp_launchers.sh runs it under Open MPI's mpirun.
+ */
+static void test_pmix_choice(void **state)
+{
+	unsigned a, b;
+
+	(void)state;
+	/* one host: the job id's port, PMIx or not ... */
+	a = local_port(ENV({ "OMPI_COMM_WORLD_RANK", "1" },
+			   { "OMPI_COMM_WORLD_SIZE", "3" },
+			   { "OMPI_COMM_WORLD_LOCAL_SIZE", "3" },
+			   { "PMIX_NAMESPACE", "1234" }, { "PMIX_RANK", "1" }),
+		       1, 3, "Open MPI");
+	b = local_port(ENV({ "OMPI_COMM_WORLD_RANK", "1" },
+			   { "OMPI_COMM_WORLD_SIZE", "3" },
+			   { "OMPI_COMM_WORLD_LOCAL_SIZE", "3" },
+			   { "PMIX_NAMESPACE", "1234" }, { "PMIX_RANK", "1" },
+			   { "FR_PMIX", "0" }),
+		       1, 3, "Open MPI");
+	assert_int_equal(a, b);
+	/* ... and FR_RENDEZVOUS / MASTER_ADDR before PMIx even when forced */
+	expect_ok(ENV({ "OMPI_COMM_WORLD_RANK", "1" },
+		      { "OMPI_COMM_WORLD_SIZE", "3" },
+		      { "PMIX_NAMESPACE", "1234" }, { "FR_PMIX", "1" },
+		      { "FR_RENDEZVOUS", "h:9" }),
+		  1, 3, "h:9", "Open MPI");
+	expect_ok(ENV({ "SLURM_PROCID", "1" }, { "SLURM_NTASKS", "3" },
+		      { "PMIX_RANK", "1" }, { "FR_PMIX", "1" },
+		      { "MASTER_ADDR", "m" }, { "MASTER_PORT", "99" }),
+		  1, 3, "m:100", "Slurm");
+	/* FR_PMIX is 0 or 1 */
+	expect_einval(ENV({ "OMPI_COMM_WORLD_RANK", "1" },
+			  { "OMPI_COMM_WORLD_SIZE", "3" },
+			  { "PMIX_NAMESPACE", "1234" }, { "FR_PMIX", "yes" }),
+		      "FR_PMIX", "yes");
+	expect_einval(ENV({ "OMPI_COMM_WORLD_RANK", "1" },
+			  { "OMPI_COMM_WORLD_SIZE", "3" },
+			  { "PMIX_NAMESPACE", "1234" }, { "FR_PMIX", "2" }),
+		      "FR_PMIX", NULL);
+	/* forced, but impossible: said so, not silently another way */
+#ifdef FR_HAVE_PMIX
+	expect_einval(ENV({ "OMPI_COMM_WORLD_RANK", "1" },
+			  { "OMPI_COMM_WORLD_SIZE", "3" },
+			  { "OMPI_COMM_WORLD_LOCAL_SIZE", "3" },
+			  { "OMPI_MCA_ess_base_jobid", "5" },
+			  { "FR_PMIX", "1" }),
+		      "FR_PMIX=1", "PMIX_NAMESPACE");
+#else
+	expect_einval(ENV({ "OMPI_COMM_WORLD_RANK", "1" },
+			  { "OMPI_COMM_WORLD_SIZE", "3" },
+			  { "OMPI_COMM_WORLD_LOCAL_SIZE", "3" },
+			  { "PMIX_NAMESPACE", "1234" }, { "FR_PMIX", "1" }),
+		      "FR_PMIX=1", "without PMIx");
+	/* several hosts, a PMIx launcher, no PMIx here: say how to get it */
+	expect_einval(ENV({ "OMPI_COMM_WORLD_RANK", "1" },
+			  { "OMPI_COMM_WORLD_SIZE", "8" },
+			  { "OMPI_COMM_WORLD_LOCAL_SIZE", "4" },
+			  { "PMIX_NAMESPACE", "1234" }),
+		      "FR_RENDEZVOUS", "libpmix-dev");
+#endif
+	/* several hosts, PMIx turned off: FR_RENDEZVOUS is the way */
+	expect_einval(ENV({ "OMPI_COMM_WORLD_RANK", "1" },
+			  { "OMPI_COMM_WORLD_SIZE", "8" },
+			  { "OMPI_COMM_WORLD_LOCAL_SIZE", "4" },
+			  { "PMIX_NAMESPACE", "1234" }, { "FR_PMIX", "0" }),
+		      "FR_RENDEZVOUS", "several hosts");
+	/* srun on several nodes, PMIx off: the step's first node */
+	expect_ok(ENV({ "SLURM_PROCID", "1" }, { "SLURM_NTASKS", "4" },
+		      { "SLURM_NNODES", "2" }, { "SLURM_JOB_ID", "7" },
+		      { "SLURM_STEP_NODELIST", "n[3-4]" },
+		      { "PMIX_NAMESPACE", "slurm.pmix.7.0" },
+		      { "FR_PMIX", "0" }),
+		  1, 4, NULL, "Slurm");
+}
+
 static void test_ct_equal(void **state)
 {
 	(void)state;
@@ -902,6 +981,7 @@ int main(void)
 		cmocka_unit_test(test_ompi_local),
 		cmocka_unit_test(test_ompi_multihost),
 		cmocka_unit_test(test_mpich),
+		cmocka_unit_test(test_pmix_choice),
 		cmocka_unit_test(test_slurm),
 		cmocka_unit_test(test_ct_equal),
 		cmocka_unit_test(test_torchrun),

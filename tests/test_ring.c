@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_ring.c - the ring schedule arithmetic of src/ring.h, simulated
- * symbolically, and the control message codec of src/ring.c.
+ * symbolically, the control message codec of src/ring.c, and the ring's
+ * order over the nodes (src/topo.c).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -19,6 +20,7 @@
 #include "algo.h"
 #include "peer.h"
 #include "ring.h"
+#include "topo.h"
 
 /* ---- chunks ------------------------------------------------------------------------ */
 
@@ -433,6 +435,60 @@ static void test_hcube(void **state)
 	}
 }
 
+/* ---- the ring's order over nodes ---------------------------------------- */
+
+/* order for ids[0..n-1], checked against want (NULL: rank order) and for
+ * being a permutation that keeps every node's ranks adjacent, in rank
+ * order; returns node 0's crossings */
+static int check_order(const uint64_t *ids, int n, bool by_rank,
+		       const int *want, int want_nnodes)
+{
+	int node[16], count[16], order[16], seen[16] = { 0 }, nn;
+
+	nn = fr_topo_nodes(ids, n, node, count);
+	assert_int_equal(nn, want_nnodes);
+	assert_int_equal(fr_topo_ring_order(node, count, nn, n, by_rank, order),
+			 0);
+	for (int i = 0; i < n; i++) {
+		assert_true(order[i] >= 0 && order[i] < n);
+		assert_int_equal(seen[order[i]]++, 0);
+		if (want)
+			assert_int_equal(order[i], want[i]);
+		else
+			assert_int_equal(order[i], i);
+		/* within a node, rank order; a node's ranks in one run */
+		if (!by_rank && i > 0 && node[order[i]] == node[order[i - 1]])
+			assert_true(order[i] > order[i - 1]);
+		if (!by_rank && i > 1 && node[order[i]] == node[order[i - 2]])
+			assert_int_equal(node[order[i - 1]], node[order[i]]);
+	}
+	return fr_topo_ring_crossings(order, node, n, 0);
+}
+
+static void test_ring_order(void **state)
+{
+	/* block placement, 3 nodes of 2: the order is rank order */
+	const uint64_t block[] = { 7, 7, 9, 9, 4, 4 };
+	/* round robin over 2 nodes (mpirun --map-by node) */
+	const uint64_t rr[] = { 5, 8, 5, 8, 5, 8 };
+	const int rr_want[] = { 0, 2, 4, 1, 3, 5 };
+	/* irregular round robin: 7 ranks over 3 nodes */
+	const uint64_t rr7[] = { 1, 2, 3, 1, 2, 3, 1 };
+	const int rr7_want[] = { 0, 3, 6, 1, 4, 2, 5 };
+	/* one node; a node per rank */
+	const uint64_t one[] = { 3, 3, 3, 3 }, each[] = { 1, 2, 3, 4 };
+
+	(void)state;
+	assert_int_equal(check_order(block, 6, false, NULL, 3), 1);
+	assert_int_equal(check_order(rr, 6, false, rr_want, 2), 1);
+	/* rank order over round robin: every rank of node 0 crosses */
+	assert_int_equal(check_order(rr, 6, true, NULL, 2), 3);
+	assert_int_equal(check_order(rr7, 7, false, rr7_want, 3), 1);
+	assert_int_equal(check_order(one, 4, false, NULL, 1), 0);
+	assert_int_equal(check_order(each, 4, false, NULL, 4), 1);
+	assert_int_equal(check_order(each, 1, false, NULL, 1), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -445,6 +501,7 @@ int main(void)
 		cmocka_unit_test(test_imm),
 		cmocka_unit_test(test_msg_roundtrip),
 		cmocka_unit_test(test_hcube),
+		cmocka_unit_test(test_ring_order),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

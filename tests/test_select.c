@@ -144,6 +144,8 @@ static void layout(int n, int k, bool regular)
 	for (int i = 0; i < comm.ncross; i++)
 		cross_ranks[i] = i * k;
 	comm.cross = cross_ranks;
+	/* consecutive ranks: the ring leaves our node once (comm.c) */
+	comm.ring_crossings = comm.nnodes > 1;
 }
 
 /* Two nodes with k > 1 ranks each: large All-Reduces go two-level,

@@ -894,8 +894,16 @@ static void bad_write_case(enum bad_kind kind)
 	post(ab, smr, 0, &okrk, 0, 64, 2, 2);
 	PUMP_UNTIL(n_err(b, ba) >= 1);
 	assert_int_equal(first_err(b, ba), FR_ERANGE);
-	/* The sender learns that its connection is gone. */
+	/* The sender learns that its connection is gone, and its transport
+	 * says why naming the peer (the core quotes it: peer.c tp_about) */
 	PUMP_UNTIL(n_err(a, ab) >= 1);
+	if (ops->last_error) {
+		const char *e = ops->last_error(a->tp);
+
+		if (!e || !strstr(e, "rank 1"))
+			fail_msg("the sender's last error does not name rank 1: \"%s\"",
+				 e ? e : "(null)");
+	}
 	pump_for(50);
 	assert_int_equal(n_ok(b, ba, FR_CQE_RECV), 0);
 	assert_int_equal(count(b, ba, FR_CQE_RECV, -1), 1);

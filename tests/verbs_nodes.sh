@@ -21,4 +21,6 @@ for algo in ring rd rabenseifner; do
 done
 FR_RENDEZVOUS=10.99.0.1:$port "$B/tests/mp_allreduce" colls --counts 0,1,7919 || rc=1
 FR_RENDEZVOUS=10.99.0.1:29518 "$B/fr_allreduce_perf" -b 8 -e 1M -f 16 -n 3 -w 1 || rc=1
+# last: loss and a link flap (it leaves the link freshly restarted)
+bash "$(dirname "$0")/verbs_netem_guest.sh" || rc=1
 exit $rc

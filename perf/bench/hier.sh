@@ -7,16 +7,20 @@
 # its namespace, hence its link, as ranks of a real node share its NIC; they
 # talk to each other over TCP inside the namespace.  Runs fr_allreduce_perf
 # with FR_ALGO=ring, =hier and =auto, ROUNDS times, and prints rank 0's
-# tables side by side.
+# tables side by side.  --round-robin deals the ranks over the nodes round
+# robin (rank r on node r % M, as mpirun --map-by node) instead of in
+# blocks, and adds "ring-rank", the ring in plain rank order
+# (FR_RING_ORDER=rank), to show what the node-by-node ring order saves.
 #
 # usage: perf/bench/hier.sh [--nodes M] [--per-node K] [--rate R]
-#                           [--sizes "1M 64M"] [--iters N] [--rounds R] [BUILD]
+#                           [--sizes "1M 64M"] [--iters N] [--rounds R]
+#                           [--round-robin] [BUILD]
 # (default 2 nodes x 2 ranks, 1gbit, sizes from 1M to 64M by factors of
 # 64, i.e. 1M and 64M, 5 iterations, 2 rounds,
 # BUILD = build/).  Root needed; namespaces frh_* on 198.21.0.0/24.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
-NODES=2 K=2 RATE=1gbit SIZES="1M 64M" ITERS=5 ROUNDS=2 B=$HERE/../../build
+NODES=2 K=2 RATE=1gbit SIZES="1M 64M" ITERS=5 ROUNDS=2 B=$HERE/../../build RR=0
 while (($#)); do
 	case "$1" in
 	--nodes) NODES=$2; shift 2 ;;
@@ -25,7 +29,8 @@ while (($#)); do
 	--sizes) SIZES=$2; shift 2 ;;
 	--iters) ITERS=$2; shift 2 ;;
 	--rounds) ROUNDS=$2; shift 2 ;;
-	-h|--help) sed -n '3,16p' "$0"; exit 0 ;;
+	--round-robin) RR=1; shift ;;
+	-h|--help) sed -n '3,20p' "$0"; exit 0 ;;
 	*) B=$1; shift ;;
 	esac
 done
@@ -36,24 +41,30 @@ trap 'bash "$HERE/netns.sh" teardown "$NODES" >/dev/null 2>&1' EXIT
 N=$((NODES * K))
 out=$(mktemp -d /tmp/frhier.XXXXXX)
 run() { # ALGO ROUND
-	local port=$((30000 + RANDOM % 20000)) pids=() r
+	local port=$((30000 + RANDOM % 20000)) pids=() r node algo=$1 order=node
+	[ "$algo" = ring-rank ] && algo=ring order=rank
 	for r in $(seq 0 $((N - 1))); do
-		ip netns exec "frh_h$((r / K))" env LD_LIBRARY_PATH="$B/.libs" \
+		node=$((r / K))
+		[ "$RR" = 1 ] && node=$((r % NODES))
+		ip netns exec "frh_h$node" env LD_LIBRARY_PATH="$B/.libs" \
 			FR_RANK=$r FR_NRANKS=$N FR_RENDEZVOUS=198.21.0.1:$port \
-			FR_TRANSPORT="${FR_TRANSPORT:-tcp}" FR_ALGO="$1" FR_JOB_TOKEN="hier$port" \
+			FR_TRANSPORT="${FR_TRANSPORT:-tcp}" FR_ALGO="$algo" FR_JOB_TOKEN="hier$port" \
+			FR_RING_ORDER=$order \
 			timeout 600 "$B/.libs/fr_allreduce_perf" -b "${SIZES%% *}" \
 			-e "${SIZES##* }" -f 64 -n "$ITERS" -w 2 >"$out/$1.$2.$r" 2>&1 &
 		pids+=($!)
 	done
 	wait "${pids[@]}"
 }
-echo "# $NODES nodes x $K ranks, $RATE per node link, fr_allreduce_perf -n $ITERS"
-printf '%-6s %-5s %12s %14s %10s\n' round algo bytes time_us busbw
+ALGOS="ring hier auto"
+[ "$RR" = 1 ] && ALGOS="ring ring-rank hier auto"
+echo "# $NODES nodes x $K ranks$([ "$RR" = 1 ] && echo ", dealt round robin"), $RATE per node link, fr_allreduce_perf -n $ITERS"
+printf '%-6s %-9s %12s %14s %10s\n' round algo bytes time_us busbw
 for round in $(seq 1 "$ROUNDS"); do
-	for algo in ring hier auto; do
+	for algo in $ALGOS; do
 		run "$algo" "$round"
 		awk -v r="$round" -v a="$algo" '/^ +[0-9]/ && $1 != "" {
-			printf "%-6s %-5s %12s %14s %10s %s\n", r, a, $1, $5, $7, $NF }' \
+			printf "%-6s %-9s %12s %14s %10s %s\n", r, a, $1, $5, $7, $NF }' \
 			"$out/$algo.$round.0"
 	done
 done

@@ -107,9 +107,10 @@ static int cring_start(struct fr_comm *comm, struct fr_request *req)
 	req->algo_state = st;
 	st->fmt = req->compress;
 	st->p = p;
-	st->r = comm->rank;
-	st->next = (comm->rank + 1) % p;
-	st->prev = (comm->rank + p - 1) % p;
+	/* by position in the ring (comm->ring_order), as ring.c */
+	st->r = comm->ring_pos;
+	st->next = comm->ring_order[(comm->ring_pos + 1) % p];
+	st->prev = comm->ring_order[(comm->ring_pos + p - 1) % p];
 	st->out = req->recvbuf;
 	st->mine = req->sendbuf == FR_IN_PLACE ? req->recvbuf : req->sendbuf;
 	st->kern = fr_reduce_kernel(FR_F32, req->op);

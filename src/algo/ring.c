@@ -3,8 +3,12 @@
  * ring.c - the pipelined ring: All-Reduce, reduce-scatter and all-gather
  * over one-sided write-with-immediate.
  *
- * Schedule (n ranks, rank r, count elements split into n chunks, chunk c
- * holding count/n elements plus one for the first count%n chunks):
+ * Schedule (n ranks, r our position in the ring, count elements split
+ * into n chunks, chunk c holding count/n elements plus one for the first
+ * count%n chunks).  The ring's order is comm->ring_order: a node's ranks
+ * side by side (comm.c), so position and rank differ only where the
+ * launcher placed ranks round robin over the nodes; "next" and "previous"
+ * are by position:
  *
  *   reduce-scatter, steps k = 0 .. n-2:
  *     send chunk (r-k) mod n to the next rank, into its staging slots;
@@ -45,8 +49,9 @@
  * ring as ABORT messages so that every rank reports it instead of hanging.
  *
  * Reduce-scatter runs only the first phase and all-gather only the second,
- * over a vector of n equal blocks where chunk c is block (c - 1) mod n, so
- * that rank r's own block r is the chunk it reduces last / sends first.
+ * over a vector of n equal blocks where chunk c is the block of the rank
+ * at position (c - 1) mod n, so that each rank's own block is the chunk it
+ * reduces last / sends first.
  * Reduce-scatter keeps the partial sums of steps 0 .. n-3 in a scratch
  * buffer registered once (its recvbuf holds one block) and reduces the last
  * step straight into recvbuf.
@@ -114,7 +119,9 @@ struct ready {
 };
 
 struct fr_ring_state {
-	int n, r, rs_steps, ag_steps;
+	int n, r, rs_steps, ag_steps; /* r: our position in the ring */
+	int me;			      /* our rank: our block of RS/AG */
+	const int *order;	      /* comm->ring_order */
 	size_t count, es, seg; /* count: elements of the whole vector */
 	size_t blk;	       /* RS/AG: elements per block */
 	enum fr_coll coll;
@@ -186,8 +193,9 @@ static int ring_comm_get(struct fr_comm *comm, struct fr_ring_comm **out)
 	rc = calloc(1, sizeof(*rc));
 	if (!rc)
 		return FR_ENOMEM;
-	rc->next = (comm->rank + 1) % comm->nranks;
-	rc->prev = (comm->rank + comm->nranks - 1) % comm->nranks;
+	rc->next = comm->ring_order[(comm->ring_pos + 1) % comm->nranks];
+	rc->prev = comm->ring_order[(comm->ring_pos + comm->nranks - 1) %
+				    comm->nranks];
 	rc->credits = comm->slots;
 	sz = (size_t)comm->slots * comm->segment_bytes;
 	rc->staging = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
@@ -260,7 +268,7 @@ static void chunk_range(const struct fr_ring_state *st, int c, size_t *off,
 		fr_ring_chunk(st->count, st->n, c, off, cnt);
 		return;
 	}
-	*off = (size_t)fr_ring_mod((long)c - 1, st->n) * st->blk;
+	*off = (size_t)st->order[fr_ring_mod((long)c - 1, st->n)] * st->blk;
 	*cnt = st->blk;
 }
 
@@ -350,7 +358,9 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 		return FR_ENOMEM;
 	req->algo_state = st;
 	st->n = comm->nranks;
-	st->r = comm->rank;
+	st->r = comm->ring_pos;
+	st->me = comm->rank;
+	st->order = comm->ring_order;
 	st->coll = req->coll;
 	st->count = fr_coll_count_total(req);
 	st->blk = req->count;
@@ -366,8 +376,8 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 	bytes = st->count * st->es;
 	blkb = st->blk * st->es;
 
-	if (comm->peers[(st->r + 1) % st->n].bye ||
-	    comm->peers[(st->r + st->n - 1) % st->n].bye)
+	if (comm->peers[st->order[(st->r + 1) % st->n]].bye ||
+	    comm->peers[st->order[(st->r + st->n - 1) % st->n]].bye)
 		return fr_comm_fail(
 			comm, FR_EPEER,
 			"rank %d: collective #%u: a ring neighbour has destroyed its communicator",
@@ -388,10 +398,10 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 	default: /* all-gather: our block goes in place first */
 		st->work = st->rbuf;
 		st->sbuf = req->sendbuf == FR_IN_PLACE
-				   ? st->rbuf + (size_t)st->r * blkb
+				   ? st->rbuf + (size_t)st->me * blkb
 				   : req->sendbuf;
-		if (blkb && st->sbuf != st->rbuf + (size_t)st->r * blkb)
-			memcpy(st->rbuf + (size_t)st->r * blkb, st->sbuf, blkb);
+		if (blkb && st->sbuf != st->rbuf + (size_t)st->me * blkb)
+			memcpy(st->rbuf + (size_t)st->me * blkb, st->sbuf, blkb);
 		break;
 	}
 	if (st->n == 1) {
@@ -419,7 +429,7 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 			if (!err && req->coll == FR_COLL_ALLGATHER) {
 				st->smem = st->wmem;
 				st->wmem->refs++;
-				st->soff = st->woff + (size_t)st->r * blkb;
+				st->soff = st->woff + (size_t)st->me * blkb;
 			} else if (!err && st->sbuf == st->rbuf) {
 				st->smem = st->wmem;
 				st->wmem->refs++;
@@ -473,7 +483,9 @@ static int ring_waiting_on(const struct fr_comm *comm,
 	if (st && rc &&
 	    (!st->ready_next || (!cur_done(st, RS_SEND) && rc->credits == 0)))
 		return rc->next;
-	return (comm->rank + comm->nranks - 1) % comm->nranks;
+	return rc ? rc->prev
+		  : comm->ring_order[(comm->ring_pos + comm->nranks - 1) %
+				     comm->nranks];
 }
 
 /* ---- sending
@@ -861,7 +873,7 @@ static int on_rs(struct fr_comm *comm, uint32_t payload, uint32_t len)
 	dst = st->work + off;
 	/* reduce-scatter: the last step goes straight to the caller */
 	if (st->coll == FR_COLL_REDUCE_SCATTER && c->k == st->rs_steps - 1)
-		dst = st->rbuf + (off - (size_t)st->r * st->blk * st->es);
+		dst = st->rbuf + (off - (size_t)st->me * st->blk * st->es);
 	st->kern(dst, st->sbuf + off, in, n / st->es);
 	if (st->avg && c->k == st->rs_steps - 1)
 		fr_reduce_scale_avg(req->dtype, dst, n / st->es, st->n);

@@ -207,16 +207,9 @@ static bool hier_ok(const struct fr_comm *comm)
  */
 static int ring_crossings(const struct fr_comm *comm)
 {
-	int worst = 0;
-
-	for (int i = 0; i < comm->nlocal; i++) {
-		int r = comm->local[i], next = (r + 1) % comm->nranks, on = 0;
-
-		for (int j = 0; j < comm->nlocal; j++)
-			on |= comm->local[j] == next;
-		worst += !on;
-	}
-	return worst; /* as seen from our node; regular layouts are alike */
+	/* counted in comm.c as the ring is laid out, as seen from our node;
+	 * regular layouts are alike */
+	return comm->ring_crossings;
 }
 
 double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,

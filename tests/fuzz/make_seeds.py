@@ -83,6 +83,9 @@ put("env", "slurm", b"\x00SLURM_PROCID=3\nSLURM_NTASKS=8\nSLURM_NNODES=2\n"
     b"SLURM_STEP_NODELIST=node[01-02,7]\nSLURM_JOB_NODELIST=a,b\n")
 put("env", "torchrun", b"\x00RANK=1\nWORLD_SIZE=2\nMASTER_ADDR=localhost\nMASTER_PORT=29500\n"
     b"LOCAL_WORLD_SIZE=2\n")
+put("env", "pmix", b"\x00OMPI_COMM_WORLD_RANK=1\nOMPI_COMM_WORLD_SIZE=4\n"
+    b"OMPI_COMM_WORLD_LOCAL_SIZE=2\nPMIX_NAMESPACE=prterun-a-1@1\nPMIX_RANK=1\nFR_PMIX=1\n"
+    b"FR_PMIX_HOST=a\n")
 put("env", "names", b"\x00A=f32\nB=bfloat16\nC=avg\nD=rabenseifner\nE=64K\nF=-3\nG=host:1\n")
 put("env", "pmi", b"\x01cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n"
     b"cmd=my_kvsname kvsname=kvs_42_0\ncmd=put_result rc=0\ncmd=barrier_out\n"

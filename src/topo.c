@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * topo.c - nodes and the ring's order (see topo.h).
+ *
+ * Why reorder the ring: with k ranks on each of m nodes, a ring in rank
+ * order crosses each node's network link twice when the launcher places
+ * ranks in blocks (mpirun --map-by slot, srun's default), but 2k times when
+ * it deals them round robin (--map-by node, srun -m cyclic): every byte of
+ * every ring hop then queues on the NIC.  Laying the ring out node by node
+ * makes the placement irrelevant; it is the identity for block placement,
+ * so the common case keeps its rank-order schedule.
+ */
+#include <stdlib.h>
+
+#include "fastreduce.h"
+#include "topo.h"
+
+int fr_topo_nodes(const uint64_t *ids, int n, int *node, int *count)
+{
+	int nnodes = 0;
+
+	for (int r = 0; r < n; r++) {
+		int k;
+
+		/* quadratic in the worst case (a node per rank), but only
+		 * once per communicator and only integer compares */
+		for (k = 0; k < r && ids[k] != ids[r]; k++)
+			;
+		node[r] = k < r ? node[k] : nnodes++;
+		count[r] = 0;
+	}
+	for (int r = 0; r < n; r++)
+		count[node[r]]++;
+	return nnodes;
+}
+
+int fr_topo_ring_order(const int *node, const int *count, int nnodes, int n,
+		       bool by_rank, int *order)
+{
+	int *start;
+
+	if (by_rank || nnodes <= 1 || nnodes >= n) {
+		for (int r = 0; r < n; r++)
+			order[r] = r;
+		return 0;
+	}
+	/* a stable counting sort by node */
+	start = malloc((size_t)nnodes * sizeof(*start));
+	if (!start)
+		return FR_ENOMEM;
+	start[0] = 0;
+	for (int k = 1; k < nnodes; k++)
+		start[k] = start[k - 1] + count[k - 1];
+	for (int r = 0; r < n; r++)
+		order[start[node[r]]++] = r;
+	free(start);
+	return 0;
+}
+
+int fr_topo_ring_crossings(const int *order, const int *node, int n, int k)
+{
+	int c = 0;
+
+	for (int i = 0; i < n; i++)
+		c += node[order[i]] == k && node[order[(i + 1) % n]] != k;
+	return c;
+}

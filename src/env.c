@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "env.h"
 #include "fastreduce.h"
@@ -121,6 +122,23 @@ static bool launcher_local(fr_getenv_fn get, void *arg,
 	return l->nnodes_var && !strcmp(l->name, "Slurm") &&
 	       fr_env_long(get, arg, "SLURM_JOB_NUM_NODES", 1, 1 << 24, &n,
 			   err, sizeof(err)) == 1 && n == 1;
+}
+
+void fr_env_rank0_addr(const char *job, bool local, const char *host,
+		       char *out, size_t len)
+{
+	uint16_t port = (uint16_t)(20000u + hash_str(2166136261u, job) % 40000u);
+	char name[256];
+
+	if (local)
+		snprintf(name, sizeof(name), "127.0.0.1");
+	else if (host && *host)
+		snprintf(name, sizeof(name), "%s", host);
+	else if (gethostname(name, sizeof(name)))
+		snprintf(name, sizeof(name), "127.0.0.1");
+	name[sizeof(name) - 1] = '\0';
+	snprintf(out, len, strchr(name, ':') ? "[%s]:%u" : "%s:%u", name,
+		 fr_free_port(local, port));
 }
 
 int fr_env_all_local(fr_getenv_fn get, void *arg, long nranks)

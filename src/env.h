@@ -58,6 +58,16 @@ int fr_pmix_rendezvous(fr_getenv_fn get, void *arg, int rank, int nranks,
 		       bool local, char *rdv, size_t rdvlen, char *err,
 		       size_t errlen);
 
+/*
+ * The "host:port" that rank 0 publishes through a launcher's key-value
+ * store (pmi.c, pmix.c): host 127.0.0.1 when local, else host (a name the
+ * launcher or user gave) if set, else gethostname(); the port one that is
+ * free now (fr_free_port), else hashed from job (the store's name, unique
+ * to the job) into [20000, 60000).
+ */
+void fr_env_rank0_addr(const char *job, bool local, const char *host,
+		       char *out, size_t len);
+
 /* The process environment as an fr_getenv_fn. */
 const char *fr_env_getenv(const char *name, void *arg);
 

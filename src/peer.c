@@ -331,6 +331,14 @@ static int live_send(struct fr_comm *c, struct fr_peer *p, uint32_t imm)
 	return live_send_on(c, p->conn, imm);
 }
 
+/* A PONG from p (on its connection or a probe): what it says, and when. */
+static void note_pong(struct fr_peer *p, uint32_t imm)
+{
+	p->pong_ms = fr_now_ms();
+	p->pong_started = FR_IMM_PAYLOAD(imm) & LIVE_SEQ_MASK;
+	p->pong_late = (FR_IMM_PAYLOAD(imm) & LIVE_LATE) != 0;
+}
+
 static uint32_t pong_imm(const struct fr_comm *c)
 {
 	return FR_IMM(FR_IMM_PONG, (c->waiting_late ? LIVE_LATE : 0) |
@@ -452,9 +460,7 @@ static int on_probe_cqe(struct fr_comm *c, struct fr_peer *p,
 		return 0;
 	}
 	if (type == FR_IMM_PONG && !cqe->len) {
-		p->pong_ms = fr_now_ms();
-		p->pong_started = FR_IMM_PAYLOAD(cqe->imm) & LIVE_SEQ_MASK;
-		p->pong_late = (FR_IMM_PAYLOAD(cqe->imm) & LIVE_LATE) != 0;
+		note_pong(p, cqe->imm);
 		return 0;
 	}
 	return fr_comm_fail(
@@ -975,9 +981,7 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 	case FR_IMM_PONG:
 		if (cqe->len)
 			break;
-		p->pong_ms = fr_now_ms();
-		p->pong_started = FR_IMM_PAYLOAD(cqe->imm) & LIVE_SEQ_MASK;
-		p->pong_late = (FR_IMM_PAYLOAD(cqe->imm) & LIVE_LATE) != 0;
+		note_pong(p, cqe->imm);
 		return 0;
 	}
 	return fr_comm_fail(

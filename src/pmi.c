@@ -91,9 +91,8 @@ static bool pmi_rc_ok(const char *line)
 int fr_pmi_rendezvous(fr_getenv_fn get, void *arg, int rank, bool local,
 		      char *rdv, size_t rdvlen, char *err, size_t errlen)
 {
-	char line[PMI_LINE], cmd[PMI_LINE], kvs[257], host[256], val[300];
-	const char *fdv = get("PMI_FD", arg), *name;
-	uint32_t h = 2166136261u;
+	char line[PMI_LINE], cmd[PMI_LINE], kvs[257], val[300];
+	const char *fdv = get("PMI_FD", arg);
 	long fd;
 	int rc;
 
@@ -120,21 +119,9 @@ int fr_pmi_rendezvous(fr_getenv_fn get, void *arg, int rank, bool local,
 		return FR_EBOOTSTRAP;
 	}
 	if (rank == 0) {
-		for (const char *p = kvs; *p; p++) {
-			h ^= (unsigned char)*p;
-			h *= 16777619u;
-		}
-		name = get("MPIR_CVAR_CH3_INTERFACE_HOSTNAME", arg);
-		if (local)
-			snprintf(host, sizeof(host), "127.0.0.1");
-		else if (name && *name)
-			snprintf(host, sizeof(host), "%s", name);
-		else if (gethostname(host, sizeof(host)))
-			snprintf(host, sizeof(host), "127.0.0.1");
-		host[sizeof(host) - 1] = '\0';
-		snprintf(val, sizeof(val), strchr(host, ':') ? "[%s]:%u" : "%s:%u",
-			 host,
-			 fr_free_port(local, (uint16_t)(20000u + h % 40000u)));
+		fr_env_rank0_addr(kvs, local,
+				  get("MPIR_CVAR_CH3_INTERFACE_HOSTNAME", arg),
+				  val, sizeof(val));
 		snprintf(cmd, sizeof(cmd),
 			 "cmd=put kvsname=%s key=fastreduce_rendezvous value=%s\n",
 			 kvs, val);

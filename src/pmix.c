@@ -81,7 +81,6 @@ int fr_pmix_rendezvous(fr_getenv_fn get, void *arg, int rank, int nranks,
 	pmix_status_t prc;
 	char host[256], addr[300];
 	const char *name;
-	uint32_t h = 2166136261u;
 	uint16_t port;
 	long tmo_ms = FR_DEFAULT_TIMEOUT_MS;
 	int tmo_s, rc = 0;
@@ -130,21 +129,8 @@ int fr_pmix_rendezvous(fr_getenv_fn get, void *arg, int rank, int nranks,
 			  me.nspace, (unsigned)val->data.uint32, nranks);
 
 	if (rank == 0) {
-		for (const char *p = me.nspace; *p; p++) {
-			h ^= (unsigned char)*p;
-			h *= 16777619u;
-		}
 		name = get("FR_PMIX_HOST", arg);
-		if (local)
-			snprintf(host, sizeof(host), "127.0.0.1");
-		else if (name && *name)
-			snprintf(host, sizeof(host), "%s", name);
-		else if (gethostname(host, sizeof(host)))
-			snprintf(host, sizeof(host), "127.0.0.1");
-		host[sizeof(host) - 1] = '\0';
-		snprintf(addr, sizeof(addr),
-			 strchr(host, ':') ? "[%s]:%u" : "%s:%u", host,
-			 fr_free_port(local, (uint16_t)(20000u + h % 40000u)));
+		fr_env_rank0_addr(me.nspace, local, name, addr, sizeof(addr));
 		if (fr_parse_hostport(addr, host, sizeof(host), &port))
 			PMIX_FAIL(FR_EINVAL,
 				  "\"%.200s\" is not host:port (FR_PMIX_HOST=\"%.40s\")",

@@ -1339,6 +1339,20 @@ static int run_threads(fr_comm_t *comm, int iters, size_t count)
 	return failed;
 }
 
+/* Put this rank (FR_RANK) on an emulated node of k (FR_NODE, read at the
+ * rendezvous): node r / k, or r % k dealt round robin.  -1 if impossible. */
+static int emulate_node(int k, bool round_robin)
+{
+	const char *r = getenv("FR_RANK");
+	char node[32];
+
+	if (!r || k < 1)
+		return -1;
+	snprintf(node, sizeof(node), "node%d",
+		 round_robin ? atoi(r) % k : atoi(r) / k);
+	return setenv("FR_NODE", node, 1);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -1383,31 +1397,18 @@ int main(int argc, char **argv)
 		case 'h': how = optarg; break;
 		case 'w': what = optarg; break;
 		case 'L': late_ms = atol(optarg); break;
-		case 'N': {
-			/* emulate nodes of K ranks: rank r is on node r / K
-			 * (FR_NODE, read at the rendezvous) */
-			const char *r = getenv("FR_RANK");
-			char node[32];
-
+		case 'N':
+			/* nodes of K ranks: rank r is on node r / K */
 			rpn = atoi(optarg);
-			if (!r || rpn < 1)
+			if (emulate_node(rpn, false))
 				return 2;
-			snprintf(node, sizeof(node), "node%d", atoi(r) / rpn);
-			setenv("FR_NODE", node, 1);
 			break;
-		}
-		case 'R': {
+		case 'R':
 			/* M nodes dealt round robin: rank r on node r % M */
-			const char *r = getenv("FR_RANK");
-			char node[32];
-
 			rr_nodes = atoi(optarg);
-			if (!r || rr_nodes < 1)
+			if (emulate_node(rr_nodes, true))
 				return 2;
-			snprintf(node, sizeof(node), "node%d", atoi(r) % rr_nodes);
-			setenv("FR_NODE", node, 1);
 			break;
-		}
 		default: return 2;
 		}
 	}

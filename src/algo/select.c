@@ -200,17 +200,12 @@ static bool hier_ok(const struct fr_comm *comm)
 /*
  * Over several nodes the ranks of a node share its network link.  The
  * flat algorithms' bytes then queue on it: the ring's at each node's ring
- * neighbours on other nodes (crossings: the most ranks of one node whose
- * next rank is elsewhere), the hypercube ones' at nearly every rank of the
+ * neighbours on other nodes (comm->ring_crossings: our node's ranks whose
+ * next in the ring is elsewhere, counted in comm.c as the ring is laid
+ * out; regular layouts are alike), the hypercube ones' at nearly every rank of the
  * node.  The two-level All-Reduce sends 2 (m-1)/m of the vector over the
  * link, spread over its k ranks, and copies 2 (k-1)/k within the node.
  */
-static int ring_crossings(const struct fr_comm *comm)
-{
-	/* counted in comm.c as the ring is laid out, as seen from our node;
-	 * regular layouts are alike */
-	return comm->ring_crossings;
-}
 
 double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 			  size_t bytes, fr_dtype_t dtype)
@@ -241,7 +236,7 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 		return us;
 	/* the flat algorithms' link time, times the ranks sharing it */
 	if (id == FR_ALGO_RING)
-		return us + (ring_crossings(comm) - 1) * 2 *
+		return us + (comm->ring_crossings - 1) * 2 *
 				    (comm->nranks - 1.0) / comm->nranks * n * b;
 	return us + (k - 1) * 2 * n * b;
 }

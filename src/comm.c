@@ -371,7 +371,8 @@ static const struct fr_tp_ops *choose_transport(const char *name, int nranks,
 
 /*
  * A card: what a rank tells the others at the rendezvous.
- *   u8 addr_len, addr, u8 mailbox_key_len, key, u64 node id (LE)
+ *   u8 addr_len, addr, u8 mailbox_key_len, key, u16 online CPUs of its
+ *   host (LE), u64 node id (LE)
  */
 static int card_build(struct fr_comm *c, const void *addr, size_t addrlen,
 		      struct fr_boot_card *card)
@@ -388,6 +389,8 @@ static int card_build(struct fr_comm *c, const void *addr, size_t addrlen,
 		return rc;
 	*p = (uint8_t)kl;
 	p += 1 + kl;
+	fr_put_le16(p, c->node_cpus);
+	p += 2;
 	fr_put_le64(p, c->node_id);
 	p += 8;
 	card->len = (uint16_t)(p - card->data);
@@ -397,13 +400,18 @@ static int card_build(struct fr_comm *c, const void *addr, size_t addrlen,
 /*
  * Group the ranks by node (nodes numbered in order of their lowest rank)
  * and, when every node has the same number of ranks, list our node's ranks
- * and the ranks that share our local index.
+ * and the ranks that share our local index.  Also how oversubscribed the
+ * busiest node is: its ranks per online CPU (the fewest CPUs any of its
+ * ranks reported), the same number on every rank since every rank sees
+ * the same cards.
  */
-static int nodes_take(struct fr_comm *c, const uint64_t *ids)
+static int nodes_take(struct fr_comm *c, const uint64_t *ids,
+		      const uint16_t *cpus)
 {
 	int n = c->nranks;
 	size_t sz = n > 0 ? (size_t)n : 1;
 	int *node = calloc(sz, sizeof(int)), *count = calloc(sz, sizeof(int));
+	int *fewest = NULL;
 	int rc = FR_ENOMEM;
 
 	if (!node || !count)
@@ -412,6 +420,16 @@ static int nodes_take(struct fr_comm *c, const uint64_t *ids)
 	c->nodes_regular = true;
 	for (int k = 1; k < c->nnodes; k++)
 		c->nodes_regular &= count[k] == count[0];
+	fewest = calloc(sz, sizeof(int));
+	if (!fewest)
+		goto out;
+	for (int r = 0; r < n; r++)
+		if (cpus[r] && (!fewest[node[r]] || cpus[r] < fewest[node[r]]))
+			fewest[node[r]] = cpus[r];
+	c->oversub = 1.0;
+	for (int k = 0; k < c->nnodes; k++)
+		if (fewest[k] && (double)count[k] / fewest[k] > c->oversub)
+			c->oversub = (double)count[k] / fewest[k];
 	c->local = calloc(sz, sizeof(int));
 	c->cross = calloc(sz, sizeof(int));
 	if (!c->local || !c->cross)
@@ -448,6 +466,7 @@ static int nodes_take(struct fr_comm *c, const uint64_t *ids)
 	}
 	rc = 0;
 out:
+	free(fewest);
 	free(count);
 	free(node);
 	return rc;
@@ -457,42 +476,43 @@ out:
 static int cards_take(struct fr_comm *c, const struct fr_boot_card *cards)
 {
 	uint64_t *ids;
+	uint16_t *cpus;
 	int rc;
 
 	c->addrs = calloc((size_t)c->nranks, FR_TP_ADDR_MAX);
 	c->addrlens = calloc((size_t)c->nranks, 1);
 	ids = calloc((size_t)c->nranks, sizeof(*ids));
-	if (!c->addrs || !c->addrlens || !ids) {
-		free(ids);
-		return FR_ENOMEM;
+	cpus = calloc((size_t)c->nranks, sizeof(*cpus));
+	if (!c->addrs || !c->addrlens || !ids || !cpus) {
+		rc = FR_ENOMEM;
+		goto out;
 	}
+	rc = FR_EPROTO;
 	for (int r = 0; r < c->nranks; r++)
-		if (cards[r].len < 8) {
-			free(ids);
-			return FR_EPROTO;
-		}
+		if (cards[r].len < 10)
+			goto out;
 	for (int r = 0; r < c->nranks; r++) {
 		const uint8_t *p = cards[r].data, *end = p + cards[r].len;
 
 		if (r == c->rank)
 			continue;
-		if (p >= end || *p > FR_TP_ADDR_MAX || end - p < 1 + *p + 1) {
-			free(ids);
-			return FR_EPROTO;
-		}
+		if (p >= end || *p > FR_TP_ADDR_MAX || end - p < 1 + *p + 1)
+			goto out;
 		memcpy(c->addrs + (size_t)r * FR_TP_ADDR_MAX, p + 1, *p);
 		c->addrlens[r] = *p;
 		p += 1 + *p;
-		if (*p > FR_TP_RKEY_MAX || end - p != 1 + *p + 8 ||
+		if (*p > FR_TP_RKEY_MAX || end - p != 1 + *p + 2 + 8 ||
 		    c->tp_ops->unpack_rkey(c->tp, p + 1, *p,
-					   &c->peers[r].mbx_rkey)) {
-			free(ids);
-			return FR_EPROTO;
-		}
+					   &c->peers[r].mbx_rkey))
+			goto out;
 	}
-	for (int r = 0; r < c->nranks; r++)
+	for (int r = 0; r < c->nranks; r++) {
 		ids[r] = fr_get_le64(cards[r].data + cards[r].len - 8);
-	rc = nodes_take(c, ids);
+		cpus[r] = fr_get_le16(cards[r].data + cards[r].len - 10);
+	}
+	rc = nodes_take(c, ids, cpus);
+out:
+	free(cpus);
 	free(ids);
 	return rc;
 }
@@ -681,6 +701,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 		goto err_areas;
 	}
 	c->node_id = fr_node_id();
+	c->node_cpus = fr_online_cpus();
 	rc = card_build(c, addr, addrlen, &mine);
 	if (rc)
 		goto err_cards;
@@ -711,6 +732,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	}
 	free(cards);
 	cards = NULL;
+	fr_tune_oversub(c);
 	c->errmsg[0] = '\0';
 	c->last_activity_ms = fr_now_ms();
 	/* one rank has nothing to progress */

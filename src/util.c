@@ -256,6 +256,16 @@ uint64_t fr_node_id(void)
 	return h | 1;
 }
 
+/* The host's online CPUs (not this process's affinity: a launcher that
+ * binds each rank to its own core does not oversubscribe the node), 1 to
+ * 65535: what a rank tells the others at the rendezvous. */
+uint16_t fr_online_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > 65535 ? 65535 : (uint16_t)n;
+}
+
 bool fr_ct_equal(const void *a, size_t alen, const void *b, size_t blen)
 {
 	const volatile unsigned char *x = a, *y = b;

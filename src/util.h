@@ -40,6 +40,7 @@ int fr_fd_reserve(long need, char *err, size_t errlen);
  * network namespace (one namespace per host in the netns lab).  Never 0.
  */
 uint64_t fr_node_id(void);
+uint16_t fr_online_cpus(void);
 
 /*
  * One turn of a busy wait.  For the first FR_SPIN_PURE_NS of a wait only a

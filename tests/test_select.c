@@ -253,6 +253,36 @@ static void test_tune_file(void **state)
 	assert_int_equal(fr_tune_hash(&comm.tune), h0);
 }
 
+/* More ranks than CPUs on a node: fewer steps pay (select.c,
+ * fr_tune_oversub); a tune file's alpha is left alone. */
+static void test_oversub(void **state)
+{
+	char err[256];
+
+	(void)state;
+	comm.nranks = 4;
+	assert_int_equal(fr_tune_load(&comm, "shm", err, sizeof(err)), 0);
+	comm.oversub = 1.0;
+	fr_tune_oversub(&comm);
+	assert_true(comm.tune.alpha_us == 2.0);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 16384, FR_F32, 0),
+			 &fr_algo_ring);
+	comm.oversub = 2.0; /* 4 ranks on 2 CPUs */
+	fr_tune_oversub(&comm);
+	assert_true(comm.tune.alpha_us == 22.0);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 16384, FR_F32, 0),
+			 &fr_algo_rd);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 1 << 20, FR_F32, 0),
+			 &fr_algo_ring);
+
+	write_tune("shm.alpha_us = 3\n");
+	assert_int_equal(fr_tune_load(&comm, "shm", err, sizeof(err)), 0);
+	fr_tune_oversub(&comm);
+	assert_true(comm.tune.alpha_us == 3.0);
+	unlink(path);
+	unsetenv("FR_TUNE_FILE");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -261,6 +291,7 @@ int main(void)
 		cmocka_unit_test_setup(test_forced_and_others, setup),
 		cmocka_unit_test_setup(test_hier_choice, setup),
 		cmocka_unit_test_setup(test_tune_file, setup),
+		cmocka_unit_test_setup(test_oversub, setup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

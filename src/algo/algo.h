@@ -56,6 +56,7 @@ int fr_tune_load(struct fr_comm *comm, const char *transport, char *err,
 		 size_t errlen);
 /* A hash of the parameters, which must agree on all ranks. */
 uint32_t fr_tune_hash(const struct fr_tune *t);
+void fr_tune_oversub(struct fr_comm *comm);
 
 /* Shared helpers for the hypercube algorithms (rd.c, rabenseifner.c). */
 struct fr_hcube {

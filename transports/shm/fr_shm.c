@@ -12,7 +12,7 @@
  *     the abstract namespace.  The socket then serves only to wake a
  *     sleeping peer and to learn that the peer died: the kernel closes it
  *     with the process, and the survivor reads EOF.
- *   - A write of fewer than cma_bytes (FR_SHM_CMA_BYTES, default 64 KiB)
+ *   - A write of fewer than cma_bytes (FR_SHM_CMA_BYTES, default 4 MiB)
  *     travels through the ring in fragments of up to SHM_SLOT_DATA bytes;
  *     the receiver checks each fragment against its region table and copies
  *     it into place when it polls (two copies, no system call: this is the
@@ -145,7 +145,7 @@
 #define SHM_DEFAULT_TIMEOUT_MS 30000
 #define SHM_MAX_REGIONS (1u << 20)
 #define SHM_MAX_PENDING 256
-#define SHM_CMA_DEFAULT (64u << 10)
+#define SHM_CMA_DEFAULT (4u << 20)
 /* Bytes the receiver pulls per cross-memory attach call and per pass of
  * its progress (at most one pulled write per pass, too), so that one huge
  * write does not hold up the other connections for long. */

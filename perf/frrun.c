@@ -2,7 +2,7 @@
 /*
  * frrun - start N local ranks of a libfastreduce program.
  *
- *   frrun -n N [--transport auto|tcp|shm|verbs] [--timeout SEC] [--host ADDR]
+ *   frrun -n N [--transport auto|tcp|shm|verbs|shm+tcp|shm+verbs] [--timeout SEC] [--host ADDR]
  *         [--port P] [--no-prefix] [--keep-going] [--env NAME=VALUE]...
  *         [--] PROGRAM [ARGS...]
  *
@@ -138,7 +138,8 @@ static void usage(FILE *f)
 		"Start N local ranks of PROGRAM for libfastreduce.\n"
 		"\n"
 		"  -n, --np N              number of ranks (1..%d)\n"
-		"  -x, --transport NAME    set FR_TRANSPORT=auto|tcp|shm|shm+tcp|verbs\n"
+		"  -x, --transport NAME    set FR_TRANSPORT=auto|tcp|shm|shm+tcp|verbs|\n"
+		"                          shm+verbs\n"
 		"  -t, --timeout SEC       kill everything after SEC seconds, exit 124\n"
 		"  -H, --host ADDR         rendezvous address (default 127.0.0.1)\n"
 		"  -p, --port P            rendezvous port (default: a free one)\n"
@@ -235,9 +236,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 'x':
 			if (strcmp(optarg, "auto") && strcmp(optarg, "tcp") &&
 			    strcmp(optarg, "shm") && strcmp(optarg, "shm+tcp") &&
-			    strcmp(optarg, "verbs"))
+			    strcmp(optarg, "verbs") &&
+			    strcmp(optarg, "shm+verbs"))
 				return bad_usage(
-					"unknown transport '%s' (auto, tcp, shm, shm+tcp, verbs)",
+					"unknown transport '%s' (auto, tcp, shm, shm+tcp, verbs, shm+verbs)",
 					optarg);
 			o->transport = optarg;
 			break;

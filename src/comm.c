@@ -323,15 +323,19 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 
 /*
  * auto: shared memory when the launcher says every rank is on this host
- * (and FR_NODE does not emulate several nodes), else verbs where an active
- * RDMA port exists, else TCP.
+ * (and FR_NODE does not emulate several nodes), else shm+verbs where an
+ * active RDMA port exists, else shm+tcp: shared memory to the ranks that
+ * turn out to share our node, verbs or TCP to the others.  Every rank of a job must choose
+ * alike (the rendezvous compares the names), and a rank does not know yet
+ * whether another shares its node, so a job over several hosts takes
+ * shm+tcp even where a node holds one rank: its shm side then only listens.
  */
 static const struct fr_tp_ops *choose_transport(const char *name, int nranks,
 						char *err, size_t errlen)
 {
-	const struct fr_tp_ops *ops;
+	const struct fr_tp_ops *ops, *mux;
 	const char *node = getenv("FR_NODE");
-	char why[256] = "";
+	char why[256] = "", mwhy[256] = "";
 
 	if (!strcmp(name, "auto")) {
 		if (nranks > 1 && !(node && *node) &&
@@ -346,18 +350,31 @@ static const struct fr_tp_ops *choose_transport(const char *name, int nranks,
 		}
 		ops = fr_transport_find("verbs");
 		if (ops && !ops->probe(why, sizeof(why))) {
+			mux = fr_transport_find("shm+verbs");
+			if (nranks > 1 && mux && !mux->probe(mwhy, sizeof(mwhy))) {
+				fr_info("transport: shm+verbs (an active RDMA port was found; shm to the ranks on this node)");
+				return mux;
+			}
 			fr_info("transport: verbs (an active RDMA port was found)");
 			return ops;
 		}
-		fr_info("transport: tcp (%s)",
-			ops ? why : "the verbs transport is not built in");
+		if (!ops)
+			snprintf(why, sizeof(why),
+				 "the verbs transport is not built in");
+		mux = fr_transport_find("shm+tcp");
+		if (nranks > 1 && mux && !mux->probe(mwhy, sizeof(mwhy))) {
+			fr_info("transport: shm+tcp (%s; shm to the ranks on this node)",
+				why);
+			return mux;
+		}
+		fr_info("transport: tcp (%s)", why);
 		return fr_transport_find("tcp");
 	}
 	ops = fr_transport_find(name);
 	if (!ops) {
 		snprintf(
 			err, errlen,
-			"transport \"%s\" is unknown or not built in (FR_TRANSPORT=auto|tcp|shm|verbs)",
+			"transport \"%s\" is unknown or not built in (FR_TRANSPORT=auto|tcp|shm|verbs|shm+tcp|shm+verbs)",
 			name);
 		return NULL;
 	}
@@ -640,7 +657,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	c->pt_cpus = s->cpus;
 	c->tp_ops = choose_transport(s->transport, s->nranks, err, errlen);
 	if (!c->tp_ops) {
-		rc = !strcmp(s->transport, "verbs") ? FR_ENODEV : FR_EINVAL;
+		rc = strstr(s->transport, "verbs") ? FR_ENODEV : FR_EINVAL;
 		goto err_transport;
 	}
 	rc = fr_lock_init(c);
@@ -682,9 +699,12 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	    strcmp(c->tp_ops->name, "tcp")) {
 		/* auto: an RDMA port that cannot be used means TCP (should
 		 * the other ranks differ, the rendezvous says so) */
-		fr_warn("rank %d: %s transport unusable (%s); using tcp",
-			s->rank, c->tp_ops->name, err);
-		c->tp_ops = fr_transport_find("tcp");
+		const char *fb =
+			!strcmp(c->tp_ops->name, "shm+verbs") ? "shm+tcp" : "tcp";
+
+		fr_warn("rank %d: %s transport unusable (%s); using %s",
+			s->rank, c->tp_ops->name, err, fb);
+		c->tp_ops = fr_transport_find(fb);
 		addrlen = sizeof(addr);
 		rc = c->tp_ops->open(&tp, &c->tp, addr, &addrlen);
 		if (!rc)

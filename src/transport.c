@@ -7,6 +7,7 @@
 static const struct fr_tp_ops *const transports[] = {
 #ifdef FR_HAVE_VERBS
 	&fr_verbs_ops,
+	&fr_mux_verbs_ops,
 #endif
 	&fr_tcp_ops,
 	&fr_shm_ops,

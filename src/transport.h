@@ -178,9 +178,11 @@ extern const struct fr_tp_ops fr_shm_ops;
 extern const struct fr_tp_ops fr_mux_ops; /* shm within a node, tcp across */
 #ifdef FR_HAVE_VERBS
 extern const struct fr_tp_ops fr_verbs_ops;
+extern const struct fr_tp_ops fr_mux_verbs_ops; /* shm within, verbs across */
 #endif
 
-/* The transport named `name` ("tcp", "shm", "verbs") or NULL. */
+/* The transport named `name` ("tcp", "shm", "verbs", "shm+tcp",
+ * "shm+verbs") or NULL. */
 const struct fr_tp_ops *fr_transport_find(const char *name);
 
 #endif /* FR_TRANSPORT_H */

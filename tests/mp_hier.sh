@@ -73,4 +73,8 @@ done
 run "colls n=6, 3 per node over shm+tcp" \
 	frrun -n 6 --transport shm+tcp --timeout 900 "$MP" colls --ranks-per-node 3
 run "kill -9 rank 1 of 2x2 over shm+tcp" dies 1 --transport shm+tcp
+# auto on emulated nodes is shm+tcp, and its algorithm choice is right
+run "matrix n=6, 2 per node, auto transport" \
+	frrun -n 6 --timeout 900 "$MP" matrix --ranks-per-node 2 --counts "0,1,5,7919,300007" \
+	--dtypes f32,bf16,i32 --ops sum,avg,max
 finish

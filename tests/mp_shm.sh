@@ -25,8 +25,8 @@ run "ring only (FR_SHM_CMA_BYTES=0) n=3" \
 run "cross-memory attach from 4 KiB n=4" \
 	frrun -n 4 -e FR_SHM_CMA_BYTES=4096 --transport shm --timeout 600 "$MP" matrix \
 	--counts 0,1,3,7919,300007 --dtypes f32,bf16,i64 --ops sum,min
-# auto: shm when the launcher puts every rank here, not when FR_NODE
-# emulates separate nodes
+# auto: shm when the launcher puts every rank here; shm+tcp when FR_NODE
+# emulates separate nodes (shm to the ranks that share one)
 auto_is() {
 	want=$1
 	shift
@@ -34,7 +34,7 @@ auto_is() {
 	echo "$out" | grep -q "transport $want," || { echo "$out"; return 1; }
 }
 run "auto picks shm for a single-host job" auto_is shm
-run "auto picks tcp with FR_NODE set" auto_is tcp -e FR_NODE=nodeA
+run "auto picks shm+tcp with FR_NODE set" auto_is shm+tcp -e FR_NODE=nodeA
 leaks() {
 	after=$(ls /dev/shm 2>/dev/null | sort)
 	[ "$shm_before" = "$after" ] || { diff <(echo "$shm_before") <(echo "$after"); return 1; }

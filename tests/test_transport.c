@@ -4,7 +4,10 @@
  *
  * Written against `const struct fr_tp_ops *` only, so the same tests run
  * against every transport: FR_TEST_TRANSPORT names it (default "tcp").  A
- * transport whose probe() fails here is skipped (exit 77).
+ * transport whose probe() fails here is skipped (exit 77).  The mixed
+ * transports (shm+tcp, shm+verbs) connect endpoints of one process through
+ * shm; FR_TEST_MUX_NODES=1 gives every endpoint a node of its own
+ * (FR_NODE), so that every pair goes through their network side.
  *
  * Most tests use two endpoints in this process, driven from one thread by
  * polling both; the peer-failure and wait() tests fork a child that owns
@@ -66,10 +69,22 @@ static const struct fr_tp_ops *ops;
  * peer's help (the RDMA NIC; shared memory's cross-memory attach): such a
  * write can complete although the peer never polls, or dies right after.
  */
+static bool mux_nodes; /* FR_TEST_MUX_NODES=1: see ep_open() */
+
+/* Are writes carried by an RDMA adapter (its checks, its NAKs)? */
+static bool over_verbs(void)
+{
+	return !strcmp(ops->name, "verbs") ||
+	       (mux_nodes && !strcmp(ops->name, "shm+verbs"));
+}
+
 static bool one_sided(void)
 {
+	if (mux_nodes) /* every pair over the mixed transport's network */
+		return !strcmp(ops->name, "shm+verbs");
 	return !strcmp(ops->name, "verbs") || !strcmp(ops->name, "shm") ||
-	       !strcmp(ops->name, "shm+tcp"); /* one process: all shm */
+	       !strcmp(ops->name, "shm+tcp") || /* one process: all shm */
+	       !strcmp(ops->name, "shm+verbs");
 }
 
 /* An endpoint and every completion polled from it, in order. */
@@ -187,6 +202,14 @@ static int ep_try_open(int rank, uint64_t nonce, const char *ip, int sq_depth,
 	p.errbuf = err;
 	p.errlen = sizeof(err);
 	e->addrlen = sizeof(e->addr);
+	if (mux_nodes) {
+		/* each endpoint a node of its own: the mixed transports then
+		 * connect every pair through their network side */
+		char node[32];
+
+		snprintf(node, sizeof(node), "conformance-node-%d", neps);
+		setenv("FR_NODE", node, 1);
+	}
 	rc = ops->open(&p, &e->tp, e->addr, &e->addrlen);
 	if (rc) {
 		print_message("open: %s\n", err);
@@ -872,7 +895,7 @@ static void bad_write_case(enum bad_kind kind)
 	case BAD_NO_REMOTE_WRITE:
 		break;
 	}
-	if (!strcmp(ops->name, "verbs") &&
+	if (over_verbs() &&
 	    (kind == BAD_PAST_END || kind == BAD_AT_END || kind == BAD_OVERFLOW)) {
 		/* The key carries the region's length: refused before posting,
 		 * nothing sent, the connection stays usable. */
@@ -995,7 +1018,7 @@ static void test_bounds_deregistered_large(void **state)
 	/* Now the receiver: it refuses the write, the writer learns it.
 	 * (verbs: the responder's HCA refuses it with a NAK; what the
 	 * receiver's own completions say then is the device's business) */
-	if (strcmp(ops->name, "verbs")) {
+	if (!over_verbs()) {
 		PUMP_UNTIL(n_err(b, ba) >= 1);
 		assert_int_equal(first_err(b, ba), FR_ERANGE);
 	}
@@ -1084,6 +1107,8 @@ static int child_open_connect(int rank, const uint8_t *addr, size_t addrlen,
 	p.job_nonce = NONCE;
 	p.local_ip = "127.0.0.1";
 	p.timeout_ms = DEADLINE_MS;
+	if (mux_nodes)
+		setenv("FR_NODE", "conformance-child", 1);
 	if (ops->open(&p, tp, mine, &ml))
 		return -1;
 	if (ops->connect(*tp, 0, addr, addrlen, c))
@@ -2047,6 +2072,8 @@ int main(int argc, char **argv)
 		exe_path[el] = '\0';
 	else
 		strcpy(exe_path, "/proc/self/exe");
+	mux_nodes = getenv("FR_TEST_MUX_NODES") &&
+		    !strcmp(getenv("FR_TEST_MUX_NODES"), "1");
 	if (argc > 7 && !strcmp(argv[1], "--child")) {
 		ops = fr_transport_find(name && *name ? name : "tcp");
 		/* the child never cleans up: _exit, as before the exec */

@@ -38,6 +38,27 @@ suite "register once over verbs" bash "$src/tests/mp_regonce.sh"
 suite "dead and stalled peers over verbs" bash "$src/tests/mp_kill.sh"
 suite "mismatched arguments over verbs" bash "$src/tests/mp_mismatch.sh"
 suite "perf tools over verbs" bash "$src/tests/mp_perf_smoke.sh"
+# shm+verbs: shm to the ranks of a node, verbs to the others (what auto
+# takes on several hosts): the conformance suite through each side, and
+# jobs on emulated nodes (FR_NODE) that mix them
+suite "transport conformance over shm+verbs (shm side)" \
+	env FR_TEST_TRANSPORT=shm+verbs "$B/tests/test_transport"
+suite "transport conformance over shm+verbs (verbs side)" \
+	env FR_TEST_TRANSPORT=shm+verbs FR_TEST_MUX_NODES=1 "$B/tests/test_transport"
+suite "emulated nodes over shm+verbs" bash -c '. "$0/tests/lib.sh"
+	run "matrix n=4, 2 per node, shm+verbs" frrun -n 4 --transport shm+verbs \
+		--timeout 900 "$MP" matrix --ranks-per-node 2 --counts 0,1,7919,65537 \
+		--dtypes f32,bf16,i64 --ops sum,avg,max
+	run "colls n=6, 3 per node, shm+verbs" frrun -n 6 --transport shm+verbs \
+		--timeout 900 "$MP" colls --ranks-per-node 3 --counts 0,1,7919
+	# auto on several (emulated) nodes with an RDMA port: shm+verbs
+	auto_mixed() {
+		FR_LOG=info frrun -n 4 --timeout 300 "$MP" matrix --ranks-per-node 2 \
+			--counts 7919 --dtypes f32 --ops sum >"$B/auto-mixed.out" 2>&1 &&
+			grep -q "transport: shm+verbs" "$B/auto-mixed.out"
+	}
+	run "auto on emulated nodes is shm+verbs" auto_mixed
+	finish' "$src"
 
 # --- perf: the same rxe device, side by side (emulated: ratios only) -------
 {

@@ -1,25 +1,30 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fr_mux.c - the mixed transport: shared memory to the peers on this node,
- * TCP to the others, behind the one interface the algorithms see.
+ * fr_mux.c - the mixed transports: shared memory to the peers on this
+ * node, TCP ("shm+tcp") or verbs ("shm+verbs") to the others, behind the
+ * one interface the algorithms see.
  *
  * Design
  *   - An endpoint opens both children.  Its address blob carries both
  *     addresses; connect() reads the node id inside the shm address and
- *     connects through shm when the peer is on our node, else through tcp.
+ *     connects through shm when the peer is on our node, else through the
+ *     network child (tcp or verbs).
  *     accept() takes whichever child the peer came in by.
  *   - A connection wraps the child's and says which child; completions
  *     name the child's connection and poll() translates them back (a
  *     list, most recently used first: a rank has few connections).
- *   - A region is registered with both children; its key blob is the tcp
- *     key followed by the shm key, unpacked into the rkey's first and
- *     second halves (a/b/c/d and a2/b2/c2/d2).
+ *   - A region is registered with both children; its key blob is the
+ *     network key followed by the shm key, unpacked into the rkey's first
+ *     and second halves (a/b/c/d and a2/b2/c2/d2).
  *   - poll() polls both; wait() arms both (wait_prepare) and sleeps in an
  *     epoll set of its own holding both children's wait_fd() and a wake
  *     eventfd.
  *
  *   address blob: u8 magic 0xfb, u8 version 1, u8 shm length, shm address,
- *     u8 tcp length, tcp address (the lengths must add up exactly).  key blob: u8 tcp length, tcp key, shm key.
+ *     u8 network length, network address (the lengths must add up
+ *     exactly).  key blob: u8 network key length, network key, shm key
+ *     without its bytes 2 and 3 (reserved, always 0: restored on unpack,
+ *     so that a verbs key and an shm key fit FR_TP_RKEY_MAX together).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -42,6 +47,7 @@ struct fr_tp_mr; /* ours is struct mux_mr, cast at the interface */
 
 struct mux_mr {
 	struct fr_tp_mr *net, *shm;
+	const struct fr_tp_ops *nops;
 	struct mux_mr *prev, *next; /* tp->mrs: freed at close */
 };
 
@@ -60,11 +66,12 @@ struct fr_tp {
 	struct mux_mr *mrs;
 	int epfd, wfd;
 	int rank;
+	uint64_t node; /* ours, from our shm address (FR_NODE at open) */
 };
 
 static const struct fr_tp_ops *ops_of(const struct fr_tp_conn *c)
 {
-	return c->shm ? &fr_shm_ops : &fr_tcp_ops;
+	return c->shm ? &fr_shm_ops : c->tp->nops;
 }
 
 static struct fr_tp_conn *wrap(struct fr_tp *tp, bool shm, void *child)
@@ -97,15 +104,22 @@ static struct fr_tp_conn *unwrap_cqe(struct fr_tp *tp, const void *child)
 	return NULL;
 }
 
-static int mux_probe(char *errbuf, size_t errlen)
+static int mux_probe_net(const struct fr_tp_ops *net, char *errbuf,
+			 size_t errlen)
 {
 	int rc = fr_shm_ops.probe(errbuf, errlen);
 
-	return rc ? rc : fr_tcp_ops.probe(errbuf, errlen);
+	return rc ? rc : net->probe(errbuf, errlen);
 }
 
-static int mux_open(const struct fr_tp_params *p, struct fr_tp **out,
-		    void *addr, size_t *addrlen)
+static int mux_probe(char *errbuf, size_t errlen)
+{
+	return mux_probe_net(&fr_tcp_ops, errbuf, errlen);
+}
+
+static int mux_open_net(const struct fr_tp_ops *net,
+			const struct fr_tp_params *p, struct fr_tp **out,
+			void *addr, size_t *addrlen)
 {
 	uint8_t sa[FR_TP_ADDR_MAX], na[FR_TP_ADDR_MAX], *b = addr;
 	size_t sl = sizeof(sa), nl = sizeof(na);
@@ -120,7 +134,7 @@ static int mux_open(const struct fr_tp_params *p, struct fr_tp **out,
 		return FR_ENOMEM;
 	tp->rank = p->rank;
 	tp->sops = &fr_shm_ops;
-	tp->nops = &fr_tcp_ops;
+	tp->nops = net;
 	rc = tp->sops->open(p, &tp->shm, sa, &sl);
 	if (rc)
 		goto err_shm;
@@ -128,8 +142,9 @@ static int mux_open(const struct fr_tp_params *p, struct fr_tp **out,
 	if (rc)
 		goto err_net;
 	rc = FR_EINVAL;
-	if (4 + sl + nl > *addrlen || sl > 255 || nl > 255)
+	if (4 + sl + nl > *addrlen || sl < 16 || sl > 255 || nl > 255)
 		goto err_addr;
+	tp->node = fr_get_le64(sa + 8);
 	rc = FR_ESYS;
 	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (tp->epfd < 0)
@@ -168,6 +183,12 @@ err_shm:
 	return rc;
 }
 
+static int mux_open(const struct fr_tp_params *p, struct fr_tp **out,
+		    void *addr, size_t *addrlen)
+{
+	return mux_open_net(&fr_tcp_ops, p, out, addr, addrlen);
+}
+
 static int mux_connect(struct fr_tp *tp, int peer, const void *addr,
 		       size_t addrlen, struct fr_tp_conn **conn)
 {
@@ -185,7 +206,7 @@ static int mux_connect(struct fr_tp *tp, int peer, const void *addr,
 		return FR_EPROTO;
 	sl = b[2];
 	/* the shm address carries the node id at bytes 8..15 */
-	shm = sl >= 16 && fr_get_le64(b + 3 + 8) == fr_node_id();
+	shm = sl >= 16 && fr_get_le64(b + 3 + 8) == tp->node;
 	rc = shm ? tp->sops->connect(tp->shm, peer, b + 3, sl, &cc)
 		 : tp->nops->connect(tp->net, peer, b + 4 + sl,
 				     addrlen - 4 - sl, &cc);
@@ -238,6 +259,7 @@ static int mux_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return FR_ENOMEM;
+	m->nops = tp->nops;
 	rc = tp->nops->reg_mem(tp->net, buf, len, access, &m->net);
 	if (rc)
 		goto err_net;
@@ -289,22 +311,26 @@ static int mux_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
 static int mux_pack_rkey(struct fr_tp_mr *mr, void *blob, size_t *len)
 {
 	struct mux_mr *m = (struct mux_mr *)mr;
-	uint8_t *b = blob;
-	size_t nl, sl;
+	uint8_t *b = blob, sk[FR_TP_RKEY_MAX];
+	size_t nl, sl = sizeof(sk);
 	int rc;
 
 	if (!m || !blob || !len || *len < 2)
 		return FR_EINVAL;
 	nl = *len - 1;
-	rc = fr_tcp_ops.pack_rkey(m->net, b + 1, &nl);
+	rc = m->nops->pack_rkey(m->net, b + 1, &nl);
 	if (rc || nl > 255)
 		return rc ? rc : FR_EINVAL;
-	sl = *len - 1 - nl;
-	rc = fr_shm_ops.pack_rkey(m->shm, b + 1 + nl, &sl);
+	rc = fr_shm_ops.pack_rkey(m->shm, sk, &sl);
 	if (rc)
 		return rc;
+	/* bytes 2 and 3 of an shm key are reserved zeros: left out */
+	if (sl < 4 || sk[2] || sk[3] || 1 + nl + sl - 2 > *len)
+		return FR_EINVAL;
+	memcpy(b + 1 + nl, sk, 2);
+	memcpy(b + 1 + nl + 2, sk + 4, sl - 4);
 	b[0] = (uint8_t)nl;
-	*len = 1 + nl + sl;
+	*len = 1 + nl + sl - 2;
 	return 0;
 }
 
@@ -312,17 +338,25 @@ static int mux_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
 			   struct fr_tp_rkey *rkey)
 {
 	const uint8_t *b = blob;
+	uint8_t sk[FR_TP_RKEY_MAX + 2];
 	struct fr_tp_rkey s;
+	size_t sl;
 	int rc;
 
 	if (!tp || !blob || !rkey)
 		return FR_EINVAL;
-	if (len < 1 || 1 + (size_t)b[0] > len)
+	if (len < 1 || 1 + (size_t)b[0] + 2 > len ||
+	    len - 1 - b[0] + 2 > sizeof(sk))
 		return FR_EPROTO;
 	rc = tp->nops->unpack_rkey(tp->net, b + 1, b[0], rkey);
 	if (rc)
 		return rc;
-	rc = tp->sops->unpack_rkey(tp->shm, b + 1 + b[0], len - 1 - b[0], &s);
+	/* the shm key with its reserved bytes 2 and 3 put back */
+	sl = len - 1 - b[0];
+	memcpy(sk, b + 1 + b[0], 2);
+	sk[2] = sk[3] = 0;
+	memcpy(sk + 4, b + 1 + b[0] + 2, sl - 2);
+	rc = tp->sops->unpack_rkey(tp->shm, sk, sl + 2, &s);
 	if (rc)
 		return rc;
 	rkey->a2 = s.a;
@@ -344,8 +378,8 @@ static int mux_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 	if (len && !m)
 		return FR_EINVAL;
 	if (!c->shm)
-		return fr_tcp_ops.write_imm(c->child, m ? m->net : NULL, loff,
-					    rkey, roff, len, imm, ctx);
+		return c->tp->nops->write_imm(c->child, m ? m->net : NULL,
+					      loff, rkey, roff, len, imm, ctx);
 	if (rkey) {
 		s.a = rkey->a2;
 		s.b = rkey->b2;
@@ -475,24 +509,49 @@ static int mux_pending(struct fr_tp *tp, int *peers, int max)
 	return n;
 }
 
-const struct fr_tp_ops fr_mux_ops = {
-	.size = sizeof(struct fr_tp_ops),
-	.name = "shm+tcp",
-	.probe = mux_probe,
-	.open = mux_open,
-	.connect = mux_connect,
-	.accept = mux_accept,
-	.connect_done = mux_connect_done,
-	.reg_mem = mux_reg_mem,
-	.dereg_mem = mux_dereg_mem,
-	.pack_rkey = mux_pack_rkey,
-	.unpack_rkey = mux_unpack_rkey,
-	.write_imm = mux_write_imm,
-	.poll = mux_poll,
-	.wait = mux_wait,
-	.wake = mux_wake,
-	.close_conn = mux_close_conn,
-	.close = mux_close,
-	.conn_peer = mux_conn_peer,
-	.pending = mux_pending,
-};
+/* The children's most recent error text: the network's first (an HCA's
+ * status, a socket's error), else shm's. */
+static const char *mux_last_error(struct fr_tp *tp)
+{
+	const char *e;
+
+	if (!tp)
+		return "";
+	e = tp->nops->last_error ? tp->nops->last_error(tp->net) : NULL;
+	if (e && *e)
+		return e;
+	e = tp->sops->last_error ? tp->sops->last_error(tp->shm) : NULL;
+	return e ? e : "";
+}
+
+#define MUX_OPS(name_, probe_, open_)                                          \
+	{                                                                      \
+		.size = sizeof(struct fr_tp_ops), .name = name_,               \
+		.probe = probe_, .open = open_, .connect = mux_connect,        \
+		.accept = mux_accept, .connect_done = mux_connect_done,        \
+		.reg_mem = mux_reg_mem, .dereg_mem = mux_dereg_mem,            \
+		.pack_rkey = mux_pack_rkey, .unpack_rkey = mux_unpack_rkey,    \
+		.write_imm = mux_write_imm, .poll = mux_poll,                  \
+		.wait = mux_wait, .wake = mux_wake,                            \
+		.close_conn = mux_close_conn, .close = mux_close,              \
+		.conn_peer = mux_conn_peer, .pending = mux_pending,            \
+		.last_error = mux_last_error,                                  \
+	}
+
+const struct fr_tp_ops fr_mux_ops = MUX_OPS("shm+tcp", mux_probe, mux_open);
+
+#ifdef FR_HAVE_VERBS
+static int mux_verbs_probe(char *errbuf, size_t errlen)
+{
+	return mux_probe_net(&fr_verbs_ops, errbuf, errlen);
+}
+
+static int mux_verbs_open(const struct fr_tp_params *p, struct fr_tp **out,
+			  void *addr, size_t *addrlen)
+{
+	return mux_open_net(&fr_verbs_ops, p, out, addr, addrlen);
+}
+
+const struct fr_tp_ops fr_mux_verbs_ops =
+	MUX_OPS("shm+verbs", mux_verbs_probe, mux_verbs_open);
+#endif

@@ -127,6 +127,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -284,6 +285,7 @@ struct fr_tp {
 	uint8_t retry_cnt;     /* FR_IB_RETRY_CNT */
 	int fatal;	       /* the endpoint itself failed */
 	int wfd;	       /* eventfd: wake() ends a wait() */
+	int epfd;	       /* wait_fd() for shm+verbs, made on first use */
 
 	struct rdma_event_channel *ec;
 	struct rdma_cm_id *lid; /* listening */
@@ -2564,21 +2566,24 @@ static int verbs_wait_cap(const struct fr_tp *tp, int t)
 	return t;
 }
 
-static int verbs_wait(struct fr_tp *tp, int timeout_ms)
+/*
+ * The sleep, split in three so that the mixed transport (shm+verbs) can
+ * sleep on us and on shm at once (transport.h): prepare arms the CQ and
+ * looks once more, the caller sleeps on the completion channel, the cm
+ * event channel and the wake eventfd (wait_fd(): one epoll descriptor
+ * holding the three), finish takes the CQ event and the wake.
+ */
+static int verbs_wait_prepare(struct fr_tp *tp, int *timeout_ms)
 {
-	struct pollfd pfd[3];
-	struct ibv_cq *ecq;
-	uint64_t v;
-	void *ectx;
-	int t, rc;
+	int rc;
 
-	if (!tp)
+	if (!tp || !timeout_ms)
 		return FR_EINVAL;
 	if (tp->spin || verbs_owes(tp))
-		return 0;
+		return 1;
 	/* An uncovered tail would never raise the completion we sleep on. */
 	verbs_post_fences(tp);
-	t = verbs_wait_cap(tp, timeout_ms < 0 ? -1 : timeout_ms);
+	*timeout_ms = verbs_wait_cap(tp, *timeout_ms < 0 ? -1 : *timeout_ms);
 	/* Arm, then look once more: a completion that arrived before the
 	 * arming raises no event. */
 	rc = ibv_req_notify_cq(tp->cq, 0);
@@ -2590,8 +2595,65 @@ static int verbs_wait(struct fr_tp *tp, int timeout_ms)
 	rc = verbs_cq_drain(tp);
 	if (rc < 0)
 		return rc;
-	if (rc > 0 || verbs_owes(tp))
-		return 0;
+	return rc > 0 || verbs_owes(tp) ? 1 : 0;
+}
+
+static void verbs_wait_finish(struct fr_tp *tp)
+{
+	struct pollfd pfd = { .fd = tp->cc->fd, .events = POLLIN };
+	struct ibv_cq *ecq;
+	uint64_t v;
+	void *ectx;
+
+	if (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN) &&
+	    !ibv_get_cq_event(tp->cc, &ecq, &ectx)) {
+		/* Acknowledging takes a lock: do it in batches. */
+		if (++tp->cq_unacked >= VERBS_CQ_ACK_BATCH) {
+			ibv_ack_cq_events(tp->cq, tp->cq_unacked);
+			tp->cq_unacked = 0;
+		}
+	}
+	/* Level-triggered: a wake left unread would end every later wait. */
+	if (read(tp->wfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		fr_dbg("verbs: rank %d: reading the wake eventfd: %s",
+		       tp->rank, fr_syserr(errno));
+}
+
+static int verbs_wait_fd(struct fr_tp *tp)
+{
+	const int fds[3] = { tp->cc->fd, tp->ec->fd, tp->wfd };
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	if (tp->epfd > 0)
+		return tp->epfd;
+	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (tp->epfd < 0) {
+		verbs_seterr(tp, FR_LOG_ERROR, "epoll_create1: %s",
+			     fr_syserr(errno));
+		tp->epfd = 0;
+		return FR_ESYS;
+	}
+	for (int i = 0; i < 3; i++)
+		if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, fds[i], &ev)) {
+			verbs_seterr(tp, FR_LOG_ERROR, "epoll_ctl: %s",
+				     fr_syserr(errno));
+			close(tp->epfd);
+			tp->epfd = 0;
+			return FR_ESYS;
+		}
+	return tp->epfd;
+}
+
+static int verbs_wait(struct fr_tp *tp, int timeout_ms)
+{
+	struct pollfd pfd[3];
+	int t = timeout_ms, rc;
+
+	if (!tp)
+		return FR_EINVAL;
+	rc = verbs_wait_prepare(tp, &t);
+	if (rc)
+		return rc < 0 ? rc : 0;
 	pfd[0].fd = tp->cc->fd;
 	pfd[0].events = POLLIN;
 	pfd[1].fd = tp->ec->fd;
@@ -2602,19 +2664,7 @@ static int verbs_wait(struct fr_tp *tp, int timeout_ms)
 		verbs_seterr(tp, FR_LOG_ERROR, "poll: %s", fr_syserr(errno));
 		return FR_ESYS;
 	}
-	if ((pfd[0].revents & POLLIN) &&
-	    !ibv_get_cq_event(tp->cc, &ecq, &ectx)) {
-		/* Acknowledging takes a lock: do it in batches. */
-		if (++tp->cq_unacked >= VERBS_CQ_ACK_BATCH) {
-			ibv_ack_cq_events(tp->cq, tp->cq_unacked);
-			tp->cq_unacked = 0;
-		}
-	}
-	/* Level-triggered: a wake left unread would end every later wait. */
-	if ((pfd[2].revents & POLLIN) && read(tp->wfd, &v, sizeof(v)) < 0 &&
-	    errno != EAGAIN)
-		fr_dbg("verbs: rank %d: reading the wake eventfd: %s",
-		       tp->rank, fr_syserr(errno));
+	verbs_wait_finish(tp);
 	return 0;
 }
 
@@ -2658,6 +2708,8 @@ static void verbs_close(struct fr_tp *tp)
 	ibv_dealloc_pd(tp->pd);
 	rdma_destroy_id(tp->lid);
 	rdma_destroy_event_channel(tp->ec);
+	if (tp->epfd > 0)
+		close(tp->epfd);
 	close(tp->wfd);
 	free(tp->slots);
 	free(tp->slot_gen);
@@ -2702,6 +2754,9 @@ const struct fr_tp_ops fr_verbs_ops = {
 	.poll = verbs_poll,
 	.wait = verbs_wait,
 	.wake = verbs_wake,
+	.wait_prepare = verbs_wait_prepare,
+	.wait_fd = verbs_wait_fd,
+	.wait_finish = verbs_wait_finish,
 	.close_conn = verbs_close_conn,
 	.close = verbs_close,
 	.conn_peer = verbs_conn_peer,

@@ -257,7 +257,7 @@ int fr_progress_thread_start(struct fr_comm *comm, char *err, size_t errlen)
 			/* glibc binds the new thread before it runs: a list
 			 * with no CPU this process may use fails here */
 			snprintf(err, errlen,
-				 "FR_PROGRESS_CPU=%s: no CPU of these is available to this process (see Cpus_allowed_list in /proc/self/status)",
+				 "FR_PROGRESS_CPU=%s: no CPU of these is available to this process (offline, or outside its cgroup's cpuset)",
 				 list);
 			return FR_EINVAL;
 		}

@@ -41,6 +41,11 @@ build() {
 		srcs="$srcs $(ls "$top"/transports/verbs/*.c)"
 		libs=$(pkg-config --libs libibverbs librdmacm hwloc)
 	fi
+	# src/affinity.c (configure --with-hwloc)
+	if grep -q '^#define FR_HAVE_HWLOC 1' "$b/config.h"; then
+		flags="$flags $(pkg-config --cflags hwloc)"
+		libs="$libs $(pkg-config --libs hwloc)"
+	fi
 	# the library once, instrumented for coverage; then one link per harness
 	for s in $srcs; do
 		obj="$out/obj/$(basename "$s" .c).o"

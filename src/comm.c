@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "affinity.h"
 #include "algo/algo.h"
 #include "bootstrap.h"
 #include "env.h"
@@ -94,7 +95,7 @@ struct settings {
 	int algo;
 	size_t eager_bytes;
 	int progress;
-	bool cpus_set;
+	int cpu_mode; /* FR_PROGRESS_CPU: enum fr_cpu_mode */
 	cpu_set_t cpus;
 	bool ring_by_rank;
 };
@@ -103,38 +104,10 @@ struct settings {
 #define CFG_HAS(cfg, field) \
 	((cfg)->size >= offsetof(fr_config_t, field) + sizeof((cfg)->field))
 
-/* "3", "0,2", "2-3": a CPU list for FR_PROGRESS_CPU. */
-static int parse_cpus(const char *s, cpu_set_t *set)
-{
-	CPU_ZERO(set);
-	while (*s) {
-		char *end;
-		long a = strtol(s, &end, 10), b;
-
-		if (end == s || a < 0 || a >= CPU_SETSIZE)
-			return FR_EINVAL;
-		b = a;
-		s = end;
-		if (*s == '-') {
-			b = strtol(s + 1, &end, 10);
-			if (end == s + 1 || b < a || b >= CPU_SETSIZE)
-				return FR_EINVAL;
-			s = end;
-		}
-		for (long i = a; i <= b; i++)
-			CPU_SET((int)i, set);
-		if (*s == ',')
-			s++;
-		else if (*s)
-			return FR_EINVAL;
-	}
-	return CPU_COUNT(set) ? 0 : FR_EINVAL;
-}
-
 static int resolve_progress(const fr_config_t *cfg, struct settings *s,
 			    char *err, size_t errlen)
 {
-	const char *e = getenv("FR_PROGRESS"), *cpus;
+	const char *e = getenv("FR_PROGRESS");
 
 	s->progress = FR_PROGRESS_CALLER;
 	if (cfg && CFG_HAS(cfg, progress) && cfg->progress) {
@@ -155,17 +128,9 @@ static int resolve_progress(const fr_config_t *cfg, struct settings *s,
 			return FR_EINVAL;
 		}
 	}
-	cpus = getenv("FR_PROGRESS_CPU");
-	if (cpus && *cpus) {
-		if (parse_cpus(cpus, &s->cpus)) {
-			snprintf(err, errlen,
-				 "FR_PROGRESS_CPU=\"%s\" is not a CPU list such as 3 or 2-3",
-				 cpus);
-			return FR_EINVAL;
-		}
-		s->cpus_set = true;
-	}
-	return 0;
+	/* auto (default), none or a CPU list (affinity.c) */
+	return fr_affinity_parse(getenv("FR_PROGRESS_CPU"), &s->cpu_mode,
+				 &s->cpus, err, errlen);
 }
 
 
@@ -653,7 +618,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	mailbox_size(c, s->eager_bytes);
 	c->stats.size = sizeof(c->stats);
 	c->progress_mode = s->progress;
-	c->pt_cpus_set = s->cpus_set;
+	c->pt_cpu_mode = s->cpu_mode;
 	c->pt_cpus = s->cpus;
 	c->tp_ops = choose_transport(s->transport, s->nranks, err, errlen);
 	if (!c->tp_ops) {

@@ -287,8 +287,8 @@ struct fr_comm {
 	int progress_mode;       /* FR_PROGRESS_CALLER or _THREAD */
 	bool pt_running, pt_stop;
 	pthread_t pt;
-	bool pt_cpus_set; /* FR_PROGRESS_CPU */
-	cpu_set_t pt_cpus;
+	int pt_cpu_mode; /* FR_PROGRESS_CPU: enum fr_cpu_mode (affinity.h) */
+	cpu_set_t pt_cpus; /* its list */
 };
 
 /* comm.c */

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "affinity.h"
 #include "internal.h"
 #include "log.h"
 #include "util.h"
@@ -187,34 +188,89 @@ static void *progress_main(void *arg)
 	return NULL;
 }
 
+/*
+ * Where the thread runs: FR_PROGRESS_CPU's list, the creating thread's
+ * CPUs (none), or by default those that affinity.c's policy picks near
+ * the transport's device (auto).  The device's CPUs are asked for only
+ * then.  FR_LOG=info says which CPUs and why.
+ */
+static void progress_place(struct fr_comm *comm, bool *bind, cpu_set_t *cpus,
+			   char *why, size_t whylen)
+{
+	const struct fr_tp_ops *ops = comm->tp_ops;
+	cpu_set_t dev;
+	bool have_dev = false;
+
+	if (comm->pt_cpu_mode == FR_CPU_AUTO && ops->locality)
+		have_dev = !ops->locality(comm->tp, &dev) && CPU_COUNT(&dev);
+	fr_affinity_choose(comm->pt_cpu_mode, &comm->pt_cpus,
+			   have_dev ? &dev : NULL, bind, cpus, why, whylen);
+}
+
 int fr_progress_thread_start(struct fr_comm *comm, char *err, size_t errlen)
 {
 	pthread_attr_t attr;
+	cpu_set_t cpus;
+	char why[512], list[256];
+	bool bind;
 	int rc;
 
+	progress_place(comm, &bind, &cpus, why, sizeof(why));
 	if (pthread_attr_init(&attr)) {
 		snprintf(err, errlen, "pthread_attr_init failed");
 		return FR_ENOMEM;
 	}
-	if (comm->pt_cpus_set) {
-		rc = pthread_attr_setaffinity_np(&attr, sizeof(comm->pt_cpus),
-						 &comm->pt_cpus);
+	if (bind) {
+		rc = pthread_attr_setaffinity_np(&attr, sizeof(cpus), &cpus);
 		if (rc) {
+			fr_cpulist_format(&cpus, list, sizeof(list));
 			snprintf(err, errlen,
-				 "FR_PROGRESS_CPU: cannot bind there: %s",
-				 strerror(rc));
+				 "progress thread: cannot bind to CPUs %s: %s",
+				 list, strerror(rc));
 			pthread_attr_destroy(&attr);
 			return FR_EINVAL;
 		}
 	}
 	comm->pt_running = true;
 	rc = pthread_create(&comm->pt, &attr, progress_main, comm);
+	if (rc == EINVAL && bind && comm->pt_cpu_mode == FR_CPU_AUTO) {
+		/* the policy's choice cannot be had after all: inherit */
+		fr_warn("rank %d: progress thread: cannot bind it as FR_PROGRESS_CPU=auto chose (%s); it inherits this thread's CPUs",
+			comm->rank, why);
+		pthread_attr_destroy(&attr);
+		if (pthread_attr_init(&attr)) {
+			comm->pt_running = false;
+			snprintf(err, errlen, "pthread_attr_init failed");
+			return FR_ENOMEM;
+		}
+		bind = false;
+		if (sched_getaffinity(0, sizeof(cpus), &cpus))
+			CPU_ZERO(&cpus);
+		snprintf(why, sizeof(why), "FR_PROGRESS_CPU=auto: inherited");
+		rc = pthread_create(&comm->pt, &attr, progress_main, comm);
+	}
 	pthread_attr_destroy(&attr);
 	if (rc) {
 		comm->pt_running = false;
+		fr_cpulist_format(&cpus, list, sizeof(list));
+		if (rc == EINVAL && bind) {
+			/* glibc binds the new thread before it runs: a list
+			 * with no CPU this process may use fails here */
+			snprintf(err, errlen,
+				 "FR_PROGRESS_CPU=%s: no CPU of these is available to this process (offline, or outside its cgroup's cpuset)",
+				 list);
+			return FR_EINVAL;
+		}
 		snprintf(err, errlen, "cannot start the progress thread: %s",
 			 strerror(rc));
 		return FR_ESYS;
+	}
+	/* "fr_progress" in top -H, ps -L and /proc/PID/task/TID/comm */
+	pthread_setname_np(comm->pt, "fr_progress");
+	if (fr_log_enabled(FR_LOG_INFO)) {
+		fr_cpulist_format(&cpus, list, sizeof(list));
+		fr_info("rank %d: progress thread on CPUs %s (%s)", comm->rank,
+			list[0] ? list : "?", why);
 	}
 	return 0;
 }

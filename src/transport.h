@@ -28,6 +28,7 @@
 #ifndef FR_TRANSPORT_H
 #define FR_TRANSPORT_H
 
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -171,6 +172,12 @@ struct fr_tp_ops {
 	 * so that the peer that opened it can tell whether it is alive
 	 * (peer.c, "Slow or dead"). */
 	int (*pending)(struct fr_tp *tp, int *peers, int max);
+
+	/* Optional (NULL): the CPUs local to the endpoint's device (an RDMA
+	 * adapter's NUMA node), where the progress thread goes by default
+	 * (affinity.c).  0 with *cpus filled, or FR_ENODEV when the device
+	 * says nothing (a software device). */
+	int (*locality)(struct fr_tp *tp, cpu_set_t *cpus);
 };
 
 extern const struct fr_tp_ops fr_tcp_ops;

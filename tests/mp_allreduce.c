@@ -42,7 +42,14 @@
  *       refuse-null, refuse-dtype, refuse-first: rank R passes an argument
  *       the library refuses, NULL or an unknown dtype, after one good
  *       collective or as the very first; it gets FR_EINVAL, every other
- *       rank FR_EPEER naming it, within seconds, not at the timeout).
+ *       rank FR_EPEER naming it, within seconds, not at the timeout);
+ *   mp_allreduce affinity [--expect LIST|main]
+ *       with FR_PROGRESS=thread: there is one progress thread (named
+ *       fr_progress) and it runs on LIST (/proc/self/task/TID/status,
+ *       Cpus_allowed_list), or main: on the main thread's CPUs (it
+ *       inherited them); the main thread's CPUs are those it had before
+ *       fr_comm_create; prints "rank R: progress thread runs on CPUs X"
+ *       for tests/mp_training.sh to compare with what FR_LOG=info says.
  *
  * Emulated nodes (FR_NODE, for any mode): --ranks-per-node K puts rank r on
  * node r / K; --round-robin-nodes M on node r % M (a launcher's round-robin
@@ -61,6 +68,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <dirent.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -1339,6 +1348,100 @@ static int run_threads(fr_comm_t *comm, int iters, size_t count)
 	return failed;
 }
 
+/* ---- affinity: where the progress thread runs -------------------------------- */
+
+static cpu_set_t cpus_before; /* the main thread's, before fr_comm_create */
+
+/* A task's Cpus_allowed_list ("" if unreadable). */
+static void task_cpus(const char *task, char *buf, size_t len)
+{
+	char path[300], line[512];
+	FILE *f;
+
+	buf[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/self/task/%s/status", task);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Cpus_allowed_list: %511s", line) == 1) {
+			snprintf(buf, len, "%s", line);
+			break;
+		}
+	fclose(f);
+}
+
+/* "0-3,8" as /proc writes it */
+static void cpus_format(const cpu_set_t *set, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (int a = 0; a < CPU_SETSIZE && n < len; a++) {
+		int b = a;
+
+		if (!CPU_ISSET(a, set))
+			continue;
+		while (b + 1 < CPU_SETSIZE && CPU_ISSET(b + 1, set))
+			b++;
+		n += (size_t)snprintf(buf + n, len - n, b > a ? "%s%d-%d" : "%s%d",
+				      n ? "," : "", a, b);
+		a = b;
+	}
+}
+
+static void run_affinity(fr_comm_t *comm, const char *expect)
+{
+	char pt[512] = "", main_now[512], main_before[512], name[64],
+	     path[300];
+	struct dirent *e;
+	int nthreads = 0;
+	DIR *d = opendir("/proc/self/task");
+	int32_t v = rank + 1;
+
+	CHECK(d != NULL, "opendir /proc/self/task");
+	while (d && (e = readdir(d))) {
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+			 e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(name, sizeof(name), f) &&
+		    !strcmp(name, "fr_progress\n")) {
+			nthreads++;
+			task_cpus(e->d_name, pt, sizeof(pt));
+		}
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	/* one rank has no progress thread */
+	CHECK(nthreads == (nranks > 1 ? 1 : 0),
+	      "%d threads named fr_progress (FR_PROGRESS=thread?)", nthreads);
+	snprintf(path, sizeof(path), "%d", (int)getpid());
+	task_cpus(path, main_now, sizeof(main_now));
+	cpus_format(&cpus_before, main_before, sizeof(main_before));
+	CHECK(!strcmp(main_now, main_before),
+	      "the main thread moved from CPUs %s to %s", main_before,
+	      main_now);
+	if (nthreads == 1) {
+		printf("rank %d: progress thread runs on CPUs %s (main thread %s)\n",
+		       rank, pt, main_now);
+		if (expect && !strcmp(expect, "main"))
+			expect = main_now;
+		CHECK(!expect || !strcmp(pt, expect),
+		      "progress thread on CPUs %s, want %s", pt, expect);
+	}
+	/* and it progresses */
+	CHECK(fr_allreduce(comm, FR_IN_PLACE, &v, 1, FR_I32, FR_SUM) == 0 &&
+		      v == nranks * (nranks + 1) / 2,
+	      "All-Reduce with the progress thread: %d", (int)v);
+}
+
 /* Put this rank (FR_RANK) on an emulated node of k (FR_NODE, read at the
  * rendezvous): node r / k, or r % k dealt round robin.  -1 if impossible. */
 static int emulate_node(int k, bool round_robin)
@@ -1368,10 +1471,11 @@ int main(int argc, char **argv)
 		{ "ranks-per-node", required_argument, 0, 'N' },
 		{ "round-robin-nodes", required_argument, 0, 'R' },
 		{ "late-ms", required_argument, 0, 'L' },
+		{ "expect", required_argument, 0, 'E' },
 		{ 0, 0, 0, 0 }
 	};
 	const char *counts = NULL, *dtypes = NULL, *ops = NULL, *how = "kill",
-		   *what = "count";
+		   *what = "count", *expect = NULL;
 	int iters = 1000, victim = 1, at = 3, c;
 	long late_ms = 5000;
 
@@ -1380,7 +1484,7 @@ int main(int argc, char **argv)
 	int rc;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s matrix|colls|bigexit|regonce|die|late|toolate|faults|fdhog|mismatch [options]\n",
+		fprintf(stderr, "usage: %s matrix|colls|bigexit|regonce|die|late|toolate|faults|fdhog|mismatch|threads|compress|buckets|affinity [options]\n",
 			argv[0]);
 		return 2;
 	}
@@ -1397,6 +1501,7 @@ int main(int argc, char **argv)
 		case 'h': how = optarg; break;
 		case 'w': what = optarg; break;
 		case 'L': late_ms = atol(optarg); break;
+		case 'E': expect = optarg; break;
 		case 'N':
 			/* nodes of K ranks: rank r is on node r / K */
 			rpn = atoi(optarg);
@@ -1412,6 +1517,8 @@ int main(int argc, char **argv)
 		default: return 2;
 		}
 	}
+	if (sched_getaffinity(0, sizeof(cpus_before), &cpus_before))
+		CPU_ZERO(&cpus_before);
 	rc = fr_comm_create_from_env(NULL, &comm);
 	if (rc) {
 		fprintf(stderr, "fr_comm_create_from_env: %s: %s\n",
@@ -1444,6 +1551,8 @@ int main(int argc, char **argv)
 		run_compress(comm, counts);
 	else if (!strcmp(argv[1], "buckets"))
 		run_buckets(comm, count, iters > 50 ? 10 : iters);
+	else if (!strcmp(argv[1], "affinity"))
+		run_affinity(comm, expect);
 	else
 		CHECK(0, "unknown mode %s", argv[1]);
 	fr_comm_destroy(comm);

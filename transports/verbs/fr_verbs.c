@@ -134,6 +134,7 @@
 #include <unistd.h>
 
 #include <hwloc.h>
+#include <hwloc/linux.h>
 #include <hwloc/openfabrics-verbs.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -2738,6 +2739,37 @@ static const char *verbs_last_error(struct fr_tp *tp)
 	return tp ? tp->errbuf : "";
 }
 
+/* The HCA's local CPUs (sysfs local_cpus), where the progress thread goes
+ * by default (src/affinity.c).  A software device (rxe, siw) has none. */
+static int verbs_locality(struct fr_tp *tp, cpu_set_t *cpus)
+{
+	char path[IBV_SYSFS_PATH_MAX + 32];
+	hwloc_bitmap_t set;
+	int rc = FR_ENODEV;
+	unsigned int i;
+
+	if (!tp || !tp->pd)
+		return FR_ENODEV;
+	snprintf(path, sizeof(path), "%s/device/local_cpus",
+		 tp->pd->context->device->ibdev_path);
+	set = hwloc_bitmap_alloc();
+	if (!set)
+		return FR_ENOMEM;
+	if (!hwloc_linux_read_path_as_cpumask(path, set) &&
+	    !hwloc_bitmap_iszero(set)) {
+		CPU_ZERO(cpus);
+		hwloc_bitmap_foreach_begin(i, set)
+		{
+			if (i < CPU_SETSIZE)
+				CPU_SET(i, cpus);
+		}
+		hwloc_bitmap_foreach_end();
+		rc = 0;
+	}
+	hwloc_bitmap_free(set);
+	return rc;
+}
+
 const struct fr_tp_ops fr_verbs_ops = {
 	.size = sizeof(struct fr_tp_ops),
 	.name = "verbs",
@@ -2762,4 +2794,5 @@ const struct fr_tp_ops fr_verbs_ops = {
 	.conn_peer = verbs_conn_peer,
 	.last_error = verbs_last_error,
 	.pending = verbs_pending,
+	.locality = verbs_locality,
 };

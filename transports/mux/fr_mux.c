@@ -524,6 +524,14 @@ static const char *mux_last_error(struct fr_tp *tp)
 	return e ? e : "";
 }
 
+/* The network adapter's CPUs (verbs), for the progress thread. */
+static int mux_locality(struct fr_tp *tp, cpu_set_t *cpus)
+{
+	if (!tp || !tp->nops->locality)
+		return FR_ENODEV;
+	return tp->nops->locality(tp->net, cpus);
+}
+
 #define MUX_OPS(name_, probe_, open_)                                          \
 	{                                                                      \
 		.size = sizeof(struct fr_tp_ops), .name = name_,               \
@@ -535,7 +543,7 @@ static const char *mux_last_error(struct fr_tp *tp)
 		.wait = mux_wait, .wake = mux_wake,                            \
 		.close_conn = mux_close_conn, .close = mux_close,              \
 		.conn_peer = mux_conn_peer, .pending = mux_pending,            \
-		.last_error = mux_last_error,                                  \
+		.last_error = mux_last_error, .locality = mux_locality,        \
 	}
 
 const struct fr_tp_ops fr_mux_ops = MUX_OPS("shm+tcp", mux_probe, mux_open);

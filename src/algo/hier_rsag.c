@@ -33,7 +33,8 @@
  *   tests/mp_allreduce.c follows it), so the bits do not depend on timing.
  *   The partial sums of step 1 live in two packed chunks (m blocks each,
  *   2/k of the input) in the communicator's scratch buffer, alternately
- *   received into and sent from; step 2 works in place in the last one.
+ *   received into and sent from; step 2 works in place in the one that
+ *   holds chunk li.
  *
  * All-gather, the mirror image (copies, no arithmetic):
  *   1. inter-node all-gather over comm->cross, steps s = 0 .. m-2: send
@@ -41,6 +42,16 @@
  *      into recvbuf: we end with chunk li;
  *   2. intra-node all-gather of the chunks over comm->local, steps s = 0 ..
  *      k-2: send chunk li-s, receive chunk li-1-s and forward it next step.
+ *
+ * Pipelining: every block is cut into the same segments (elements [j S,
+ * (j+1) S) of each block, S about 1 MiB / m bytes, at least a mailbox
+ * payload), and the schedule above runs segment by segment in two lanes:
+ * the first phase (RS step 1, AG step 1) of segment j+1 runs while the
+ * second phase of segment j does, each lane on its own peers' connections
+ * (within the node, across nodes) and in segment order on each, so the
+ * network link works while the node combines the next segment instead of
+ * waiting for the whole first phase.  Segments touch disjoint elements,
+ * and each element still follows the order above.
  *
  * A chunk's blocks are not contiguous in the user's buffers (block b sits
  * at b * count, and G_l's ranks are spread over the vector).  Rather than
@@ -52,8 +63,8 @@
  * instead of one when blocks are small), where the model prefers the flat
  * ring anyway.  Fragment headers carry the offset in the packed chunk, so
  * the receiver checks every one against its schedule (FR_EPROTO on a
- * mismatch), as xfer.c does; a step starts when the one before has
- * finished both ways.
+ * mismatch), as xfer.c does; in each lane a step starts when the one
+ * before has finished both ways.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -63,32 +74,44 @@
 #include "reduce.h"
 #include "util.h"
 
-enum { RS_INTRA, RS_INTER, AG_INTER, AG_INTRA, DONE };
+enum { RS_INTRA, RS_INTER, AG_INTER, AG_INTRA };
 
-/* A step's data: nb blocks of blk bytes at scattered addresses, as
- * fragments of at most a mailbox payload that never span a block (an
- * empty step is one empty message). */
+/* The chunk-segment a lane aims for (all m blocks of a segment). */
+#define SEG_TARGET ((size_t)1 << 20)
+
+/* A step's data: nb blocks' bytes [lo, lo + len) at scattered addresses,
+ * as fragments of at most a mailbox payload that never span a block (an
+ * empty step is one empty message).  Headers carry the offset in the
+ * packed chunk of whole blocks (stride bytes each). */
 struct bx {
-	size_t blk;
-	uint32_t per;	      /* fragments per block */
+	size_t stride, lo, len;
+	uint32_t per;	       /* fragments per block */
 	uint32_t nfrags, done; /* fragments in all / sent or received */
 };
 
+/* One phase's run over the segments. */
+struct lane {
+	int phase, seg, s; /* seg == nseg: done */
+	bool inited;	   /* tx / rx set up for (seg, s) */
+	int next, prev;	   /* its peers */
+	int steps;	   /* per segment */
+	struct bx tx, rx;
+	/* this step's block addresses (segment start): out, in, operand */
+	const uint8_t **tsrc, **ra;
+	uint8_t **rdst;
+};
+
 struct hrsag {
-	int phase, s, last; /* last: the final phase (RS_INTER, AG_INTRA) */
-	bool inited;
-	size_t es, blk; /* element size, block bytes */
+	size_t es, blk;	 /* element size, block bytes */
+	size_t segc;	 /* elements per segment */
+	int nseg;
 	fr_reduce_fn kern;
 	const uint8_t *in; /* reduce-scatter: the n input blocks */
 	uint8_t *out;	   /* RS: our block; AG: the n blocks */
 	uint8_t *work[2];  /* RS: two packed chunks of m blocks */
-	int k, li, lnext, lprev;
-	int m, gi, gnext, gprev;
+	int k, li, m, gi;
 	int *members; /* members[l * m + g] = G_l[g] */
-	/* this step: block addresses out, in, and the other operand */
-	struct bx tx, rx;
-	const uint8_t **tsrc, **ra;
-	uint8_t **rdst;
+	struct lane lane[2];
 };
 
 static uint8_t nothing[1]; /* the address of empty blocks */
@@ -98,31 +121,38 @@ static int mod(int x, int p)
 	return ((x % p) + p) % p;
 }
 
-static void bx_init(struct bx *x, const struct fr_comm *comm, size_t blk,
-		    int nb)
+static void bx_init(struct bx *x, const struct fr_comm *comm, size_t stride,
+		    size_t lo, size_t len, int nb)
 {
 	size_t maxp = fr_msg_payload_max(comm);
 
-	x->blk = blk;
-	x->per = blk ? (uint32_t)((blk + maxp - 1) / maxp) : 0;
-	x->nfrags = blk ? x->per * (uint32_t)nb : 1;
+	x->stride = stride;
+	x->lo = lo;
+	x->len = len;
+	x->per = len ? (uint32_t)((len + maxp - 1) / maxp) : 0;
+	x->nfrags = len ? x->per * (uint32_t)nb : 1;
 	x->done = 0;
 }
 
-/* Fragment i: block *b, offset *o in it, *len bytes. */
+/* Fragment i: block *b, offset *o from the segment's start, *len bytes. */
 static void bx_frag(const struct fr_comm *comm, const struct bx *x,
 		    uint32_t i, int *b, size_t *o, size_t *len)
 {
 	size_t maxp = fr_msg_payload_max(comm);
 
-	if (!x->blk) {
+	if (!x->len) {
 		*b = 0;
 		*o = *len = 0;
 		return;
 	}
 	*b = (int)(i / x->per);
 	*o = (size_t)(i % x->per) * maxp;
-	*len = FR_MIN(maxp, x->blk - *o);
+	*len = FR_MIN(maxp, x->len - *o);
+}
+
+static uint64_t bx_off(const struct bx *x, int b, size_t o)
+{
+	return (uint64_t)b * x->stride + x->lo + o;
 }
 
 static int bx_send(struct fr_comm *comm, const struct fr_request *req,
@@ -137,7 +167,7 @@ static int bx_send(struct fr_comm *comm, const struct fr_request *req,
 		bx_frag(comm, x, x->done, &b, &o, &len);
 		fr_msg_for(req, FR_MSG_DATA, &msg);
 		msg.step = step;
-		msg.offset = (uint64_t)b * x->blk + o;
+		msg.offset = bx_off(x, b, o);
 		rc = fr_msg_send(comm, rank, &msg, len ? src[b] + o : nothing,
 				 len);
 		if (rc == FR_EAGAIN)
@@ -171,7 +201,7 @@ static int bx_take(struct fr_comm *comm, const struct fr_request *req,
 		if (rc)
 			return rc;
 		bx_frag(comm, x, x->done, &b, &o, &len);
-		off = (uint64_t)b * x->blk + o;
+		off = bx_off(x, b, o);
 		if (msg->type != FR_MSG_DATA || msg->step != step ||
 		    msg->offset != off || msg->len != len)
 			return fr_comm_fail(
@@ -197,9 +227,11 @@ static void hrsag_free(struct fr_request *req)
 
 	if (st) {
 		free(st->members);
-		free(st->tsrc);
-		free(st->ra);
-		free(st->rdst);
+		for (int i = 0; i < 2; i++) {
+			free(st->lane[i].tsrc);
+			free(st->lane[i].ra);
+			free(st->lane[i].rdst);
+		}
 	}
 	free(st);
 	req->algo_state = NULL;
@@ -233,10 +265,35 @@ static int place(const struct fr_comm *comm, struct hrsag *st)
 	return st->m < 0 ? FR_EINVAL : 0;
 }
 
+static bool intra(int phase)
+{
+	return phase == RS_INTRA || phase == AG_INTRA;
+}
+
+static int lane_init(struct fr_comm *comm, struct hrsag *st, struct lane *ln,
+		     int phase)
+{
+	ln->phase = phase;
+	if (intra(phase)) {
+		ln->next = comm->local[(st->li + 1) % st->k];
+		ln->prev = comm->local[(st->li + st->k - 1) % st->k];
+		ln->steps = st->k - 1;
+	} else {
+		ln->next = comm->cross[(st->gi + 1) % st->m];
+		ln->prev = comm->cross[(st->gi + st->m - 1) % st->m];
+		ln->steps = st->m - 1;
+	}
+	ln->tsrc = calloc((size_t)st->m, sizeof(*ln->tsrc));
+	ln->ra = calloc((size_t)st->m, sizeof(*ln->ra));
+	ln->rdst = calloc((size_t)st->m, sizeof(*ln->rdst));
+	return ln->tsrc && ln->ra && ln->rdst ? 0 : FR_ENOMEM;
+}
+
 static int hrsag_start(struct fr_comm *comm, struct fr_request *req)
 {
 	struct hrsag *st = calloc(1, sizeof(*st));
 	bool rs = req->coll == FR_COLL_REDUCE_SCATTER;
+	size_t seg_bytes;
 	int rc;
 
 	if (!st)
@@ -256,25 +313,24 @@ static int hrsag_start(struct fr_comm *comm, struct fr_request *req)
 				    comm->rank, fr_coll_name(req->coll));
 	if (rc)
 		return rc;
-	st->tsrc = calloc((size_t)st->m, sizeof(*st->tsrc));
-	st->ra = calloc((size_t)st->m, sizeof(*st->ra));
-	st->rdst = calloc((size_t)st->m, sizeof(*st->rdst));
-	if (!st->tsrc || !st->ra || !st->rdst)
-		return FR_ENOMEM;
+	st->li = comm->local_index;
+	st->gi = comm->cross_index;
+	rc = lane_init(comm, st, &st->lane[0], rs ? RS_INTRA : AG_INTER);
+	if (!rc)
+		rc = lane_init(comm, st, &st->lane[1], rs ? RS_INTER : AG_INTRA);
+	if (rc)
+		return rc;
 	st->es = fr_dtype_size(req->dtype);
 	st->blk = req->count * st->es;
-	st->li = comm->local_index;
-	st->lnext = comm->local[(st->li + 1) % st->k];
-	st->lprev = comm->local[(st->li + st->k - 1) % st->k];
-	st->gi = comm->cross_index;
-	st->gnext = comm->cross[(st->gi + 1) % st->m];
-	st->gprev = comm->cross[(st->gi + st->m - 1) % st->m];
+	/* segments of about SEG_TARGET / m bytes per block, at least a
+	 * mailbox payload */
+	seg_bytes = FR_MAX(SEG_TARGET / (size_t)st->m, fr_msg_payload_max(comm));
+	st->segc = FR_MAX(seg_bytes / st->es, (size_t)1);
+	st->nseg = req->count ? (int)((req->count + st->segc - 1) / st->segc) : 1;
 	st->out = req->recvbuf;
 	if (rs) {
 		st->kern = fr_reduce_kernel(req->dtype, req->op);
 		st->in = req->sendbuf;
-		st->phase = RS_INTRA;
-		st->last = RS_INTER;
 		if (st->blk) {
 			rc = fr_scratch_get(comm, 2 * (size_t)st->m * st->blk);
 			if (rc)
@@ -282,26 +338,11 @@ static int hrsag_start(struct fr_comm *comm, struct fr_request *req)
 			st->work[0] = comm->scratch;
 			st->work[1] = st->work[0] + (size_t)st->m * st->blk;
 		}
-	} else {
-		st->phase = AG_INTER;
-		st->last = AG_INTRA;
-		if (st->blk && req->sendbuf != FR_IN_PLACE)
-			memcpy(st->out + (size_t)comm->rank * st->blk,
-			       req->sendbuf, st->blk);
+	} else if (st->blk && req->sendbuf != FR_IN_PLACE) {
+		memcpy(st->out + (size_t)comm->rank * st->blk, req->sendbuf,
+		       st->blk);
 	}
 	return 0;
-}
-
-static bool intra(int phase)
-{
-	return phase == RS_INTRA || phase == AG_INTRA;
-}
-
-/* The peers of the current phase. */
-static void peers(const struct hrsag *st, int *next, int *prev)
-{
-	*next = intra(st->phase) ? st->lnext : st->gnext;
-	*prev = intra(st->phase) ? st->lprev : st->gprev;
 }
 
 /* Block g of chunk l in the user's n-block buffer base. */
@@ -311,92 +352,120 @@ static uint8_t *chunk_blk(const struct hrsag *st, const uint8_t *base, int l,
 	return (uint8_t *)base + (size_t)st->members[l * st->m + g] * st->blk;
 }
 
-static void step_init(struct fr_comm *comm, struct hrsag *st)
+static void step_init(struct fr_comm *comm, struct hrsag *st, struct lane *ln)
 {
-	int s = st->s, m = st->m, nb = intra(st->phase) ? m : 1;
+	int s = ln->s, m = st->m, nb = intra(ln->phase) ? m : 1;
+	size_t lo = (size_t)ln->seg * st->segc * st->es;
+	size_t len = st->blk ? FR_MIN(st->segc * st->es, st->blk - lo) : 0;
 	uint8_t *w = st->work[(st->k - 1) % 2]; /* chunk li after RS_INTRA */
 	int ct, cr;
 
-	bx_init(&st->tx, comm, st->blk, nb);
-	bx_init(&st->rx, comm, st->blk, nb);
-	if (!st->blk)
+	bx_init(&ln->tx, comm, st->blk, lo, len, nb);
+	bx_init(&ln->rx, comm, st->blk, lo, len, nb);
+	if (!len)
 		return; /* no addresses: empty messages */
-	switch (st->phase) {
+	switch (ln->phase) {
 	case RS_INTRA:
 		ct = mod(st->li - 1 - s, st->k);
 		cr = mod(st->li - 2 - s, st->k);
 		for (int g = 0; g < m; g++) {
-			st->tsrc[g] = s ? st->work[s % 2] + (size_t)g * st->blk
+			ln->tsrc[g] = s ? st->work[s % 2] + (size_t)g * st->blk
 					: chunk_blk(st, st->in, ct, g);
-			st->rdst[g] = st->work[(s + 1) % 2] + (size_t)g * st->blk;
-			st->ra[g] = chunk_blk(st, st->in, cr, g);
+			ln->rdst[g] = st->work[(s + 1) % 2] + (size_t)g * st->blk;
+			ln->ra[g] = chunk_blk(st, st->in, cr, g);
 		}
 		break;
 	case RS_INTER:
 		ct = mod(st->gi - 1 - s, m);
 		cr = mod(st->gi - 2 - s, m);
-		st->tsrc[0] = w + (size_t)ct * st->blk;
-		st->ra[0] = w + (size_t)cr * st->blk;
-		st->rdst[0] = s == m - 2 ? st->out : w + (size_t)cr * st->blk;
+		ln->tsrc[0] = w + (size_t)ct * st->blk;
+		ln->ra[0] = w + (size_t)cr * st->blk;
+		ln->rdst[0] = s == m - 2 ? st->out : w + (size_t)cr * st->blk;
 		break;
 	case AG_INTER:
-		st->tsrc[0] = chunk_blk(st, st->out, st->li, mod(st->gi - s, m));
-		st->rdst[0] =
+		ln->tsrc[0] = chunk_blk(st, st->out, st->li, mod(st->gi - s, m));
+		ln->rdst[0] =
 			chunk_blk(st, st->out, st->li, mod(st->gi - 1 - s, m));
 		break;
 	case AG_INTRA:
 		ct = mod(st->li - s, st->k);
 		cr = mod(st->li - 1 - s, st->k);
 		for (int g = 0; g < m; g++) {
-			st->tsrc[g] = chunk_blk(st, st->out, ct, g);
-			st->rdst[g] = chunk_blk(st, st->out, cr, g);
+			ln->tsrc[g] = chunk_blk(st, st->out, ct, g);
+			ln->rdst[g] = chunk_blk(st, st->out, cr, g);
 		}
 		break;
 	}
+	/* the segment's start in every block */
+	for (int g = 0; g < nb; g++) {
+		ln->tsrc[g] += lo;
+		ln->rdst[g] += lo;
+		if (ln->ra[g])
+			ln->ra[g] += lo;
+	}
+}
+
+/* Run lane ln as far as it goes, up to segment `upto` (exclusive). */
+static int lane_run(struct fr_comm *comm, struct fr_request *req,
+		    struct hrsag *st, struct lane *ln, int upto,
+		    bool *did_work)
+{
+	while (ln->seg < upto) {
+		uint16_t step = (uint16_t)(1 + ln->phase * 1024 + ln->s);
+		bool reduce = ln->phase == RS_INTRA || ln->phase == RS_INTER;
+		int rc = fr_peer_need(comm, ln->next);
+
+		if (!rc)
+			rc = fr_peer_need(comm, ln->prev);
+		if (rc)
+			return rc == FR_EAGAIN ? 0 : rc;
+		if (!ln->inited) {
+			step_init(comm, st, ln);
+			ln->inited = true;
+		}
+		rc = bx_send(comm, req, &ln->tx, ln->next, step, ln->tsrc,
+			     did_work);
+		if (!rc)
+			rc = bx_take(comm, req, &ln->rx, ln->prev, step,
+				     ln->rdst, ln->ra,
+				     reduce ? st->kern : NULL, st->es, did_work);
+		if (rc)
+			return rc;
+		if (ln->tx.done < ln->tx.nfrags || ln->rx.done < ln->rx.nfrags)
+			return 0;
+		ln->inited = false;
+		if (++ln->s < ln->steps)
+			continue;
+		/* the segment is through this phase */
+		if (ln->phase == RS_INTER && req->op == FR_AVG && ln->rx.len)
+			fr_reduce_scale_avg(req->dtype, st->out + ln->rx.lo,
+					    ln->rx.len / st->es, comm->nranks);
+		ln->s = 0;
+		ln->seg++;
+	}
+	return 0;
 }
 
 static int hrsag_advance(struct fr_comm *comm, struct fr_request *req,
 			 bool *did_work)
 {
 	struct hrsag *st = req->algo_state;
+	int rc;
 
-	while (st->phase != DONE) {
-		int steps = (intra(st->phase) ? st->k : st->m) - 1;
-		uint16_t step = (uint16_t)(1 + st->phase * 1024 + st->s);
-		bool reduce = st->phase == RS_INTRA || st->phase == RS_INTER;
-		int next, prev, rc;
+	for (;;) {
+		int seg0 = st->lane[0].seg, seg1 = st->lane[1].seg;
 
-		peers(st, &next, &prev);
-		rc = fr_peer_need(comm, next);
+		rc = lane_run(comm, req, st, &st->lane[0], st->nseg, did_work);
 		if (!rc)
-			rc = fr_peer_need(comm, prev);
-		if (rc)
-			return rc == FR_EAGAIN ? 0 : rc;
-		if (!st->inited) {
-			step_init(comm, st);
-			st->inited = true;
-		}
-		rc = bx_send(comm, req, &st->tx, next, step, st->tsrc,
-			     did_work);
-		if (!rc)
-			rc = bx_take(comm, req, &st->rx, prev, step, st->rdst,
-				     st->ra, reduce ? st->kern : NULL, st->es,
-				     did_work);
+			rc = lane_run(comm, req, st, &st->lane[1],
+				      st->lane[0].seg, did_work);
 		if (rc)
 			return rc;
-		if (st->tx.done < st->tx.nfrags || st->rx.done < st->rx.nfrags)
+		/* again while the first lane's progress unblocked the second */
+		if (st->lane[1].seg == st->nseg ||
+		    (st->lane[0].seg == seg0 && st->lane[1].seg == seg1))
 			return 0;
-		st->inited = false;
-		if (++st->s < steps)
-			continue;
-		/* the phase is over */
-		if (st->phase == RS_INTER && req->op == FR_AVG && req->count)
-			fr_reduce_scale_avg(req->dtype, st->out, req->count,
-					    comm->nranks);
-		st->s = 0;
-		st->phase = st->phase == st->last ? DONE : st->phase + 1;
 	}
-	return 0;
 }
 
 static bool hrsag_done(const struct fr_comm *comm, const struct fr_request *req)
@@ -404,20 +473,22 @@ static bool hrsag_done(const struct fr_comm *comm, const struct fr_request *req)
 	const struct hrsag *st = req->algo_state;
 
 	(void)comm;
-	return st && st->phase == DONE;
+	return st && st->lane[1].seg == st->nseg;
 }
 
 static int hrsag_waiting_on(const struct fr_comm *comm,
 			    const struct fr_request *req)
 {
 	const struct hrsag *st = req->algo_state;
-	int next, prev;
+	const struct lane *ln;
 
 	(void)comm;
-	if (!st || st->phase == DONE)
+	if (!st || st->lane[1].seg == st->nseg)
 		return -1;
-	peers(st, &next, &prev);
-	return st->inited && st->rx.done >= st->rx.nfrags ? next : prev;
+	/* the second lane, unless it waits for the first */
+	ln = &st->lane[st->lane[1].seg < st->lane[0].seg ? 1 : 0];
+	return ln->inited && ln->rx.done >= ln->rx.nfrags ? ln->next
+							    : ln->prev;
 }
 
 const struct fr_algo fr_algo_hier_rsag = {

@@ -60,8 +60,8 @@
  * that never span a block (struct bx below): fragment i of a chunk is read
  * from and written to its block's own address, at no extra copy.  The
  * price is at least one message per block and step (m per intra-node step
- * instead of one when blocks are small), where the model prefers the flat
- * ring anyway.  Fragment headers carry the offset in the packed chunk, so
+ * instead of one when blocks are small: a few more headers, sent back to
+ * back without waiting).  Fragment headers carry the offset in the packed chunk, so
  * the receiver checks every one against its schedule (FR_EPROTO on a
  * mismatch), as xfer.c does; in each lane a step starts when the one
  * before has finished both ways.
@@ -102,8 +102,8 @@ struct lane {
 };
 
 struct hrsag {
-	size_t es, blk;	 /* element size, block bytes */
-	size_t segc;	 /* elements per segment */
+	size_t es, blk; /* element size, block bytes */
+	size_t segc;	/* elements per segment */
 	int nseg;
 	fr_reduce_fn kern;
 	const uint8_t *in; /* reduce-scatter: the n input blocks */
@@ -114,7 +114,7 @@ struct hrsag {
 	struct lane lane[2];
 };
 
-static uint8_t nothing[1]; /* the address of empty blocks */
+static const uint8_t nothing[1]; /* the address of empty blocks */
 
 static int mod(int x, int p)
 {
@@ -135,8 +135,8 @@ static void bx_init(struct bx *x, const struct fr_comm *comm, size_t stride,
 }
 
 /* Fragment i: block *b, offset *o from the segment's start, *len bytes. */
-static void bx_frag(const struct fr_comm *comm, const struct bx *x,
-		    uint32_t i, int *b, size_t *o, size_t *len)
+static void bx_frag(const struct fr_comm *comm, const struct bx *x, uint32_t i,
+		    int *b, size_t *o, size_t *len)
 {
 	size_t maxp = fr_msg_payload_max(comm);
 
@@ -317,16 +317,19 @@ static int hrsag_start(struct fr_comm *comm, struct fr_request *req)
 	st->gi = comm->cross_index;
 	rc = lane_init(comm, st, &st->lane[0], rs ? RS_INTRA : AG_INTER);
 	if (!rc)
-		rc = lane_init(comm, st, &st->lane[1], rs ? RS_INTER : AG_INTRA);
+		rc = lane_init(comm, st, &st->lane[1],
+			       rs ? RS_INTER : AG_INTRA);
 	if (rc)
 		return rc;
 	st->es = fr_dtype_size(req->dtype);
 	st->blk = req->count * st->es;
 	/* segments of about SEG_TARGET / m bytes per block, at least a
 	 * mailbox payload */
-	seg_bytes = FR_MAX(SEG_TARGET / (size_t)st->m, fr_msg_payload_max(comm));
+	seg_bytes =
+		FR_MAX(SEG_TARGET / (size_t)st->m, fr_msg_payload_max(comm));
 	st->segc = FR_MAX(seg_bytes / st->es, (size_t)1);
-	st->nseg = req->count ? (int)((req->count + st->segc - 1) / st->segc) : 1;
+	st->nseg =
+		req->count ? (int)((req->count + st->segc - 1) / st->segc) : 1;
 	st->out = req->recvbuf;
 	if (rs) {
 		st->kern = fr_reduce_kernel(req->dtype, req->op);
@@ -371,7 +374,8 @@ static void step_init(struct fr_comm *comm, struct hrsag *st, struct lane *ln)
 		for (int g = 0; g < m; g++) {
 			ln->tsrc[g] = s ? st->work[s % 2] + (size_t)g * st->blk
 					: chunk_blk(st, st->in, ct, g);
-			ln->rdst[g] = st->work[(s + 1) % 2] + (size_t)g * st->blk;
+			ln->rdst[g] =
+				st->work[(s + 1) % 2] + (size_t)g * st->blk;
 			ln->ra[g] = chunk_blk(st, st->in, cr, g);
 		}
 		break;
@@ -383,7 +387,8 @@ static void step_init(struct fr_comm *comm, struct hrsag *st, struct lane *ln)
 		ln->rdst[0] = s == m - 2 ? st->out : w + (size_t)cr * st->blk;
 		break;
 	case AG_INTER:
-		ln->tsrc[0] = chunk_blk(st, st->out, st->li, mod(st->gi - s, m));
+		ln->tsrc[0] =
+			chunk_blk(st, st->out, st->li, mod(st->gi - s, m));
 		ln->rdst[0] =
 			chunk_blk(st, st->out, st->li, mod(st->gi - 1 - s, m));
 		break;
@@ -407,8 +412,7 @@ static void step_init(struct fr_comm *comm, struct hrsag *st, struct lane *ln)
 
 /* Run lane ln as far as it goes, up to segment `upto` (exclusive). */
 static int lane_run(struct fr_comm *comm, struct fr_request *req,
-		    struct hrsag *st, struct lane *ln, int upto,
-		    bool *did_work)
+		    struct hrsag *st, struct lane *ln, int upto, bool *did_work)
 {
 	while (ln->seg < upto) {
 		uint16_t step = (uint16_t)(1 + ln->phase * 1024 + ln->s);
@@ -427,8 +431,8 @@ static int lane_run(struct fr_comm *comm, struct fr_request *req,
 			     did_work);
 		if (!rc)
 			rc = bx_take(comm, req, &ln->rx, ln->prev, step,
-				     ln->rdst, ln->ra,
-				     reduce ? st->kern : NULL, st->es, did_work);
+				     ln->rdst, ln->ra, reduce ? st->kern : NULL,
+				     st->es, did_work);
 		if (rc)
 			return rc;
 		if (ln->tx.done < ln->tx.nfrags || ln->rx.done < ln->rx.nfrags)
@@ -487,8 +491,7 @@ static int hrsag_waiting_on(const struct fr_comm *comm,
 		return -1;
 	/* the second lane, unless it waits for the first */
 	ln = &st->lane[st->lane[1].seg < st->lane[0].seg ? 1 : 0];
-	return ln->inited && ln->rx.done >= ln->rx.nfrags ? ln->next
-							    : ln->prev;
+	return ln->inited && ln->rx.done >= ln->rx.nfrags ? ln->next : ln->prev;
 }
 
 const struct fr_algo fr_algo_hier_rsag = {

@@ -202,22 +202,12 @@ static bool hier_ok(const struct fr_comm *comm)
 }
 
 /*
- * Over several nodes the ranks of a node share its network link.  The
- * flat algorithms' bytes then queue on it: the ring's at each node's ring
- * neighbours on other nodes (comm->ring_crossings: our node's ranks whose
- * next in the ring is elsewhere, counted in comm.c as the ring is laid
- * out; regular layouts are alike), the hypercube ones' at nearly every rank of the
- * node.  The two-level All-Reduce sends 2 (m-1)/m of the vector over the
- * link, spread over its k ranks, and copies 2 (k-1)/k within the node.
- */
-
-/*
  * Reduce-scatter and all-gather of N bytes (all n blocks): the flat ring
  * sends (p-1)/p N over the link per ring crossing of our node; the
  * two-level ones (hier_rsag.c) send (m-1)/m N over it in m-1 steps, spread
  * over the node's k ranks, after (before) (k-1)/k N within the node in k-1
  * steps, every byte copied in and out of the mailboxes and the node's own
- * traffic costing a copy too (as for the All-Reduce above):
+ * traffic costing a copy too (as for the All-Reduce, below):
  *   hier RS/AG  (k-1 + m-1 + 1) alpha + (m-1)/m N beta
  *               + ((k-1)/k + (m-1)/(m k)) N (2c (+ gamma for RS))
  *               + (k-1)/k N c
@@ -242,6 +232,16 @@ static double hier_rsag_us(const struct fr_comm *comm, int id,
 		return flat_us;
 	return flat_us + (comm->ring_crossings - 1) * (p - 1) / p * n * b;
 }
+
+/*
+ * Over several nodes the ranks of a node share its network link.  The
+ * flat algorithms' bytes then queue on it: the ring's at each node's ring
+ * neighbours on other nodes (comm->ring_crossings: our node's ranks whose
+ * next in the ring is elsewhere, counted in comm.c as the ring is laid
+ * out; regular layouts are alike), the hypercube ones' at nearly every rank of the
+ * node.  The two-level All-Reduce sends 2 (m-1)/m of the vector over the
+ * link, spread over its k ranks, and copies 2 (k-1)/k within the node.
+ */
 
 double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 			  size_t bytes, fr_dtype_t dtype)

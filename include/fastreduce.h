@@ -157,7 +157,9 @@ FR_API int fr_op_from_name(const char *name, fr_op_t *op);
  *   hier          two-level All-Reduce for ranks on several nodes with the
  *                 same number of ranks on each (more than one): reduce-
  *                 scatter within each node, All-Reduce of each piece across
- *                 the nodes, all-gather within each node
+ *                 the nodes, all-gather within each node; two-level
+ *                 reduce-scatter (within the node, then across nodes) and
+ *                 all-gather (across nodes, then within the node) too
  */
 typedef enum fr_algorithm {
 	FR_ALGO_AUTO = 0,

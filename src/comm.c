@@ -446,6 +446,8 @@ static int nodes_take(struct fr_comm *c, const uint64_t *ids,
 				c->cross[c->ncross++] = r;
 			}
 	}
+	c->node_of = node; /* the two-level RS / AG place every block */
+	node = NULL;
 	rc = 0;
 out:
 	free(fewest);
@@ -736,6 +738,7 @@ err_connect:
 	free(c->addrlens);
 	free(c->local);
 	free(c->cross);
+	free(c->node_of);
 	free(c->ring_order);
 	free(c->addrs);
 err_exchange:
@@ -843,6 +846,7 @@ int fr_comm_destroy(fr_comm_t *comm)
 	free(comm->addrlens);
 	free(comm->local);
 	free(comm->cross);
+	free(comm->node_of);
 	free(comm->ring_order);
 	free(comm->addrs);
 	fr_lock_fini(comm);

@@ -204,6 +204,7 @@ struct fr_comm {
 	bool nodes_regular;
 	int *local, nlocal, local_index;
 	int *cross, ncross, cross_index;
+	int *node_of; /* every rank's node (numbered by lowest rank) */
 	/*
 	 * The ring's order (ring.c, cring.c): ring_order[i] is the rank at
 	 * position i, ring_pos ours.  The ranks of a node are adjacent, nodes in order

@@ -10,7 +10,8 @@
  *       all ranks, and must come out the same when run again;
  *   mp_allreduce colls [--counts a,b,..]
  *       reduce-scatter, all-gather, broadcast (every root) and barrier,
- *       checked against the reference;
+ *       checked against the reference (reduce-scatter bit for bit in the
+ *       order of the ring or of the two-level one, whichever ran);
  *   mp_allreduce bigexit [--count C]
  *       one large All-Reduce, then destroy at once: no rank may fail;
  *   mp_allreduce regonce [--iters N] [--count C]
@@ -53,7 +54,10 @@
  *
  * Emulated nodes (FR_NODE, for any mode): --ranks-per-node K puts rank r on
  * node r / K; --round-robin-nodes M on node r % M (a launcher's round-robin
- * placement), where the ring runs node by node and the reference follows.
+ * placement), where the ring runs node by node and the reference follows;
+ * --node-map a,b,.. on node map[r], any placement (colls: the two-level
+ * reduce-scatter's groups of equal local index then meet the nodes in
+ * different orders).
  *
  * Prints "N passed, N failed" and exits non-zero on any failure.
  */
@@ -190,11 +194,27 @@ static void fill(fr_dtype_t dt, fr_op_t op, void *buf, size_t count, int r,
  * rank order (written here independently of comm.c): position p holds
  * rank ring_at(p). */
 static int rr_nodes;
+/* --node-map a,b,..: rank r on node map[r], any placement (colls only) */
+static int node_map[64], node_map_n;
 
 static int ring_at(int p)
 {
 	int m = rr_nodes, q, rem, per;
 
+	if (node_map_n) {
+		/* nodes in order of their lowest rank, each node's ranks in
+		 * rank order */
+		for (int r = 0; r < nranks; r++) {
+			bool first = true;
+
+			for (int x = 0; x < r && first; x++)
+				first = node_map[x] != node_map[r];
+			for (int x = r; first && x < nranks; x++)
+				if (node_map[x] == node_map[r] && p-- == 0)
+					return x;
+		}
+		return -1;
+	}
 	if (m < 2 || m >= nranks)
 		return p; /* one node, or one rank per node: rank order */
 	/* node k holds ranks k, k + m, ...: nranks / m of them, one more for
@@ -318,6 +338,114 @@ static void expect_hier(fr_dtype_t dt, fr_op_t op, size_t count, size_t i,
 	if (op == FR_AVG)
 		ref_scale_avg(dt, acc, 1, nranks);
 	memcpy(out, acc, fr_dtype_size(dt));
+}
+
+/* The emulated node of rank r (--ranks-per-node, --round-robin-nodes),
+ * and its local index: its place among its node's ranks in rank order. */
+static int emu_node(int r)
+{
+	return node_map_n ? node_map[r] : rpn > 0 ? r / rpn : rr_nodes > 0 ? r % rr_nodes : 0;
+}
+
+static int emu_lidx(int r)
+{
+	int l = 0;
+
+	for (int q = 0; q < r; q++)
+		l += emu_node(q) == emu_node(r);
+	return l;
+}
+
+/* k ranks on each of m nodes, both > 1: where the two-level
+ * reduce-scatter and all-gather run (0 otherwise). */
+static int emu_hier_layout(int *k, int *m)
+{
+	int cnt[64] = { 0 }, nn = 0;
+
+	if ((!rpn && !rr_nodes && !node_map_n) || nranks > 64)
+		return 0;
+	for (int r = 0; r < nranks; r++) {
+		nn = emu_node(r) + 1 > nn ? emu_node(r) + 1 : nn;
+		cnt[emu_node(r)]++;
+	}
+	for (int j = 1; j < nn; j++)
+		if (cnt[j] != cnt[0])
+			return 0;
+	*k = cnt[0];
+	*m = nn;
+	return *k > 1 && *m > 1;
+}
+
+/*
+ * Expected element g (of the n blocks) of block b for the two-level
+ * reduce-scatter: G = the ranks with b's local index l, one per node, in
+ * rank order, b = G[jb].  Each node first sums its ranks in local order
+ * l+1, l+2, ..., l; the node sums are then combined in G's order jb+1,
+ * jb+2, ..., jb (written from the schedule in fastreduce(7), independently
+ * of src/algo/hier_rsag.c).
+ */
+static void expect_hier_rs(fr_dtype_t dt, fr_op_t op, int b, size_t g,
+			   uint32_t seed, void *out)
+{
+	int k = 0, m = 0, l = emu_lidx(b), G[64], jb = 0, ng = 0;
+	uint8_t acc[8], node[8], in[8];
+
+	emu_hier_layout(&k, &m);
+	for (int r = 0; r < nranks; r++)
+		if (emu_lidx(r) == l) {
+			if (r == b)
+				jb = ng;
+			G[ng++] = r;
+		}
+	for (int t = 0; t < m; t++) {
+		int nd = emu_node(G[(jb + 1 + t) % m]), L[64], nl = 0;
+
+		for (int r = 0; r < nranks; r++)
+			if (emu_node(r) == nd)
+				L[nl++] = r;
+		input_elem(dt, op, L[(l + 1) % k], g, seed, node);
+		for (int u = 1; u < k; u++) {
+			input_elem(dt, op, L[(l + 1 + u) % k], g, seed, in);
+			ref_combine(dt, op, node, node, in, 1);
+		}
+		if (t == 0)
+			memcpy(acc, node, sizeof(acc));
+		else
+			ref_combine(dt, op, acc, acc, node, 1);
+	}
+	if (op == FR_AVG)
+		ref_scale_avg(dt, acc, 1, nranks);
+	memcpy(out, acc, fr_dtype_size(dt));
+}
+
+/* Expected element g of our block for the ring's reduce-scatter: the block
+ * of the rank at ring position P is chunk P+1, accumulated by position
+ * P+1, P+2, ..., P. */
+static void expect_ring_rs(fr_dtype_t dt, fr_op_t op, size_t g, uint32_t seed,
+			   void *out)
+{
+	int P = 0;
+	uint8_t acc[8], in[8];
+
+	while (ring_at(P) != rank)
+		P++;
+	input_elem(dt, op, ring_at((P + 1) % nranks), g, seed, acc);
+	for (int t = 1; t < nranks; t++) {
+		input_elem(dt, op, ring_at((P + 1 + t) % nranks), g, seed, in);
+		ref_combine(dt, op, acc, acc, in, 1);
+	}
+	if (op == FR_AVG)
+		ref_scale_avg(dt, acc, 1, nranks);
+	memcpy(out, acc, fr_dtype_size(dt));
+}
+
+/* FR_ALGO=hier where the layout lets it run: the two-level one must. */
+static bool hier_forced(void)
+{
+	const char *a = getenv("FR_ALGO");
+	int k, m;
+
+	return a && !strcmp(a, "hier") && emu_hier_layout(&k, &m);
 }
 
 static uint64_t hash_bytes(const void *p, size_t n)
@@ -498,9 +626,11 @@ out:
 }
 
 /*
- * Reduce-scatter (against the ring's order, the one algorithm it has),
- * all-gather and broadcast (exact copies) and barrier, over counts x dtypes
- * (x ops for reduce-scatter) x in/out of place.
+ * Reduce-scatter (against the order of the algorithm that ran: the ring's,
+ * or the two-level one's on emulated nodes), all-gather and broadcast
+ * (exact copies) and barrier, over counts x dtypes (x ops for
+ * reduce-scatter) x in/out of place.  With FR_ALGO=hier on a layout where
+ * it applies, reduce-scatter and all-gather must have run it.
  */
 static int run_colls(fr_comm_t *comm, const char *counts_s)
 {
@@ -529,7 +659,7 @@ static int run_colls(fr_comm_t *comm, const char *counts_s)
 				for (int inplace = 0; inplace < 2; inplace++) {
 					uint32_t seed = (uint32_t)(dt * 31 + op * 7 + ci);
 					uint8_t *rb = inplace ? send + (size_t)rank * count * es : recv;
-					int rc, bad = 0;
+					int rc, bad = 0, algo;
 
 					fill((fr_dtype_t)dt, (fr_op_t)op, send, count * (size_t)nranks, rank, seed);
 					if (!inplace)
@@ -539,23 +669,24 @@ static int run_colls(fr_comm_t *comm, const char *counts_s)
 					      fr_op_name(op), count, fr_comm_last_error(comm));
 					if (rc)
 						goto out;
+					algo = fr_comm_last_algo(comm);
+					if (hier_forced())
+						CHECK(algo == FR_ALGO_HIER, "reduce_scatter ran %s, not hier",
+						      fr_algo_name(algo));
 					for (size_t j = 0; j < count && !bad; j++) {
 						size_t g = (size_t)rank * count + j;
-						int c = (rank + 1) % nranks;
-						uint8_t acc[8], in[8];
+						uint8_t acc[8];
 
-						input_elem(dt, op, c, g, seed, acc);
-						for (int t = 1; t < nranks; t++) {
-							input_elem(dt, op, (c + t) % nranks, g, seed, in);
-							ref_combine(dt, op, acc, acc, in, 1);
-						}
-						if (op == FR_AVG)
-							ref_scale_avg(dt, acc, 1, nranks);
+						if (algo == FR_ALGO_HIER)
+							expect_hier_rs(dt, op, rank, g, seed, acc);
+						else
+							expect_ring_rs(dt, op, g, seed, acc);
 						if (memcmp(acc, rb + j * es, es)) {
 							bad = 1;
 							ref_first_diff(dt, rb + j * es, acc, 1, msg, sizeof(msg));
-							CHECK(0, "reduce_scatter %s %s count %zu inplace %d: element %zu: %s",
-							      fr_dtype_name(dt), fr_op_name(op), count, inplace, j, msg);
+							CHECK(0, "reduce_scatter %s %s count %zu inplace %d algo %s: element %zu: %s",
+							      fr_dtype_name(dt), fr_op_name(op), count, inplace,
+							      fr_algo_name(algo), j, msg);
 						}
 					}
 					if (!inplace && recv[count * es] != 0xa5)
@@ -583,8 +714,13 @@ static int run_colls(fr_comm_t *comm, const char *counts_s)
 					goto out;
 				bad = memcmp(recv, want, blk * (size_t)nranks) != 0 ||
 				      recv[blk * (size_t)nranks] != 0xa5;
-				CHECK(!bad, "allgather %s count %zu inplace %d: wrong data",
-				      fr_dtype_name(dt), count, inplace);
+				CHECK(!bad, "allgather %s count %zu inplace %d (%s): wrong data",
+				      fr_dtype_name(dt), count, inplace,
+				      fr_algo_name(fr_comm_last_algo(comm)));
+				if (hier_forced())
+					CHECK(fr_comm_last_algo(comm) == FR_ALGO_HIER,
+					      "allgather ran %s, not hier",
+					      fr_algo_name(fr_comm_last_algo(comm)));
 				for (int root = 0; root < nranks; root += inplace ? 2 : 1) {
 					memset(recv, 0xa5, blk + 8);
 					if (rank == root)
@@ -1470,6 +1606,7 @@ int main(int argc, char **argv)
 		{ "what", required_argument, 0, 'w' },
 		{ "ranks-per-node", required_argument, 0, 'N' },
 		{ "round-robin-nodes", required_argument, 0, 'R' },
+		{ "node-map", required_argument, 0, 'M' },
 		{ "late-ms", required_argument, 0, 'L' },
 		{ "expect", required_argument, 0, 'E' },
 		{ 0, 0, 0, 0 }
@@ -1514,6 +1651,22 @@ int main(int argc, char **argv)
 			if (emulate_node(rr_nodes, true))
 				return 2;
 			break;
+		case 'M': {
+			/* rank r on node map[r] */
+			long v[64];
+			const char *r = getenv("FR_RANK");
+			char node[32];
+
+			node_map_n = parse_list(optarg, v, 64);
+			for (int i = 0; i < node_map_n; i++)
+				node_map[i] = (int)v[i];
+			if (!r || atoi(r) < 0 || atoi(r) >= node_map_n)
+				return 2;
+			snprintf(node, sizeof(node), "node%d", node_map[atoi(r)]);
+			if (setenv("FR_NODE", node, 1))
+				return 2;
+			break;
+		}
 		default: return 2;
 		}
 	}

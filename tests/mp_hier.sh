@@ -1,10 +1,11 @@
 #!/bin/bash
-# The two-level All-Reduce on emulated nodes (mp_allreduce --ranks-per-node
-# K sets FR_NODE=node<rank/K>): the matrix bit for bit against its own
-# reference, chosen by the model and forced, on regular layouts (2x2, 3x2,
-# 2x3, 2x4, 4x2) and irregular ones (where it must not run and the others
-# still give the right bits); a rank killed mid-run is reported by every
-# survivor.
+# The two-level All-Reduce, reduce-scatter and all-gather on emulated nodes
+# (mp_allreduce --ranks-per-node K sets FR_NODE=node<rank/K>): the matrix
+# and colls bit for bit against their own references, chosen by the model
+# and forced, on regular layouts (2x2, 3x2, 2x3, 2x4, 4x2, round robin and
+# arbitrary placements) and irregular ones (where they must not run and the
+# others still give the right bits); a rank killed mid-run is reported by
+# every survivor.
 . "$(dirname "$0")/lib.sh"
 export FR_TIMEOUT_MS=${FR_TIMEOUT_MS:-5000}
 for cfg in "4 2" "6 2" "6 3" "8 4" "8 2"; do
@@ -22,6 +23,35 @@ run "matrix n=5, nodes of 2, 2, 1 (irregular: no hier)" \
 run "matrix n=4, eager=128B (many fragments per piece)" \
 	frrun -n 4 -e FR_ALGO=hier -e FR_EAGER_BYTES=128 --transport tcp --timeout 600 "$MP" matrix \
 	--ranks-per-node 2 --counts 0,1,1000,7919 --dtypes f32,bf16,u8 --ops sum,min,avg
+# the two-level reduce-scatter and all-gather (colls: every dtype x op, in
+# and out of place; reduce-scatter bit for bit against the hier order, and
+# forced hier must have run where the layout allows it), 2x2, 2x3, 3x2
+for cfg in "4 2" "6 3" "6 2"; do
+	set -- $cfg
+	run "colls n=$1, $2 ranks per node (auto)" \
+		frrun -n "$1" --transport tcp --timeout 900 "$MP" colls --ranks-per-node "$2" \
+		--counts "0,1,$(($1 - 1)),7919,65537"
+	run "colls n=$1, $2 ranks per node (hier forced)" \
+		frrun -n "$1" -e FR_ALGO=hier --transport tcp --timeout 900 "$MP" colls \
+		--ranks-per-node "$2" --counts "0,1,$(($1 - 1)),7919,65537"
+done
+run "colls n=8, 4 ranks per node (hier forced)" \
+	frrun -n 8 -e FR_ALGO=hier --transport tcp --timeout 900 "$MP" colls --ranks-per-node 4 \
+	--counts "0,1,7,7919"
+run "colls n=5, nodes of 2, 2, 1 (irregular: no hier)" \
+	frrun -n 5 -e FR_ALGO=hier --transport tcp --timeout 600 "$MP" colls --ranks-per-node 2 \
+	--counts 0,1,7919
+run "colls n=4, eager=128B (many fragments per block)" \
+	frrun -n 4 -e FR_ALGO=hier -e FR_EAGER_BYTES=128 --transport tcp --timeout 600 "$MP" colls \
+	--ranks-per-node 2 --counts 0,1,3,1000,7919
+# any placement: node A holds ranks 0 and 3, node B 1 and 2, so the ranks
+# of local index 0 meet the nodes in the order A B, those of index 1 B A
+for map in 0,1,1,0 0,1,2,2,1,0 1,0,0,1,1,0; do
+	n=$(($(echo "$map" | tr -cd , | wc -c) + 1))
+	run "colls n=$n on nodes $map (hier forced)" \
+		frrun -n "$n" -e FR_ALGO=hier --transport tcp --timeout 900 "$MP" colls \
+		--node-map "$map" --counts "0,1,$((n - 1)),7919,65537"
+done
 # ranks dealt round robin over the nodes (--round-robin-nodes M: rank r on
 # node r % M): the ring runs node by node (the reference follows), and
 # rank 0's ring neighbours are on its own node: 0 2 4 | 1 3 5 puts 2 after
@@ -34,6 +64,12 @@ for cfg in "6 2" "7 3"; do
 	run "colls n=$1 round robin over $2 nodes" \
 		frrun -n "$1" --transport tcp --timeout 900 "$MP" colls --round-robin-nodes "$2" \
 		--counts "0,1,7919"
+done
+for cfg in "6 2" "6 3"; do
+	set -- $cfg
+	run "colls n=$1 round robin over $2 nodes (hier forced)" \
+		frrun -n "$1" -e FR_ALGO=hier --transport tcp --timeout 900 "$MP" colls \
+		--round-robin-nodes "$2" --counts "0,1,$(($1 - 1)),7919,65537"
 done
 ring_neighbours() {
 	frrun -n 6 -e FR_ALGO=ring -e FR_LOG=debug -e FR_RING_ORDER="$1" --transport tcp \

@@ -169,9 +169,9 @@ static void test_hier_choice(void **state)
 			assert_true(fr_algo_predict_us(&comm, FR_ALGO_HIER,
 						       FR_COLL_ALLREDUCE,
 						       64u << 20, FR_F32) > 0);
-			/* not for the other collectives */
+			/* not for broadcast */
 			assert_true(fr_algo_predict_us(&comm, FR_ALGO_HIER,
-						       FR_COLL_REDUCE_SCATTER,
+						       FR_COLL_BROADCAST,
 						       1000, FR_F32) < 0);
 		}
 	layout(5, 2, false);
@@ -190,6 +190,83 @@ static void test_hier_choice(void **state)
 	layout(8, 2, true);
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, FR_ALGO_HIER),
 			 &fr_algo_hier);
+}
+
+/* Reduce-scatter and all-gather: two-level where the model says (two
+ * nodes, large: the link carries (m-1)/m instead of (p-1)/p of the data),
+ * never where it cannot run; forcing it there falls back to the ring. */
+static void test_hier_rsag_choice(void **state)
+{
+	(void)state;
+	for (int k = 2; k <= 4; k++)
+		for (int m = 2; m <= 4; m++) {
+			size_t n = (size_t)k * m, big = (16u << 20) / n;
+
+			layout(k * m, k, true);
+			if (m == 2) {
+				/* count is per rank: 16 MiB in all */
+				assert_ptr_equal(choose(FR_COLL_REDUCE_SCATTER,
+							big / 4, FR_F32, 0),
+						 &fr_algo_hier_rsag);
+				assert_ptr_equal(choose(FR_COLL_ALLGATHER, big,
+							FR_U8, 0),
+						 &fr_algo_hier_rsag);
+			}
+			for (int c = FR_COLL_REDUCE_SCATTER;
+			     c <= FR_COLL_ALLGATHER; c++) {
+				double prev = -1;
+
+				for (size_t b = 8; b <= (1u << 28); b *= 4) {
+					double t = fr_algo_predict_us(
+						&comm, FR_ALGO_HIER,
+						(enum fr_coll)c, b, FR_F32);
+
+					assert_true(t > prev);
+					prev = t;
+				}
+				/* forced: runs even where the model says no */
+				assert_ptr_equal(choose((enum fr_coll)c, 1,
+							FR_F32, FR_ALGO_HIER),
+						 &fr_algo_hier_rsag);
+			}
+			/* the hier All-Reduce is another algorithm */
+			assert_ptr_not_equal(choose(FR_COLL_ALLREDUCE, 1u << 22,
+						    FR_F32, FR_ALGO_HIER),
+					     &fr_algo_hier_rsag);
+		}
+	/* round robin without the node-by-node ring: every rank's ring hop
+	 * crosses the link, hier wins by more */
+	layout(4, 2, true);
+	comm.ring_crossings = 2;
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_RING,
+				       FR_COLL_REDUCE_SCATTER, 1u << 24,
+				       FR_F32) >
+		    fr_algo_predict_us(&comm, FR_ALGO_HIER,
+				       FR_COLL_REDUCE_SCATTER, 1u << 24,
+				       FR_F32) *
+			    1.5);
+	layout(5, 2, false);
+	for (int c = FR_COLL_REDUCE_SCATTER; c <= FR_COLL_ALLGATHER; c++) {
+		assert_ptr_equal(choose((enum fr_coll)c, 1u << 22, FR_F32,
+					FR_ALGO_HIER),
+				 &fr_algo_ring);
+		assert_true(fr_algo_predict_us(&comm, FR_ALGO_HIER,
+					       (enum fr_coll)c, 1000,
+					       FR_F32) < 0);
+	}
+	layout(4, 4, true); /* one node */
+	assert_ptr_equal(choose(FR_COLL_REDUCE_SCATTER, 1u << 22, FR_F32,
+				FR_ALGO_HIER),
+			 &fr_algo_ring);
+	assert_ptr_equal(choose(FR_COLL_ALLGATHER, 1u << 22, FR_F32, 0),
+			 &fr_algo_ring);
+	layout(4, 1, true); /* one rank per node */
+	assert_ptr_equal(choose(FR_COLL_ALLGATHER, 1u << 22, FR_F32,
+				FR_ALGO_HIER),
+			 &fr_algo_ring);
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_HIER,
+				       FR_COLL_REDUCE_SCATTER, 1000,
+				       FR_F32) < 0);
 }
 
 static char path[64];
@@ -290,6 +367,7 @@ int main(void)
 		cmocka_unit_test_setup(test_allreduce_shape, setup),
 		cmocka_unit_test_setup(test_forced_and_others, setup),
 		cmocka_unit_test_setup(test_hier_choice, setup),
+		cmocka_unit_test_setup(test_hier_rsag_choice, setup),
 		cmocka_unit_test_setup(test_tune_file, setup),
 		cmocka_unit_test_setup(test_oversub, setup),
 	};

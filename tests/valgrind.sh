@@ -32,6 +32,9 @@ for algo in rd rabenseifner; do
 done
 check "mp_allreduce colls n=3" "$B/frrun" -n 3 --timeout 900 \
 	"$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" colls --counts 0,1,1001
+check "mp_allreduce colls n=4 on 2 nodes (hier)" "$B/frrun" -n 4 -e FR_ALGO=hier --timeout 900 \
+	"$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" colls --ranks-per-node 2 \
+	--counts 0,1,1001
 check "mp_allreduce compress n=3" "$B/frrun" -n 3 --timeout 900 \
 	"$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" compress --counts 0,1,257,4099
 check "mp_allreduce buckets n=3 progress=thread" "$B/frrun" -n 3 -e FR_PROGRESS=thread \

@@ -1,26 +1,28 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# hier.sh - the two-level All-Reduce against the flat ring on an emulated
+# hier.sh - the two-level collectives against the flat ring on an emulated
 # cluster: NODES network namespaces (perf/bench/netns.sh) with K ranks in
 # each, every node's link shaped to RATE each way.  Ranks of one node share
 # its namespace, hence its link, as ranks of a real node share its NIC; they
 # talk to each other over TCP inside the namespace.  Runs fr_allreduce_perf
 # with FR_ALGO=ring, =hier and =auto, ROUNDS times, and prints rank 0's
-# tables side by side.  --round-robin deals the ranks over the nodes round
+# tables side by side.  --coll picks the collective (fr_allreduce_perf -C:
+# allreduce, the default, reduce_scatter or allgather; sizes are then all
+# n blocks).  --round-robin deals the ranks over the nodes round
 # robin (rank r on node r % M, as mpirun --map-by node) instead of in
 # blocks, and adds "ring-rank", the ring in plain rank order
 # (FR_RING_ORDER=rank), to show what the node-by-node ring order saves.
 #
 # usage: perf/bench/hier.sh [--nodes M] [--per-node K] [--rate R]
 #                           [--sizes "1M 64M"] [--iters N] [--rounds R]
-#                           [--round-robin] [BUILD]
+#                           [--round-robin] [--coll C] [BUILD]
 # (default 2 nodes x 2 ranks, 1gbit, sizes from 1M to 64M by factors of
 # 64, i.e. 1M and 64M, 5 iterations, 2 rounds,
 # BUILD = build/).  Root needed; namespaces frh_* on 198.21.0.0/24.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
-NODES=2 K=2 RATE=1gbit SIZES="1M 64M" ITERS=5 ROUNDS=2 B=$HERE/../../build RR=0
+NODES=2 K=2 RATE=1gbit SIZES="1M 64M" ITERS=5 ROUNDS=2 B=$HERE/../../build RR=0 COLL=allreduce
 while (($#)); do
 	case "$1" in
 	--nodes) NODES=$2; shift 2 ;;
@@ -30,7 +32,8 @@ while (($#)); do
 	--iters) ITERS=$2; shift 2 ;;
 	--rounds) ROUNDS=$2; shift 2 ;;
 	--round-robin) RR=1; shift ;;
-	-h|--help) sed -n '3,20p' "$0"; exit 0 ;;
+	--coll) COLL=$2; shift 2 ;;
+	-h|--help) sed -n '3,22p' "$0"; exit 0 ;;
 	*) B=$1; shift ;;
 	esac
 done
@@ -50,7 +53,7 @@ run() { # ALGO ROUND
 			FR_RANK=$r FR_NRANKS=$N FR_RENDEZVOUS=198.21.0.1:$port \
 			FR_TRANSPORT="${FR_TRANSPORT:-tcp}" FR_ALGO="$algo" FR_JOB_TOKEN="hier$port" \
 			FR_RING_ORDER=$order \
-			timeout 600 "$B/.libs/fr_allreduce_perf" -b "${SIZES%% *}" \
+			timeout 600 "$B/.libs/fr_allreduce_perf" -C "$COLL" -b "${SIZES%% *}" \
 			-e "${SIZES##* }" -f 64 -n "$ITERS" -w 2 >"$out/$1.$2.$r" 2>&1 &
 		pids+=($!)
 	done
@@ -58,7 +61,7 @@ run() { # ALGO ROUND
 }
 ALGOS="ring hier auto"
 [ "$RR" = 1 ] && ALGOS="ring ring-rank hier auto"
-echo "# $NODES nodes x $K ranks$([ "$RR" = 1 ] && echo ", dealt round robin"), $RATE per node link, fr_allreduce_perf -n $ITERS"
+echo "# $COLL, $NODES nodes x $K ranks$([ "$RR" = 1 ] && echo ", dealt round robin"), $RATE per node link, fr_allreduce_perf -n $ITERS"
 printf '%-6s %-9s %12s %14s %10s\n' round algo bytes time_us busbw
 for round in $(seq 1 "$ROUNDS"); do
 	for algo in $ALGOS; do

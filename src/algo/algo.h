@@ -37,6 +37,7 @@ extern const struct fr_algo fr_algo_bcast_chain;   /* broadcast         */
 extern const struct fr_algo fr_algo_dissemination; /* barrier          */
 extern const struct fr_algo fr_algo_cring; /* compressed allreduce */
 extern const struct fr_algo fr_algo_hier;  /* two-level allreduce  */
+extern const struct fr_algo fr_algo_hier_rsag; /* two-level RS, AG */
 
 /* The algorithm for req (every rank decides the same from the same
  * arguments, settings and tune file). */

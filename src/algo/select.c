@@ -18,6 +18,9 @@
  * + c)
  *                         + ((pof2-1)/pof2 + f) n gamma
  *   ring RS / AG          p alpha + (p-1)/p N beta (+ (p-1)/p N gamma for RS)
+ *                         (N: all n blocks; over several nodes, see
+ *                         hier_rsag_us below for the link's share and the
+ *                         two-level RS / AG)
  *   broadcast tree        ceil(lg p) (alpha + n (beta + c))
  *   broadcast chain       (p - 2 + k)(alpha + s (beta + c)), k = n / s >= 1
  *                         fragments of s bytes (a mailbox slot)
@@ -217,11 +220,44 @@ uint32_t fr_tune_hash(const struct fr_tune *t)
 /* ---- the model
  * --------------------------------------------------------------- */
 
-/* Can the two-level All-Reduce run here (hier.c)? */
+/* Can the two-level All-Reduce, reduce-scatter and all-gather run here
+ * (hier.c, hier_rsag.c)? */
 static bool hier_ok(const struct fr_comm *comm)
 {
 	return comm->nodes_regular && comm->nnodes > 1 && comm->nlocal > 1 &&
 	       comm->nnodes <= 1024 && comm->nlocal <= 1024;
+}
+
+/*
+ * Reduce-scatter and all-gather of N bytes (all n blocks): the flat ring
+ * sends (p-1)/p N over the link per ring crossing of our node; the
+ * two-level ones (hier_rsag.c) send (m-1)/m N over it in m-1 steps, spread
+ * over the node's k ranks, after (before) (k-1)/k N within the node in k-1
+ * steps, every byte copied in and out of the mailboxes and the node's own
+ * traffic costing a copy too (as for the All-Reduce, below):
+ *   hier RS/AG  (k-1 + m-1 + 1) alpha + (m-1)/m N beta
+ *               + ((k-1)/k + (m-1)/(m k)) N (2c (+ gamma for RS))
+ *               + (k-1)/k N c
+ */
+static double hier_rsag_us(const struct fr_comm *comm, int id,
+			   enum fr_coll coll, double flat_us, double n,
+			   fr_dtype_t dtype)
+{
+	const struct fr_tune *t = &comm->tune;
+	double b = t->beta_ns * 1e-3, c = t->copy_ns * 1e-3;
+	double g = coll == FR_COLL_REDUCE_SCATTER
+			   ? t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3
+			   : 0;
+	double k = comm->nlocal, m = comm->nnodes, p = comm->nranks;
+	double moved = (k - 1) / k + (m - 1) / (m * k);
+
+	if (id == FR_ALGO_HIER)
+		return (k - 1 + m - 1 + 1) * t->alpha_us +
+		       (m - 1) / m * n * b + moved * n * (2 * c + g) +
+		       (k - 1) / k * n * c;
+	if (flat_us < 0 || id != FR_ALGO_RING)
+		return flat_us;
+	return flat_us + (comm->ring_crossings - 1) * (p - 1) / p * n * b;
 }
 
 /*
@@ -244,8 +280,12 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 	double n = (double)bytes, b = t->beta_ns * 1e-3;
 	double k = comm->nlocal, m = comm->nnodes;
 
-	if (coll != FR_COLL_ALLREDUCE || !hier_ok(comm))
+	if (!hier_ok(comm) ||
+	    (coll != FR_COLL_ALLREDUCE && coll != FR_COLL_REDUCE_SCATTER &&
+	     coll != FR_COLL_ALLGATHER))
 		return id == FR_ALGO_HIER ? -1 : us;
+	if (coll != FR_COLL_ALLREDUCE)
+		return hier_rsag_us(comm, id, coll, us, n, dtype);
 	if (id == FR_ALGO_HIER) {
 		double g = t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3;
 
@@ -332,7 +372,9 @@ static const struct fr_algo *impl(const struct fr_comm *comm,
 						    : NULL;
 	case FR_COLL_REDUCE_SCATTER:
 	case FR_COLL_ALLGATHER:
-		return id == FR_ALGO_RING ? &fr_algo_ring : NULL;
+		return id == FR_ALGO_RING		      ? &fr_algo_ring
+		       : id == FR_ALGO_HIER && hier_ok(comm) ? &fr_algo_hier_rsag
+							      : NULL;
 	case FR_COLL_BROADCAST:
 		return id == FR_ALGO_RING ? &fr_algo_bcast_chain
 		       : id == FR_ALGO_TREE || id == FR_ALGO_RD

@@ -740,6 +740,126 @@ static void test_zero_length(void **state)
 	check_guards(&dst);
 }
 
+/* Set or unset an environment variable (NULL: unset). */
+static void env_set(const char *name, const char *v)
+{
+	if (v)
+		assert_int_equal(setenv(name, v, 1), 0);
+	else
+		unsetenv(name);
+}
+
+/*
+ * verbs, FR_IB_QPS and FR_IB_STRIPE_BYTES: bad values fail open() with
+ * FR_EINVAL; two endpoints with different FR_IB_QPS (read at open) agree
+ * on the smaller number, and a burst of striped and whole writes both
+ * ways arrives intact, in order, with whole lengths.
+ */
+static void test_verbs_qps(void **state)
+{
+	static const char *const bad_qps[] = {"0", "9", "-1", "x", "2x"};
+	static const char *const bad_stripe[] = {"0", "2G", "abc", "1Q"};
+	static const char *const pairs[][2] = {
+		{"4", "1"}, {"1", "3"}, {"2", "4"}, {"3", "3"}, {"8", "8"}};
+	static const size_t sizes[] = {64 * KiB, 8, 1 * MiB + 3, 0,
+				       300 * KiB, 4096, 4095, 2 * MiB};
+	enum { NS = sizeof(sizes) / sizeof(sizes[0]) };
+	char *old_q = getenv("FR_IB_QPS"),
+	     *old_s = getenv("FR_IB_STRIPE_BYTES");
+	struct ep *e;
+	size_t k, total = 0, off[NS];
+
+	(void)state;
+	if (strcmp(ops->name, "verbs"))
+		skip();
+	old_q = old_q ? strdup(old_q) : NULL;
+	old_s = old_s ? strdup(old_s) : NULL;
+	for (k = 0; k < NS; k++) {
+		off[k] = total;
+		total += sizes[k] + 64;
+	}
+	env_set("FR_IB_STRIPE_BYTES", NULL);
+	for (k = 0; k < sizeof(bad_qps) / sizeof(bad_qps[0]); k++) {
+		env_set("FR_IB_QPS", bad_qps[k]);
+		assert_int_equal(
+			ep_try_open(0, NONCE, "127.0.0.1", 0, DEADLINE_MS, &e),
+			FR_EINVAL);
+	}
+	env_set("FR_IB_QPS", NULL);
+	for (k = 0; k < sizeof(bad_stripe) / sizeof(bad_stripe[0]); k++) {
+		env_set("FR_IB_STRIPE_BYTES", bad_stripe[k]);
+		assert_int_equal(
+			ep_try_open(0, NONCE, "127.0.0.1", 0, DEADLINE_MS, &e),
+			FR_EINVAL);
+	}
+	env_set("FR_IB_STRIPE_BYTES", "4K");
+	for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++) {
+		struct ep *a, *b;
+		struct fr_tp_conn *ab, *ba;
+		uint8_t *src = tbuf(total);
+		struct gbuf da = gbuf_new(total, 0), db = gbuf_new(total, 0);
+		struct fr_tp_mr *sa, *sb, *ma, *mb;
+		struct fr_tp_rkey ka, kb;
+
+		env_set("FR_IB_QPS", pairs[p][0]);
+		a = ep_open(0);
+		env_set("FR_IB_QPS", pairs[p][1]);
+		b = ep_open(1);
+		connect_pair(a, b, &ab, &ba);
+		fill(src, total, 70 + p);
+		sa = reg(a, src, total, FR_TP_LOCAL_READ);
+		sb = reg(b, src, total, FR_TP_LOCAL_READ);
+		ma = reg(a, da.p, total,
+			 FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+		mb = reg(b, db.p, total,
+			 FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+		kb = rkey_of(b, mb, a);
+		ka = rkey_of(a, ma, b);
+		/* Give the connector's lanes-ready message time to arrive,
+		 * so that the acceptor stripes too. */
+		pump_for(100);
+		for (k = 0; k < NS; k++) {
+			post(ab, sa, off[k], &kb, off[k], sizes[k],
+			     (uint32_t)(100 + k), 500 + k);
+			post(ba, sb, off[k], &ka, off[k], sizes[k],
+			     (uint32_t)(200 + k), 600 + k);
+		}
+		PUMP_UNTIL(n_ok(b, ba, FR_CQE_RECV) == NS &&
+			   n_ok(a, ab, FR_CQE_RECV) == NS &&
+			   n_ok(a, ab, FR_CQE_SEND) == NS &&
+			   n_ok(b, ba, FR_CQE_SEND) == NS);
+		for (k = 0; k < NS; k++) {
+			const struct fr_tp_cqe *q;
+
+			q = nth_ok(b, ba, FR_CQE_RECV, k);
+			assert_int_equal(q->imm, 100 + k);
+			assert_int_equal(q->len, sizes[k]);
+			q = nth_ok(a, ab, FR_CQE_RECV, k);
+			assert_int_equal(q->imm, 200 + k);
+			assert_int_equal(q->len, sizes[k]);
+			assert_int_equal(nth_ok(a, ab, FR_CQE_SEND, k)->ctx,
+					 500 + k);
+			assert_int_equal(nth_ok(b, ba, FR_CQE_SEND, k)->ctx,
+					 600 + k);
+			assert_memory_equal(db.p + off[k], src + off[k],
+					    sizes[k]);
+			assert_memory_equal(da.p + off[k], src + off[k],
+					    sizes[k]);
+			assert_true(all_bytes(db.p + off[k] + sizes[k], 64, 0));
+			assert_true(all_bytes(da.p + off[k] + sizes[k], 64, 0));
+		}
+		check_guards(&da);
+		check_guards(&db);
+		assert_int_equal(n_err(a, ab) + n_err(b, ba), 0);
+		ep_close(a);
+		ep_close(b);
+	}
+	env_set("FR_IB_QPS", old_q);
+	env_set("FR_IB_STRIPE_BYTES", old_s);
+	free(old_q);
+	free(old_s);
+}
+
 static void test_fifo_many(void **state)
 {
 	enum { N = 2000, SLOT = 2048 };
@@ -2041,6 +2161,7 @@ int main(int argc, char **argv)
 		T(test_write_before_accept),
 		T(test_pending),
 		T(test_write_sizes),
+		T(test_verbs_qps),
 		T(test_zero_length),
 		T(test_fifo_many),
 		T(test_bidirectional),

@@ -59,6 +59,18 @@ suite "emulated nodes over shm+verbs" bash -c '. "$0/tests/lib.sh"
 	}
 	run "auto on emulated nodes is shm+verbs" auto_mixed
 	finish' "$src"
+# Several QPs per connection (FR_IB_QPS): the conformance suite with a
+# stripe size so small that most of its writes are striped (and later ones
+# queue behind them), and the matrix over an odd number of QPs.
+suite "conformance over verbs, FR_IB_QPS=4, 1 KiB stripes" \
+	env FR_IB_QPS=4 FR_IB_STRIPE_BYTES=1K "$B/tests/test_transport"
+suite "matrix over verbs, FR_IB_QPS=3, 4 KiB stripes" bash -c '. "$0/tests/lib.sh"
+	export FR_IB_QPS=3 FR_IB_STRIPE_BYTES=4K
+	run "matrix n=3 count 262147, 3 QPs" frrun -n 3 --transport verbs --timeout 600 \
+		"$MP" matrix --counts 0,1,7919,262147 --dtypes f32,bf16,i64,u8 --ops sum,max
+	run "matrix n=2 rabenseifner, 3 QPs" frrun -n 2 -e FR_ALGO=rabenseifner \
+		--transport verbs --timeout 600 "$MP" matrix --counts 3,65537 --dtypes f32,f64 --ops sum
+	finish' "$src"
 
 # --- perf: the same rxe device, side by side (emulated: ratios only) -------
 {
@@ -76,6 +88,13 @@ suite "emulated nodes over shm+verbs" bash -c '. "$0/tests/lib.sh"
 	echo "# ib_write_bw vs fr_transport_perf -x verbs, 64 KiB, 2000 writes"
 	perftest ib_write_bw 18515 'BW peak' -s 65536 -n 2000
 	"$B/fr_transport_perf" -x verbs --ip "$RDMAVM_IP" --bw -s 65536 -n 2000 2>&1 | tail -2
+	# Emulated, one host: more QPs need not be faster here (the
+	# requirement is only "not slower"); printed, not judged.
+	for q in 1 4; do
+		echo "# fr_transport_perf -x verbs --bw, 1 MiB, FR_IB_QPS=$q"
+		FR_IB_QPS=$q "$B/fr_transport_perf" -x verbs --ip "$RDMAVM_IP" --bw \
+			-s 1048576 -n 200 2>&1 | tail -2
+	done
 	echo "# ib_write_lat vs fr_transport_perf -x verbs --lat, 8 B"
 	perftest ib_write_lat 18516 't_min' -s 8 -n 1000
 	"$B/fr_transport_perf" -x verbs --ip "$RDMAVM_IP" --lat -s 8 -n 1000 2>&1 | tail -2

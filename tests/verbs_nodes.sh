@@ -20,6 +20,11 @@ for algo in ring rd rabenseifner; do
 	port=$((port + 1))
 done
 FR_RENDEZVOUS=10.99.0.1:$port "$B/tests/mp_allreduce" colls --counts 0,1,7919 || rc=1
+# two QPs per connection (FR_IB_QPS): striped writes cross the wire as
+# separate flows
+FR_IB_QPS=2 FR_IB_STRIPE_BYTES=4K FR_RENDEZVOUS=10.99.0.1:29524 \
+	"$B/tests/mp_allreduce" matrix --counts 0,7919,65537 --dtypes f32,bf16 \
+	--ops sum || rc=1
 FR_RENDEZVOUS=10.99.0.1:29518 "$B/fr_allreduce_perf" -b 8 -e 1M -f 16 -n 3 -w 1 || rc=1
 # last: loss and a link flap (it leaves the link freshly restarted)
 bash "$(dirname "$0")/verbs_netem_guest.sh" || rc=1

@@ -7,9 +7,10 @@
  * write_imm() is an IBV_WR_RDMA_WRITE_WITH_IMM into the peer's registered
  * region, the peer's HCA checks the remote key and the bounds (so no byte
  * lands outside a region, whatever the sender does), and the immediate
- * consumes one of the zero-length receives the peer keeps posted, raising
- * its FR_CQE_RECV.  RC delivers and completes in order, which gives the
- * FIFO rule on both sides.
+ * consumes one of the receives the peer keeps posted, raising its
+ * FR_CQE_RECV.  RC delivers and completes in order, which gives the FIFO
+ * rule on both sides.  With FR_IB_QPS > 1 a large write is striped over
+ * several QPs and its immediate follows on the first one (below).
  *
  * Design
  *   - One endpoint = one rdma_cm event channel + one listening cm id bound
@@ -38,12 +39,53 @@
  *     FR_EAUTH / FR_EBUSY / FR_EPROTO.  Receive completions of a connection
  *     accept() has not handed out yet are held back (its receives are then
  *     not reposted, so the hold is bounded) and released in order after.
+ *   - Several QPs per connection (FR_IB_QPS=n, 1..8, default 1), so that
+ *     a large write spreads over n flows (ECMP on RoCE fabrics, bonded
+ *     ports).  Lane 0 is the rdma_cm QP; lanes 1..n-1 are plain RC QPs on
+ *     the same PD and CQ, connected by hand: the connector creates them
+ *     (RESET) and lists their QP numbers in its hello; the acceptor takes
+ *     min(its n, the proposal), brings its own extra QPs to RTS before it
+ *     accepts (path, MTU, timeouts, access from rdma_init_qp_attr() on the
+ *     request's cm id; only dest_qp_num and the PSNs are the lane's, a
+ *     PSN being a hash of the sending QP's number) and lists them in its
+ *     reply; the connector connects its lanes on ESTABLISHED, drops the
+ *     ones not taken, and sends a lanes-ready message on lane 0.  The
+ *     acceptor stripes nothing before that message arrives: librdmacm
+ *     sends the RTU (the acceptor's ESTABLISHED) before the connector has
+ *     seen its own ESTABLISHED, so the connector's lanes may still be in
+ *     RESET, where packets are dropped.  Lanes 1.. carry plain RDMA
+ *     WRITEs only; each keeps one receive posted that no message takes, so
+ *     that a part breaking our registration (the HCA stops the QP) shows
+ *     as a flushed receive: FR_ERANGE, as on lane 0.  Lanes are created,
+ *     flushed, destroyed and counted in the CQ like lane 0; an error on
+ *     any fails the connection; completions are matched to a lane by
+ *     qp_num (a destroyed lane's match nothing).
+ *   - Striping: a write of at least FR_IB_STRIPE_BYTES (default 256 KiB)
+ *     on a connection whose lanes are ready is cut into n parts (rounded
+ *     up to 64 bytes), part i a plain RDMA WRITE on lane i.  Lane 0's part
+ *     is ordered before anything posted after it on lane 0 by RC; the
+ *     parts on lanes 1.. are signalled, and once all have completed (an
+ *     RC write completes when its data is placed at the responder) the
+ *     notification goes on lane 0: a SEND WITH IMM whose 8-byte payload
+ *     holds the whole length, since the receive completion of a write
+ *     with immediate reports only that WR's length.  Notifications wait
+ *     in a per-connection FIFO (c->notes) and leave in write_imm() order;
+ *     a later write, striped or not, posts its data at once but joins the
+ *     FIFO while it is not empty (its immediate then also goes as a
+ *     notification).  The write's FR_CQE_SEND is its notification's
+ *     completion, so it comes after all its parts.  Receives on lane 0
+ *     get an 8-byte slot each in a per-connection registered buffer
+ *     (c->ctl), named by the wr_id; a notification's payload is checked
+ *     (magic) and a malformed one fails the connection (FR_EPROTO).
  *   - Send queue accounting: each QP has a ring of the WRs posted on it.
- *     At most sq_depth writes are in flight per QP (then FR_EAGAIN), plus a
- *     few slots for fences (below).  The HW send queue has exactly as many
- *     entries as the ring, and an entry leaves the ring only when the
- *     completion that covers it is polled, so ibv_post_send() never meets
- *     a full queue.
+ *     At most sq_depth writes are in flight per connection and at most
+ *     sq_depth WRs other than fences per QP (then FR_EAGAIN), plus a few
+ *     slots for fences (below).  Lane 0 keeps one slot reserved per
+ *     notification not posted yet, so posting it never finds the queue
+ *     full; a write takes all its slots or returns FR_EAGAIN with nothing
+ *     posted.  The HW send queue has exactly as many entries as the ring,
+ *     and an entry leaves the ring only when the completion that covers it
+ *     is polled, so ibv_post_send() never meets a full queue.
  *   - Selective signalling: a WR is signalled when its ctx is not 0 (the
  *     core wants to know when that source is free), every 16th WR, and when
  *     the queue is about to fill (so a full queue always has a completion
@@ -69,7 +111,9 @@
  *     error, the peer's DISCONNECTED, a local error) fails it: we
  *     rdma_disconnect() (the peer learns at once, and the QP enters the
  *     error state, which flushes every outstanding WR with a completion:
- *     each write gets its FR_CQE_SEND with an error, once), and we owe the
+ *     each write gets its FR_CQE_SEND with an error, once; a write whose
+ *     notification was never posted gets it once its parts are flushed
+ *     and lane 0's ring is empty, in order), and we owe the
  *     caller one FR_CQE_RECV with the error unless the failure itself was
  *     a receive completion.  Flushed receives raise nothing.  Later
  *     write_imm() calls return FR_EPEER.  Answering DISCONNECTED with
@@ -81,10 +125,10 @@
  *     CQ (ibv_resize_cq when it would not fit), so the CQ cannot overflow.
  *     A destroyed QP's reservation is kept until the CQ has been seen
  *     empty, because its completions may still sit in the CQ.
- *   - Limits: a write is one message, so at most the port's max_msg_sz
- *     (8 MiB on rxe, 1-2 GiB on ConnectX; FR_EINVAL beyond): the RECV
- *     completion reports the length of a single WR, so a write cannot be
- *     split.  fork(): librdmacm opens each device once per process, and a
+ *   - Limits: a write is at most the port's max_msg_sz (8 MiB on rxe, 1-2
+ *     GiB on ConnectX; FR_EINVAL beyond), striped or not: below the stripe
+ *     size and before the lanes are ready it goes as one WR.
+ *     fork(): librdmacm opens each device once per process, and a
  *     child forked after its parent opened an endpoint inherits that
  *     context, which the kernel will not serve to it (rxe rings its send
  *     doorbell with a write(): EACCES, reported with a hint); such a child
@@ -92,11 +136,23 @@
  *
  * Wire formats (all integers little-endian)
  *
- *   connection request private data (hello), 24 bytes
+ *   connection request private data (hello), 24 + 4 * x bytes (<= 52)
  *      0 u32 magic "FRVB" (0x42565246)   4 u16 version (1)
  *      6 u16 kind (1 = hello)            8 i32 connector's rank
- *     12 u32 reserved (0)               16 u64 job nonce
- *   accept private data, 12 bytes: magic, version, kind 2, i32 our rank
+ *     12 u16 x: extra QPs proposed (0..7, FR_IB_QPS - 1)
+ *     14 u16 reserved (0)               16 u64 job nonce
+ *     24 u32[x] QP numbers of the connector's lanes 1..x
+ *     (x used to be part of a reserved u32 that had to be 0: a peer
+ *     without FR_IB_QPS refuses x > 0 as malformed, FR_EPROTO, and
+ *     sends x = 0, so one QP interoperates both ways)
+ *   accept private data, 12 or 16 + 4 * y bytes: magic, version, kind 2,
+ *     i32 our rank, then u16 y: extra QPs taken (<= x; absent or zero
+ *     padding: 0), u16 reserved (0), u32[y] QP numbers of our lanes 1..y
+ *   lane 0 messages other than writes with immediate, 8 bytes each:
+ *     notification: SEND WITH IMM (the write's immediate), payload u32
+ *       length of the whole write, u32 magic "FNOT" (0x544f4e46)
+ *     lanes ready (connector -> acceptor, once, before any notification
+ *       of its own): SEND, payload u32 magic "FRDY" (0x59445246), u32 n
  *   reject private data, 12 bytes: magic, version, kind 3, i32 status
  *     (FR_EPROTO: version or malformed, FR_EAUTH: wrong nonce, FR_EBUSY:
  *     that rank is already connected).  A request without our magic is
@@ -113,8 +169,10 @@
  *     peer's HCA checks it again against its real registration.
  *
  * Environment: FR_IB_DEV=name[:port], FR_IB_GID_INDEX=n, FR_IB_TIMEOUT=t
- * (ACK timeout exponent), FR_IB_RETRY_CNT=n, FR_POLL=spin
- * (wait() returns at once: the core then busy-polls).
+ * (ACK timeout exponent), FR_IB_RETRY_CNT=n, FR_IB_QPS=n (QPs per
+ * connection, 1..8), FR_IB_STRIPE_BYTES=size (smallest striped write, K/M/G
+ * suffixes, 1 B..1 GiB), FR_POLL=spin (wait() returns at once: the core
+ * then busy-polls).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -150,8 +208,9 @@
 #define VERBS_KIND_HELLO 1
 #define VERBS_KIND_ACCEPT 2
 #define VERBS_KIND_REJECT 3
-#define VERBS_HELLO_LEN 24
+#define VERBS_HELLO_LEN 24 /* plus 4 bytes per extra QP */
 #define VERBS_REPLY_LEN 12
+#define VERBS_ACCEPT_LEN 16 /* plus 4 bytes per extra QP */
 
 #define VERBS_ADDR_LEN FR_SOCKADDR_BLOB_LEN
 #define VERBS_ADDR_MAGIC 0xfb /* util.h's address blob, tagged as ours */
@@ -202,6 +261,17 @@
 
 #define VERBS_WRID_RECV (1ull << 32)
 
+/* Multi-QP striping (FR_IB_QPS, FR_IB_STRIPE_BYTES; see the top). */
+#define VERBS_MAX_QPS 8
+#define VERBS_DEFAULT_STRIPE (256u * 1024u)
+#define VERBS_MAX_STRIPE (1ul << 30)
+/* Parts start on this boundary (except the last one's end). */
+#define VERBS_PART_ALIGN 64
+/* The payload of a notification or a lanes-ready message. */
+#define VERBS_CTL_LEN 8
+#define VERBS_NOTE_MAGIC 0x544f4e46u  /* "FNOT" */
+#define VERBS_READY_MAGIC 0x59445246u /* "FRDY" */
+
 struct fr_tp_mr {
 	struct fr_tp *tp;
 	struct fr_tp_mr *prev, *next; /* tp->mrs */
@@ -211,11 +281,47 @@ struct fr_tp_mr {
 	unsigned int inflight; /* posted writes still reading from it */
 };
 
+enum verbs_sqe_kind {
+	VERBS_SQE_FENCE, /* a zero-length write that only signals the tail */
+	VERBS_SQE_PLAIN, /* QP 0's part of a write, the lanes-ready message */
+	VERBS_SQE_USER,	 /* the WR that completes a write_imm(): FR_CQE_SEND */
+	VERBS_SQE_PART,	 /* a part on QP 1..n-1: its notification waits */
+};
+
 /* A posted send WR, in posting order. */
 struct verbs_sqe {
 	uint64_t ctx;
 	struct fr_tp_mr *mr; /* NULL once it no longer reads it */
-	bool user;	     /* a write_imm(); false: a fence */
+	uint64_t note;	     /* PART: its notification's seq in c->notes */
+	uint8_t kind;	     /* enum verbs_sqe_kind */
+};
+
+/*
+ * One RC QP of a connection and the ring of the WRs posted on it: WRs
+ * sq_head .. sq_tail-1, slot = seq % sq_cap.
+ */
+struct verbs_lane {
+	struct ibv_qp *qp;
+	struct verbs_sqe *sq;
+	uint64_t sq_head, sq_tail;
+	unsigned int nwr;	 /* WRs in the ring that are not fences */
+	unsigned int unsignaled; /* unsignalled WRs at the tail */
+	unsigned int max_inline;
+	unsigned int cq_share; /* CQ entries reserved for this QP */
+	uint64_t last_raddr;   /* for fences: a remote address known valid */
+	uint32_t last_rkey;
+};
+
+/*
+ * A write whose immediate is not posted yet (its parts on other QPs are
+ * still in flight, or an earlier one waits): notifications leave QP 0 in
+ * the order of the write_imm() calls.
+ */
+struct verbs_note {
+	uint64_t ctx;
+	uint32_t imm, len;
+	unsigned int parts_left; /* parts on QPs 1..n-1 not completed yet */
+	bool silent; /* write_imm() failed: no FR_CQE_SEND is owed for it */
 };
 
 /* A receive completion held back until accept() hands the conn out. */
@@ -239,7 +345,6 @@ struct fr_tp_conn {
 	uint32_t slot;			/* in tp->slots, for wr_id */
 	uint32_t gen;			/* of the slot, for wr_id */
 	struct rdma_cm_id *id;
-	struct ibv_qp *qp; /* id->qp while it exists */
 	int peer;
 	enum verbs_state state;
 	bool incoming;
@@ -258,16 +363,24 @@ struct fr_tp_conn {
 	int backoff_ms;
 	char why[128]; /* the last reason an attempt failed */
 
-	/* send ring: WRs sq_head .. sq_tail-1, slot = seq % sq_cap */
-	struct verbs_sqe *sq;
+	/* QPs: lane 0 is the rdma_cm QP (id->qp while it exists), lanes
+	 * 1..nqps-1 are connected by hand; a lane's qp is NULL when gone. */
+	struct verbs_lane lane[VERBS_MAX_QPS];
+	unsigned int nqps; /* lanes in use (negotiated) */
+	bool lanes_ready;  /* the peer's lanes 1.. can receive */
 	unsigned int sq_cap;
-	uint64_t sq_head, sq_tail;
-	unsigned int user_inflight; /* write_imm()s in the ring */
-	unsigned int unsignaled;    /* unsignalled WRs at the tail */
-	unsigned int max_inline;
-	uint64_t last_raddr; /* for fences: a remote address known valid */
-	uint32_t last_rkey;
-	unsigned int cq_share; /* CQ entries reserved for this QP */
+	unsigned int user_inflight; /* write_imm()s not completed yet */
+
+	/* notifications not posted yet: seq note_head .. note_tail-1 */
+	struct verbs_note *notes;
+	uint64_t note_head, note_tail;
+
+	/* Registered payloads: sq_cap send slots (by lane 0's ring slot),
+	 * then rq_depth receive slots (by the receive's wr_id). */
+	uint8_t *ctl;
+	struct ibv_mr *ctl_mr;
+	uint32_t rq_tail;  /* receives posted on lane 0 so far */
+	uint64_t nstriped; /* writes striped so far (logged at close) */
 
 	/* receive completions held back until accept() */
 	struct verbs_held *held;
@@ -284,6 +397,8 @@ struct fr_tp {
 	bool spin;	       /* FR_POLL=spin: wait() never blocks */
 	uint8_t ack_timeout;   /* FR_IB_TIMEOUT; 0: rdma_cm's own */
 	uint8_t retry_cnt;     /* FR_IB_RETRY_CNT */
+	unsigned int nqps;     /* FR_IB_QPS: QPs per connection we propose */
+	size_t stripe;	       /* FR_IB_STRIPE_BYTES */
 	int fatal;	       /* the endpoint itself failed */
 	int wfd;	       /* eventfd: wake() ends a wait() */
 	int epfd;	       /* wait_fd() for shm+verbs, made on first use */
@@ -459,30 +574,63 @@ static int verbs_slot_get(struct fr_tp *tp, struct fr_tp_conn *c)
 static struct fr_tp_conn *verbs_conn_new(struct fr_tp *tp)
 {
 	struct fr_tp_conn *c;
+	size_t ctl_len = (size_t)(tp->sq_cap + tp->rq_depth) * VERBS_CTL_LEN;
+	unsigned int i;
 
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
-	c->sq = calloc(tp->sq_cap, sizeof(*c->sq));
-	if (!c->sq)
+	for (i = 0; i < tp->nqps; i++) {
+		c->lane[i].sq = calloc(tp->sq_cap, sizeof(*c->lane[i].sq));
+		if (!c->lane[i].sq)
+			goto err_sq;
+	}
+	c->notes = calloc(tp->sq_depth, sizeof(*c->notes));
+	if (!c->notes)
 		goto err_sq;
 	c->held = calloc(tp->rq_depth, sizeof(*c->held));
 	if (!c->held)
-		goto err_held;
+		goto err_sq;
+	c->ctl = calloc(1, ctl_len);
+	if (!c->ctl)
+		goto err_sq;
+	/* Notification payloads are sent from and received into it. */
+	c->ctl_mr = ibv_reg_mr(tp->pd, c->ctl, ctl_len, IBV_ACCESS_LOCAL_WRITE);
+	if (!c->ctl_mr)
+		goto err_sq;
 	c->tp = tp;
 	c->peer = -1;
 	c->sq_cap = tp->sq_cap;
+	c->nqps = tp->nqps;
 	if (verbs_slot_get(tp, c))
 		goto err_slot;
 	return c;
 
 err_slot:
-	free(c->held);
-err_held:
-	free(c->sq);
+	ibv_dereg_mr(c->ctl_mr);
 err_sq:
+	free(c->ctl);
+	free(c->held);
+	free(c->notes);
+	for (i = 0; i < VERBS_MAX_QPS; i++)
+		free(c->lane[i].sq);
 	free(c);
 	return NULL;
+}
+
+/* The memory of a connection that is linked nowhere and has no QP. */
+static void verbs_conn_destroy(struct fr_tp_conn *c)
+{
+	unsigned int i;
+
+	c->tp->slots[c->slot] = NULL;
+	ibv_dereg_mr(c->ctl_mr);
+	free(c->ctl);
+	free(c->held);
+	free(c->notes);
+	for (i = 0; i < VERBS_MAX_QPS; i++)
+		free(c->lane[i].sq);
+	free(c);
 }
 
 static void verbs_conn_link(struct fr_tp_conn *c)
@@ -497,36 +645,53 @@ static void verbs_conn_link(struct fr_tp_conn *c)
 }
 
 /* The ring's writes no longer read their regions (the QP is gone). */
-static void verbs_sq_release(struct fr_tp_conn *c)
+static void verbs_sq_release(struct fr_tp_conn *c, struct verbs_lane *l)
 {
 	uint64_t s;
 
-	for (s = c->sq_head; s < c->sq_tail; s++) {
-		struct verbs_sqe *e = &c->sq[s % c->sq_cap];
+	for (s = l->sq_head; s < l->sq_tail; s++) {
+		struct verbs_sqe *e = &l->sq[s % c->sq_cap];
 
 		if (e->mr) {
 			e->mr->inflight--;
 			e->mr = NULL;
 		}
 	}
-	c->sq_head = c->sq_tail = 0;
-	c->user_inflight = 0;
-	c->unsignaled = 0;
+	l->sq_head = l->sq_tail = 0;
+	l->nwr = 0;
+	l->unsignaled = 0;
+}
+
+/* Destroy lane i's QP; lane 0's belongs to the cm id. */
+static void verbs_drop_lane(struct fr_tp_conn *c, unsigned int i)
+{
+	struct fr_tp *tp = c->tp;
+	struct verbs_lane *l = &c->lane[i];
+
+	if (!l->qp)
+		return;
+	if (i || !c->id)
+		ibv_destroy_qp(l->qp);
+	else
+		rdma_destroy_qp(c->id);
+	l->qp = NULL;
+	/* Its completions may still be in the CQ until we see it empty. */
+	tp->cq_need -= l->cq_share;
+	tp->cq_linger += l->cq_share;
+	l->cq_share = 0;
+	verbs_sq_release(c, l);
 }
 
 static void verbs_drop_qp(struct fr_tp_conn *c)
 {
-	struct fr_tp *tp = c->tp;
+	unsigned int i;
 
-	if (!c->qp)
-		return;
-	rdma_destroy_qp(c->id);
-	c->qp = NULL;
-	/* Its completions may still be in the CQ until we see it empty. */
-	tp->cq_need -= c->cq_share;
-	tp->cq_linger += c->cq_share;
-	c->cq_share = 0;
-	verbs_sq_release(c);
+	for (i = 0; i < VERBS_MAX_QPS; i++)
+		verbs_drop_lane(c, i);
+	/* Nothing will complete the writes still waiting to notify. */
+	c->note_head = c->note_tail = 0;
+	c->user_inflight = 0;
+	c->lanes_ready = false;
 }
 
 /* Destroy the QP and the cm id (the kernel drops the id's unread events). */
@@ -552,10 +717,7 @@ static void verbs_conn_free(struct fr_tp_conn *c)
 	if (c->incoming && !c->owned)
 		tp->npending--;
 	verbs_drop_id(c);
-	tp->slots[c->slot] = NULL;
-	free(c->held);
-	free(c->sq);
-	free(c);
+	verbs_conn_destroy(c);
 }
 
 /*
@@ -567,21 +729,29 @@ static void verbs_conn_free(struct fr_tp_conn *c)
 static void verbs_stop_qp(struct fr_tp_conn *c)
 {
 	struct ibv_qp_attr a;
+	bool flushing = true;
+	unsigned int i;
 
-	if (c->id && !c->disconnected) {
-		if (!rdma_disconnect(c->id)) {
-			c->disconnected = true;
-			if (c->qp)
-				return;
+	/* rdma_disconnect() moves lane 0's QP to the error state. */
+	if (c->id && !c->disconnected && !rdma_disconnect(c->id))
+		c->disconnected = true;
+	for (i = 0; i < c->nqps; i++) {
+		if (!c->lane[i].qp) {
+			/* A lane that never existed has nothing to flush. */
+			if (!i)
+				flushing = false;
+			continue;
 		}
-	}
-	if (c->qp) {
+		if (!i && c->disconnected)
+			continue;
 		memset(&a, 0, sizeof(a));
 		a.qp_state = IBV_QPS_ERR;
-		if (!ibv_modify_qp(c->qp, &a, IBV_QP_STATE))
-			return;
+		if (ibv_modify_qp(c->lane[i].qp, &a, IBV_QP_STATE))
+			flushing = false;
 	}
-	c->synth = true;
+	/* A QP that will not flush: nobody completes the rings but us. */
+	if (!flushing)
+		c->synth = true;
 }
 
 /*
@@ -651,25 +821,161 @@ static int verbs_cq_reserve(struct fr_tp *tp, unsigned int need)
 
 /* ---- queue pairs --------------------------------------------------------- */
 
-/* Post n zero-length receives: each takes one write-with-immediate. */
+/* A receive slot's payload buffer in c->ctl. */
+static uint8_t *verbs_recv_buf(const struct fr_tp_conn *c, uint32_t idx)
+{
+	return c->ctl + (size_t)(c->sq_cap + idx) * VERBS_CTL_LEN;
+}
+
+/*
+ * Post n receives on lane 0: each takes one write-with-immediate (no
+ * bytes), one notification or one lanes-ready message (VERBS_CTL_LEN
+ * bytes into its own slot of c->ctl).  Receives complete in the order
+ * they were posted and at most rq_depth are posted, so slot rq_tail %
+ * rq_depth is always free; wr_id carries it.
+ */
 static int verbs_post_recvs(struct fr_tp_conn *c, unsigned int n)
 {
 	struct ibv_recv_wr wr[VERBS_RECV_BATCH], *bad;
-	unsigned int i, k;
+	struct ibv_sge sge[VERBS_RECV_BATCH];
+	unsigned int i, k, rq = c->tp->rq_depth;
 	int rc;
 
 	while (n) {
 		k = FR_MIN(n, (unsigned int)VERBS_RECV_BATCH);
 		memset(wr, 0, k * sizeof(wr[0]));
 		for (i = 0; i < k; i++) {
-			wr[i].wr_id = verbs_wrid(c, true, 0);
+			uint32_t idx = (c->rq_tail + i) % rq;
+
+			sge[i].addr =
+				(uint64_t)(uintptr_t)verbs_recv_buf(c, idx);
+			sge[i].length = VERBS_CTL_LEN;
+			sge[i].lkey = c->ctl_mr->lkey;
+			wr[i].wr_id = verbs_wrid(c, true, idx);
+			wr[i].sg_list = &sge[i];
+			wr[i].num_sge = 1;
 			wr[i].next = i + 1 < k ? &wr[i + 1] : NULL;
 		}
 		/* ibv_post_* return the error; errno may be stale. */
-		rc = ibv_post_recv(c->qp, wr, &bad);
+		rc = ibv_post_recv(c->lane[0].qp, wr, &bad);
 		if (rc)
 			return rc;
+		c->rq_tail += k;
 		n -= k;
+	}
+	return 0;
+}
+
+/* The PSN a hand-connected QP starts sending with: derived from its number,
+ * so the peer's receive side knows it without another field. */
+static uint32_t verbs_lane_psn(uint32_t qpn)
+{
+	return (qpn * 0x9e3779b1u) >> 8 & 0xffffff;
+}
+
+/* Create the QP of lane i >= 1 (it stays in RESET until connected). */
+static int verbs_lane_create(struct fr_tp_conn *c, unsigned int i)
+{
+	struct fr_tp *tp = c->tp;
+	struct verbs_lane *l = &c->lane[i];
+	struct ibv_qp_init_attr attr;
+	unsigned int need = tp->sq_cap + 1;
+	int rc, inl;
+
+	rc = verbs_cq_reserve(tp, need);
+	if (rc)
+		return rc;
+	for (inl = VERBS_MAX_INLINE;; inl = 0) {
+		memset(&attr, 0, sizeof(attr));
+		attr.send_cq = tp->cq;
+		attr.recv_cq = tp->cq;
+		attr.qp_type = IBV_QPT_RC;
+		attr.cap.max_send_wr = tp->sq_cap;
+		/* Plain RDMA WRITEs only: no receive is ever posted. */
+		attr.cap.max_recv_wr = 1;
+		attr.cap.max_send_sge = 1;
+		attr.cap.max_recv_sge = 1;
+		attr.cap.max_inline_data = (uint32_t)inl;
+		l->qp = ibv_create_qp(tp->pd, &attr);
+		if (l->qp)
+			break;
+		if (!inl) {
+			int e = errno;
+			char why[192];
+
+			verbs_seterr(tp, FR_LOG_WARN,
+				     "ibv_create_qp (QP %u of %u): %s", i + 1,
+				     c->nqps,
+				     verbs_strerror(e, why, sizeof(why)));
+			return e == ENOMEM ? FR_ENOMEM : FR_ESYS;
+		}
+	}
+	l->max_inline = attr.cap.max_inline_data;
+	l->cq_share = need;
+	tp->cq_need += need;
+	l->sq_head = l->sq_tail = 0;
+	l->nwr = 0;
+	l->unsignaled = 0;
+	return 0;
+}
+
+/*
+ * Take lane i to RTS against the peer's QP peer_qpn, with the path, MTU,
+ * timeouts and access rights rdma_cm negotiated for lane 0 (the cm id
+ * must have sent or received the request); only the QP numbers and PSNs
+ * are the lane's own.
+ */
+static int verbs_lane_connect(struct fr_tp_conn *c, unsigned int i,
+			      uint32_t peer_qpn)
+{
+	static const enum ibv_qp_state st[] = {IBV_QPS_INIT, IBV_QPS_RTR,
+					       IBV_QPS_RTS};
+	static const char *const name[] = {"INIT", "RTR", "RTS"};
+	struct ibv_qp *qp = c->lane[i].qp;
+	struct ibv_qp_attr a;
+	unsigned int k;
+	int mask, rc;
+
+	for (k = 0; k < FR_ARRAY_SIZE(st); k++) {
+		memset(&a, 0, sizeof(a));
+		a.qp_state = st[k];
+		if (rdma_init_qp_attr(c->id, &a, &mask)) {
+			verbs_seterr(c->tp, FR_LOG_WARN,
+				     "rdma_init_qp_attr (%s): %s", name[k],
+				     fr_syserr(errno));
+			return FR_ESYS;
+		}
+		if (st[k] == IBV_QPS_RTR) {
+			a.dest_qp_num = peer_qpn;
+			a.rq_psn = verbs_lane_psn(peer_qpn);
+		} else if (st[k] == IBV_QPS_RTS) {
+			a.sq_psn = verbs_lane_psn(qp->qp_num);
+		}
+		rc = ibv_modify_qp(qp, &a, mask);
+		if (rc) {
+			verbs_seterr(c->tp, FR_LOG_WARN,
+				     "ibv_modify_qp of QP %u to %s: %s", i + 1,
+				     name[k], strerror(rc));
+			return FR_ESYS;
+		}
+		/*
+		 * One receive that no message ever takes: a part that breaks
+		 * our registration stops the QP, and only a posted receive
+		 * (flushed then) lets us see it.  Possible from INIT on.
+		 */
+		if (st[k] == IBV_QPS_INIT) {
+			struct ibv_recv_wr wr, *bad;
+
+			memset(&wr, 0, sizeof(wr));
+			wr.wr_id = verbs_wrid(c, true, 0);
+			rc = ibv_post_recv(qp, &wr, &bad);
+			if (rc) {
+				verbs_seterr(c->tp, FR_LOG_WARN,
+					     "ibv_post_recv on QP %u: %s",
+					     i + 1, strerror(rc));
+				return FR_ESYS;
+			}
+		}
 	}
 	return 0;
 }
@@ -683,7 +989,7 @@ static int verbs_qp_create(struct fr_tp_conn *c)
 {
 	struct fr_tp *tp = c->tp;
 	struct ibv_qp_init_attr attr;
-	unsigned int need = tp->sq_cap + tp->rq_depth;
+	unsigned int need = tp->sq_cap + tp->rq_depth, i;
 	int rc, inl;
 
 	if (c->id->verbs != tp->pd->context) {
@@ -725,23 +1031,34 @@ static int verbs_qp_create(struct fr_tp_conn *c)
 			return e == ENOMEM ? FR_ENOMEM : FR_ESYS;
 		}
 	}
-	c->qp = c->id->qp;
+	c->lane[0].qp = c->id->qp;
 	/* A new generation per QP: completions of an earlier attempt's QP
 	 * never match this one, even if its number is reused. */
 	tp->slot_gen[c->slot] = (tp->slot_gen[c->slot] + 1) & 0x7fff;
 	c->gen = tp->slot_gen[c->slot];
-	c->max_inline = attr.cap.max_inline_data;
-	c->cq_share = need;
+	c->lane[0].max_inline = attr.cap.max_inline_data;
+	c->lane[0].cq_share = need;
 	tp->cq_need += need;
-	c->sq_head = c->sq_tail = 0;
+	c->lane[0].sq_head = c->lane[0].sq_tail = 0;
+	c->lane[0].nwr = 0;
+	c->lane[0].unsignaled = 0;
 	c->user_inflight = 0;
-	c->unsignaled = 0;
+	c->note_head = c->note_tail = 0;
+	c->lanes_ready = false;
+	c->rq_tail = 0;
 	rc = verbs_post_recvs(c, tp->rq_depth);
 	if (rc) {
 		verbs_seterr(tp, FR_LOG_WARN, "ibv_post_recv: %s",
 			     strerror(rc));
 		verbs_drop_qp(c);
 		return FR_ESYS;
+	}
+	for (i = 1; i < c->nqps; i++) {
+		rc = verbs_lane_create(c, i);
+		if (rc) {
+			verbs_drop_qp(c);
+			return rc;
+		}
 	}
 	return 0;
 }
@@ -832,9 +1149,12 @@ static void verbs_on_route_resolved(struct fr_tp_conn *c)
 {
 	struct fr_tp *tp = c->tp;
 	struct rdma_conn_param param;
-	uint8_t hello[VERBS_HELLO_LEN];
+	uint8_t hello[VERBS_HELLO_LEN + 4 * (VERBS_MAX_QPS - 1)];
+	unsigned int i;
 	int rc;
 
+	/* Propose every QP we want; the acceptor may take fewer. */
+	c->nqps = tp->nqps;
 	rc = verbs_qp_create(c);
 	if (rc) {
 		verbs_conn_fail(c, rc, "cannot create a queue pair: %s",
@@ -845,11 +1165,15 @@ static void verbs_on_route_resolved(struct fr_tp_conn *c)
 	fr_put_le16(hello + 4, VERBS_VERSION);
 	fr_put_le16(hello + 6, VERBS_KIND_HELLO);
 	fr_put_le32(hello + 8, (uint32_t)tp->rank);
-	fr_put_le32(hello + 12, 0);
+	fr_put_le16(hello + 12, (uint16_t)(c->nqps - 1));
+	fr_put_le16(hello + 14, 0);
 	fr_put_le64(hello + 16, tp->nonce);
+	for (i = 1; i < c->nqps; i++)
+		fr_put_le32(hello + VERBS_HELLO_LEN + 4 * (i - 1),
+			    c->lane[i].qp->qp_num);
 	memset(&param, 0, sizeof(param));
 	param.private_data = hello;
-	param.private_data_len = sizeof(hello);
+	param.private_data_len = (uint8_t)(VERBS_HELLO_LEN + 4 * (c->nqps - 1));
 	/* No RDMA READ or atomics either way: the QPs then allow remote
 	 * writes only. */
 	param.responder_resources = 0;
@@ -864,11 +1188,85 @@ static void verbs_on_route_resolved(struct fr_tp_conn *c)
 	c->state = VERBS_CONNECTING;
 }
 
+/* Is qpn a QP number a peer may give (24 bits, not 0 or 1)? */
+static bool verbs_qpn_ok(uint32_t qpn)
+{
+	return qpn > 1 && qpn <= 0xffffff;
+}
+
+/*
+ * The connector's side, on ESTABLISHED: keep the first n lanes (the
+ * acceptor's choice), connect lanes 1..n-1 to the acceptor's QPs listed at
+ * qpns (its lanes are in RTS already: it connected them before replying),
+ * destroy the rest, and tell the acceptor with a lanes-ready message on
+ * lane 0 that ours can receive now.  The acceptor stripes nothing before
+ * that message: its ESTABLISHED comes with our RTU, which librdmacm sends
+ * before we see our own ESTABLISHED and get here.
+ */
+static int verbs_lanes_up(struct fr_tp_conn *c, unsigned int n,
+			  const uint8_t *qpns)
+{
+	struct verbs_lane *l0 = &c->lane[0];
+	struct ibv_send_wr wr, *bad;
+	struct verbs_sqe *e;
+	struct ibv_sge sge;
+	uint8_t *b;
+	unsigned int i;
+	int rc;
+
+	for (i = n; i < c->nqps; i++)
+		verbs_drop_lane(c, i);
+	c->nqps = n;
+	if (n == 1)
+		return 0;
+	for (i = 1; i < n; i++) {
+		uint32_t qpn = fr_get_le32(qpns + 4 * (i - 1));
+
+		if (!verbs_qpn_ok(qpn)) {
+			verbs_seterr(c->tp, FR_LOG_WARN,
+				     "the peer gave QP number %u", qpn);
+			return FR_EPROTO;
+		}
+		rc = verbs_lane_connect(c, i, qpn);
+		if (rc)
+			return rc;
+	}
+	/* Nothing has been posted yet: lane 0's ring is empty. */
+	b = c->ctl + (size_t)(l0->sq_tail % c->sq_cap) * VERBS_CTL_LEN;
+	fr_put_le32(b, VERBS_READY_MAGIC);
+	fr_put_le32(b + 4, n);
+	sge.addr = (uint64_t)(uintptr_t)b;
+	sge.length = VERBS_CTL_LEN;
+	sge.lkey = c->ctl_mr->lkey;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = verbs_wrid(c, false, (uint32_t)l0->sq_tail);
+	wr.opcode = IBV_WR_SEND;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	if (l0->max_inline >= VERBS_CTL_LEN)
+		wr.send_flags |= IBV_SEND_INLINE;
+	rc = ibv_post_send(l0->qp, &wr, &bad);
+	if (rc) {
+		verbs_seterr(c->tp, FR_LOG_WARN,
+			     "ibv_post_send (lanes ready): %s", strerror(rc));
+		return FR_ESYS;
+	}
+	e = &l0->sq[l0->sq_tail % c->sq_cap];
+	memset(e, 0, sizeof(*e));
+	e->kind = VERBS_SQE_PLAIN;
+	l0->sq_tail++;
+	l0->nwr++;
+	c->lanes_ready = true;
+	return 0;
+}
+
 static void verbs_on_established(struct fr_tp_conn *c, const uint8_t *pd,
 				 size_t pdlen)
 {
+	unsigned int extra;
 	char where[96];
-	int rank;
+	int rank, rc;
 
 	if (c->state == VERBS_ACCEPTING) {
 		c->state = VERBS_UP;
@@ -892,6 +1290,23 @@ static void verbs_on_established(struct fr_tp_conn *c, const uint8_t *pd,
 			c, FR_EPROTO,
 			"%s answered as rank %d (protocol version %u), expected rank %d",
 			where, rank, fr_get_le16(pd + 4), c->peer);
+		return;
+	}
+	/* A reply of 12 bytes (or zero padding) takes no extra QP. */
+	extra = pdlen >= VERBS_ACCEPT_LEN ? fr_get_le16(pd + 12) : 0;
+	if (extra > c->nqps - 1 ||
+	    (extra && pdlen < VERBS_ACCEPT_LEN + 4 * (size_t)extra)) {
+		verbs_conn_fail(
+			c, FR_EPROTO,
+			"%s accepted %u extra queue pairs, we proposed %u",
+			where, extra, c->nqps - 1);
+		return;
+	}
+	rc = verbs_lanes_up(c, extra + 1, pd + VERBS_ACCEPT_LEN);
+	if (rc) {
+		verbs_conn_fail(c, rc,
+				"cannot connect the extra queue pairs: %s",
+				c->tp->errbuf);
 		return;
 	}
 	c->state = VERBS_UP;
@@ -950,8 +1365,9 @@ static void verbs_on_request(struct fr_tp *tp, struct rdma_cm_id *id,
 			     const uint8_t *pd, size_t pdlen)
 {
 	struct rdma_conn_param param;
-	uint8_t reply[VERBS_REPLY_LEN];
+	uint8_t reply[VERBS_ACCEPT_LEN + 4 * (VERBS_MAX_QPS - 1)];
 	struct fr_tp_conn *c, *old;
+	unsigned int extra, i;
 	uint16_t version;
 	uint64_t nonce;
 	int rank, rc;
@@ -978,11 +1394,22 @@ static void verbs_on_request(struct fr_tp *tp, struct rdma_cm_id *id,
 		verbs_refuse(id, FR_EAUTH);
 		return;
 	}
-	if (rank < 0 || fr_get_le32(pd + 12)) {
-		fr_warn("verbs: rank %d: refused a malformed hello (rank %d)",
-			tp->rank, rank);
+	extra = fr_get_le16(pd + 12);
+	if (rank < 0 || fr_get_le16(pd + 14) || extra >= VERBS_MAX_QPS ||
+	    pdlen < VERBS_HELLO_LEN + 4 * (size_t)extra) {
+		fr_warn("verbs: rank %d: refused a malformed hello (rank %d, %u extra queue pairs)",
+			tp->rank, rank, extra);
 		verbs_refuse(id, FR_EPROTO);
 		return;
+	}
+	for (i = 0; i < extra; i++) {
+		if (!verbs_qpn_ok(fr_get_le32(pd + VERBS_HELLO_LEN + 4 * i))) {
+			fr_warn("verbs: rank %d: refused a hello from rank %d with QP number %u",
+				tp->rank, rank,
+				fr_get_le32(pd + VERBS_HELLO_LEN + 4 * i));
+			verbs_refuse(id, FR_EPROTO);
+			return;
+		}
 	}
 	old = verbs_incoming_from(tp, rank);
 	if (old && (old->owned || old->state == VERBS_UP)) {
@@ -1014,26 +1441,41 @@ static void verbs_on_request(struct fr_tp *tp, struct rdma_cm_id *id,
 	c->deadline_ms = fr_now_ms() + (uint64_t)tp->timeout_ms;
 	verbs_conn_link(c);
 	tp->npending++;
+	/* As many QPs as both want. */
+	c->nqps = FR_MIN(tp->nqps, extra + 1);
 	rc = verbs_qp_create(c);
+	/* Our extra lanes go to RTS now (the cm id holds the request's path),
+	 * so they can receive before the connector learns their numbers. */
+	verbs_set_ack_timeout(tp, id);
+	for (i = 1; !rc && i < c->nqps; i++)
+		rc = verbs_lane_connect(
+			c, i, fr_get_le32(pd + VERBS_HELLO_LEN + 4 * (i - 1)));
 	if (rc) {
 		fr_warn("verbs: rank %d: refusing rank %d: %s", tp->rank, rank,
 			tp->errbuf);
+		verbs_drop_qp(c);
 		c->id = NULL;
 		verbs_conn_free(c);
 		verbs_refuse(id, FR_EBUSY);
 		return;
 	}
 	verbs_put_reply(reply, VERBS_KIND_ACCEPT, tp->rank);
+	fr_put_le16(reply + 12, (uint16_t)(c->nqps - 1));
+	fr_put_le16(reply + 14, 0);
+	for (i = 1; i < c->nqps; i++)
+		fr_put_le32(reply + VERBS_ACCEPT_LEN + 4 * (i - 1),
+			    c->lane[i].qp->qp_num);
 	memset(&param, 0, sizeof(param));
 	param.private_data = reply;
-	param.private_data_len = sizeof(reply);
+	param.private_data_len =
+		(uint8_t)(VERBS_ACCEPT_LEN + 4 * (c->nqps - 1));
 	param.responder_resources = 0;
 	param.initiator_depth = 0;
 	param.retry_count = tp->retry_cnt;
 	param.rnr_retry_count = VERBS_CM_RETRY;
-	verbs_set_ack_timeout(tp, id);
 	if (rdma_accept(id, &param)) {
-		verbs_conn_fail(c, FR_ESYS, "rdma_accept: %s", fr_syserr(errno));
+		verbs_conn_fail(c, FR_ESYS, "rdma_accept: %s",
+				fr_syserr(errno));
 		return;
 	}
 	fr_dbg("verbs: rank %d: accepting a connection from rank %d", tp->rank,
@@ -1236,46 +1678,255 @@ static void verbs_progress(struct fr_tp *tp)
 
 /* ---- data path: completions ---------------------------------------------- */
 
-/* Retire the ring up to seq s: the writes before it completed without
+/* Is the oldest unposted notification ready (its parts all done)? */
+static bool verbs_note_ready(const struct fr_tp_conn *c)
+{
+	return c->note_head != c->note_tail &&
+	       !c->notes[c->note_head % c->tp->sq_depth].parts_left;
+}
+
+/* Slots of a lane spoken for: lane 0 keeps one per unposted notification. */
+static unsigned int verbs_lane_reserved(const struct fr_tp_conn *c,
+					const struct verbs_lane *l)
+{
+	return l == &c->lane[0] ? (unsigned int)(c->note_tail - c->note_head)
+				: 0;
+}
+
+/* Can lane l take `need` more WRs beside what it has reserved?  At most
+ * sq_depth WRs that are not fences, and never more than the HW queue. */
+static bool verbs_lane_room(const struct fr_tp_conn *c,
+			    const struct verbs_lane *l, unsigned int need)
+{
+	unsigned int r = verbs_lane_reserved(c, l);
+
+	return l->nwr + r + need <= c->tp->sq_depth &&
+	       l->sq_tail - l->sq_head + r + need <= c->sq_cap;
+}
+
+/*
+ * Post one WR on lane i and enter it in the lane's ring.  Signalled when
+ * asked (sig), when it has a ctx (the caller wants to know when its source
+ * is free), every VERBS_SIG_INTERVAL WRs, and when the lane or the
+ * connection is about to fill (a full queue always has a completion
+ * coming).  On failure the connection fails: FR_EPEER.
+ */
+static int verbs_lane_post(struct fr_tp_conn *c, unsigned int i,
+			   struct ibv_send_wr *wr, enum verbs_sqe_kind kind,
+			   uint64_t ctx, struct fr_tp_mr *mr, uint64_t note,
+			   bool sig)
+{
+	struct fr_tp *tp = c->tp;
+	struct verbs_lane *l = &c->lane[i];
+	unsigned int r = verbs_lane_reserved(c, l);
+	struct ibv_send_wr *bad;
+	struct verbs_sqe *e;
+	int rc;
+
+	sig = sig || ctx || l->unsignaled + 1 >= VERBS_SIG_INTERVAL ||
+	      c->user_inflight + 1 >= tp->sq_depth ||
+	      l->nwr + r + 2 >= tp->sq_depth ||
+	      l->sq_tail - l->sq_head + r + 1 >= c->sq_cap;
+	wr->wr_id = verbs_wrid(c, false, (uint32_t)l->sq_tail);
+	if (sig)
+		wr->send_flags |= IBV_SEND_SIGNALED;
+	/* Small payloads are copied into the WQE: no DMA read. */
+	if (wr->num_sge && wr->sg_list->length <= l->max_inline)
+		wr->send_flags |= IBV_SEND_INLINE;
+	rc = ibv_post_send(l->qp, wr, &bad);
+	if (rc) {
+		char why[192];
+
+		/* Our own failure, not the peer's: say so loudly. */
+		fr_warn("verbs: rank %d: ibv_post_send to rank %d (queue pair %u): %s",
+			tp->rank, c->peer, i + 1,
+			verbs_strerror(rc, why, sizeof(why)));
+		verbs_conn_fail(c, FR_EPEER, "ibv_post_send: %s", strerror(rc));
+		return FR_EPEER;
+	}
+	e = &l->sq[l->sq_tail % c->sq_cap];
+	e->ctx = ctx;
+	e->kind = (uint8_t)kind;
+	e->note = note;
+	e->mr = mr && wr->num_sge && !(wr->send_flags & IBV_SEND_INLINE) ? mr
+									 : NULL;
+	if (e->mr)
+		e->mr->inflight++;
+	if (wr->num_sge && (wr->opcode == IBV_WR_RDMA_WRITE ||
+			    wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
+		l->last_raddr = wr->wr.rdma.remote_addr;
+		l->last_rkey = wr->wr.rdma.rkey;
+	}
+	l->sq_tail++;
+	l->nwr++;
+	l->unsignaled = sig ? 0 : l->unsignaled + 1;
+	return 0;
+}
+
+/*
+ * Post the notifications whose parts have all completed, oldest first, on
+ * lane 0 as a send with immediate carrying the whole length (a receive
+ * completion reports only its own WR's length).  Lane 0's slot was
+ * reserved when the write was taken, so the queue has room.
+ */
+static void verbs_notes_post(struct fr_tp_conn *c)
+{
+	struct verbs_lane *l0 = &c->lane[0];
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+
+	while (c->state == VERBS_UP && verbs_note_ready(c)) {
+		struct verbs_note *n =
+			&c->notes[c->note_head % c->tp->sq_depth];
+		uint8_t *b = c->ctl +
+			     (size_t)(l0->sq_tail % c->sq_cap) * VERBS_CTL_LEN;
+
+		fr_put_le32(b, n->len);
+		fr_put_le32(b + 4, VERBS_NOTE_MAGIC);
+		sge.addr = (uint64_t)(uintptr_t)b;
+		sge.length = VERBS_CTL_LEN;
+		sge.lkey = c->ctl_mr->lkey;
+		memset(&wr, 0, sizeof(wr));
+		wr.opcode = IBV_WR_SEND_WITH_IMM;
+		wr.imm_data = htonl(n->imm);
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		/* The reservation becomes the WR. */
+		c->note_head++;
+		if (verbs_lane_post(c, 0, &wr, VERBS_SQE_USER, n->ctx, NULL, 0,
+				    false)) {
+			/* Still owed: it fails with the connection. */
+			c->note_head--;
+			return;
+		}
+	}
+}
+
+/* Retire a lane's ring up to seq s: the WRs before it completed without
  * error (RC completes in order), s itself with `status`. */
-static void verbs_sq_retire(struct fr_tp_conn *c, uint64_t s, int status)
+static void verbs_sq_retire(struct fr_tp_conn *c, struct verbs_lane *l,
+			    uint64_t s, int status)
 {
 	struct fr_tp *tp = c->tp;
 
-	while (c->sq_head <= s) {
-		struct verbs_sqe *e = &c->sq[c->sq_head % c->sq_cap];
+	while (l->sq_head <= s) {
+		struct verbs_sqe *e = &l->sq[l->sq_head % c->sq_cap];
 
 		if (e->mr) {
 			e->mr->inflight--;
 			e->mr = NULL;
 		}
-		if (e->user) {
+		switch (e->kind) {
+		case VERBS_SQE_USER:
 			fr_cqring_push(&tp->ring, FR_CQE_SEND,
-				       c->sq_head == s ? status : 0, c, e->ctx,
+				       l->sq_head == s ? status : 0, c, e->ctx,
 				       0, 0);
 			c->user_inflight--;
+			break;
+		case VERBS_SQE_PART:
+			/* In error too: the notification's turn comes
+			 * when its source is no longer read. */
+			c->notes[e->note % c->tp->sq_depth].parts_left--;
+			break;
+		default:
+			break;
 		}
-		c->sq_head++;
+		if (e->kind != VERBS_SQE_FENCE)
+			l->nwr--;
+		l->sq_head++;
 	}
-	if (c->sq_head == c->sq_tail)
-		c->unsignaled = 0;
+	if (l->sq_head == l->sq_tail)
+		l->unsignaled = 0;
+}
+
+/*
+ * A failed connection's writes that never got their notification posted:
+ * each gets its FR_CQE_SEND with the error, in order, once its parts are
+ * retired (flushed: the source is no longer read) and lane 0 has retired
+ * the writes posted before it.  Returns false when the ring is full.
+ */
+static bool verbs_notes_fail(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->tp;
+
+	while (verbs_note_ready(c) &&
+	       c->lane[0].sq_head == c->lane[0].sq_tail) {
+		struct verbs_note *n = &c->notes[c->note_head % tp->sq_depth];
+
+		if (!n->silent) {
+			if (!fr_cqring_room(&tp->ring))
+				return false;
+			fr_cqring_push(&tp->ring, FR_CQE_SEND,
+				       c->was_up ? FR_EPEER : c->error, c,
+				       n->ctx, 0, 0);
+		}
+		c->user_inflight--;
+		c->note_head++;
+	}
+	return true;
 }
 
 static void verbs_repost(struct fr_tp_conn *c)
 {
 	int rc;
 
-	if (c->state == VERBS_FAILED || !c->qp)
+	if (c->state == VERBS_FAILED || !c->lane[0].qp)
 		return;
 	rc = verbs_post_recvs(c, 1);
 	if (rc)
 		verbs_conn_fail(c, FR_ESYS, "ibv_post_recv: %s", strerror(rc));
 }
 
+/*
+ * A receive on lane 0 that is not a write with immediate: a notification
+ * (send with immediate; its payload holds the length of the whole striped
+ * write) or, at the acceptor, the connector's lanes-ready message.
+ * Returns the write's length, or -1 when it was handled here (ready) or
+ * the connection failed (a malformed message).
+ */
+static int64_t verbs_recv_ctl(struct fr_tp_conn *c, const struct ibv_wc *wc)
+{
+	const uint8_t *b;
+	uint32_t idx = (uint32_t)wc->wr_id % c->tp->rq_depth;
+
+	if (wc->opcode != IBV_WC_RECV || wc->byte_len != VERBS_CTL_LEN) {
+		verbs_conn_fail(
+			c, FR_EPROTO,
+			"rank %d sent a message that is neither a write with immediate nor a notification (opcode %d, %u bytes)",
+			c->peer, (int)wc->opcode, wc->byte_len);
+		return -1;
+	}
+	b = verbs_recv_buf(c, idx);
+	if (wc->wc_flags & IBV_WC_WITH_IMM) {
+		if (fr_get_le32(b + 4) != VERBS_NOTE_MAGIC) {
+			verbs_conn_fail(c, FR_EPROTO,
+					"rank %d sent a malformed notification",
+					c->peer);
+			return -1;
+		}
+		return fr_get_le32(b);
+	}
+	if (!c->incoming || c->nqps < 2 || c->lanes_ready ||
+	    fr_get_le32(b) != VERBS_READY_MAGIC ||
+	    fr_get_le32(b + 4) != c->nqps) {
+		verbs_conn_fail(c, FR_EPROTO,
+				"rank %d sent an unexpected message (%u bytes)",
+				c->peer, wc->byte_len);
+		return -1;
+	}
+	c->lanes_ready = true;
+	fr_dbg("verbs: rank %d: rank %d's %u queue pairs are ready",
+	       c->tp->rank, c->peer, c->nqps);
+	/* Not the caller's: its receive goes back at once. */
+	verbs_repost(c);
+	return -1;
+}
+
 static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 {
 	struct fr_tp *tp = c->tp;
 	struct verbs_held *h;
+	int64_t len;
 	int st;
 
 	if (wc->status != IBV_WC_SUCCESS) {
@@ -1300,38 +1951,39 @@ static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 	}
 	if (c->state == VERBS_FAILED)
 		return; /* landed before the failure; nobody reads it now */
-	if (wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
-		verbs_conn_fail(
-			c, FR_EPROTO,
-			"rank %d sent a message that is not a write with immediate (opcode %d)",
-			c->peer, (int)wc->opcode);
-		return;
+	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+		len = wc->byte_len;
+	} else {
+		len = verbs_recv_ctl(c, wc);
+		if (len < 0)
+			return;
 	}
 	/* Held back until accept(), and behind older held ones. */
 	if (!c->owned || c->held_count) {
 		h = &c->held[(c->held_head + c->held_count) % tp->rq_depth];
 		h->imm = ntohl(wc->imm_data);
-		h->len = wc->byte_len;
+		h->len = (uint32_t)len;
 		c->held_count++;
 		return;
 	}
 	fr_cqring_push(&tp->ring, FR_CQE_RECV, 0, c, 0, ntohl(wc->imm_data),
-		       wc->byte_len);
+		       (uint32_t)len);
 	verbs_repost(c);
 }
 
-static void verbs_wc_send(struct fr_tp_conn *c, const struct ibv_wc *wc)
+static void verbs_wc_send(struct fr_tp_conn *c, struct verbs_lane *l,
+			  const struct ibv_wc *wc)
 {
-	uint32_t off = (uint32_t)wc->wr_id - (uint32_t)c->sq_head;
+	uint32_t off = (uint32_t)wc->wr_id - (uint32_t)l->sq_head;
 	uint64_t s;
 	int st;
 
 	/* Not in the ring: already completed (synthesised after a failure). */
-	if (off >= c->sq_tail - c->sq_head)
+	if (off >= l->sq_tail - l->sq_head)
 		return;
-	s = c->sq_head + off;
+	s = l->sq_head + off;
 	if (wc->status == IBV_WC_SUCCESS) {
-		verbs_sq_retire(c, s, 0);
+		verbs_sq_retire(c, l, s, 0);
 		return;
 	}
 	st = wc->status == IBV_WC_WR_FLUSH_ERR ? FR_EPEER
@@ -1344,7 +1996,38 @@ static void verbs_wc_send(struct fr_tp_conn *c, const struct ibv_wc *wc)
 			c, st,
 			"write to rank %d failed: %s (vendor error 0x%x)",
 			c->peer, ibv_wc_status_str(wc->status), wc->vendor_err);
-	verbs_sq_retire(c, s, st);
+	verbs_sq_retire(c, l, s, st);
+}
+
+/*
+ * The receive of an extra lane (QP i >= 1) completed.  The peer only
+ * writes there, so it completes only when the QP stopped: with the
+ * connection still up (we did not stop it, our own writes on it did not
+ * fail first), the peer's part broke our registration (the HCA refused it
+ * and stopped the QP, flushing the receive), which is FR_ERANGE as for a
+ * write with immediate on QP 0.
+ */
+static void verbs_wc_lane_recv(struct fr_tp_conn *c, unsigned int i,
+			       const struct ibv_wc *wc)
+{
+	if (c->state == VERBS_FAILED)
+		return;
+	if (wc->status == IBV_WC_SUCCESS) {
+		verbs_conn_fail(c, FR_EPROTO,
+				"rank %d sent a message on queue pair %u",
+				c->peer, i + 1);
+		return;
+	}
+	if (wc->status != IBV_WC_WR_FLUSH_ERR && c->state == VERBS_UP)
+		fr_warn("verbs: rank %d: queue pair %u with rank %d failed: %s",
+			c->tp->rank, i + 1, c->peer,
+			ibv_wc_status_str(wc->status));
+	verbs_conn_fail(
+		c,
+		wc->status == IBV_WC_WR_FLUSH_ERR ? FR_ERANGE
+						  : verbs_wc_status(wc->status),
+		"queue pair %u stopped: %s (a write by rank %d outside our registrations)",
+		i + 1, ibv_wc_status_str(wc->status), c->peer);
 }
 
 static void verbs_wc(struct fr_tp *tp, const struct ibv_wc *wc)
@@ -1352,14 +2035,22 @@ static void verbs_wc(struct fr_tp *tp, const struct ibv_wc *wc)
 	uint32_t slot = (uint32_t)(wc->wr_id >> 48);
 	uint32_t gen = (uint32_t)(wc->wr_id >> 33) & 0x7fff;
 	struct fr_tp_conn *c = slot < tp->nslots ? tp->slots[slot] : NULL;
+	unsigned int i;
 
-	/* A QP destroyed meanwhile leaves its completions in the CQ. */
-	if (!c || c->gen != gen || !c->qp || c->qp->qp_num != wc->qp_num)
+	if (!c || c->gen != gen)
 		return;
-	if (wc->wr_id & VERBS_WRID_RECV)
+	/* A QP destroyed meanwhile leaves its completions in the CQ. */
+	for (i = 0; i < c->nqps; i++)
+		if (c->lane[i].qp && c->lane[i].qp->qp_num == wc->qp_num)
+			break;
+	if (i == c->nqps)
+		return;
+	if (!(wc->wr_id & VERBS_WRID_RECV))
+		verbs_wc_send(c, &c->lane[i], wc);
+	else if (!i)
 		verbs_wc_recv(c, wc);
 	else
-		verbs_wc_send(c, wc);
+		verbs_wc_lane_recv(c, i, wc);
 }
 
 /* Poll the CQ while the ring has room for what a batch can produce.
@@ -1400,42 +2091,57 @@ static int verbs_cq_drain(struct fr_tp *tp)
 static void verbs_post_fences(struct fr_tp *tp)
 {
 	struct ibv_send_wr wr, *bad;
+	struct verbs_lane *l;
 	struct verbs_sqe *e;
 	struct fr_tp_conn *c;
+	unsigned int i;
 	int rc;
 
 	for (c = tp->conns; c; c = c->next) {
-		if (c->state != VERBS_UP || !c->unsignaled ||
-		    c->sq_tail - c->sq_head >= c->sq_cap)
-			continue;
-		memset(&wr, 0, sizeof(wr));
-		wr.wr_id = verbs_wrid(c, false, (uint32_t)c->sq_tail);
-		wr.opcode = IBV_WR_RDMA_WRITE;
-		wr.num_sge = 0;
-		wr.send_flags = IBV_SEND_SIGNALED;
-		/* Zero bytes need no valid key; give the last used one
-		 * anyway, for devices that look at it. */
-		wr.wr.rdma.remote_addr = c->last_raddr;
-		wr.wr.rdma.rkey = c->last_rkey;
-		rc = ibv_post_send(c->qp, &wr, &bad);
-		if (rc) {
-			char why[192];
+		for (i = 0; i < c->nqps && c->state == VERBS_UP; i++) {
+			l = &c->lane[i];
+			if (!l->qp || !l->unsignaled ||
+			    l->sq_tail - l->sq_head +
+					    verbs_lane_reserved(c, l) >=
+				    c->sq_cap)
+				continue;
+			memset(&wr, 0, sizeof(wr));
+			wr.wr_id = verbs_wrid(c, false, (uint32_t)l->sq_tail);
+			wr.opcode = IBV_WR_RDMA_WRITE;
+			wr.num_sge = 0;
+			wr.send_flags = IBV_SEND_SIGNALED;
+			/* Zero bytes need no valid key; give the last used
+			 * one anyway, for devices that look at it. */
+			wr.wr.rdma.remote_addr = l->last_raddr;
+			wr.wr.rdma.rkey = l->last_rkey;
+			rc = ibv_post_send(l->qp, &wr, &bad);
+			if (rc) {
+				char why[192];
 
-			fr_warn("verbs: rank %d: ibv_post_send (fence) to rank %d: %s",
-				tp->rank, c->peer,
-				verbs_strerror(rc, why, sizeof(why)));
-			verbs_conn_fail(c, FR_EPEER,
-					"ibv_post_send (fence): %s",
-					strerror(rc));
-			continue;
+				fr_warn("verbs: rank %d: ibv_post_send (fence) to rank %d: %s",
+					tp->rank, c->peer,
+					verbs_strerror(rc, why, sizeof(why)));
+				verbs_conn_fail(c, FR_EPEER,
+						"ibv_post_send (fence): %s",
+						strerror(rc));
+				break;
+			}
+			e = &l->sq[l->sq_tail % c->sq_cap];
+			memset(e, 0, sizeof(*e));
+			e->kind = VERBS_SQE_FENCE;
+			l->sq_tail++;
+			l->unsignaled = 0;
 		}
-		e = &c->sq[c->sq_tail % c->sq_cap];
-		e->ctx = 0;
-		e->mr = NULL;
-		e->user = false;
-		c->sq_tail++;
-		c->unsignaled = 0;
 	}
+}
+
+static void verbs_notes_post_all(struct fr_tp *tp)
+{
+	struct fr_tp_conn *c;
+
+	for (c = tp->conns; c; c = c->next)
+		if (c->state == VERBS_UP && c->note_head != c->note_tail)
+			verbs_notes_post(c);
 }
 
 /* Apply the DISCONNECTED events of live connections (after the drain). */
@@ -1456,6 +2162,7 @@ static void verbs_apply_peer_gone(struct fr_tp *tp)
 static void verbs_flush_owed(struct fr_tp *tp)
 {
 	struct fr_tp_conn *c;
+	unsigned int i;
 
 	for (c = tp->conns; c; c = c->next) {
 		if (!c->owned)
@@ -1478,24 +2185,41 @@ static void verbs_flush_owed(struct fr_tp *tp)
 				       0, 0);
 			c->err_owed = false;
 		}
-		while (c->synth && c->sq_head < c->sq_tail) {
-			if (fr_cqring_room(&tp->ring) < VERBS_WC_FANOUT)
-				return;
-			verbs_sq_retire(c, c->sq_head, FR_EPEER);
+		for (i = 0; c->synth && i < c->nqps; i++) {
+			struct verbs_lane *l = &c->lane[i];
+
+			while (l->sq_head < l->sq_tail) {
+				if (fr_cqring_room(&tp->ring) < VERBS_WC_FANOUT)
+					return;
+				verbs_sq_retire(c, l, l->sq_head, FR_EPEER);
+			}
 		}
+		if (c->state == VERBS_FAILED && !verbs_notes_fail(c))
+			return;
 	}
 }
 
 static bool verbs_owes(const struct fr_tp *tp)
 {
 	const struct fr_tp_conn *c;
+	unsigned int i;
 
 	if (tp->ring.count || tp->fatal)
 		return true;
-	for (c = tp->conns; c; c = c->next)
-		if (c->owned && (c->held_count || c->err_owed || c->peer_gone ||
-				 (c->synth && c->sq_head < c->sq_tail)))
+	for (c = tp->conns; c; c = c->next) {
+		if (!c->owned)
+			continue;
+		if (c->held_count || c->err_owed || c->peer_gone)
 			return true;
+		/* A ready notification: posted (up) or failed (not). */
+		if (verbs_note_ready(c) &&
+		    (c->state == VERBS_UP ||
+		     c->lane[0].sq_head == c->lane[0].sq_tail))
+			return true;
+		for (i = 0; c->synth && i < c->nqps; i++)
+			if (c->lane[i].sq_head < c->lane[i].sq_tail)
+				return true;
+	}
 	return false;
 }
 
@@ -2032,7 +2756,8 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 		      void *addr, size_t *addrlen)
 {
 	struct fr_tp_params p;
-	long ack, retry;
+	long ack, retry, nqps;
+	size_t stripe;
 	struct verbs_choice ch;
 	struct sockaddr *la;
 	struct fr_tp *tp;
@@ -2062,9 +2787,10 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 
 		ack = VERBS_ACK_TIMEOUT;
 		if (e && *e && fr_parse_long(e, 0, 31, &ack)) {
-			verbs_msg(p.errbuf, p.errlen,
-				  "FR_IB_TIMEOUT=\"%s\" is not 0..31 (ACK timeout 4.096 us * 2^n)",
-				  e);
+			verbs_msg(
+				p.errbuf, p.errlen,
+				"FR_IB_TIMEOUT=\"%s\" is not 0..31 (ACK timeout 4.096 us * 2^n)",
+				e);
 			return FR_EINVAL;
 		}
 		e = getenv("FR_IB_RETRY_CNT");
@@ -2072,6 +2798,26 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 		if (e && *e && fr_parse_long(e, 0, 7, &retry)) {
 			verbs_msg(p.errbuf, p.errlen,
 				  "FR_IB_RETRY_CNT=\"%s\" is not 0..7", e);
+			return FR_EINVAL;
+		}
+		e = getenv("FR_IB_QPS");
+		nqps = 1;
+		if (e && *e && fr_parse_long(e, 1, VERBS_MAX_QPS, &nqps)) {
+			verbs_msg(
+				p.errbuf, p.errlen,
+				"FR_IB_QPS=\"%s\" is not 1..%d (queue pairs per connection)",
+				e, VERBS_MAX_QPS);
+			return FR_EINVAL;
+		}
+		e = getenv("FR_IB_STRIPE_BYTES");
+		stripe = VERBS_DEFAULT_STRIPE;
+		if (e && *e &&
+		    (fr_parse_size(e, &stripe) || !stripe ||
+		     stripe > VERBS_MAX_STRIPE)) {
+			verbs_msg(
+				p.errbuf, p.errlen,
+				"FR_IB_STRIPE_BYTES=\"%s\" is not a size of 1 byte to 1G",
+				e);
 			return FR_EINVAL;
 		}
 	}
@@ -2092,6 +2838,8 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 	tp->spin = poll_env && !strcmp(poll_env, "spin");
 	tp->ack_timeout = (uint8_t)ack;
 	tp->retry_cnt = (uint8_t)retry;
+	tp->nqps = (unsigned int)nqps;
+	tp->stripe = stripe;
 
 	rc = FR_ESYS;
 	tp->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -2245,10 +2993,7 @@ static int verbs_connect(struct fr_tp *tp, int peer, const void *addr,
 		verbs_seterr(tp, FR_LOG_WARN,
 			     "malformed address blob for rank %d (%zu bytes)",
 			     peer, addrlen);
-		tp->slots[c->slot] = NULL;
-		free(c->held);
-		free(c->sq);
-		free(c);
+		verbs_conn_destroy(c);
 		return rc;
 	}
 	c->peer = peer;
@@ -2432,16 +3177,39 @@ static int verbs_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
 	return 0;
 }
 
+/*
+ * How a write is cut: into up to nqps parts of `chunk` bytes (a multiple of
+ * VERBS_PART_ALIGN; the last part is shorter), part i on lane i.  Returns
+ * the number of parts; 1 or 0 (len 0): not striped.
+ */
+static unsigned int verbs_parts(const struct fr_tp_conn *c, size_t len,
+				size_t *chunk)
+{
+	size_t k;
+
+	*chunk = len;
+	/* Lane 0 takes a part and a notification: with a queue of one
+	 * write, a striped one could never be posted. */
+	if (!c->lanes_ready || len < c->tp->stripe || c->tp->sq_depth < 2)
+		return len ? 1 : 0;
+	k = (len + c->nqps - 1) / c->nqps;
+	k = (k + VERBS_PART_ALIGN - 1) / VERBS_PART_ALIGN * VERBS_PART_ALIGN;
+	*chunk = k;
+	return (unsigned int)((len + k - 1) / k);
+}
+
 static int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 			   size_t loff, const struct fr_tp_rkey *rkey,
 			   uint64_t roff, size_t len, uint32_t imm,
 			   uint64_t ctx)
 {
-	struct ibv_send_wr wr, *bad;
-	struct verbs_sqe *e;
+	struct ibv_send_wr wr;
+	struct verbs_note *n;
 	struct ibv_sge sge;
 	struct fr_tp *tp;
-	bool sig;
+	unsigned int nparts, i;
+	size_t chunk;
+	uint64_t seq;
 	int rc;
 
 	if (!c)
@@ -2452,9 +3220,9 @@ static int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 	if (c->state != VERBS_UP)
 		return FR_EAGAIN;
 	/*
-	 * One message: the RECV completion reports the length of one WR,
-	 * so a write cannot be split into several, and the port caps a
-	 * message at max_msg_sz.
+	 * One message as far as the port goes: the single-WR path (before
+	 * the extra QPs are ready, below the stripe size) must work for
+	 * every length, and the port caps a message at max_msg_sz.
 	 */
 	if (len > UINT32_MAX || len > tp->max_msg) {
 		verbs_seterr(
@@ -2473,55 +3241,80 @@ static int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 		if (roff > rkey->b || len > rkey->b - roff)
 			return FR_ERANGE;
 	}
-	if (c->user_inflight >= tp->sq_depth ||
-	    c->sq_tail - c->sq_head >= c->sq_cap)
+	if (c->user_inflight >= tp->sq_depth)
 		return FR_EAGAIN;
+	nparts = verbs_parts(c, len, &chunk);
 
 	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = verbs_wrid(c, false, (uint32_t)c->sq_tail);
-	wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-	wr.imm_data = htonl(imm);
 	if (len) {
-		sge.addr = (uint64_t)(uintptr_t)(lmr->base + loff);
-		sge.length = (uint32_t)len;
-		sge.lkey = lmr->mr->lkey;
 		wr.sg_list = &sge;
 		wr.num_sge = 1;
-		wr.wr.rdma.remote_addr = rkey->a + roff;
 		wr.wr.rdma.rkey = rkey->c;
-		/* Small writes are copied into the WQE: no DMA read. */
-		if (len <= c->max_inline)
-			wr.send_flags |= IBV_SEND_INLINE;
+		sge.lkey = lmr->mr->lkey;
 	}
-	sig = ctx || c->unsignaled + 1 >= VERBS_SIG_INTERVAL ||
-	      c->user_inflight + 1 >= tp->sq_depth ||
-	      c->sq_tail - c->sq_head + 1 >= c->sq_cap;
-	if (sig)
-		wr.send_flags |= IBV_SEND_SIGNALED;
-	rc = ibv_post_send(c->qp, &wr, &bad);
-	if (rc) {
-		char why[192];
+	/* The plain case: one write with immediate on lane 0, as long as no
+	 * earlier notification waits (it must reach the peer first). */
+	if (nparts <= 1 && c->note_head == c->note_tail) {
+		if (!verbs_lane_room(c, &c->lane[0], 1))
+			return FR_EAGAIN;
+		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wr.imm_data = htonl(imm);
+		if (len) {
+			sge.addr = (uint64_t)(uintptr_t)(lmr->base + loff);
+			sge.length = (uint32_t)len;
+			wr.wr.rdma.remote_addr = rkey->a + roff;
+		}
+		rc = verbs_lane_post(c, 0, &wr, VERBS_SQE_USER, ctx, lmr, 0,
+				     false);
+		if (rc)
+			return rc;
+		c->user_inflight++;
+		return 0;
+	}
 
-		/* Our own failure, not the peer's: say so loudly. */
-		fr_warn("verbs: rank %d: ibv_post_send to rank %d: %s",
-			tp->rank, c->peer,
-			verbs_strerror(rc, why, sizeof(why)));
-		verbs_conn_fail(c, FR_EPEER, "ibv_post_send: %s", strerror(rc));
-		return FR_EPEER;
-	}
-	e = &c->sq[c->sq_tail % c->sq_cap];
-	e->ctx = ctx;
-	e->user = true;
-	e->mr = len && !(wr.send_flags & IBV_SEND_INLINE) ? lmr : NULL;
-	if (e->mr)
-		e->mr->inflight++;
-	if (len) {
-		c->last_raddr = wr.wr.rdma.remote_addr;
-		c->last_rkey = wr.wr.rdma.rkey;
-	}
-	c->sq_tail++;
+	/*
+	 * Parts now, notification later: lane 0 needs a slot for its part
+	 * (if any) and one reserved for the notification; lanes 1.. one
+	 * each.  All or nothing, so FR_EAGAIN leaves nothing behind.
+	 */
+	if (!verbs_lane_room(c, &c->lane[0], nparts ? 2 : 1))
+		return FR_EAGAIN;
+	for (i = 1; i < nparts; i++)
+		if (!verbs_lane_room(c, &c->lane[i], 1))
+			return FR_EAGAIN;
+	if (nparts > 1)
+		c->nstriped++;
+	seq = c->note_tail;
+	n = &c->notes[seq % tp->sq_depth];
+	n->ctx = ctx;
+	n->imm = imm;
+	n->len = (uint32_t)len;
+	n->parts_left = nparts ? nparts - 1 : 0;
+	n->silent = false;
+	c->note_tail++;
 	c->user_inflight++;
-	c->unsignaled = sig ? 0 : c->unsignaled + 1;
+	/* Lanes 1.. first, each part signalled: its completion (the data
+	 * is placed at the peer) is what the notification waits for. */
+	for (i = nparts; i-- > 0;) {
+		size_t off = (size_t)i * chunk;
+
+		sge.addr = (uint64_t)(uintptr_t)(lmr->base + loff + off);
+		sge.length = (uint32_t)FR_MIN(chunk, len - off);
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.send_flags = 0;
+		wr.wr.rdma.remote_addr = rkey->a + roff + off;
+		rc = verbs_lane_post(c, i, &wr,
+				     i ? VERBS_SQE_PART : VERBS_SQE_PLAIN, 0,
+				     lmr, seq, i > 0);
+		if (rc) {
+			/* The parts not posted never count down; the
+			 * caller learns from rc, not from a completion. */
+			n->parts_left -= i ? i : 0;
+			n->silent = true;
+			return rc;
+		}
+	}
+	verbs_notes_post(c);
 	return 0;
 }
 
@@ -2540,6 +3333,7 @@ static int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 		return rc;
 	verbs_apply_peer_gone(tp);
 	verbs_flush_owed(tp);
+	verbs_notes_post_all(tp);
 	verbs_post_fences(tp);
 	verbs_sweep(tp);
 	n = fr_cqring_pop(&tp->ring, cqe, max);
@@ -2582,7 +3376,10 @@ static int verbs_wait_prepare(struct fr_tp *tp, int *timeout_ms)
 		return FR_EINVAL;
 	if (tp->spin || verbs_owes(tp))
 		return 1;
-	/* An uncovered tail would never raise the completion we sleep on. */
+	/* A notification left unposted (its parts completed in a drain
+	 * outside poll) or an uncovered tail would never raise the
+	 * completion we sleep on. */
+	verbs_notes_post_all(tp);
 	verbs_post_fences(tp);
 	*timeout_ms = verbs_wait_cap(tp, *timeout_ms < 0 ? -1 : *timeout_ms);
 	/* Arm, then look once more: a completion that arrived before the
@@ -2675,8 +3472,8 @@ static void verbs_wake(struct fr_tp *tp)
 	uint64_t one = 1;
 
 	if (tp && write(tp->wfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		fr_dbg("verbs: rank %d: writing the wake eventfd: %s",
-		       tp->rank, fr_syserr(errno));
+		fr_dbg("verbs: rank %d: writing the wake eventfd: %s", tp->rank,
+		       fr_syserr(errno));
 }
 
 static void verbs_close_conn(struct fr_tp_conn *c)
@@ -2684,6 +3481,10 @@ static void verbs_close_conn(struct fr_tp_conn *c)
 	if (!c)
 		return;
 	fr_cqring_purge(&c->tp->ring, c);
+	if (c->nqps > 1)
+		fr_dbg("verbs: rank %d: connection %s rank %d: %u queue pairs, %llu writes striped",
+		       c->tp->rank, c->incoming ? "from" : "to", c->peer,
+		       c->nqps, (unsigned long long)c->nstriped);
 	/* Tell the peer now rather than leave it to its timeouts. */
 	if (c->id && !c->disconnected && c->state == VERBS_UP &&
 	    !rdma_disconnect(c->id))

@@ -5,7 +5,9 @@
 # cluster: NODES network namespaces (perf/bench/netns.sh) with K ranks in
 # each, every node's link shaped to RATE each way.  Ranks of one node share
 # its namespace, hence its link, as ranks of a real node share its NIC; they
-# talk to each other over TCP inside the namespace.  Runs fr_allreduce_perf
+# talk to each other as the library chooses (FR_TRANSPORT, default auto:
+# shm+tcp, shared memory inside the namespace; FR_TRANSPORT=tcp for loopback
+# TCP).  Runs fr_allreduce_perf
 # with FR_ALGO=ring, =hier and =auto, ROUNDS times, and prints rank 0's
 # tables side by side.  --coll picks the collective (fr_allreduce_perf -C:
 # allreduce, the default, reduce_scatter or allgather; sizes are then all
@@ -51,7 +53,7 @@ run() { # ALGO ROUND
 		[ "$RR" = 1 ] && node=$((r % NODES))
 		ip netns exec "frh_h$node" env LD_LIBRARY_PATH="$B/.libs" \
 			FR_RANK=$r FR_NRANKS=$N FR_RENDEZVOUS=198.21.0.1:$port \
-			FR_TRANSPORT="${FR_TRANSPORT:-tcp}" FR_ALGO="$algo" FR_JOB_TOKEN="hier$port" \
+			FR_TRANSPORT="${FR_TRANSPORT:-auto}" FR_ALGO="$algo" FR_JOB_TOKEN="hier$port" \
 			FR_RING_ORDER=$order \
 			timeout 600 "$B/.libs/fr_allreduce_perf" -C "$COLL" -b "${SIZES%% *}" \
 			-e "${SIZES##* }" -f 64 -n "$ITERS" -w 2 >"$out/$1.$2.$r" 2>&1 &

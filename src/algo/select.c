@@ -71,7 +71,8 @@ int fr_algo_from_name(const char *name, fr_algo_t *algo)
 
 static void tune_defaults(struct fr_tune *t, const char *transport)
 {
-	bool verbs = !strcmp(transport, "verbs");
+	/* the mixed transports go by their network side */
+	bool verbs = strstr(transport, "verbs") != NULL;
 	bool shm = !strcmp(transport, "shm");
 
 	/* TCP: a round trip through the kernel and epoll, and 2 ns/B: between

@@ -290,50 +290,52 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
  * auto: shared memory when the launcher says every rank is on this host
  * (and FR_NODE does not emulate several nodes), else shm+verbs where an
  * active RDMA port exists, else shm+tcp: shared memory to the ranks that
- * turn out to share our node, verbs or TCP to the others.  Every rank of a job must choose
- * alike (the rendezvous compares the names), and a rank does not know yet
- * whether another shares its node, so a job over several hosts takes
- * shm+tcp even where a node holds one rank: its shm side then only listens.
+ * turn out to share our node, verbs or TCP to the others.  Every rank of a
+ * job must choose alike (the rendezvous compares the names), and a rank
+ * does not know yet whether another shares its node, so a job over several
+ * hosts takes a mixed transport even where a node holds one rank: its shm
+ * side then only listens.
  */
 static const struct fr_tp_ops *choose_transport(const char *name, int nranks,
 						char *err, size_t errlen)
 {
-	const struct fr_tp_ops *ops, *mux;
+	const struct fr_tp_ops *ops, *net;
 	const char *node = getenv("FR_NODE");
-	char why[256] = "", mwhy[256] = "";
+	char why[256] = "", swhy[256] = "";
+	bool shm_ok, rdma;
 
 	if (!strcmp(name, "auto")) {
+		/* each child probed once: the mixed transports' own probe is
+		 * just the two */
+		ops = fr_transport_find("shm");
+		shm_ok = nranks > 1 && ops && !ops->probe(swhy, sizeof(swhy));
 		if (nranks > 1 && !(node && *node) &&
 		    fr_env_all_local(fr_env_getenv, NULL, nranks)) {
-			ops = fr_transport_find("shm");
-			if (ops && !ops->probe(why, sizeof(why))) {
+			if (shm_ok) {
 				fr_info("transport: shm (the launcher puts all %d ranks on this host)",
 					nranks);
 				return ops;
 			}
-			fr_info("transport: not shm (%s)", why);
+			fr_info("transport: not shm (%s)", swhy);
 		}
-		ops = fr_transport_find("verbs");
-		if (ops && !ops->probe(why, sizeof(why))) {
-			mux = fr_transport_find("shm+verbs");
-			if (nranks > 1 && mux && !mux->probe(mwhy, sizeof(mwhy))) {
-				fr_info("transport: shm+verbs (an active RDMA port was found; shm to the ranks on this node)");
-				return mux;
-			}
-			fr_info("transport: verbs (an active RDMA port was found)");
-			return ops;
-		}
-		if (!ops)
+		net = fr_transport_find("verbs");
+		rdma = net && !net->probe(why, sizeof(why));
+		if (rdma)
+			snprintf(why, sizeof(why),
+				 "an active RDMA port was found");
+		else if (!net)
 			snprintf(why, sizeof(why),
 				 "the verbs transport is not built in");
-		mux = fr_transport_find("shm+tcp");
-		if (nranks > 1 && mux && !mux->probe(mwhy, sizeof(mwhy))) {
-			fr_info("transport: shm+tcp (%s; shm to the ranks on this node)",
-				why);
-			return mux;
+		if (!rdma)
+			net = fr_transport_find("tcp");
+		if (shm_ok) {
+			ops = fr_transport_find(rdma ? "shm+verbs" : "shm+tcp");
+			fr_info("transport: %s (%s; shm to the ranks on this node)",
+				ops->name, why);
+			return ops;
 		}
-		fr_info("transport: tcp (%s)", why);
-		return fr_transport_find("tcp");
+		fr_info("transport: %s (%s)", net->name, why);
+		return net;
 	}
 	ops = fr_transport_find(name);
 	if (!ops) {
@@ -371,7 +373,7 @@ static int card_build(struct fr_comm *c, const void *addr, size_t addrlen,
 		return rc;
 	*p = (uint8_t)kl;
 	p += 1 + kl;
-	fr_put_le16(p, c->node_cpus);
+	fr_put_le16(p, fr_online_cpus());
 	p += 2;
 	fr_put_le64(p, c->node_id);
 	p += 8;
@@ -688,7 +690,6 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 		goto err_areas;
 	}
 	c->node_id = fr_node_id();
-	c->node_cpus = fr_online_cpus();
 	rc = card_build(c, addr, addrlen, &mine);
 	if (rc)
 		goto err_cards;

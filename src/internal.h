@@ -200,7 +200,6 @@ struct fr_comm {
 	uint64_t node_id;
 	int nnodes;
 	double oversub;    /* ranks per online CPU on the busiest node */
-	uint16_t node_cpus; /* this host's online CPUs (our card) */
 	bool nodes_regular;
 	int *local, nlocal, local_index;
 	int *cross, ncross, cross_index;

@@ -237,17 +237,12 @@ int fr_progress_thread_start(struct fr_comm *comm, char *err, size_t errlen)
 		/* the policy's choice cannot be had after all: inherit */
 		fr_warn("rank %d: progress thread: cannot bind it as FR_PROGRESS_CPU=auto chose (%s); it inherits this thread's CPUs",
 			comm->rank, why);
-		pthread_attr_destroy(&attr);
-		if (pthread_attr_init(&attr)) {
-			comm->pt_running = false;
-			snprintf(err, errlen, "pthread_attr_init failed");
-			return FR_ENOMEM;
-		}
 		bind = false;
 		if (sched_getaffinity(0, sizeof(cpus), &cpus))
 			CPU_ZERO(&cpus);
 		snprintf(why, sizeof(why), "FR_PROGRESS_CPU=auto: inherited");
-		rc = pthread_create(&comm->pt, &attr, progress_main, comm);
+		/* default attributes: no binding */
+		rc = pthread_create(&comm->pt, NULL, progress_main, comm);
 	}
 	pthread_attr_destroy(&attr);
 	if (rc) {

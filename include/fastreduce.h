@@ -160,6 +160,9 @@ FR_API int fr_op_from_name(const char *name, fr_op_t *op);
  *                 the nodes, all-gather within each node; two-level
  *                 reduce-scatter (within the node, then across nodes) and
  *                 all-gather (across nodes, then within the node) too
+ *   oneshot       every rank sends its vector to every other and reduces
+ *                 all of them itself: All-Reduce in one step (small
+ *                 vectors, few ranks, long links)
  */
 typedef enum fr_algorithm {
 	FR_ALGO_AUTO = 0,
@@ -169,11 +172,12 @@ typedef enum fr_algorithm {
 	FR_ALGO_TREE = 4,
 	FR_ALGO_DISSEMINATION = 5,
 	FR_ALGO_HIER = 6,
+	FR_ALGO_ONESHOT = 7,
 	FR_ALGO_COUNT
 } fr_algo_t;
 
-/* "auto", "ring", "rd", "rabenseifner", "tree", "dissemination", "hier"
- * ("?"). */
+/* "auto", "ring", "rd", "rabenseifner", "tree", "dissemination", "hier",
+ * "oneshot" ("?"). */
 FR_API const char *fr_algo_name(int algo);
 /* Parse such a name (also "recursive_doubling"); 0 or FR_EINVAL. */
 FR_API int fr_algo_from_name(const char *name, fr_algo_t *algo);

@@ -11,8 +11,13 @@
  * all_gather_perf and broadcast_perf do.  For every datatype x operation x
  * size it runs -w warm-up and -n timed collectives; each rank averages its
  * own time per iteration and the slowest rank's average is reported (a
- * collective is as fast as its last rank).  The columns are those of
- * nccl-tests so numbers can be compared directly:
+ * collective is as fast as its last rank).  Every timed call is also timed
+ * on its own on every rank; after the loop one more small All-Reduce (max)
+ * of those per-call times gives, per call, the slowest rank's time (what a
+ * training step waits for), and median, p99 and min over the calls are
+ * reported next to the mean (--stat picks which one the time, algbw and
+ * busbw columns use; the mean by default, as nccl-tests).  The columns are
+ * those of nccl-tests so numbers can be compared directly:
  *
  *   size  = the largest buffer of the call: count elements for allreduce
  *           and broadcast, nranks * count for reduce_scatter (send) and
@@ -99,8 +104,15 @@ enum {
 	OPT_EF,
 	OPT_OVERLAP,
 	OPT_COMPUTE,
-	OPT_PROGRESS
+	OPT_PROGRESS,
+	OPT_STAT
 };
+
+/* --stat: the statistic of the time column, over the timed calls. */
+enum { STAT_MEAN, STAT_MEDIAN, STAT_P99, STAT_MIN, STAT_COUNT };
+
+static const char *const stat_names[STAT_COUNT] = {"mean", "median", "p99",
+						   "min"};
 
 /* --compute: what the computation of --overlap-ms does. */
 enum { COMPUTE_SLEEP, COMPUTE_SPIN };
@@ -124,13 +136,17 @@ struct opts {
 	double overlap_ms; /* > 0: overlap mode */
 	int compute;	   /* COMPUTE_* */
 	int progress;	   /* fr_progress_t for fr_config_t */
+	int stat;	   /* STAT_*: what time_us is */
 };
 
 struct row {
 	size_t bytes, count;
 	fr_dtype_t dtype;
 	fr_op_t op;
-	double time_us, algbw, busbw;
+	double time_us, algbw, busbw; /* time_us: the --stat statistic */
+	/* The slowest rank's average per call (mean), and over the calls of
+	 * the per-call slowest rank's time: median, p99, min (us) */
+	double mean_us, median_us, p99_us, min_us;
 	long long wrong; /* -1: not checked */
 	int algo;	 /* fr_comm_last_algo() after the timed loop */
 	/* --overlap-ms: time_us is the collective alone (start + wait) */
@@ -156,7 +172,8 @@ struct ctx {
 				     * uses recv only (it is always in place) */
 	size_t buflen;		    /* usable bytes, guard not included */
 	struct meta *meta;	    /* for the tool's own All-Reduces */
-	fr_mem_t *send_mem, *recv_mem, *meta_mem;
+	double *percall;	    /* iters + 1: per-call times, then mean */
+	fr_mem_t *send_mem, *recv_mem, *meta_mem, *percall_mem;
 	struct row *rows;
 	size_t nrows, cap;
 	fr_coll_opts_t zopts; /* -Z, --ef */
@@ -768,10 +785,11 @@ static const char *progress_label(const struct opts *o)
 	return e && *e ? e : "caller";
 }
 
-/* wall / max(compute, comm) of an --overlap-ms row. */
+/* wall / max(compute, comm) of an --overlap-ms row; all three are the
+ * slowest rank's averages, whatever --stat says. */
 static double overlap_ratio(const struct row *r)
 {
-	double m = r->compute_us > r->time_us ? r->compute_us : r->time_us;
+	double m = r->compute_us > r->mean_us ? r->compute_us : r->mean_us;
 
 	return m > 0 ? r->wall_us / m : 0;
 }
@@ -801,7 +819,7 @@ static void print_header(struct ctx *c)
 	char b1[32], b2[32], b3[32];
 
 	if (o->fmt == FMT_CSV) {
-		printf("size,count,type,redop,inplace,time_us,algbw_GBps,busbw_GBps,wrong,algo,collective,root%s%s\n",
+		printf("size,count,type,redop,inplace,time_us,algbw_GBps,busbw_GBps,time_mean_us,time_median_us,time_p99_us,time_min_us,wrong,algo,collective,root%s%s\n",
 		       o->overlap_ms > 0 ? ",compute_us,wall_us,overlap" : "",
 		       o->zmode ? ",compress,ef,relerr,wire_bytes,zratio" : "");
 		fflush(stdout);
@@ -825,6 +843,10 @@ static void print_header(struct ctx *c)
 	       o->step ? "bytes" : "factor", o->warmup, o->iters);
 	printf("#  validation: %d  in-place: %d  registered buffers: %d  progress: %s\n",
 	       o->check, o->inplace, o->reg, progress_label(o));
+	printf("#  time (--stat): %s; median, p99, min: over the %ld calls, of the slowest rank's time per call\n",
+	       o->stat == STAT_MEAN ? "mean, the slowest rank's average"
+				    : stat_names[o->stat],
+	       o->iters);
 	if (o->zmode)
 		printf("#  compression: %s  error feedback: %d  (relerr vs the exact f64 result%s)\n",
 		       fr_compress_name(o->compress), o->ef,
@@ -837,16 +859,18 @@ static void print_header(struct ctx *c)
 	printf("#\n");
 	/* Over the time..#wrong columns, as nccl-tests labels them. */
 	printf("#%53s%s\n", "", o->inplace ? "in-place" : "out-of-place");
-	printf("#%11s %13s %7s %6s %10s %8s %8s %7s %13s", "size", "count",
-	       "type", "redop", "time", "algbw", "busbw", "#wrong", "algo");
+	printf("#%11s %13s %7s %6s %10s %8s %8s %10s %10s %10s %7s %13s",
+	       "size", "count", "type", "redop", "time", "algbw", "busbw",
+	       "median", "p99", "min", "#wrong", "algo");
 	if (o->overlap_ms > 0)
 		printf(" %10s %10s %8s", "compute", "wall", "wall/max");
 	if (o->zmode)
 		printf(" %8s %9s %11s %6s", "compress", "relerr", "wire",
 		       "zratio");
 	printf("\n");
-	printf("#%11s %13s %7s %6s %10s %8s %8s", "(B)", "(elements)", "", "",
-	       "(us)", "(GB/s)", "(GB/s)");
+	printf("#%11s %13s %7s %6s %10s %8s %8s %10s %10s %10s", "(B)",
+	       "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "(us)", "(us)",
+	       "(us)");
 	if (o->overlap_ms > 0 || o->zmode)
 		printf(" %7s %13s", "", "");
 	if (o->overlap_ms > 0)
@@ -870,9 +894,10 @@ static void print_row(struct ctx *c, const struct row *r)
 
 		if (c->o->coll == COLL_BROADCAST)
 			snprintf(root, sizeof(root), "%ld", c->o->root);
-		printf("%zu,%zu,%s,%s,%d,%.3f,%.4f,%.4f,%s,%s,%s,%s", r->bytes,
-		       r->count, fr_dtype_name(r->dtype), op_label(c, r->op),
-		       c->o->inplace, r->time_us, r->algbw, r->busbw,
+		printf("%zu,%zu,%s,%s,%d,%.3f,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%s,%s,%s,%s",
+		       r->bytes, r->count, fr_dtype_name(r->dtype),
+		       op_label(c, r->op), c->o->inplace, r->time_us, r->algbw,
+		       r->busbw, r->mean_us, r->median_us, r->p99_us, r->min_us,
 		       r->wrong < 0 ? "" : w, fr_algo_name(r->algo),
 		       coll_names[c->o->coll], root);
 		if (c->o->overlap_ms > 0)
@@ -887,9 +912,10 @@ static void print_row(struct ctx *c, const struct row *r)
 		}
 		printf("\n");
 	} else if (c->o->fmt == FMT_TABLE) {
-		printf(" %11zu %13zu %7s %6s %10.2f %8.3f %8.3f %7s %13s",
+		printf(" %11zu %13zu %7s %6s %10.2f %8.3f %8.3f %10.2f %10.2f %10.2f %7s %13s",
 		       r->bytes, r->count, fr_dtype_name(r->dtype),
-		       op_label(c, r->op), r->time_us, r->algbw, r->busbw, w,
+		       op_label(c, r->op), r->time_us, r->algbw, r->busbw,
+		       r->median_us, r->p99_us, r->min_us, w,
 		       fr_algo_name(r->algo));
 		if (c->o->overlap_ms > 0)
 			printf(" %10.2f %10.2f %8.3f", r->compute_us,
@@ -947,11 +973,13 @@ static void print_footer(struct ctx *c, long long total_wrong)
 		else
 			printf("\"root\":null,");
 		printf("\"inplace\":%s,\"registered\":%s,\"check\":%s,"
-		       "\"iters\":%ld,\"warmup\":%ld,\"progress\":\"%s\",",
+		       "\"iters\":%ld,\"warmup\":%ld,\"progress\":\"%s\","
+		       "\"stat\":\"%s\",",
 		       c->o->inplace ? "true" : "false",
 		       c->o->reg ? "true" : "false",
 		       c->o->check ? "true" : "false", c->o->iters,
-		       c->o->warmup, progress_label(c->o));
+		       c->o->warmup, progress_label(c->o),
+		       stat_names[c->o->stat]);
 		if (c->o->zmode)
 			printf("\"compress\":\"%s\",\"ef\":%s,",
 			       fr_compress_name(c->o->compress),
@@ -967,10 +995,13 @@ static void print_footer(struct ctx *c, long long total_wrong)
 
 			printf("%s{\"size\":%zu,\"count\":%zu,\"type\":\"%s\","
 			       "\"redop\":\"%s\",\"time_us\":%.3f,"
-			       "\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,",
+			       "\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,"
+			       "\"time_mean_us\":%.3f,\"time_median_us\":%.3f,"
+			       "\"time_p99_us\":%.3f,\"time_min_us\":%.3f,",
 			       i ? "," : "", r->bytes, r->count,
 			       fr_dtype_name(r->dtype), op_label(c, r->op),
-			       r->time_us, r->algbw, r->busbw);
+			       r->time_us, r->algbw, r->busbw, r->mean_us,
+			       r->median_us, r->p99_us, r->min_us);
 			if (r->wrong < 0)
 				printf("\"wrong\":null,");
 			else
@@ -1125,20 +1156,54 @@ enum phase {
 	PH_OVERLAP   /* start, compute, fr_wait */
 };
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Per-call statistics of one timed loop, in microseconds. */
+struct callstats {
+	double mean, median, p99, min;
+};
+
+/*
+ * Median, p99 and min of n per-call times (sorted in place).  The median of
+ * an even number is the mean of the two middle ones; p99 is the nearest
+ * rank, the ceil(0.99 n)-th smallest, so below 100 calls it is the largest.
+ * mpi_coll_bench.c computes them the same way.
+ */
+static void call_stats(double *t, long n, struct callstats *st)
+{
+	long k = (long)ceil(0.99 * (double)n);
+
+	qsort(t, (size_t)n, sizeof(*t), cmp_double);
+	st->min = t[0];
+	st->median = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+	st->p99 = t[(k < 1 ? 1 : k) - 1];
+}
+
 /*
  * Time n iterations of one phase: line the ranks up so the clock starts
  * together everywhere, time the loop, and take the slowest rank's average
  * (us per iteration).  With n_algo/delta, also the algorithm of the last
  * call and the counters' growth over the loop (before the tool's own
- * All-Reduces change them).  Reports its own errors; 0 or -1.
+ * All-Reduces change them).  With st, every call is also timed on its own
+ * (one clock read after each call, nothing else in the loop), and after
+ * the loop one All-Reduce (max) of the n per-call times and the average
+ * gives, per call, the slowest rank's time: st gets their median, p99 and
+ * min, and the slowest rank's average as the mean.  Reports its own
+ * errors; 0 or -1.
  */
 static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 		 enum phase ph, long n, double *us, int *algo,
-		 fr_stats_t *delta)
+		 fr_stats_t *delta, struct callstats *st)
 {
 	fr_stats_t s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
 	fr_request_t *req;
-	uint64_t t0, t1;
+	double *pc = st ? c->percall : NULL;
+	uint64_t t0, t1, prev, now;
 	double t = 0;
 	int rc = 0;
 
@@ -1147,7 +1212,7 @@ static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 		goto fail_meta;
 	if (delta)
 		fr_comm_stats(c->comm, &s0);
-	t0 = pc_now_ns();
+	t0 = prev = pc_now_ns();
 	for (long i = 0; i < n && !rc; i++) {
 		switch (ph) {
 		case PH_BLOCKING:
@@ -1169,8 +1234,13 @@ static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 			rc = fr_wait(&req);
 			break;
 		}
+		if (pc) {
+			now = pc_now_ns();
+			pc[i] = (double)(now - prev);
+			prev = now;
+		}
 	}
-	t1 = pc_now_ns();
+	t1 = pc ? prev : pc_now_ns();
 	if (rc) {
 		lib_error(c, coll_func(c, ph != PH_BLOCKING), rc);
 		return -1;
@@ -1186,10 +1256,25 @@ static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 			s1.compress_out_bytes - s0.compress_out_bytes;
 	}
 	t = (double)(t1 - t0) / 1e3 / (double)n;
-	rc = reduce_max_f64(c, &t);
+	if (!pc) {
+		rc = reduce_max_f64(c, &t);
+		if (rc)
+			goto fail_meta;
+		*us = t;
+		return 0;
+	}
+	/* Per call the slowest rank, and the slowest rank's average, in one
+	 * All-Reduce after the timed loop. */
+	pc[n] = t * 1e3;
+	rc = fr_allreduce(c->comm, FR_IN_PLACE, pc, (size_t)n + 1, FR_F64,
+			  FR_MAX);
 	if (rc)
 		goto fail_meta;
-	*us = t;
+	st->mean = pc[n] / 1e3;
+	for (long i = 0; i < n; i++)
+		pc[i] /= 1e3;
+	call_stats(pc, n, st);
+	*us = st->mean;
 	return 0;
 
 fail_meta:
@@ -1298,6 +1383,7 @@ static int run_size(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 			.relerr = -1};
 	bool ovl = o->overlap_ms > 0;
 	fr_stats_t d = {.size = sizeof(d)};
+	struct callstats st;
 	uint64_t w;
 	double t;
 	int rc;
@@ -1323,15 +1409,33 @@ static int run_size(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 	/* The collective alone: blocking, or with --overlap-ms started and
 	 * waited for, as the overlapped loop does. */
 	if (timed(c, dt, op, count, ovl ? PH_COMM : PH_BLOCKING, o->iters, &t,
-		  &r.algo, &d))
+		  &r.algo, &d, &st))
 		return -1;
+	r.mean_us = st.mean;
+	r.median_us = st.median;
+	r.p99_us = st.p99;
+	r.min_us = st.min;
+	switch (o->stat) {
+	case STAT_MEDIAN:
+		t = st.median;
+		break;
+	case STAT_P99:
+		t = st.p99;
+		break;
+	case STAT_MIN:
+		t = st.min;
+		break;
+	default:
+		t = st.mean;
+		break;
+	}
 	r.time_us = t;
 	r.algbw = t > 0 ? (double)bytes / (t * 1e3) : 0; /* B/ns = GB/s */
 	r.busbw = r.algbw * coll_busbw_factor(o->coll, c->nranks);
 	if (ovl && (timed(c, dt, op, count, PH_COMPUTE, o->iters, &r.compute_us,
-			  NULL, NULL) ||
+			  NULL, NULL, NULL) ||
 		    timed(c, dt, op, count, PH_OVERLAP, o->iters, &r.wall_us,
-			  NULL, NULL)))
+			  NULL, NULL, NULL)))
 		return -1;
 	if (o->zmode) {
 		uint64_t v[3] = {d.wire_bytes, d.compress_in_bytes,
@@ -1448,6 +1552,10 @@ static void usage(FILE *f)
 		"  -i, --stepbytes SIZE     add SIZE instead of multiplying\n"
 		"  -n, --iters N            timed iterations per size (default 20)\n"
 		"  -w, --warmup_iters N     untimed iterations first (default 5)\n"
+		"      --stat STAT          what time, algbw and busbw use: mean (default: the\n"
+		"                           slowest rank's average, as nccl-tests), median,\n"
+		"                           p99 or min over the calls of the slowest rank's\n"
+		"                           time per call (the median, p99 and min columns)\n"
 		"  -d, --datatype TYPE      f32 (default), f64, f16, bf16, i8, u8, i32, u32,\n"
 		"                           i64, u64, or all\n"
 		"  -o, --op OP              sum (default), prod, min, max, avg, or all\n"
@@ -1509,6 +1617,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"overlap-ms", required_argument, NULL, OPT_OVERLAP},
 		{"compute", required_argument, NULL, OPT_COMPUTE},
 		{"progress", required_argument, NULL, OPT_PROGRESS},
+		{"stat", required_argument, NULL, OPT_STAT},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -1648,6 +1757,15 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				return bad("--progress (thread or caller)",
 					   optarg);
 			break;
+		case OPT_STAT:
+			o->stat = -1;
+			for (int i = 0; i < STAT_COUNT; i++)
+				if (!strcmp(optarg, stat_names[i]))
+					o->stat = i;
+			if (o->stat < 0)
+				return bad("--stat (mean, median, p99, min)",
+					   optarg);
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -1755,6 +1873,8 @@ int main(int argc, char **argv)
 	c.recv = alloc_buf(c.buflen);
 	c.send = o.inplace ? c.recv : alloc_buf(c.buflen);
 	c.meta = alloc_buf(sizeof(*c.meta));
+	/* Per-call times of a row, and its mean, for one All-Reduce (max). */
+	c.percall = alloc_buf(((size_t)o.iters + 1) * sizeof(double));
 	if (o.ef) {
 		c.residual = calloc(c.buflen / sizeof(float), sizeof(float));
 		if (o.check)
@@ -1763,8 +1883,8 @@ int main(int argc, char **argv)
 	fr_coll_opts_init(&c.zopts);
 	c.zopts.compress = o.compress;
 	c.zopts.residual = c.residual;
-	if (!c.recv || !c.send || !c.meta || (o.ef && !c.residual) ||
-	    (o.ef && o.check && !c.acc)) {
+	if (!c.recv || !c.send || !c.meta || !c.percall ||
+	    (o.ef && !c.residual) || (o.ef && o.check && !c.acc)) {
 		fprintf(stderr,
 			"fr_allreduce_perf: rank %d: cannot allocate 2 x %zu bytes\n",
 			c.rank, c.buflen);
@@ -1778,6 +1898,11 @@ int main(int argc, char **argv)
 		if (!rc)
 			rc = fr_mem_register(c.comm, c.meta, sizeof(*c.meta),
 					     &c.meta_mem);
+		if (!rc)
+			rc = fr_mem_register(c.comm, c.percall,
+					     ((size_t)o.iters + 1) *
+						     sizeof(double),
+					     &c.percall_mem);
 		if (rc) {
 			lib_error(&c, "fr_mem_register", rc);
 			goto out;
@@ -1801,6 +1926,9 @@ int main(int argc, char **argv)
 
 out:
 	/* Teardown continues past a failure: free everything we hold. */
+	rc = fr_mem_deregister(c.percall_mem);
+	if (rc)
+		lib_error(&c, "fr_mem_deregister", rc);
 	rc = fr_mem_deregister(c.meta_mem);
 	if (rc)
 		lib_error(&c, "fr_mem_deregister", rc);
@@ -1821,6 +1949,7 @@ out:
 		free(c.send);
 	free(c.recv);
 	free(c.meta);
+	free(c.percall);
 	free(c.residual);
 	free(c.acc);
 	free(c.rows);

@@ -51,6 +51,7 @@
 #include "internal.h"
 #include "peer.h"
 #include "perf_common.h"
+#include "perf_kernel.h"
 #include "reduce.h"
 #include "step/step.h"
 
@@ -270,8 +271,7 @@ static double run_phase(struct job *j, struct phase *ph, struct codec *cd)
 	/* a barrier starts every step together, as the previous step's
 	 * All-Reduce would */
 	check(j, fr_barrier(j->comm), "fr_barrier");
-	saved = j->comm->algo_forced;
-	j->comm->algo_forced = ph->algo;
+	saved = fr_algo_force(j->comm, ph->algo);
 	t0 = pc_now_ns();
 	if (ph->kind != PH_COMM)
 		backward(j, ph->kind == PH_STEP ? ph->b : NULL);
@@ -287,7 +287,7 @@ static double run_phase(struct job *j, struct phase *ph, struct codec *cd)
 				   FR_F32, FR_AVG),
 		      "fr_allreduce");
 	}
-	j->comm->algo_forced = saved;
+	fr_algo_force(j->comm, saved);
 	return (double)(pc_now_ns() - t0) * 1e-6;
 }
 
@@ -367,31 +367,6 @@ static double gemm_gflops(void)
 	free(c);
 	/* keep the products alive without printing them */
 	return 2.0 * N * N * N / best + (sink < 0 ? 1e-9 : 0);
-}
-
-/* ns per byte of one input of the f32 sum kernel, in cache (as fr_tune). */
-static double time_kernel(void)
-{
-	size_t bytes = 256u << 10, n = bytes / 4;
-	float *a = calloc(1, bytes), *b = calloc(1, bytes);
-	fr_reduce_fn k = fr_reduce_kernel(FR_F32, FR_SUM);
-	double best = 1e30;
-
-	if (!a || !b || !k) {
-		free(a);
-		free(b);
-		return -1;
-	}
-	for (int r = 0; r < 7; r++) {
-		uint64_t t0 = pc_now_ns();
-
-		for (int i = 0; i < 20; i++)
-			k(a, a, b, n);
-		best = fmin(best, (double)(pc_now_ns() - t0) / (20.0 * bytes));
-	}
-	free(a);
-	free(b);
-	return best;
 }
 
 static int lg(int n)
@@ -620,7 +595,7 @@ static void measure_all(struct job *j)
 	struct codec cd[M_COUNT] = {0};
 	fr_buckets_t *bk[M_COUNT] = {0};
 	fr_mem_t *mem = NULL;
-	double g[1] = {time_kernel()};
+	double g[1] = {pc_kernel_ns(FR_F32)};
 	int nph = 0;
 
 	/* the kernel is timed alone, in cache, as fr_tune does */
@@ -1542,16 +1517,11 @@ int main(int argc, char **argv)
 		}
 		/* a communicator's cost model without a communicator */
 		{
-			struct fr_comm *fake = calloc(1, sizeof(*fake));
 			const char *tp = getenv("FR_TRANSPORT");
 			char err[256];
 
-			if (!fake)
-				goto out_buckets;
 			tp = tp && !strcmp(tp, "verbs") ? "verbs" : "tcp";
-			rc = fr_tune_load(fake, tp, err, sizeof(err));
-			j.link.tune = fake->tune;
-			free(fake);
+			rc = fr_tune_load(&j.link.tune, tp, err, sizeof(err));
 			if (rc) {
 				fprintf(stderr, "fr_step: %s\n", err);
 				goto out_buckets;
@@ -1624,8 +1594,8 @@ int main(int argc, char **argv)
 			0.05f;
 	/* the library chooses its algorithms with its own model (built-in
 	 * or FR_TUNE_FILE) during the run; the prediction does the same */
-	j.choose = j.comm->tune;
-	j.link.tune = j.comm->tune;
+	fr_tune_get(j.comm, &j.choose);
+	fr_tune_get(j.comm, &j.link.tune);
 	j.link.choose = &j.choose;
 	j.link.nranks = j.n;
 	j.link.payload_max = fr_msg_payload_max(j.comm);

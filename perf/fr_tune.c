@@ -31,6 +31,7 @@
 #include "fastreduce.h"
 #include "internal.h"
 #include "perf_common.h"
+#include "perf_kernel.h"
 #include "reduce.h"
 
 struct tool {
@@ -66,11 +67,11 @@ static double time_allreduce(struct tool *t, int algo, size_t bytes)
 			    ? (t->iters / 2 > 5 ? t->iters / 2 : 5)
 			    : t->iters;
 	double *v = malloc(sizeof(double) * (size_t)iters), med;
-	int saved = t->comm->algo_forced;
+	int saved;
 
 	if (!v)
 		exit(1);
-	t->comm->algo_forced = algo;
+	saved = fr_algo_force(t->comm, algo);
 	for (int i = -2; i < iters; i++) {
 		uint64_t t0 = pc_now_ns();
 		int rc = fr_allreduce(t->comm, FR_IN_PLACE, t->buf, bytes / 4,
@@ -84,33 +85,22 @@ static double time_allreduce(struct tool *t, int algo, size_t bytes)
 		if (i >= 0)
 			v[i] = (double)(pc_now_ns() - t0) / 1e3;
 	}
-	t->comm->algo_forced = saved;
+	fr_algo_force(t->comm, saved);
 	qsort(v, (size_t)iters, sizeof(double), cmp_double);
 	med = v[iters / 2];
 	free(v);
 	return agree_max(t, med);
 }
 
-/* ns per byte of one input of the sum kernel, in cache. */
+/* ns per byte of one input of the sum kernel, in cache, the slowest
+ * rank's. */
 static double time_kernel(struct tool *t, fr_dtype_t dt)
 {
-	size_t bytes = 256u << 10, es = fr_dtype_size(dt), n = bytes / es;
-	uint8_t *a = calloc(1, bytes), *b = calloc(1, bytes);
-	fr_reduce_fn k = fr_reduce_kernel(dt, FR_SUM);
-	double best = 1e30;
+	double ns = pc_kernel_ns(dt);
 
-	if (!a || !b || !k)
+	if (ns < 0)
 		exit(1);
-	for (int r = 0; r < 7; r++) {
-		uint64_t t0 = pc_now_ns();
-
-		for (int i = 0; i < 20; i++)
-			k(a, a, b, n);
-		best = fmin(best, (double)(pc_now_ns() - t0) / (20.0 * bytes));
-	}
-	free(a);
-	free(b);
-	return agree_max(t, best);
+	return agree_max(t, ns);
 }
 
 static int lg(int n)
@@ -207,7 +197,7 @@ int main(int argc, char **argv)
 	t.buf = calloc(1, big);
 	if (!t.buf)
 		return 1;
-	tn = t.comm->tune;
+	fr_tune_get(t.comm, &tn);
 	L = lg(t.n);
 	pof2 = 1 << L;
 	f = pof2 != t.n;
@@ -230,9 +220,16 @@ int main(int argc, char **argv)
 	    b;
 	c = fmax(c, 0);
 	tn.alpha_us = a;
+	/* each extra message of the one-shot All-Reduce: from its 8-byte
+	 * time, one latency and p - 2 of them (2 ranks: none to see) */
+	tn.msg_us = FR_MSG_PER_ALPHA * a; /* as built in */
+	if (p > 2)
+		tn.msg_us = fmax((time_allreduce(&t, FR_ALGO_ONESHOT, 8) - a) /
+					 (p - 2),
+				 0);
 	tn.beta_ns = b * 1e3;
 	tn.copy_ns = c * 1e3;
-	t.comm->tune = tn;
+	fr_tune_set(t.comm, &tn);
 
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&now));
 	if (t.rank == 0) {
@@ -252,6 +249,8 @@ int main(int argc, char **argv)
 				fr_comm_transport(t.comm), tn.beta_ns);
 			fprintf(o, "%s.copy_ns = %.4f\n",
 				fr_comm_transport(t.comm), tn.copy_ns);
+			fprintf(o, "%s.msg_us = %.3f\n",
+				fr_comm_transport(t.comm), tn.msg_us);
 			for (int d = 0; d < FR_DTYPE_COUNT; d++)
 				fprintf(o, "gamma_ns.%s = %.4f\n",
 					fr_dtype_name((fr_dtype_t)d),

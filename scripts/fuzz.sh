@@ -35,7 +35,8 @@ build() {
 	# not src/pmix.c: env.c never calls PMIx when fuzzing (FR_FUZZING), so
 	# the harnesses need neither libpmix nor its headers
 	srcs=$(ls "$top"/src/*.c "$top"/src/algo/*.c "$top"/transports/tcp/*.c \
-		"$top"/transports/shm/*.c "$top"/transports/mux/*.c)
+		"$top"/transports/shm/*.c "$top"/transports/mux/*.c \
+		"$top"/transports/common/*.c)
 	srcs=${srcs/"$top/src/pmix.c"/}
 	if grep -q '^#define FR_HAVE_VERBS 1' "$b/config.h"; then
 		srcs="$srcs $(ls "$top"/transports/verbs/*.c)"

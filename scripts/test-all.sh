@@ -41,13 +41,16 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 	{ cat build-asan/test-suite.log 2>/dev/null | tail -100; exit 1; }
 
 # The progress thread and the communicator's lock: the tests that run
-# threads (the progress thread, a second application thread) under
+# threads (the progress thread, a second application thread, several
+# communicators in one process: test_peer, test_engine) under
 # ThreadSanitizer; any report fails the run.
 step "ThreadSanitizer build and the threaded tests"
 mkdir -p build-tsan
 (cd build-tsan && ../configure --enable-werror --enable-tsan --enable-debug \
 	--enable-verbs=no >/dev/null && make -j"$jobs" >/dev/null &&
-	make -j"$jobs" tests/mp_allreduce >/dev/null &&
+	make -j"$jobs" tests/mp_allreduce tests/test_peer tests/test_engine >/dev/null &&
+	TSAN_OPTIONS="halt_on_error=1 exitcode=66" ./tests/test_peer >/dev/null &&
+	TSAN_OPTIONS="halt_on_error=1 exitcode=66" ./tests/test_engine >/dev/null &&
 	FR_BUILDDIR="$PWD" FR_TEST_RANKS="1 2 3 4" \
 	TSAN_OPTIONS="halt_on_error=1 exitcode=66" bash "$top/tests/mp_training.sh") ||
 	{ echo "ThreadSanitizer stage failed"; exit 1; }
@@ -70,8 +73,9 @@ bash "$top/tests/valgrind.sh" "$top/build"
 # scripts, data and Python files of the tarball (a plain `make distcheck`
 # runs everything).
 step "make distcheck"
-dist_tests="tests/test_errors tests/test_env tests/test_bootstrap tests/test_ring \
+dist_tests="tests/layers.sh tests/test_errors tests/test_env tests/test_bootstrap tests/test_ring \
 tests/test_select tests/test_reduce tests/test_transport tests/test_mem tests/test_affinity \
+tests/test_peer tests/test_engine \
 tests/mp_matrix.sh tests/mp_example.sh tests/mp_perf_smoke.sh tests/mp_python.sh"
 (cd build && FR_VM_TESTS=0 make -j"$jobs" distcheck TESTS="$dist_tests" >/dev/null) ||
 	{ echo "distcheck failed"; exit 1; }

@@ -56,8 +56,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fastreduce.h"
 #include "affinity.h"
+#include "fastreduce.h"
 
 #ifdef FR_HAVE_HWLOC
 #include <hwloc/glibc-sched.h>
@@ -119,9 +119,10 @@ int fr_affinity_parse(const char *s, int *mode, cpu_set_t *list, char *err,
 		return 0;
 	}
 	if (parse_list(s, list)) {
-		snprintf(err, errlen,
-			 "FR_PROGRESS_CPU=\"%s\" is not auto, none or a CPU list such as 3, 0,2 or 2-3 (CPUs 0 to %d)",
-			 s, CPU_SETSIZE - 1);
+		snprintf(
+			err, errlen,
+			"FR_PROGRESS_CPU=\"%s\" is not auto, none or a CPU list such as 3, 0,2 or 2-3 (CPUs 0 to %d)",
+			s, CPU_SETSIZE - 1);
 		return FR_EINVAL;
 	}
 	*mode = FR_CPU_LIST;
@@ -272,9 +273,10 @@ int fr_affinity_policy(hwloc_topology_t topo, hwloc_const_cpuset_t allowed,
 			hwloc_bitmap_and(out, last->cpuset, cand);
 		else
 			hwloc_bitmap_copy(out, cand);
-		snprintf(why, whylen,
-			 "the process is bound to %d cores: the last core of %s",
-			 n, where);
+		snprintf(
+			why, whylen,
+			"the process is bound to %d cores: the last core of %s",
+			n, where);
 		rule = FR_AFF_LAST_CORE;
 	}
 done:
@@ -309,14 +311,16 @@ void fr_affinity_choose(int mode, const cpu_set_t *list,
 	}
 	*out = mine;
 	if (mode == FR_CPU_NONE) {
-		snprintf(why, whylen,
-			 "FR_PROGRESS_CPU=none: inherited from the creating thread");
+		snprintf(
+			why, whylen,
+			"FR_PROGRESS_CPU=none: inherited from the creating thread");
 		return;
 	}
 #ifndef FR_HAVE_HWLOC
 	(void)device;
-	snprintf(why, whylen,
-		 "FR_PROGRESS_CPU=auto, but built without hwloc: inherited from the creating thread");
+	snprintf(
+		why, whylen,
+		"FR_PROGRESS_CPU=auto, but built without hwloc: inherited from the creating thread");
 #else
 	{
 		hwloc_topology_t topo;
@@ -325,21 +329,24 @@ void fr_affinity_choose(int mode, const cpu_set_t *list,
 		cpu_set_t chosen;
 
 		if (hwloc_topology_init(&topo)) {
-			snprintf(why, whylen,
-				 "FR_PROGRESS_CPU=auto: hwloc failed: inherited");
+			snprintf(
+				why, whylen,
+				"FR_PROGRESS_CPU=auto: hwloc failed: inherited");
 			return;
 		}
 		if (hwloc_topology_load(topo)) {
-			snprintf(why, whylen,
-				 "FR_PROGRESS_CPU=auto: hwloc cannot read the topology: inherited");
+			snprintf(
+				why, whylen,
+				"FR_PROGRESS_CPU=auto: hwloc cannot read the topology: inherited");
 			goto done;
 		}
 		allowed = hwloc_bitmap_alloc();
 		dev = device ? hwloc_bitmap_alloc() : NULL;
 		res = hwloc_bitmap_alloc();
 		if (!allowed || (device && !dev) || !res) {
-			snprintf(why, whylen,
-				 "FR_PROGRESS_CPU=auto: out of memory: inherited");
+			snprintf(
+				why, whylen,
+				"FR_PROGRESS_CPU=auto: out of memory: inherited");
 			goto done;
 		}
 		hwloc_cpuset_from_glibc_sched_affinity(topo, allowed, &mine,
@@ -356,11 +363,43 @@ void fr_affinity_choose(int mode, const cpu_set_t *list,
 			*out = chosen;
 		}
 		snprintf(why, whylen, "FR_PROGRESS_CPU=auto: %s", reason);
-done:
+	done:
 		hwloc_bitmap_free(res);
 		hwloc_bitmap_free(dev);
 		hwloc_bitmap_free(allowed);
 		hwloc_topology_destroy(topo);
 	}
 #endif
+}
+
+/*
+ * Move the calling thread to another CPU of its own affinity mask, and
+ * leave the mask as it was: setting a mask of one CPU migrates the thread
+ * there at once, and the kernel has no reason to move it back when the
+ * whole mask is restored.  rnd picks which of the other CPUs.  0, or
+ * FR_ESYS (nothing changed) where the mask has one CPU or cannot be read.
+ */
+int fr_cpu_nudge(uint64_t rnd)
+{
+	cpu_set_t mine, one;
+	int cur = sched_getcpu(), n, pick;
+
+	if (cur < 0 || sched_getaffinity(0, sizeof(mine), &mine))
+		return FR_ESYS;
+	n = CPU_COUNT(&mine) - (CPU_ISSET(cur, &mine) ? 1 : 0);
+	if (n < 1)
+		return FR_ESYS;
+	pick = (int)(rnd % (uint64_t)n);
+	CPU_ZERO(&one);
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		if (!CPU_ISSET(c, &mine) || c == cur || pick-- > 0)
+			continue;
+		CPU_SET(c, &one);
+		break;
+	}
+	if (sched_setaffinity(0, sizeof(one), &one))
+		return FR_ESYS;
+	/* the thread's own mask again: only the move remains */
+	(void)sched_setaffinity(0, sizeof(mine), &mine);
+	return 0;
 }

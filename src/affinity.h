@@ -2,7 +2,8 @@
 /*
  * affinity.h - where the progress thread runs (FR_PROGRESS_CPU): parsing,
  * the automatic placement policy (pure, unit tested over hwloc synthetic
- * topologies) and the decision for this process.  See affinity.c.
+ * topologies) and the decision for this process; moving a spinning rank
+ * off a shared core (fr_cpu_nudge).  See affinity.c.
  */
 #ifndef FR_AFFINITY_H
 #define FR_AFFINITY_H
@@ -10,6 +11,7 @@
 #include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef FR_HAVE_HWLOC
 #include <hwloc.h>
@@ -42,6 +44,14 @@ void fr_cpulist_format(const cpu_set_t *set, char *buf, size_t len);
 void fr_affinity_choose(int mode, const cpu_set_t *list,
 			const cpu_set_t *device, bool *bind, cpu_set_t *out,
 			char *why, size_t whylen);
+
+/*
+ * Move the calling thread to another CPU of its affinity mask (rnd picks
+ * which), leaving the mask as it was; for ranks that find themselves
+ * sharing a core with an idle one beside it (request.c, wait_done).  0 or
+ * FR_ESYS.
+ */
+int fr_cpu_nudge(uint64_t rnd);
 
 #ifdef FR_HAVE_HWLOC
 /* Which rule of the policy decided (affinity.c). */

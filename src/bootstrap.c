@@ -24,6 +24,7 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,7 @@ struct fr_boot {
 	uint64_t deadline_ms;
 	char local_ip[64];
 	int fd; /* rank 0: listening socket; others: connection to rank 0 */
+	uint32_t rtt_us; /* others: how long the connect to rank 0 took */
 	/* rank 0 */
 	struct boot_conn pending[BOOT_MAX_PENDING];
 	int npending;
@@ -601,6 +603,27 @@ static int exchange_root(struct fr_boot *b, const char *config,
 
 /* ---- other ranks ------------------------------------------------------------ */
 
+/*
+ * The handshake that connected us is one round trip to rank 0: the
+ * network's latency, for the cost model (comm.c, fr_tune_link).  The
+ * kernel timed it when the SYN-ACK came in (TCP_INFO's rtt), untouched by
+ * how late this process got to run afterwards on a busy host; where it
+ * cannot say, the time since connect().
+ */
+static uint32_t handshake_rtt_us(int fd, uint64_t t0)
+{
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
+	uint64_t us = (fr_now_ns() - t0) / 1000u;
+
+	memset(&ti, 0, sizeof(ti));
+	if (!getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) &&
+	    len >= offsetof(struct tcp_info, tcpi_rtt) + sizeof(ti.tcpi_rtt) &&
+	    ti.tcpi_rtt)
+		us = ti.tcpi_rtt;
+	return (uint32_t)FR_MIN(us, (uint64_t)UINT32_MAX);
+}
+
 static int begin_client(struct fr_boot *b)
 {
 	char host[256];
@@ -608,6 +631,7 @@ static int begin_client(struct fr_boot *b)
 	struct sockaddr_storage ss, me;
 	socklen_t sl, ml = sizeof(me);
 	int delay_ms = 10, last_errno = 0;
+	uint64_t t0;
 
 	if (fr_parse_hostport(b->p.rendezvous, host, sizeof(host), &port) ||
 	    fr_resolve(host, port, &ss, &sl))
@@ -622,6 +646,7 @@ static int begin_client(struct fr_boot *b)
 			return fail(b, FR_ESYS, "socket: %s",
 				    fr_syserr(errno));
 		set_nonblock(fd);
+		t0 = fr_now_ns();
 		if (connect(fd, (struct sockaddr *)&ss, sl) == 0 ||
 		    errno == EINPROGRESS) {
 			struct pollfd pfd = { fd, POLLOUT, 0 };
@@ -633,6 +658,7 @@ static int begin_client(struct fr_boot *b)
 			    !getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) &&
 			    !err) {
 				b->fd = fd;
+				b->rtt_us = handshake_rtt_us(fd, t0);
 				break;
 			}
 			last_errno = err ? err : ETIMEDOUT;
@@ -768,6 +794,11 @@ int fr_boot_begin(const struct fr_boot_params *p, struct fr_boot **boot)
 const char *fr_boot_local_ip(const struct fr_boot *boot)
 {
 	return boot->local_ip;
+}
+
+uint32_t fr_boot_rtt_us(const struct fr_boot *boot)
+{
+	return boot->rtt_us;
 }
 
 int fr_boot_exchange(struct fr_boot *boot, const char *config,

@@ -58,6 +58,9 @@ struct fr_boot;
  * interface that reaches the rendezvous (for the transport to bind). */
 int fr_boot_begin(const struct fr_boot_params *p, struct fr_boot **boot);
 const char *fr_boot_local_ip(const struct fr_boot *boot);
+/* Microseconds the TCP handshake with rank 0 took (a round trip; 0 on
+ * rank 0), known after phase 1. */
+uint32_t fr_boot_rtt_us(const struct fr_boot *boot);
 /* Phase 2: trade cards.  cards[] has nranks entries; on success cards[r]
  * holds rank r's card and *nonce the job nonce. */
 int fr_boot_exchange(struct fr_boot *boot, const char *config,

@@ -15,6 +15,9 @@
  * Each bucket is an in-place All-Reduce of its part of the arena, which is
  * registered once here (zero copy on the ring); with compression, its part
  * of the per-element residual gives error feedback.
+ *
+ * Layer: entry points.  Calls coll.c (fr_iallreduce_locked), the engine
+ * (lock, request waits) and the base.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -262,8 +265,8 @@ int fr_buckets_ready(fr_buckets_t *g, size_t offset, size_t count)
 		return FR_EINVAL;
 	comm = g->comm;
 	fr_lock(comm);
-	if (comm->failed) {
-		rc = comm->failed;
+	if (comm->fail.failed) {
+		rc = comm->fail.failed;
 		goto out;
 	}
 	if (offset > g->count || count > g->count - offset) {
@@ -292,7 +295,7 @@ int fr_buckets_ready(fr_buckets_t *g, size_t offset, size_t count)
 	}
 	rc = start_ready(g);
 	/* let what was started move even if nobody waits yet */
-	if (!rc && !comm->pt_running)
+	if (!rc && !comm->thr.pt_running)
 		fr_progress_internal(comm, &work);
 out:
 	fr_unlock(comm);
@@ -311,7 +314,7 @@ int fr_buckets_wait(fr_buckets_t *g)
 	/* the end of backward: what was not marked is final as it is */
 	for (int i = g->next; i < g->nb; i++)
 		g->b[i].ready = g->b[i].n;
-	if (!comm->failed)
+	if (!comm->fail.failed)
 		rc = start_ready(g);
 	for (int i = 0; i < g->nb; i++) {
 		struct bucket *b = &g->b[i];
@@ -325,8 +328,8 @@ int fr_buckets_wait(fr_buckets_t *g)
 		b->started = false;
 		b->ready = 0;
 	}
-	if (!rc && comm->failed)
-		rc = comm->failed;
+	if (!rc && comm->fail.failed)
+		rc = comm->fail.failed;
 	g->next = 0;
 	g->niv = 0;
 	fr_unlock(comm);

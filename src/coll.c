@@ -13,6 +13,10 @@
  * like a dead peer: FR_EINVAL here, and every other rank fails at once with
  * FR_EPEER and this rank's message (peer.c, fr_peers_tell_all).  A
  * single-rank communicator keeps working: nobody waits for it.
+ *
+ * Layer: entry points (with comm.c and buckets.c).  Calls the engine
+ * (lock.c, request.c), the peers (fr_comm_fail, fr_peers_tell_all) and the
+ * base.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -35,36 +39,11 @@ static int refuse(fr_comm_t *comm, int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (comm->nranks < 2 || comm->failed)
+	if (comm->nranks < 2 || comm->fail.failed)
 		return fr_comm_seterr(comm, err, "%s", msg);
 	fr_comm_fail(comm, err, "%s", msg);
 	fr_peers_tell_all(comm);
 	return err;
-}
-
-const char *fr_coll_name(enum fr_coll coll)
-{
-	switch (coll) {
-	case FR_COLL_ALLREDUCE:
-		return "allreduce";
-	case FR_COLL_REDUCE_SCATTER:
-		return "reduce_scatter";
-	case FR_COLL_ALLGATHER:
-		return "allgather";
-	case FR_COLL_BROADCAST:
-		return "broadcast";
-	case FR_COLL_BARRIER:
-		return "barrier";
-	}
-	return "?";
-}
-
-size_t fr_coll_count_total(const struct fr_request *req)
-{
-	if (req->coll == FR_COLL_REDUCE_SCATTER ||
-	    req->coll == FR_COLL_ALLGATHER)
-		return req->count * (size_t)req->comm->nranks;
-	return req->count;
 }
 
 static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
@@ -74,16 +53,22 @@ static bool overlaps(const void *a, size_t alen, const void *b, size_t blen)
 	return x < y ? y - x < alen : x - y < blen;
 }
 
-/* Checks shared by every collective; fills req. */
-static int check(fr_comm_t *comm, enum fr_coll coll, size_t count,
-		 fr_dtype_t dtype, fr_op_t op, bool reduces,
+/* Checks shared by every collective; fills req, clears *out. */
+static int check(fr_comm_t *comm, fr_request_t **out, enum fr_coll coll,
+		 size_t count, fr_dtype_t dtype, fr_op_t op, bool reduces,
 		 struct fr_request *req)
 {
 	const char *name = fr_coll_name(coll);
 	size_t es;
 
-	if (comm->failed)
-		return comm->failed;
+	if (!comm)
+		return FR_EINVAL;
+	if (!out)
+		return refuse(comm, FR_EINVAL, "rank %d: NULL request pointer",
+			      comm->rank);
+	*out = NULL;
+	if (comm->fail.failed)
+		return comm->fail.failed;
 	es = fr_dtype_size(dtype);
 	if (!es || (reduces && fr_reduce_check(dtype, op)))
 		return refuse(
@@ -94,15 +79,15 @@ static int check(fr_comm_t *comm, enum fr_coll coll, size_t count,
 					   : "");
 	if (count > SIZE_MAX / es / 2 / (size_t)comm->nranks)
 		return refuse(comm, FR_EINVAL,
-				      "rank %d: %s: count %zu too large",
-				      comm->rank, name, count);
+			      "rank %d: %s: count %zu too large", comm->rank,
+			      name, count);
 	memset(req, 0, sizeof(*req));
 	req->comm = comm;
 	req->coll = coll;
 	req->count = count;
 	req->dtype = dtype;
 	req->op = reduces ? op : FR_SUM;
-	req->forced = comm->algo_forced;
+	req->forced = comm->algo.forced;
 	return 0;
 }
 
@@ -121,9 +106,10 @@ static int take_opts(fr_comm_t *comm, const fr_coll_opts_t *opts,
 			"rank %d: allreduce: fr_coll_opts_t.size %zu is not set (fr_coll_opts_init)",
 			comm->rank, opts->size);
 	if (opts->compress < 0 || opts->compress >= FR_COMPRESS_COUNT)
-		return refuse(comm, FR_EINVAL,
-				      "rank %d: allreduce: compress %d is not an fr_compress_t",
-				      comm->rank, opts->compress);
+		return refuse(
+			comm, FR_EINVAL,
+			"rank %d: allreduce: compress %d is not an fr_compress_t",
+			comm->rank, opts->compress);
 	if (opts->compress == FR_COMPRESS_NONE) {
 		if (opts->residual)
 			return refuse(
@@ -160,23 +146,16 @@ static int iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	size_t bytes;
 	int rc;
 
-	if (!comm)
-		return FR_EINVAL;
-	if (!out)
-		return refuse(comm, FR_EINVAL, "rank %d: NULL request pointer",
-			      comm->rank);
-	*out = NULL;
-	rc = check(comm, FR_COLL_ALLREDUCE, count, dtype, op, true, &r);
+	rc = check(comm, out, FR_COLL_ALLREDUCE, count, dtype, op, true, &r);
 	if (rc)
 		return rc;
 	bytes = count * fr_dtype_size(dtype);
 	if (sendbuf == recvbuf)
 		sendbuf = FR_IN_PLACE;
 	if (count && (!recvbuf || !sendbuf))
-		return refuse(
-			comm, FR_EINVAL,
-			"rank %d: allreduce: NULL buffer with count %zu",
-			comm->rank, count);
+		return refuse(comm, FR_EINVAL,
+			      "rank %d: allreduce: NULL buffer with count %zu",
+			      comm->rank, count);
 	if (count && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, bytes, recvbuf, bytes))
 		return refuse(
@@ -192,21 +171,15 @@ static int iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 }
 
 static int ireduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
-		       size_t recvcount, fr_dtype_t dtype, fr_op_t op,
-		       fr_request_t **out)
+			   size_t recvcount, fr_dtype_t dtype, fr_op_t op,
+			   fr_request_t **out)
 {
 	struct fr_request r;
 	size_t blk, total;
 	int rc;
 
-	if (!comm)
-		return FR_EINVAL;
-	if (!out)
-		return refuse(comm, FR_EINVAL, "rank %d: NULL request pointer",
-			      comm->rank);
-	*out = NULL;
-	rc = check(comm, FR_COLL_REDUCE_SCATTER, recvcount, dtype, op, true,
-		   &r);
+	rc = check(comm, out, FR_COLL_REDUCE_SCATTER, recvcount, dtype, op,
+		   true, &r);
 	if (rc)
 		return rc;
 	blk = recvcount * fr_dtype_size(dtype);
@@ -232,20 +205,14 @@ static int ireduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 }
 
 static int iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
-		  size_t sendcount, fr_dtype_t dtype, fr_request_t **out)
+		      size_t sendcount, fr_dtype_t dtype, fr_request_t **out)
 {
 	struct fr_request r;
 	size_t blk, total;
 	int rc;
 
-	if (!comm)
-		return FR_EINVAL;
-	if (!out)
-		return refuse(comm, FR_EINVAL, "rank %d: NULL request pointer",
-			      comm->rank);
-	*out = NULL;
-	rc = check(comm, FR_COLL_ALLGATHER, sendcount, dtype, FR_SUM, false,
-		   &r);
+	rc = check(comm, out, FR_COLL_ALLGATHER, sendcount, dtype, FR_SUM,
+		   false, &r);
 	if (rc)
 		return rc;
 	blk = sendcount * fr_dtype_size(dtype);
@@ -254,10 +221,9 @@ static int iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 				 (const uint8_t *)sendbuf)
 		sendbuf = FR_IN_PLACE;
 	if (sendcount && (!recvbuf || !sendbuf))
-		return refuse(
-			comm, FR_EINVAL,
-			"rank %d: allgather: NULL buffer with count %zu",
-			comm->rank, sendcount);
+		return refuse(comm, FR_EINVAL,
+			      "rank %d: allgather: NULL buffer with count %zu",
+			      comm->rank, sendcount);
 	if (sendcount && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, blk, recvbuf, total))
 		return refuse(
@@ -269,31 +235,24 @@ static int iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	return fr_req_submit(comm, &r, out);
 }
 
-static int ibroadcast(fr_comm_t *comm, void *buf, size_t count, fr_dtype_t dtype,
-		  int root, fr_request_t **out)
+static int ibroadcast(fr_comm_t *comm, void *buf, size_t count,
+		      fr_dtype_t dtype, int root, fr_request_t **out)
 {
 	struct fr_request r;
 	int rc;
 
-	if (!comm)
-		return FR_EINVAL;
-	if (!out)
-		return refuse(comm, FR_EINVAL, "rank %d: NULL request pointer",
-			      comm->rank);
-	*out = NULL;
-	rc = check(comm, FR_COLL_BROADCAST, count, dtype, FR_SUM, false, &r);
+	rc = check(comm, out, FR_COLL_BROADCAST, count, dtype, FR_SUM, false,
+		   &r);
 	if (rc)
 		return rc;
 	if (root < 0 || root >= comm->nranks)
-		return refuse(
-			comm, FR_EINVAL,
-			"rank %d: broadcast: root %d is not a rank of %d",
-			comm->rank, root, comm->nranks);
+		return refuse(comm, FR_EINVAL,
+			      "rank %d: broadcast: root %d is not a rank of %d",
+			      comm->rank, root, comm->nranks);
 	if (count && !buf)
-		return refuse(
-			comm, FR_EINVAL,
-			"rank %d: broadcast: NULL buffer with count %zu",
-			comm->rank, count);
+		return refuse(comm, FR_EINVAL,
+			      "rank %d: broadcast: NULL buffer with count %zu",
+			      comm->rank, count);
 	r.sendbuf = FR_IN_PLACE;
 	r.recvbuf = buf;
 	r.root = root;
@@ -305,13 +264,7 @@ static int ibarrier(fr_comm_t *comm, fr_request_t **out)
 	struct fr_request r;
 	int rc;
 
-	if (!comm)
-		return FR_EINVAL;
-	if (!out)
-		return refuse(comm, FR_EINVAL, "rank %d: NULL request pointer",
-			      comm->rank);
-	*out = NULL;
-	rc = check(comm, FR_COLL_BARRIER, 0, FR_U8, FR_SUM, false, &r);
+	rc = check(comm, out, FR_COLL_BARRIER, 0, FR_U8, FR_SUM, false, &r);
 	if (rc)
 		return rc;
 	r.sendbuf = FR_IN_PLACE;
@@ -322,30 +275,30 @@ static int ibarrier(fr_comm_t *comm, fr_request_t **out)
  * The public entry points: the communicator's lock around the checks and
  * the submission (progress.c), then for the blocking ones the wait.
  */
-#define LOCKED(comm, call)                                                     \
-	do {                                                                   \
-		int rc_;                                                       \
-		if (!(comm))                                                   \
-			return FR_EINVAL;                                      \
-		fr_lock(comm);                                                 \
-		rc_ = (call);                                                  \
-		fr_unlock(comm);                                               \
-		return rc_;                                                    \
+#define LOCKED(comm, call)                \
+	do {                              \
+		int rc_;                  \
+		if (!(comm))              \
+			return FR_EINVAL; \
+		fr_lock(comm);            \
+		rc_ = (call);             \
+		fr_unlock(comm);          \
+		return rc_;               \
 	} while (0)
 
 /* Submit with the lock held, then wait for it (blocking collectives). */
-#define LOCKED_WAIT(comm, call)                                                \
-	do {                                                                   \
-		fr_request_t *req_;                                            \
-		int rc_;                                                       \
-		if (!(comm))                                                   \
-			return FR_EINVAL;                                      \
-		fr_lock(comm);                                                 \
-		rc_ = (call);                                                  \
-		if (!rc_)                                                      \
-			rc_ = fr_req_wait_locked(req_);                        \
-		fr_unlock(comm);                                               \
-		return rc_;                                                    \
+#define LOCKED_WAIT(comm, call)                         \
+	do {                                            \
+		fr_request_t *req_;                     \
+		int rc_;                                \
+		if (!(comm))                            \
+			return FR_EINVAL;               \
+		fr_lock(comm);                          \
+		rc_ = (call);                           \
+		if (!rc_)                               \
+			rc_ = fr_req_wait_locked(req_); \
+		fr_unlock(comm);                        \
+		return rc_;                             \
 	} while (0)
 
 int fr_iallreduce_locked(struct fr_comm *comm, const void *sendbuf,
@@ -368,31 +321,30 @@ int fr_iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		  size_t count, fr_dtype_t dtype, fr_op_t op,
 		  fr_request_t **out)
 {
-	LOCKED(comm, iallreduce(comm, sendbuf, recvbuf, count, dtype,
-				       op, NULL, out));
+	LOCKED(comm,
+	       iallreduce(comm, sendbuf, recvbuf, count, dtype, op, NULL, out));
 }
 
 int fr_iallreduce_ex(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		     size_t count, fr_dtype_t dtype, fr_op_t op,
 		     const fr_coll_opts_t *opts, fr_request_t **out)
 {
-	LOCKED(comm, iallreduce(comm, sendbuf, recvbuf, count, dtype,
-				       op, opts, out));
+	LOCKED(comm,
+	       iallreduce(comm, sendbuf, recvbuf, count, dtype, op, opts, out));
 }
 
 int fr_ireduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		       size_t recvcount, fr_dtype_t dtype, fr_op_t op,
 		       fr_request_t **out)
 {
-	LOCKED(comm, ireduce_scatter(comm, sendbuf, recvbuf, recvcount,
-					    dtype, op, out));
+	LOCKED(comm, ireduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype,
+				     op, out));
 }
 
 int fr_iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		  size_t sendcount, fr_dtype_t dtype, fr_request_t **out)
 {
-	LOCKED(comm, iallgather(comm, sendbuf, recvbuf, sendcount,
-				       dtype, out));
+	LOCKED(comm, iallgather(comm, sendbuf, recvbuf, sendcount, dtype, out));
 }
 
 int fr_ibroadcast(fr_comm_t *comm, void *buf, size_t count, fr_dtype_t dtype,
@@ -409,37 +361,36 @@ int fr_ibarrier(fr_comm_t *comm, fr_request_t **out)
 int fr_allreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		 size_t count, fr_dtype_t dtype, fr_op_t op)
 {
-	LOCKED_WAIT(comm, iallreduce(comm, sendbuf, recvbuf, count,
-					    dtype, op, NULL, &req_));
+	LOCKED_WAIT(comm, iallreduce(comm, sendbuf, recvbuf, count, dtype, op,
+				     NULL, &req_));
 }
 
 int fr_allreduce_ex(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		    size_t count, fr_dtype_t dtype, fr_op_t op,
 		    const fr_coll_opts_t *opts)
 {
-	LOCKED_WAIT(comm, iallreduce(comm, sendbuf, recvbuf, count,
-					    dtype, op, opts, &req_));
+	LOCKED_WAIT(comm, iallreduce(comm, sendbuf, recvbuf, count, dtype, op,
+				     opts, &req_));
 }
 
 int fr_reduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		      size_t recvcount, fr_dtype_t dtype, fr_op_t op)
 {
-	LOCKED_WAIT(comm, ireduce_scatter(comm, sendbuf, recvbuf,
-						 recvcount, dtype, op, &req_));
+	LOCKED_WAIT(comm, ireduce_scatter(comm, sendbuf, recvbuf, recvcount,
+					  dtype, op, &req_));
 }
 
 int fr_allgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		 size_t sendcount, fr_dtype_t dtype)
 {
-	LOCKED_WAIT(comm, iallgather(comm, sendbuf, recvbuf, sendcount,
-					    dtype, &req_));
+	LOCKED_WAIT(comm, iallgather(comm, sendbuf, recvbuf, sendcount, dtype,
+				     &req_));
 }
 
 int fr_broadcast(fr_comm_t *comm, void *buf, size_t count, fr_dtype_t dtype,
 		 int root)
 {
-	LOCKED_WAIT(comm, ibroadcast(comm, buf, count, dtype, root,
-					    &req_));
+	LOCKED_WAIT(comm, ibroadcast(comm, buf, count, dtype, root, &req_));
 }
 
 int fr_barrier(fr_comm_t *comm)

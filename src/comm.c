@@ -16,6 +16,10 @@
  * Global state: the message of the last failed fr_comm_create*() is kept
  * per thread (for fr_comm_last_error(NULL)); that and the log level are the
  * library's only globals.
+ *
+ * Layer: entry points (the top: doc/architecture.md).  Builds every
+ * layer's state at creation and tears it down in reverse; may call every
+ * layer below.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,46 +38,6 @@
 #include "util.h"
 
 static _Thread_local char create_err[FR_ERRMSG_MAX];
-
-int fr_comm_seterr(struct fr_comm *comm, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(comm->errmsg, sizeof(comm->errmsg), fmt, ap);
-	va_end(ap);
-	return err;
-}
-
-int fr_comm_fail(struct fr_comm *comm, int err, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (comm->failed)
-		return comm->failed; /* keep the first, root-cause message */
-	va_start(ap, fmt);
-	vsnprintf(comm->errmsg, sizeof(comm->errmsg), fmt, ap);
-	va_end(ap);
-	comm->failed = err;
-	{
-		/* every unfinished collective fails, from the active one on:
-		 * later ABORTs must name it, not the next free number */
-		struct fr_request *req = fr_active_req(comm);
-
-		comm->fail_seq = req ? req->seq : comm->seq;
-	}
-	if (comm->fail_origin < 0) {
-		comm->fail_code = err;
-		memcpy(comm->fail_text, comm->errmsg, sizeof(comm->fail_text));
-	}
-	fr_err("%s", comm->errmsg);
-	/* Tell the peers, so that the failure travels to every rank; an
-	 * ABORT we relay keeps the rank that failed first. */
-	fr_peers_send_abort(comm, err,
-			    comm->fail_origin >= 0 ? comm->fail_origin
-						   : comm->rank);
-	return err;
-}
 
 void fr_config_init(fr_config_t *cfg)
 {
@@ -124,7 +88,8 @@ static int resolve_progress(const fr_config_t *cfg, struct settings *s,
 			s->progress = FR_PROGRESS_THREAD;
 		} else if (strcmp(e, "caller")) {
 			snprintf(err, errlen,
-				 "FR_PROGRESS=\"%s\" is not thread or caller", e);
+				 "FR_PROGRESS=\"%s\" is not thread or caller",
+				 e);
 			return FR_EINVAL;
 		}
 	}
@@ -132,7 +97,6 @@ static int resolve_progress(const fr_config_t *cfg, struct settings *s,
 	return fr_affinity_parse(getenv("FR_PROGRESS_CPU"), &s->cpu_mode,
 				 &s->cpus, err, errlen);
 }
-
 
 static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 			    char *err, size_t errlen)
@@ -262,7 +226,8 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 	if (ro && *ro && strcmp(ro, "node")) {
 		if (strcmp(ro, "rank")) {
 			snprintf(err, errlen,
-				 "FR_RING_ORDER=\"%s\" is not node or rank", ro);
+				 "FR_RING_ORDER=\"%s\" is not node or rank",
+				 ro);
 			return FR_EINVAL;
 		}
 		s->ring_by_rank = true;
@@ -355,11 +320,13 @@ static const struct fr_tp_ops *choose_transport(const char *name, int nranks,
 
 /*
  * A card: what a rank tells the others at the rendezvous.
- *   u8 addr_len, addr, u8 mailbox_key_len, key, u16 online CPUs of its
- *   host (LE), u64 node id (LE)
+ *   u8 addr_len, addr, u8 mailbox_key_len, key, u32 microseconds of its
+ *   TCP handshake with rank 0 (LE), u16 online CPUs of its host (LE), u64
+ *   node id (LE)
  */
+#define CARD_TAIL (4 + 2 + 8)
 static int card_build(struct fr_comm *c, const void *addr, size_t addrlen,
-		      struct fr_boot_card *card)
+		      uint32_t rtt_us, struct fr_boot_card *card)
 {
 	uint8_t *p = card->data;
 	size_t kl = FR_TP_RKEY_MAX;
@@ -373,9 +340,11 @@ static int card_build(struct fr_comm *c, const void *addr, size_t addrlen,
 		return rc;
 	*p = (uint8_t)kl;
 	p += 1 + kl;
+	fr_put_le32(p, rtt_us);
+	p += 4;
 	fr_put_le16(p, fr_online_cpus());
 	p += 2;
-	fr_put_le64(p, c->node_id);
+	fr_put_le64(p, c->topo.node_id);
 	p += 8;
 	card->len = (uint16_t)(p - card->data);
 	return 0;
@@ -400,55 +369,55 @@ static int nodes_take(struct fr_comm *c, const uint64_t *ids,
 
 	if (!node || !count)
 		goto out;
-	c->nnodes = fr_topo_nodes(ids, n, node, count);
-	c->nodes_regular = true;
-	for (int k = 1; k < c->nnodes; k++)
-		c->nodes_regular &= count[k] == count[0];
+	c->topo.nnodes = fr_topo_nodes(ids, n, node, count);
+	c->topo.nodes_regular = true;
+	for (int k = 1; k < c->topo.nnodes; k++)
+		c->topo.nodes_regular &= count[k] == count[0];
 	fewest = calloc(sz, sizeof(int));
 	if (!fewest)
 		goto out;
 	for (int r = 0; r < n; r++)
 		if (cpus[r] && (!fewest[node[r]] || cpus[r] < fewest[node[r]]))
 			fewest[node[r]] = cpus[r];
-	c->oversub = 1.0;
-	for (int k = 0; k < c->nnodes; k++)
-		if (fewest[k] && (double)count[k] / fewest[k] > c->oversub)
-			c->oversub = (double)count[k] / fewest[k];
-	c->local = calloc(sz, sizeof(int));
-	c->cross = calloc(sz, sizeof(int));
-	if (!c->local || !c->cross)
+	c->topo.oversub = 1.0;
+	for (int k = 0; k < c->topo.nnodes; k++)
+		if (fewest[k] && (double)count[k] / fewest[k] > c->topo.oversub)
+			c->topo.oversub = (double)count[k] / fewest[k];
+	c->topo.local = calloc(sz, sizeof(int));
+	c->topo.cross = calloc(sz, sizeof(int));
+	if (!c->topo.local || !c->topo.cross)
 		goto out;
-	c->nlocal = 0;
+	c->topo.nlocal = 0;
 	for (int r = 0; r < n; r++)
 		if (node[r] == node[c->rank]) {
 			if (r == c->rank)
-				c->local_index = c->nlocal;
-			c->local[c->nlocal++] = r;
+				c->topo.local_index = c->topo.nlocal;
+			c->topo.local[c->topo.nlocal++] = r;
 		}
 	/* the ring: node by node (topo.c) */
-	c->ring_order = calloc(sz, sizeof(int));
-	if (!c->ring_order ||
-	    fr_topo_ring_order(node, count, c->nnodes, n, c->ring_by_rank,
-			       c->ring_order))
+	c->topo.ring_order = calloc(sz, sizeof(int));
+	if (!c->topo.ring_order ||
+	    fr_topo_ring_order(node, count, c->topo.nnodes, n,
+			       c->topo.ring_by_rank, c->topo.ring_order))
 		goto out;
 	for (int i = 0; i < n; i++)
-		if (c->ring_order[i] == c->rank)
-			c->ring_pos = i;
-	c->ring_crossings =
-		fr_topo_ring_crossings(c->ring_order, node, n, node[c->rank]);
-	c->ncross = 0;
-	if (c->nodes_regular) {
+		if (c->topo.ring_order[i] == c->rank)
+			c->topo.ring_pos = i;
+	c->topo.ring_crossings = fr_topo_ring_crossings(c->topo.ring_order,
+							node, n, node[c->rank]);
+	c->topo.ncross = 0;
+	if (c->topo.nodes_regular) {
 		int *seen = count; /* reused: ranks of each node seen so far */
 
 		memset(seen, 0, sz * sizeof(int));
 		for (int r = 0; r < n; r++)
-			if (seen[node[r]]++ == c->local_index) {
+			if (seen[node[r]]++ == c->topo.local_index) {
 				if (r == c->rank)
-					c->cross_index = c->ncross;
-				c->cross[c->ncross++] = r;
+					c->topo.cross_index = c->topo.ncross;
+				c->topo.cross[c->topo.ncross++] = r;
 			}
 	}
-	c->node_of = node; /* the two-level RS / AG place every block */
+	c->topo.node_of = node; /* the two-level RS / AG place every block */
 	node = NULL;
 	rc = 0;
 out:
@@ -465,17 +434,17 @@ static int cards_take(struct fr_comm *c, const struct fr_boot_card *cards)
 	uint16_t *cpus;
 	int rc;
 
-	c->addrs = calloc((size_t)c->nranks, FR_TP_ADDR_MAX);
-	c->addrlens = calloc((size_t)c->nranks, 1);
+	c->peer.addrs = calloc((size_t)c->nranks, FR_TP_ADDR_MAX);
+	c->peer.addrlens = calloc((size_t)c->nranks, 1);
 	ids = calloc((size_t)c->nranks, sizeof(*ids));
 	cpus = calloc((size_t)c->nranks, sizeof(*cpus));
-	if (!c->addrs || !c->addrlens || !ids || !cpus) {
+	if (!c->peer.addrs || !c->peer.addrlens || !ids || !cpus) {
 		rc = FR_ENOMEM;
 		goto out;
 	}
 	rc = FR_EPROTO;
 	for (int r = 0; r < c->nranks; r++)
-		if (cards[r].len < 10)
+		if (cards[r].len < CARD_TAIL)
 			goto out;
 	for (int r = 0; r < c->nranks; r++) {
 		const uint8_t *p = cards[r].data, *end = p + cards[r].len;
@@ -484,17 +453,27 @@ static int cards_take(struct fr_comm *c, const struct fr_boot_card *cards)
 			continue;
 		if (p >= end || *p > FR_TP_ADDR_MAX || end - p < 1 + *p + 1)
 			goto out;
-		memcpy(c->addrs + (size_t)r * FR_TP_ADDR_MAX, p + 1, *p);
-		c->addrlens[r] = *p;
+		memcpy(c->peer.addrs + (size_t)r * FR_TP_ADDR_MAX, p + 1, *p);
+		c->peer.addrlens[r] = *p;
 		p += 1 + *p;
-		if (*p > FR_TP_RKEY_MAX || end - p != 1 + *p + 2 + 8 ||
-		    c->tp_ops->unpack_rkey(c->tp, p + 1, *p,
-					   &c->peers[r].mbx_rkey))
+		if (*p > FR_TP_RKEY_MAX || end - p != 1 + *p + CARD_TAIL ||
+		    fr_mem_unpack_key(c, p + 1, *p, &c->peer.peers[r].mbx_rkey))
 			goto out;
 	}
+	/* the network's round trip: the shortest that a rank on another
+	 * node than rank 0 saw (a handshake within a node says nothing of
+	 * the network, and one rank's slow handshake on a busy host is no
+	 * long link); ids[0] is known before any other rank's */
+	c->topo.rtt_us = 0;
 	for (int r = 0; r < c->nranks; r++) {
-		ids[r] = fr_get_le64(cards[r].data + cards[r].len - 8);
-		cpus[r] = fr_get_le16(cards[r].data + cards[r].len - 10);
+		const uint8_t *t = cards[r].data + cards[r].len - CARD_TAIL;
+		uint32_t rtt = fr_get_le32(t);
+
+		cpus[r] = fr_get_le16(t + 4);
+		ids[r] = fr_get_le64(t + 6);
+		if (r && ids[r] != ids[0] &&
+		    (!c->topo.rtt_us || rtt < c->topo.rtt_us))
+			c->topo.rtt_us = rtt;
 	}
 	rc = nodes_take(c, ids, cpus);
 out:
@@ -528,8 +507,8 @@ static void mailbox_size(struct fr_comm *c, size_t eager)
 {
 	size_t cap = (32u << 20) / ((size_t)c->nranks * (FR_MBX_SLOTS + 2));
 
-	c->mbx_slots = FR_MBX_SLOTS;
-	c->out_slots = 2 * FR_MBX_SLOTS;
+	c->peer.mbx_slots = FR_MBX_SLOTS;
+	c->peer.out_slots = 2 * FR_MBX_SLOTS;
 	if (!eager) {
 		eager = 32u << 10;
 		if (eager + FR_MSG_HDR > cap)
@@ -537,49 +516,7 @@ static void mailbox_size(struct fr_comm *c, size_t eager)
 							: 1024;
 		eager &= ~(size_t)63;
 	}
-	c->mbx_slot_size = eager + FR_MSG_HDR;
-}
-
-int fr_scratch_get(struct fr_comm *c, size_t len)
-{
-	size_t ps = 4096, sz = (len + ps - 1) / ps * ps;
-	void *buf;
-	int rc;
-
-	if (c->scratch_len >= len)
-		return 0;
-	if (c->scratch_mem && c->scratch_mem->refs)
-		return fr_comm_seterr(c, FR_EBUSY, "rank %d: scratch in use",
-				      c->rank);
-	buf = aligned_alloc(ps, sz);
-	if (!buf)
-		return FR_ENOMEM;
-	if (c->scratch_mem)
-		fr_mem_free_internal(c->scratch_mem);
-	free(c->scratch);
-	c->scratch = NULL;
-	c->scratch_mem = NULL;
-	c->scratch_len = 0;
-	rc = fr_mem_register_internal(c, buf, sz,
-				      FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE,
-				      false, &c->scratch_mem);
-	if (rc) {
-		free(buf);
-		return rc;
-	}
-	c->scratch = buf;
-	c->scratch_len = sz;
-	return 0;
-}
-
-static void free_scratch(struct fr_comm *c)
-{
-	if (c->scratch_mem)
-		fr_mem_free_internal(c->scratch_mem);
-	free(c->scratch);
-	c->scratch_mem = NULL;
-	c->scratch = NULL;
-	c->scratch_len = 0;
+	c->peer.mbx_slot_size = eager + FR_MSG_HDR;
 }
 
 static void copy_msg(char *dst, size_t len, const char *src)
@@ -590,6 +527,17 @@ static void copy_msg(char *dst, size_t len, const char *src)
 		n = len - 1;
 	memcpy(dst, src, n);
 	dst[n] = '\0';
+}
+
+/* What cards_take() made of the rendezvous: addresses and the layout. */
+static void free_cards(struct fr_comm *c)
+{
+	free(c->peer.addrlens);
+	free(c->topo.local);
+	free(c->topo.cross);
+	free(c->topo.node_of);
+	free(c->topo.ring_order);
+	free(c->peer.addrs);
 }
 
 static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
@@ -610,20 +558,20 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 		return FR_ENOMEM;
 	c->rank = s->rank;
 	c->nranks = s->nranks;
-	c->timeout_ms = (int)s->timeout_ms;
-	c->slow_timeout_ms = s->slow_timeout_ms;
-	c->segment_bytes = s->segment_bytes;
-	c->slots = (int)s->slots;
-	c->regcache_max = (int)s->regcache;
-	c->spin_us = (int)s->spin_us;
-	c->ring_by_rank = s->ring_by_rank;
-	c->algo_forced = s->algo;
-	c->fail_origin = -1;
+	c->peer.timeout_ms = (int)s->timeout_ms;
+	c->peer.slow_timeout_ms = s->slow_timeout_ms;
+	c->algo.segment_bytes = s->segment_bytes;
+	c->algo.slots = (int)s->slots;
+	c->mem.regcache_max = (int)s->regcache;
+	c->eng.spin_us = (int)s->spin_us;
+	c->topo.ring_by_rank = s->ring_by_rank;
+	c->algo.forced = s->algo;
+	c->fail.fail_origin = -1;
 	mailbox_size(c, s->eager_bytes);
 	c->stats.size = sizeof(c->stats);
-	c->progress_mode = s->progress;
-	c->pt_cpu_mode = s->cpu_mode;
-	c->pt_cpus = s->cpus;
+	c->thr.progress_mode = s->progress;
+	c->thr.pt_cpu_mode = s->cpu_mode;
+	c->thr.pt_cpus = s->cpus;
 	c->tp_ops = choose_transport(s->transport, s->nranks, err, errlen);
 	if (!c->tp_ops) {
 		rc = strstr(s->transport, "verbs") ? FR_ENODEV : FR_EINVAL;
@@ -668,8 +616,9 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	    strcmp(c->tp_ops->name, "tcp")) {
 		/* auto: an RDMA port that cannot be used means TCP (should
 		 * the other ranks differ, the rendezvous says so) */
-		const char *fb =
-			!strcmp(c->tp_ops->name, "shm+verbs") ? "shm+tcp" : "tcp";
+		const char *fb = !strcmp(c->tp_ops->name, "shm+verbs")
+					 ? "shm+tcp"
+					 : "tcp";
 
 		fr_warn("rank %d: %s transport unusable (%s); using %s",
 			s->rank, c->tp_ops->name, err, fb);
@@ -681,7 +630,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	}
 	if (rc)
 		goto err_open;
-	rc = fr_tune_load(c, c->tp_ops->name, err, errlen);
+	rc = fr_tune_load(&c->algo.tune, c->tp_ops->name, err, errlen);
 	if (rc)
 		goto err_areas;
 	rc = fr_peers_init(c);
@@ -689,8 +638,8 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 		copy_msg(err, errlen, c->errmsg);
 		goto err_areas;
 	}
-	c->node_id = fr_node_id();
-	rc = card_build(c, addr, addrlen, &mine);
+	c->topo.node_id = fr_node_id();
+	rc = card_build(c, addr, addrlen, fr_boot_rtt_us(boot), &mine);
 	if (rc)
 		goto err_cards;
 
@@ -703,9 +652,10 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	snprintf(
 		config, sizeof(config),
 		"transport=%s segment=%zu slots=%ld algo=%s eager=%zu tune=%08x ring=%s",
-		c->tp_ops->name, c->segment_bytes, s->slots,
-		fr_algo_name(c->algo_forced), fr_msg_payload_max(c),
-		fr_tune_hash(&c->tune), c->ring_by_rank ? "rank" : "node");
+		c->tp_ops->name, c->algo.segment_bytes, s->slots,
+		fr_algo_name(c->algo.forced), fr_msg_payload_max(c),
+		fr_tune_hash(&c->algo.tune),
+		c->topo.ring_by_rank ? "rank" : "node");
 	rc = fr_boot_exchange(boot, config, &mine, cards, &c->job_nonce);
 	if (rc)
 		goto err_exchange;
@@ -721,10 +671,11 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	free(cards);
 	cards = NULL;
 	fr_tune_oversub(c);
+	fr_tune_link(c);
 	c->errmsg[0] = '\0';
-	c->last_activity_ms = fr_now_ms();
+	c->peer.last_activity_ms = fr_now_ms();
 	/* one rank has nothing to progress */
-	if (c->progress_mode == FR_PROGRESS_THREAD && c->nranks > 1) {
+	if (c->thr.progress_mode == FR_PROGRESS_THREAD && c->nranks > 1) {
 		rc = fr_progress_thread_start(c, err, errlen);
 		if (rc)
 			goto err_thread;
@@ -736,12 +687,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 
 err_thread:
 err_connect:
-	free(c->addrlens);
-	free(c->local);
-	free(c->cross);
-	free(c->node_of);
-	free(c->ring_order);
-	free(c->addrs);
+	free_cards(c);
 err_exchange:
 	free(cards);
 err_cards:
@@ -839,17 +785,12 @@ int fr_comm_destroy(fr_comm_t *comm)
 	fr_requests_abandon(comm);
 	if (comm->nranks > 1)
 		fr_peers_goodbye(comm);
-	fr_ring_comm_free(comm);
-	free_scratch(comm);
+	fr_algos_comm_free(comm);
+	fr_scratch_free(comm);
 	fr_mem_cache_flush(comm);
 	fr_peers_fini(comm);
 	comm->tp_ops->close(comm->tp);
-	free(comm->addrlens);
-	free(comm->local);
-	free(comm->cross);
-	free(comm->node_of);
-	free(comm->ring_order);
-	free(comm->addrs);
+	free_cards(comm);
 	fr_lock_fini(comm);
 	free(comm);
 	return 0;
@@ -877,7 +818,7 @@ int fr_comm_last_algo(const fr_comm_t *comm)
 	if (!comm)
 		return FR_EINVAL;
 	fr_lock((struct fr_comm *)comm);
-	algo = comm->last_algo;
+	algo = comm->eng.last_algo;
 	fr_unlock((struct fr_comm *)comm);
 	return algo;
 }
@@ -901,4 +842,30 @@ int fr_comm_stats(const fr_comm_t *comm, fr_stats_t *stats)
 	       (const char *)&comm->stats + sizeof(size_t), n - sizeof(size_t));
 	fr_unlock((struct fr_comm *)comm);
 	return 0;
+}
+
+int fr_mem_register(fr_comm_t *comm, void *buf, size_t len, fr_mem_t **mem)
+{
+	int rc;
+
+	if (!comm)
+		return FR_EINVAL;
+	fr_lock(comm);
+	rc = fr_mem_user_register(comm, buf, len, mem);
+	fr_unlock(comm);
+	return rc;
+}
+
+int fr_mem_deregister(fr_mem_t *mem)
+{
+	struct fr_comm *comm;
+	int rc;
+
+	if (!mem)
+		return 0;
+	comm = mem->comm;
+	fr_lock(comm);
+	rc = fr_mem_user_deregister(mem);
+	fr_unlock(comm);
+	return rc;
 }

@@ -20,54 +20,9 @@
 #include <unistd.h>
 
 #include "env.h"
+#include "envvar.h"
 #include "fastreduce.h"
 #include "util.h"
-
-const char *fr_env_getenv(const char *name, void *arg)
-{
-	(void)arg;
-	return getenv(name);
-}
-
-static const char *get_set(fr_getenv_fn get, void *arg, const char *name)
-{
-	const char *v = get(name, arg);
-
-	return v && *v ? v : NULL;
-}
-
-int fr_env_long(fr_getenv_fn get, void *arg, const char *name, long min,
-		long max, long *out, char *err, size_t errlen)
-{
-	const char *v = get_set(get, arg, name);
-
-	if (!v)
-		return 0;
-	if (fr_parse_long(v, min, max, out)) {
-		snprintf(err, errlen, "%s=\"%s\" is not an integer in [%ld, %ld]",
-			 name, v, min, max);
-		return FR_EINVAL;
-	}
-	return 1;
-}
-
-int fr_env_size(fr_getenv_fn get, void *arg, const char *name, size_t min,
-		size_t max, size_t *out, char *err, size_t errlen)
-{
-	const char *v = get_set(get, arg, name);
-	size_t s;
-
-	if (!v)
-		return 0;
-	if (fr_parse_size(v, &s) || s < min || s > max) {
-		snprintf(err, errlen,
-			 "%s=\"%s\" is not a size in [%zu, %zu] (K/M/G allowed)",
-			 name, v, min, max);
-		return FR_EINVAL;
-	}
-	*out = s;
-	return 1;
-}
 
 struct launcher {
 	const char *name;
@@ -94,15 +49,6 @@ static const struct launcher launchers[] = {
 	  { "SLURM_JOB_ID", "SLURM_STEP_ID", NULL } },
 };
 
-/* FNV-1a over the job id text: the same on every rank of the job. */
-static uint32_t hash_str(uint32_t h, const char *s)
-{
-	for (; *s; s++) {
-		h ^= (unsigned char)*s;
-		h *= 16777619u;
-	}
-	return h;
-}
 
 /* Does the launcher say that all nranks ranks run on this host? */
 static bool launcher_local(fr_getenv_fn get, void *arg,
@@ -124,27 +70,11 @@ static bool launcher_local(fr_getenv_fn get, void *arg,
 			   err, sizeof(err)) == 1 && n == 1;
 }
 
-void fr_env_rank0_addr(const char *job, bool local, const char *host,
-		       char *out, size_t len)
-{
-	uint16_t port = (uint16_t)(20000u + hash_str(2166136261u, job) % 40000u);
-	char name[256];
-
-	if (local)
-		snprintf(name, sizeof(name), "127.0.0.1");
-	else if (host && *host)
-		snprintf(name, sizeof(name), "%s", host);
-	else if (gethostname(name, sizeof(name)))
-		snprintf(name, sizeof(name), "127.0.0.1");
-	name[sizeof(name) - 1] = '\0';
-	snprintf(out, len, strchr(name, ':') ? "[%s]:%u" : "%s:%u", name,
-		 fr_free_port(local, port));
-}
 
 int fr_env_all_local(fr_getenv_fn get, void *arg, long nranks)
 {
 	for (size_t i = 0; i < FR_ARRAY_SIZE(launchers); i++)
-		if (get_set(get, arg, launchers[i].rank_var))
+		if (fr_env_get(get, arg, launchers[i].rank_var))
 			return launcher_local(get, arg, &launchers[i], nranks);
 	return 0;
 }
@@ -163,8 +93,8 @@ int fr_env_all_local(fr_getenv_fn get, void *arg, long nranks)
 /* Did a PMIx launcher start this process? */
 static bool pmix_server(fr_getenv_fn get, void *arg)
 {
-	return get_set(get, arg, "PMIX_NAMESPACE") ||
-	       get_set(get, arg, "PMIX_RANK");
+	return fr_env_get(get, arg, "PMIX_NAMESPACE") ||
+	       fr_env_get(get, arg, "PMIX_RANK");
 }
 
 /*
@@ -239,7 +169,7 @@ static int find_rendezvous(fr_getenv_fn get, void *arg,
 	bool have_id = false, local = false;
 	int rc;
 
-	v = get_set(get, arg, "FR_RENDEZVOUS");
+	v = fr_env_get(get, arg, "FR_RENDEZVOUS");
 	if (v) {
 		if (fr_parse_hostport(v, host, sizeof(host), &port)) {
 			snprintf(err, errlen,
@@ -249,7 +179,7 @@ static int find_rendezvous(fr_getenv_fn get, void *arg,
 		snprintf(out->rendezvous, sizeof(out->rendezvous), "%s", v);
 		return 0;
 	}
-	maddr = get_set(get, arg, "MASTER_ADDR");
+	maddr = fr_env_get(get, arg, "MASTER_ADDR");
 	if (maddr) {
 		if (fr_env_long(get, arg, "MASTER_PORT", 1, 65534, &mport, err,
 				errlen) != 1) {
@@ -270,7 +200,7 @@ static int find_rendezvous(fr_getenv_fn get, void *arg,
 	}
 	local = launcher_local(get, arg, l, nranks);
 	/* MPICH's Hydra sets no job id or address, but offers PMI-1 */
-	if (get_set(get, arg, "PMI_FD") && !strcmp(l->name, "MPICH/Hydra")) {
+	if (fr_env_get(get, arg, "PMI_FD") && !strcmp(l->name, "MPICH/Hydra")) {
 		long rank = 0;
 
 		fr_env_long(get, arg, l->rank_var, 0, nranks - 1, &rank, err,
@@ -290,19 +220,19 @@ static int find_rendezvous(fr_getenv_fn get, void *arg,
 					  sizeof(out->rendezvous), err, errlen);
 #endif
 	for (int i = 0; i < 3 && l->jobid_vars[i]; i++) {
-		v = get_set(get, arg, l->jobid_vars[i]);
+		v = fr_env_get(get, arg, l->jobid_vars[i]);
 		if (v) {
-			h = hash_str(h, v);
-			h = hash_str(h, "/");
+			h = fr_env_hash(h, v);
+			h = fr_env_hash(h, "/");
 			have_id = true;
 		}
 	}
 	/* srun over several nodes: task 0 runs on the step's first node */
 	if (!local && have_id && !strcmp(l->name, "Slurm")) {
-		const char *list = get_set(get, arg, "SLURM_STEP_NODELIST");
+		const char *list = fr_env_get(get, arg, "SLURM_STEP_NODELIST");
 
 		if (!list)
-			list = get_set(get, arg, "SLURM_JOB_NODELIST");
+			list = fr_env_get(get, arg, "SLURM_JOB_NODELIST");
 		if (list && !first_host(list, host, sizeof(host))) {
 			snprintf(out->rendezvous, sizeof(out->rendezvous),
 				 "%s:%u", host, 20000u + h % 40000u);
@@ -336,8 +266,8 @@ int fr_env_detect(fr_getenv_fn get, void *arg, struct fr_launch *out,
 	for (size_t i = 0; i < FR_ARRAY_SIZE(launchers); i++) {
 		const struct launcher *l = &launchers[i];
 
-		if (!get_set(get, arg, l->rank_var) &&
-		    !get_set(get, arg, l->size_var))
+		if (!fr_env_get(get, arg, l->rank_var) &&
+		    !fr_env_get(get, arg, l->size_var))
 			continue;
 		rc = fr_env_long(get, arg, l->size_var, 1, 1 << 24, &size, err,
 				 errlen);

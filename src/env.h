@@ -8,8 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* getenv(3) or a table in tests. */
-typedef const char *(*fr_getenv_fn)(const char *name, void *arg);
+#include "envvar.h"
+
 
 struct fr_launch {
 	int rank;
@@ -26,12 +26,6 @@ struct fr_launch {
 int fr_env_detect(fr_getenv_fn get, void *arg, struct fr_launch *out,
 		  char *err, size_t errlen);
 
-/* Read an integer / size setting: 0 if unset (*out untouched), 1 if set,
- * FR_EINVAL (message in err) if malformed or outside [min, max]. */
-int fr_env_long(fr_getenv_fn get, void *arg, const char *name, long min,
-		long max, long *out, char *err, size_t errlen);
-int fr_env_size(fr_getenv_fn get, void *arg, const char *name, size_t min,
-		size_t max, size_t *out, char *err, size_t errlen);
 
 /* 1 if the launcher's variables (FR_LOCAL_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE,
  * MPI_LOCALNRANKS, LOCAL_WORLD_SIZE, SLURM_NNODES) say that all nranks
@@ -58,17 +52,6 @@ int fr_pmix_rendezvous(fr_getenv_fn get, void *arg, int rank, int nranks,
 		       bool local, char *rdv, size_t rdvlen, char *err,
 		       size_t errlen);
 
-/*
- * The "host:port" that rank 0 publishes through a launcher's key-value
- * store (pmi.c, pmix.c): host 127.0.0.1 when local, else host (a name the
- * launcher or user gave) if set, else gethostname(); the port one that is
- * free now (fr_free_port), else hashed from job (the store's name, unique
- * to the job) into [20000, 60000).
- */
-void fr_env_rank0_addr(const char *job, bool local, const char *host,
-		       char *out, size_t len);
 
-/* The process environment as an fr_getenv_fn. */
-const char *fr_env_getenv(const char *name, void *arg);
 
 #endif

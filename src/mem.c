@@ -39,18 +39,19 @@ int fr_mem_register_internal(struct fr_comm *comm, void *buf, size_t len,
 	rc = comm->tp_ops->reg_mem(comm->tp, buf, len, access, &m->tp_mr);
 	if (rc) {
 		free(m);
-		return fr_comm_seterr(comm, rc,
-				      "rank %d: registering %zu bytes at %p with %s failed: %s",
-				      comm->rank, len, buf, comm->tp_ops->name,
-				      fr_strerror(rc));
+		return fr_comm_seterr(
+			comm, rc,
+			"rank %d: registering %zu bytes at %p with %s failed: %s",
+			comm->rank, len, buf, comm->tp_ops->name,
+			fr_strerror(rc));
 	}
 	m->comm = comm;
 	m->base = (uintptr_t)buf;
 	m->len = len;
 	m->access = access;
 	m->user = user;
-	m->id = ++comm->next_mem_id;
-	m->last_use = comm->seq;
+	m->id = ++comm->mem.next_mem_id;
+	m->last_use = ++comm->mem.clock;
 	comm->stats.mem_registrations++;
 	*out = m;
 	return 0;
@@ -76,7 +77,7 @@ static void cache_drop(struct fr_comm *comm, struct fr_mem **pp)
 	struct fr_mem *m = *pp;
 
 	*pp = m->next;
-	comm->cache_entries--;
+	comm->mem.cache_entries--;
 	comm->stats.regcache_evictions++;
 	fr_mem_free_internal(m);
 }
@@ -86,7 +87,7 @@ static bool cache_evict_one(struct fr_comm *comm)
 {
 	struct fr_mem **pp, **victim = NULL;
 
-	for (pp = &comm->cache; *pp; pp = &(*pp)->next)
+	for (pp = &comm->mem.cache; *pp; pp = &(*pp)->next)
 		if (!(*pp)->refs &&
 		    (!victim || (*pp)->last_use <= (*victim)->last_use))
 			victim = pp;
@@ -104,16 +105,16 @@ int fr_mem_acquire(struct fr_comm *comm, const void *buf, size_t len,
 	struct fr_mem *m;
 	int rc;
 
-	for (m = comm->user_mems; m; m = m->next)
+	for (m = comm->mem.user_mems; m; m = m->next)
 		if (covers(m, a, len, access))
 			goto found;
-	for (m = comm->cache; m; m = m->next)
+	for (m = comm->mem.cache; m; m = m->next)
 		if (covers(m, a, len, access)) {
 			comm->stats.regcache_hits++;
 			goto found;
 		}
 	comm->stats.regcache_misses++;
-	while (comm->cache_entries >= comm->regcache_max &&
+	while (comm->mem.cache_entries >= comm->mem.regcache_max &&
 	       cache_evict_one(comm))
 		;
 	lo = a & ~(uintptr_t)(ps - 1);
@@ -124,12 +125,12 @@ int fr_mem_acquire(struct fr_comm *comm, const void *buf, size_t len,
 				      &m);
 	if (rc)
 		return rc;
-	m->next = comm->cache;
-	comm->cache = m;
-	comm->cache_entries++;
+	m->next = comm->mem.cache;
+	comm->mem.cache = m;
+	comm->mem.cache_entries++;
 found:
 	m->refs++;
-	m->last_use = comm->seq;
+	m->last_use = ++comm->mem.clock;
 	*out = m;
 	return 0;
 }
@@ -152,7 +153,7 @@ void fr_mem_release(struct fr_mem *m)
  */
 void fr_mem_cache_drop_idle(struct fr_comm *comm)
 {
-	struct fr_mem **pp = &comm->cache;
+	struct fr_mem **pp = &comm->mem.cache;
 
 	while (*pp) {
 		if ((*pp)->refs)
@@ -164,22 +165,23 @@ void fr_mem_cache_drop_idle(struct fr_comm *comm)
 
 void fr_mem_cache_flush(struct fr_comm *comm)
 {
-	while (comm->cache) {
-		struct fr_mem *m = comm->cache;
+	while (comm->mem.cache) {
+		struct fr_mem *m = comm->mem.cache;
 
-		comm->cache = m->next;
+		comm->mem.cache = m->next;
 		fr_mem_free_internal(m);
 	}
-	comm->cache_entries = 0;
-	while (comm->user_mems) {
-		struct fr_mem *m = comm->user_mems;
+	comm->mem.cache_entries = 0;
+	while (comm->mem.user_mems) {
+		struct fr_mem *m = comm->mem.user_mems;
 
-		comm->user_mems = m->next;
+		comm->mem.user_mems = m->next;
 		fr_mem_free_internal(m);
 	}
 }
 
-static int mem_register(fr_comm_t *comm, void *buf, size_t len, fr_mem_t **mem)
+int fr_mem_user_register(struct fr_comm *comm, void *buf, size_t len,
+			 struct fr_mem **mem)
 {
 	struct fr_mem *m;
 	int rc;
@@ -187,13 +189,14 @@ static int mem_register(fr_comm_t *comm, void *buf, size_t len, fr_mem_t **mem)
 	if (!comm || !mem)
 		return FR_EINVAL;
 	if (!buf || !len)
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: fr_mem_register: %s", comm->rank,
-				      !buf ? "NULL buffer" : "zero length");
+		return fr_comm_seterr(
+			comm, FR_EINVAL, "rank %d: fr_mem_register: %s",
+			comm->rank, !buf ? "NULL buffer" : "zero length");
 	if ((uintptr_t)buf + len < (uintptr_t)buf)
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: fr_mem_register: range wraps around",
-				      comm->rank);
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: fr_mem_register: range wraps around",
+			comm->rank);
 	/* A gradient buffer may be a source and a destination. */
 	rc = fr_mem_register_internal(comm, buf, len,
 				      FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE |
@@ -201,13 +204,13 @@ static int mem_register(fr_comm_t *comm, void *buf, size_t len, fr_mem_t **mem)
 				      true, &m);
 	if (rc)
 		return rc;
-	m->next = comm->user_mems;
-	comm->user_mems = m;
+	m->next = comm->mem.user_mems;
+	comm->mem.user_mems = m;
 	*mem = m;
 	return 0;
 }
 
-static int mem_deregister(fr_mem_t *mem)
+int fr_mem_user_deregister(struct fr_mem *mem)
 {
 	struct fr_comm *comm;
 	struct fr_mem **pp;
@@ -216,25 +219,27 @@ static int mem_deregister(fr_mem_t *mem)
 		return 0;
 	comm = mem->comm;
 	if (mem->refs)
-		return fr_comm_seterr(comm, FR_EBUSY,
-				      "rank %d: fr_mem_deregister: a collective in flight uses this buffer",
-				      comm->rank);
-	for (pp = &comm->user_mems; *pp && *pp != mem; pp = &(*pp)->next)
+		return fr_comm_seterr(
+			comm, FR_EBUSY,
+			"rank %d: fr_mem_deregister: a collective in flight uses this buffer",
+			comm->rank);
+	for (pp = &comm->mem.user_mems; *pp && *pp != mem; pp = &(*pp)->next)
 		;
 	if (!*pp)
-		return fr_comm_seterr(comm, FR_EINVAL,
-				      "rank %d: fr_mem_deregister: not a registration of this communicator",
-				      comm->rank);
+		return fr_comm_seterr(
+			comm, FR_EINVAL,
+			"rank %d: fr_mem_deregister: not a registration of this communicator",
+			comm->rank);
 	*pp = mem->next;
 	/* Cached ranges inside the buffer may belong to memory about to be
 	 * freed: drop unreferenced ones that overlap. */
-	for (pp = &comm->cache; *pp;) {
+	for (pp = &comm->mem.cache; *pp;) {
 		struct fr_mem *c = *pp;
 
 		if (!c->refs && c->base < mem->base + mem->len &&
 		    mem->base < c->base + c->len) {
 			*pp = c->next;
-			comm->cache_entries--;
+			comm->mem.cache_entries--;
 			fr_mem_free_internal(c);
 		} else {
 			pp = &c->next;
@@ -244,28 +249,54 @@ static int mem_deregister(fr_mem_t *mem)
 	return 0;
 }
 
-int fr_mem_register(fr_comm_t *comm, void *buf, size_t len, fr_mem_t **mem)
-{
-	int rc;
+/* ---- remote keys -------------------------------------------------------- */
 
-	if (!comm)
-		return FR_EINVAL;
-	fr_lock(comm);
-	rc = mem_register(comm, buf, len, mem);
-	fr_unlock(comm);
-	return rc;
+int fr_mem_pack_key(const struct fr_mem *mem, void *blob, size_t *len)
+{
+	return mem->comm->tp_ops->pack_rkey(mem->tp_mr, blob, len);
 }
 
-int fr_mem_deregister(fr_mem_t *mem)
+int fr_mem_unpack_key(struct fr_comm *comm, const void *blob, size_t len,
+		      struct fr_tp_rkey *key)
 {
-	struct fr_comm *comm;
+	return comm->tp_ops->unpack_rkey(comm->tp, blob, len, key);
+}
+
+/* ---- the scratch buffer: registered once, grown on demand --------------- */
+
+int fr_scratch_get(struct fr_comm *c, size_t len)
+{
+	size_t ps = 4096, sz = (len + ps - 1) / ps * ps;
+	void *buf;
 	int rc;
 
-	if (!mem)
+	if (c->mem.scratch_len >= len)
 		return 0;
-	comm = mem->comm;
-	fr_lock(comm);
-	rc = mem_deregister(mem);
-	fr_unlock(comm);
-	return rc;
+	if (c->mem.scratch_mem && c->mem.scratch_mem->refs)
+		return fr_comm_seterr(c, FR_EBUSY, "rank %d: scratch in use",
+				      c->rank);
+	buf = aligned_alloc(ps, sz);
+	if (!buf)
+		return FR_ENOMEM;
+	fr_scratch_free(c);
+	rc = fr_mem_register_internal(c, buf, sz,
+				      FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE,
+				      false, &c->mem.scratch_mem);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	c->mem.scratch = buf;
+	c->mem.scratch_len = sz;
+	return 0;
+}
+
+void fr_scratch_free(struct fr_comm *c)
+{
+	if (c->mem.scratch_mem)
+		fr_mem_free_internal(c->mem.scratch_mem);
+	free(c->mem.scratch);
+	c->mem.scratch_mem = NULL;
+	c->mem.scratch = NULL;
+	c->mem.scratch_len = 0;
 }

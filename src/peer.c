@@ -25,23 +25,75 @@
  * The immediate names the slot, so the receiver can check order; writes on
  * one connection land in order, so slot k is always the next one expected.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "algo/algo.h"
+#include "internal.h"
 #include "log.h"
 #include "peer.h"
 #include "util.h"
 
-#define MSG_MAGIC 0x314d5246u /* "FRM1" */
-#define CTX_OUT (1ull << 63)  /* SEND ctx of an outbox message: | slot */
-#define CTX_USER (1ull << 62) /* SEND ctx of a write from user memory */
-#define CTX_LIVE (1ull << 61) /* SEND ctx of a PING or PONG */
+#define MSG_MAGIC 0x314d5246u	  /* "FRM1" */
+#define CTX_OUT (1ull << 63)	  /* SEND ctx of an outbox message: | slot */
+#define CTX_USER (1ull << 62)	  /* SEND ctx of a write from user memory */
+#define CTX_LIVE (1ull << 61)	  /* SEND ctx of a PING or PONG */
 #define LIVE_SEQ_MASK 0x07ffffffu /* PONG: collectives started, low bits */
-#define LIVE_LATE (1u << 27)      /* PONG: waiting for a late rank itself */
+#define LIVE_LATE (1u << 27)	  /* PONG: waiting for a late rank itself */
 
 static void probe_close(struct fr_comm *c, struct fr_peer *p);
+
+int fr_comm_fail(struct fr_comm *comm, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (comm->fail.failed)
+		return comm->fail
+			.failed; /* keep the first, root-cause message */
+	va_start(ap, fmt);
+	vsnprintf(comm->errmsg, sizeof(comm->errmsg), fmt, ap);
+	va_end(ap);
+	comm->fail.failed = err;
+	/* every unfinished collective fails, from the active one on: later
+	 * ABORTs must name it, not the next free number */
+	comm->fail.fail_seq =
+		comm->peer.in_coll ? comm->peer.seq - 1 : comm->peer.seq;
+	if (comm->fail.fail_origin < 0) {
+		comm->fail.fail_code = err;
+		memcpy(comm->fail.fail_text, comm->errmsg,
+		       sizeof(comm->fail.fail_text));
+	}
+	fr_err("%s", comm->errmsg);
+	/* Tell the peers, so that the failure travels to every rank; an
+	 * ABORT we relay keeps the rank that failed first. */
+	fr_peers_send_abort(comm, err,
+			    comm->fail.fail_origin >= 0 ? comm->fail.fail_origin
+							: comm->rank);
+	return err;
+}
+
+/* ---- collectives as the peers see them ---------------------------------- */
+
+int fr_peers_coll_begin(struct fr_comm *c, uint32_t *seq)
+{
+	*seq = c->peer.seq++;
+	c->peer.in_coll = true;
+	c->peer.last_activity_ms = fr_now_ms();
+	/* an ABORT for this collective (or an earlier one) arrived while an
+	 * earlier one ran: it fails now */
+	if (c->fail.abort_pending && (int32_t)(*seq - c->fail.abort_seq) >= 0) {
+		c->fail.fail_origin = c->fail.abort_origin;
+		return fr_comm_fail(c, c->fail.abort_err, "%s",
+				    c->fail.abort_msg);
+	}
+	return 0;
+}
+
+void fr_peers_coll_end(struct fr_comm *c)
+{
+	c->peer.in_coll = false;
+}
 
 void fr_msg_encode(const struct fr_msg *m, uint8_t *b)
 {
@@ -91,14 +143,15 @@ int fr_msg_decode(const uint8_t *b, size_t maxlen, struct fr_msg *m)
 
 size_t fr_msg_payload_max(const struct fr_comm *comm)
 {
-	return comm->mbx_slot_size - FR_MSG_HDR;
+	return comm->peer.mbx_slot_size - FR_MSG_HDR;
 }
 
 static uint8_t *mbx_slot(struct fr_comm *comm, int from, int slot)
 {
-	return comm->mbx +
-	       ((size_t)from * (size_t)(comm->mbx_slots + 2) + (size_t)slot) *
-		       comm->mbx_slot_size;
+	return comm->peer.mbx +
+	       ((size_t)from * (size_t)(comm->peer.mbx_slots + 2) +
+		(size_t)slot) *
+		       comm->peer.mbx_slot_size;
 }
 
 /* ---- setup ------------------------------------------------------------------
@@ -109,75 +162,76 @@ int fr_peers_init(struct fr_comm *c)
 	size_t ps = 4096, sz;
 	int rc;
 
-	c->peers = calloc((size_t)c->nranks, sizeof(*c->peers));
-	if (!c->peers)
+	c->peer.peers = calloc((size_t)c->nranks, sizeof(*c->peer.peers));
+	if (!c->peer.peers)
 		return FR_ENOMEM;
 	for (int r = 0; r < c->nranks; r++)
-		c->peers[r].rank = r;
-	sz = (size_t)c->nranks * (size_t)(c->mbx_slots + 2) * c->mbx_slot_size;
-	c->mbx = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
-	if (!c->mbx) {
+		c->peer.peers[r].rank = r;
+	sz = (size_t)c->nranks * (size_t)(c->peer.mbx_slots + 2) *
+	     c->peer.mbx_slot_size;
+	c->peer.mbx = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
+	if (!c->peer.mbx) {
 		rc = FR_ENOMEM;
 		goto err_mbx;
 	}
-	memset(c->mbx, 0, sz);
-	rc = fr_mem_register_internal(c, c->mbx, sz,
+	memset(c->peer.mbx, 0, sz);
+	rc = fr_mem_register_internal(c, c->peer.mbx, sz,
 				      FR_TP_LOCAL_READ | FR_TP_REMOTE_WRITE,
-				      false, &c->mbx_mem);
+				      false, &c->peer.mbx_mem);
 	if (rc)
 		goto err_mbx_reg;
-	sz = (size_t)c->out_slots * c->mbx_slot_size;
-	c->out = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
-	if (!c->out) {
+	sz = (size_t)c->peer.out_slots * c->peer.mbx_slot_size;
+	c->peer.out = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
+	if (!c->peer.out) {
 		rc = FR_ENOMEM;
 		goto err_out;
 	}
-	rc = fr_mem_register_internal(c, c->out, sz, FR_TP_LOCAL_READ, false,
-				      &c->out_mem);
+	rc = fr_mem_register_internal(c, c->peer.out, sz, FR_TP_LOCAL_READ,
+				      false, &c->peer.out_mem);
 	if (rc)
 		goto err_out_reg;
 	return 0;
 
 err_out_reg:
-	free(c->out);
-	c->out = NULL;
+	free(c->peer.out);
+	c->peer.out = NULL;
 err_out:
-	fr_mem_free_internal(c->mbx_mem);
-	c->mbx_mem = NULL;
+	fr_mem_free_internal(c->peer.mbx_mem);
+	c->peer.mbx_mem = NULL;
 err_mbx_reg:
-	free(c->mbx);
-	c->mbx = NULL;
+	free(c->peer.mbx);
+	c->peer.mbx = NULL;
 err_mbx:
-	free(c->peers);
-	c->peers = NULL;
+	free(c->peer.peers);
+	c->peer.peers = NULL;
 	return rc;
 }
 
 void fr_peers_fini(struct fr_comm *c)
 {
-	if (c->peers)
+	if (c->peer.peers)
 		for (int r = 0; r < c->nranks; r++)
-			probe_close(c, &c->peers[r]);
-	if (c->peers)
-		for (struct fr_peer *p = c->active; p; p = p->next_active)
+			probe_close(c, &c->peer.peers[r]);
+	if (c->peer.peers)
+		for (struct fr_peer *p = c->peer.active; p; p = p->next_active)
 			if (p->conn)
 				c->tp_ops->close_conn(p->conn);
-	c->active = NULL;
-	if (c->out_mem)
-		fr_mem_free_internal(c->out_mem);
-	free(c->out);
-	if (c->mbx_mem)
-		fr_mem_free_internal(c->mbx_mem);
-	free(c->mbx);
-	free(c->peers);
-	c->out_mem = c->mbx_mem = NULL;
-	c->out = c->mbx = NULL;
-	c->peers = NULL;
+	c->peer.active = NULL;
+	if (c->peer.out_mem)
+		fr_mem_free_internal(c->peer.out_mem);
+	free(c->peer.out);
+	if (c->peer.mbx_mem)
+		fr_mem_free_internal(c->peer.mbx_mem);
+	free(c->peer.mbx);
+	free(c->peer.peers);
+	c->peer.out_mem = c->peer.mbx_mem = NULL;
+	c->peer.out = c->peer.mbx = NULL;
+	c->peer.peers = NULL;
 }
 
 int fr_peers_pack_card_key(struct fr_comm *c, void *blob, size_t *len)
 {
-	return c->tp_ops->pack_rkey(c->mbx_mem->tp_mr, blob, len);
+	return fr_mem_pack_key(c->peer.mbx_mem, blob, len);
 }
 
 /* ---- connections -----------------------------------------------------------
@@ -203,8 +257,8 @@ static const char *tp_why(struct fr_comm *c, int rc)
  * connection: the HCA's status text, the socket's error), else NULL. */
 static const char *tp_about(struct fr_comm *c, int rank)
 {
-	const char *e = c->tp_ops->last_error ? c->tp_ops->last_error(c->tp)
-					      : NULL;
+	const char *e =
+		c->tp_ops->last_error ? c->tp_ops->last_error(c->tp) : NULL;
 	char key[24];
 	size_t kl;
 
@@ -235,13 +289,21 @@ static int peer_advance(struct fr_comm *c, struct fr_peer *p)
 	if (rc)
 		goto failed;
 	p->state = FR_PEER_UP;
-	p->credits = c->mbx_slots;
+	p->credits = c->peer.mbx_slots;
 	fr_dbg("rank %d: connected to rank %d", c->rank, p->rank);
 	return 0;
 
 failed:
 	p->state = FR_PEER_DOWN;
-	return fr_comm_fail(c, rc, "rank %d: %s rank %d failed: %s%s%s", c->rank,
+	/* a write outside our registered memory that came before we accepted
+	 * the connection: the protocol error the completion path reports */
+	if (rc == FR_ERANGE)
+		return fr_comm_fail(
+			c, FR_EPROTO,
+			"rank %d: peer rank %d wrote outside our registered memory",
+			c->rank, p->rank);
+	return fr_comm_fail(c, rc, "rank %d: %s rank %d failed: %s%s%s",
+			    c->rank,
 			    c->rank < p->rank ? "connecting to" : "accepting",
 			    p->rank, fr_strerror(rc), tp_why(c, rc) ? " (" : "",
 			    tp_why(c, rc) ? tp_why(c, rc) : "");
@@ -249,15 +311,15 @@ failed:
 
 int fr_peer_need(struct fr_comm *c, int rank)
 {
-	struct fr_peer *p = &c->peers[rank];
+	struct fr_peer *p = &c->peer.peers[rank];
 	int rc;
 
 	switch (p->state) {
 	case FR_PEER_UP:
 		return 0;
 	case FR_PEER_DOWN:
-		if (c->failed)
-			return c->failed;
+		if (c->fail.failed)
+			return c->fail.failed;
 		return fr_comm_fail(
 			c, FR_EPEER, "rank %d: rank %d %s", c->rank, rank,
 			p->bye ? "has destroyed its communicator" : "is gone");
@@ -271,8 +333,8 @@ int fr_peer_need(struct fr_comm *c, int rank)
 		if (c->rank < rank) {
 			rc = c->tp_ops->connect(
 				c->tp, rank,
-				c->addrs + (size_t)rank * FR_TP_ADDR_MAX,
-				c->addrlens[rank], &p->conn);
+				c->peer.addrs + (size_t)rank * FR_TP_ADDR_MAX,
+				c->peer.addrlens[rank], &p->conn);
 			if (rc) {
 				p->state = FR_PEER_DOWN;
 				return fr_comm_fail(
@@ -284,9 +346,9 @@ int fr_peer_need(struct fr_comm *c, int rank)
 			}
 		}
 		p->state = FR_PEER_CONNECTING;
-		p->next_active = c->active;
-		c->active = p;
-		c->last_activity_ms = fr_now_ms();
+		p->next_active = c->peer.active;
+		c->peer.active = p;
+		c->peer.last_activity_ms = fr_now_ms();
 		/* fall through */
 	case FR_PEER_CONNECTING:
 		return peer_advance(c, p);
@@ -319,7 +381,7 @@ static int live_send_on(struct fr_comm *c, struct fr_tp_conn *conn,
 
 	if (rc)
 		return rc;
-	c->outstanding++;
+	c->peer.outstanding++;
 	c->stats.writes++;
 	return 0;
 }
@@ -341,13 +403,13 @@ static void note_pong(struct fr_peer *p, uint32_t imm)
 
 static uint32_t pong_imm(const struct fr_comm *c)
 {
-	return FR_IMM(FR_IMM_PONG, (c->waiting_late ? LIVE_LATE : 0) |
-					   (c->seq & LIVE_SEQ_MASK));
+	return FR_IMM(FR_IMM_PONG, (c->peer.waiting_late ? LIVE_LATE : 0) |
+					   (c->peer.seq & LIVE_SEQ_MASK));
 }
 
 static int ping_interval_ms(const struct fr_comm *c)
 {
-	return FR_MAX(FR_MIN(c->timeout_ms / 4, 1000), 10);
+	return FR_MAX(FR_MIN(c->peer.timeout_ms / 4, 1000), 10);
 }
 
 /*
@@ -380,8 +442,9 @@ static void probe_ping(struct fr_comm *c, struct fr_peer *p, uint64_t now,
 			return;
 		p->ping_ms = now; /* one connection attempt per interval */
 		if (c->tp_ops->connect(c->tp, p->rank,
-				       c->addrs + (size_t)p->rank * FR_TP_ADDR_MAX,
-				       c->addrlens[p->rank], &p->probe)) {
+				       c->peer.addrs +
+					       (size_t)p->rank * FR_TP_ADDR_MAX,
+				       c->peer.addrlens[p->rank], &p->probe)) {
 			p->probe = NULL;
 			return;
 		}
@@ -410,7 +473,7 @@ static void accept_early(struct fr_comm *c, bool *did_work)
 {
 	int q[32], n;
 
-	if (!c->tp_ops->pending || c->failed)
+	if (!c->tp_ops->pending || c->fail.failed)
 		return;
 	n = c->tp_ops->pending(c->tp, q, 32);
 	for (int i = 0; i < n; i++) {
@@ -419,14 +482,14 @@ static void accept_early(struct fr_comm *c, bool *did_work)
 
 		if (q[i] < 0 || q[i] >= c->nranks || q[i] == c->rank)
 			continue;
-		p = &c->peers[q[i]];
+		p = &c->peer.peers[q[i]];
 		if (q[i] < c->rank) {
 			/* its data connection: as fr_peer_need would */
 			if (p->state != FR_PEER_IDLE)
 				continue;
 			p->state = FR_PEER_CONNECTING;
-			p->next_active = c->active;
-			c->active = p;
+			p->next_active = c->peer.active;
+			c->peer.active = p;
 			if (!peer_advance(c, p))
 				*did_work = true;
 			continue;
@@ -469,7 +532,9 @@ static int on_probe_cqe(struct fr_comm *c, struct fr_peer *p,
 		c->rank, cqe->imm, cqe->len, p->rank);
 }
 
-bool fr_peers_cqe_is_liveness(const struct fr_tp_cqe *cqe)
+/* Liveness: a completion that only says a peer is alive (a PING, a PONG,
+ * the send of one) is no progress of a collective. */
+static bool cqe_is_liveness(const struct fr_tp_cqe *cqe)
 {
 	if (cqe->kind == FR_CQE_SEND)
 		return (cqe->ctx & CTX_LIVE) != 0;
@@ -477,10 +542,12 @@ bool fr_peers_cqe_is_liveness(const struct fr_tp_cqe *cqe)
 				FR_IMM_TYPE(cqe->imm) == FR_IMM_PONG);
 }
 
-int fr_peer_liveness(struct fr_comm *c, int rank, uint32_t seq,
-		     uint64_t idle_ms)
+/* PING the peer we wait on now and then; afterwards, what its PONGs say:
+ * 1 alive but late (not in our collective, or itself waiting for a late
+ * rank), 0 alive and in it, -1 no fresh answer. */
+static int liveness(struct fr_comm *c, int rank, uint32_t seq, uint64_t idle_ms)
 {
-	struct fr_peer *p = &c->peers[rank];
+	struct fr_peer *p = &c->peer.peers[rank];
 	uint64_t now = fr_now_ms(), every = (uint64_t)ping_interval_ms(c);
 	uint32_t d;
 
@@ -505,21 +572,112 @@ int fr_peer_liveness(struct fr_comm *c, int rank, uint32_t seq,
 }
 
 /* We just started waiting for a late rank: tell everyone connected. */
-void fr_peers_announce_late(struct fr_comm *c)
+static void announce_late(struct fr_comm *c)
 {
-	for (struct fr_peer *p = c->active; p; p = p->next_active)
+	for (struct fr_peer *p = c->peer.active; p; p = p->next_active)
 		if (live_send(c, p, pong_imm(c)) == FR_EAGAIN &&
 		    p->state == FR_PEER_UP)
 			p->pong_owed = true;
+}
+
+/*
+ * Turn a silent neighbour into an error once the timeout has passed, or,
+ * if it answers PINGs but has not entered the collective (or waits for a
+ * rank that has not), once FR_SLOW_TIMEOUT_MS has (peer.c, "Slow or dead").
+ */
+int fr_peers_watch(struct fr_comm *comm, const struct fr_request *req, int peer)
+{
+	uint64_t idle = fr_now_ms() - comm->peer.last_activity_ms;
+	const char *name;
+	int lv = -1;
+
+	if (!req) {
+		comm->peer.waiting_late = false;
+		return 0;
+	}
+	if (peer >= 0 && peer < comm->nranks && peer != comm->rank)
+		lv = liveness(comm, peer, req->seq, idle);
+	if (lv == 1 && !comm->peer.waiting_late) {
+		comm->peer.waiting_late = true;
+		announce_late(comm);
+	} else if (lv != 1 && comm->peer.waiting_late) {
+		/* the late rank has arrived (or stopped answering): it gets a
+		 * whole timeout from now to send, as a rank that was never
+		 * late does, not the rest of one that ran out meanwhile (its
+		 * data may first need a connection to us) */
+		comm->peer.waiting_late = false;
+		comm->peer.last_activity_ms = fr_now_ms();
+		return 0;
+	}
+	if (idle < (uint64_t)comm->peer.timeout_ms ||
+	    (lv == 1 && idle < (uint64_t)comm->peer.slow_timeout_ms))
+		return 0;
+	name = fr_coll_name(req->coll);
+	if (lv == 1 && comm->peer.peers[peer].pong_late)
+		fr_comm_fail(
+			comm, FR_ETIMEDOUT,
+			"rank %d: collective #%u (%s): rank %d is alive but itself waits for a rank that has not entered collective #%u after %.0f s (FR_SLOW_TIMEOUT_MS=%ld)",
+			comm->rank, req->seq, name, peer, req->seq,
+			(double)idle / 1000, comm->peer.slow_timeout_ms);
+	else if (lv == 1)
+		fr_comm_fail(
+			comm, FR_ETIMEDOUT,
+			"rank %d: rank %d is alive but has not entered collective #%u (%s) after %.0f s (FR_SLOW_TIMEOUT_MS=%ld)",
+			comm->rank, peer, req->seq, name, (double)idle / 1000,
+			comm->peer.slow_timeout_ms);
+	else if (lv == 0)
+		fr_comm_fail(
+			comm, FR_ETIMEDOUT,
+			"rank %d: collective #%u (%s): rank %d is alive and in it but sent nothing for %llu ms",
+			comm->rank, req->seq, name, peer,
+			(unsigned long long)idle);
+	else if (peer >= 0)
+		fr_comm_fail(
+			comm, FR_ETIMEDOUT,
+			"rank %d: collective #%u (%s): no progress for %llu ms waiting on rank %d, which does not answer (dead, hung, unreachable, or busy outside the library without a progress thread)",
+			comm->rank, req->seq, name, (unsigned long long)idle,
+			peer);
+	else
+		fr_comm_fail(
+			comm, FR_ETIMEDOUT,
+			"rank %d: collective #%u (%s): no progress for %llu ms",
+			comm->rank, req->seq, name, (unsigned long long)idle);
+	return FR_ETIMEDOUT;
+}
+
+/*
+ * A peer we wait on said goodbye and left nothing unread: it will never
+ * send what we wait for, so fail now instead of at the timeout.  Not while
+ * writes of ours are in flight: then we may be waiting for those (a peer
+ * that has all our data may well have left), and they complete or fail
+ * on their own.
+ */
+int fr_peers_check_gone(struct fr_comm *comm, const struct fr_request *req,
+			int peer)
+{
+	struct fr_peer *p;
+
+	if (comm->peer.outstanding > 0)
+		return 0;
+	if (peer < 0 || peer >= comm->nranks || peer == comm->rank)
+		return 0;
+	p = &comm->peer.peers[peer];
+	if (!p->bye || p->recv_taken != p->recv_arrived)
+		return 0;
+	fr_comm_fail(
+		comm, FR_EPEER,
+		"rank %d: collective #%u (%s): rank %d has destroyed its communicator",
+		comm->rank, req->seq, fr_coll_name(req->coll), peer);
+	return FR_EPEER;
 }
 
 /* Return credits to peers we owe half their slots or more. */
 int fr_peers_progress(struct fr_comm *c, bool *did_work)
 {
 	accept_early(c, did_work);
-	if (c->failed)
-		return c->failed;
-	for (struct fr_peer *p = c->active; p; p = p->next_active) {
+	if (c->fail.failed)
+		return c->fail.failed;
+	for (struct fr_peer *p = c->peer.active; p; p = p->next_active) {
 		int rc;
 
 		if (p->pong_owed && !live_send(c, p, pong_imm(c)))
@@ -534,7 +692,7 @@ int fr_peers_progress(struct fr_comm *c, bool *did_work)
 			continue;
 		}
 		if (p->state != FR_PEER_UP ||
-		    p->credits_owed < FR_MAX(c->mbx_slots / 2, 1))
+		    p->credits_owed < FR_MAX(c->peer.mbx_slots / 2, 1))
 			continue;
 		rc = c->tp_ops->write_imm(
 			p->conn, NULL, 0, NULL, 0, 0,
@@ -547,7 +705,7 @@ int fr_peers_progress(struct fr_comm *c, bool *did_work)
 				"rank %d: returning credits to rank %d: %s",
 				c->rank, p->rank, fr_strerror(rc));
 		p->credits_owed = 0;
-		c->outstanding++;
+		c->peer.outstanding++;
 		c->stats.writes++;
 		*did_work = true;
 	}
@@ -557,11 +715,31 @@ int fr_peers_progress(struct fr_comm *c, bool *did_work)
 /* ---- sending ---------------------------------------------------------------
  */
 
+/*
+ * A write the transport refused at once (not FR_EAGAIN): the connection
+ * failed before its failed completion was polled (a verbs QP in the error
+ * state does this).  Fail here, naming the peer, rather than leave the
+ * caller a bare code.
+ */
+static int write_failed(struct fr_comm *c, struct fr_peer *p, int rc)
+{
+	const char *why = tp_about(c, p->rank);
+
+	if (rc == FR_EAGAIN)
+		return rc;
+	if (rc == FR_EPEER)
+		p->state = FR_PEER_DOWN;
+	return fr_comm_fail(c, rc == FR_ERANGE ? FR_EPROTO : rc,
+			    "rank %d: writing to rank %d failed: %s%s%s%s",
+			    c->rank, p->rank, fr_strerror(rc), why ? " (" : "",
+			    why ? why : "", why ? ")" : "");
+}
+
 int fr_peer_write(struct fr_comm *c, int rank, struct fr_mem *lmem, size_t loff,
 		  const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
 		  uint32_t imm, bool user)
 {
-	struct fr_peer *p = &c->peers[rank];
+	struct fr_peer *p = &c->peer.peers[rank];
 	int rc;
 
 	if (p->state != FR_PEER_UP)
@@ -569,9 +747,9 @@ int fr_peer_write(struct fr_comm *c, int rank, struct fr_mem *lmem, size_t loff,
 	rc = c->tp_ops->write_imm(p->conn, lmem ? lmem->tp_mr : NULL, loff,
 				  rkey, roff, len, imm, user ? CTX_USER : 0);
 	if (rc)
-		return rc;
-	c->outstanding++;
-	c->user_outstanding += user;
+		return write_failed(c, p, rc);
+	c->peer.outstanding++;
+	c->peer.user_outstanding += user;
 	c->stats.writes++;
 	c->stats.bytes_sent += len;
 	c->stats.wire_bytes += len;
@@ -601,7 +779,7 @@ void fr_msg_for(const struct fr_request *req, uint8_t type, struct fr_msg *m)
 int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 		const void *payload, size_t len)
 {
-	struct fr_peer *p = &c->peers[rank];
+	struct fr_peer *p = &c->peer.peers[rank];
 	bool special = m->type == FR_MSG_ABORT || m->type == FR_MSG_BYE;
 	uint32_t slot = 0, rslot;
 	uint8_t *buf;
@@ -613,42 +791,46 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 		return FR_EINVAL;
 	/* The last outbox slots are kept for ABORT and BYE, which must go
 	 * out however busy the data path is. */
-	if (!special &&
-	    __builtin_popcountll(c->out_busy) >= c->out_slots - FR_OUT_RESERVED)
+	if (!special && __builtin_popcountll(c->peer.out_busy) >=
+				c->peer.out_slots - FR_OUT_RESERVED)
 		return FR_EAGAIN;
-	for (i = 0; i < c->out_slots; i++) {
-		slot = (c->out_next + (uint32_t)i) % (uint32_t)c->out_slots;
-		if (!(c->out_busy & (1ull << slot)))
+	for (i = 0; i < c->peer.out_slots; i++) {
+		slot = (c->peer.out_next + (uint32_t)i) %
+		       (uint32_t)c->peer.out_slots;
+		if (!(c->peer.out_busy & (1ull << slot)))
 			break;
 	}
-	if (i == c->out_slots)
+	if (i == c->peer.out_slots)
 		return FR_EAGAIN;
 	/* credits ride on data only: ABORT and BYE end the conversation */
 	m->credits = special ? 0 : (uint32_t)p->credits_owed;
 	m->len = (uint32_t)len;
-	buf = c->out + (size_t)slot * c->mbx_slot_size;
+	buf = c->peer.out + (size_t)slot * c->peer.mbx_slot_size;
 	fr_msg_encode(m, buf);
 	if (len)
 		memcpy(buf + FR_MSG_HDR, payload, len);
-	rslot = m->type == FR_MSG_ABORT ? (uint32_t)c->mbx_slots
-		: m->type == FR_MSG_BYE ? (uint32_t)c->mbx_slots + 1
-					: p->send_seq % (uint32_t)c->mbx_slots;
+	rslot = m->type == FR_MSG_ABORT ? (uint32_t)c->peer.mbx_slots
+		: m->type == FR_MSG_BYE
+			? (uint32_t)c->peer.mbx_slots + 1
+			: p->send_seq % (uint32_t)c->peer.mbx_slots;
 	rc = c->tp_ops->write_imm(
-		p->conn, c->out_mem->tp_mr, (size_t)slot * c->mbx_slot_size,
-		&p->mbx_rkey,
-		((uint64_t)c->rank * (uint64_t)(c->mbx_slots + 2) + rslot) *
-			c->mbx_slot_size,
+		p->conn, c->peer.out_mem->tp_mr,
+		(size_t)slot * c->peer.mbx_slot_size, &p->mbx_rkey,
+		((uint64_t)c->rank * (uint64_t)(c->peer.mbx_slots + 2) +
+		 rslot) *
+			c->peer.mbx_slot_size,
 		FR_MSG_HDR + len, FR_IMM(FR_IMM_MSG, rslot), CTX_OUT | slot);
 	if (rc)
-		return rc;
-	c->out_busy |= 1ull << slot;
-	c->out_next = slot + 1;
+		/* ABORT and BYE are best effort: their callers go on */
+		return special ? rc : write_failed(c, p, rc);
+	c->peer.out_busy |= 1ull << slot;
+	c->peer.out_next = slot + 1;
 	if (!special) {
 		p->credits_owed = 0;
 		p->credits--;
 		p->send_seq++;
 	}
-	c->outstanding++;
+	c->peer.outstanding++;
 	c->stats.writes++;
 	c->stats.bytes_sent += FR_MSG_HDR + len;
 	c->stats.wire_bytes += FR_MSG_HDR + len;
@@ -658,22 +840,22 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 void fr_peers_send_abort(struct fr_comm *c, int err, int origin)
 {
 	struct fr_msg m = {.type = FR_MSG_ABORT,
-			   .seq = c->fail_seq,
-			   .err = c->fail_code ? c->fail_code : err,
+			   .seq = c->fail.fail_seq,
+			   .err = c->fail.fail_code ? c->fail.fail_code : err,
 			   .origin = origin};
 
-	size_t len = strnlen(c->fail_text, sizeof(c->fail_text) - 1);
+	size_t len = strnlen(c->fail.fail_text, sizeof(c->fail.fail_text) - 1);
 
-	if (!c->peers)
+	if (!c->peer.peers)
 		return;
 	len = FR_MIN(len, fr_msg_payload_max(c));
 	/* Best effort: a peer that is gone cannot be told.  The payload is
 	 * the first failing rank's own message, so that every rank can say
 	 * what went wrong where, not only that something did. */
-	for (struct fr_peer *p = c->active; p; p = p->next_active) {
+	for (struct fr_peer *p = c->peer.active; p; p = p->next_active) {
 		if (p->state != FR_PEER_UP || p->abort_sent || p->bye)
 			continue;
-		if (!fr_msg_send(c, p->rank, &m, c->fail_text, len))
+		if (!fr_msg_send(c, p->rank, &m, c->fail.fail_text, len))
 			p->abort_sent = true;
 	}
 }
@@ -691,35 +873,51 @@ void fr_peers_send_abort(struct fr_comm *c, int err, int origin)
  */
 #define FR_TELL_MS 1000
 
+/* The failed communicator's last polls: one batch of completions into the
+ * bookkeeping (the algorithms are done: theirs are dropped); how many, or
+ * the transport's error. */
+static int drain(struct fr_comm *c)
+{
+	struct fr_tp_cqe cqe[32];
+	int n = c->tp_ops->poll(c->tp, cqe, 32);
+
+	for (int i = 0; i < n; i++) {
+		int from;
+
+		(void)fr_peers_on_cqe(c, &cqe[i], &from);
+	}
+	return n;
+}
+
 void fr_peers_tell_all(struct fr_comm *c)
 {
-	uint64_t deadline = fr_now_ms() + FR_MIN(c->timeout_ms, FR_TELL_MS);
-	int origin = c->fail_origin >= 0 ? c->fail_origin : c->rank;
-	struct fr_tp_cqe cqe[32];
+	uint64_t deadline =
+		fr_now_ms() + FR_MIN(c->peer.timeout_ms, FR_TELL_MS);
+	int origin = c->fail.fail_origin >= 0 ? c->fail.fail_origin : c->rank;
 
-	if (!c->peers || !c->failed || c->nranks < 2 || c->told_all)
+	if (!c->peer.peers || !c->fail.failed || c->nranks < 2 ||
+	    c->fail.told_all)
 		return;
-	c->told_all = true;
+	c->fail.told_all = true;
 	for (int q = 0; q < c->nranks; q++)
-		if (q != c->rank && c->peers[q].state == FR_PEER_IDLE) {
-			c->peers[q].told_only = true;
+		if (q != c->rank && c->peer.peers[q].state == FR_PEER_IDLE) {
+			c->peer.peers[q].told_only = true;
 			fr_peer_need(c, q); /* a failure marks it DOWN */
 		}
 	for (;;) {
 		bool all = true;
-		int n = c->tp_ops->poll(c->tp, cqe, 32);
+		int n = drain(c);
 
 		if (n < 0)
 			break;
-		for (int i = 0; i < n; i++)
-			fr_peers_on_cqe(c, &cqe[i]);
-		for (struct fr_peer *p = c->active; p; p = p->next_active)
+		for (struct fr_peer *p = c->peer.active; p; p = p->next_active)
 			if (p->state == FR_PEER_CONNECTING)
 				peer_advance(c, p);
-		fr_peers_send_abort(c, c->failed, origin);
-		for (struct fr_peer *p = c->active; p; p = p->next_active)
+		fr_peers_send_abort(c, c->fail.failed, origin);
+		for (struct fr_peer *p = c->peer.active; p; p = p->next_active)
 			if (p->state == FR_PEER_CONNECTING ||
-			    (p->state == FR_PEER_UP && !p->abort_sent && !p->bye))
+			    (p->state == FR_PEER_UP && !p->abort_sent &&
+			     !p->bye))
 				all = false;
 		if (all || fr_now_ms() >= deadline)
 			break;
@@ -734,13 +932,14 @@ void fr_peers_tell_all(struct fr_comm *c)
 int fr_msg_get(struct fr_comm *c, const struct fr_request *req, int rank,
 	       const struct fr_msg **mp, const uint8_t **payload)
 {
-	struct fr_peer *p = &c->peers[rank];
+	struct fr_peer *p = &c->peer.peers[rank];
 	const uint8_t *b;
 	struct fr_msg *m = &p->peek;
 
 	if (p->recv_taken == p->recv_arrived)
 		return FR_EAGAIN;
-	b = mbx_slot(c, rank, (int)(p->recv_taken % (uint32_t)c->mbx_slots));
+	b = mbx_slot(c, rank,
+		     (int)(p->recv_taken % (uint32_t)c->peer.mbx_slots));
 	if (!p->have_peek) {
 		if (fr_msg_decode(b, fr_msg_payload_max(c), m))
 			return fr_comm_fail(
@@ -788,7 +987,7 @@ int fr_msg_get(struct fr_comm *c, const struct fr_request *req, int rank,
 
 void fr_msg_consume(struct fr_comm *c, int rank)
 {
-	struct fr_peer *p = &c->peers[rank];
+	struct fr_peer *p = &c->peer.peers[rank];
 
 	p->have_peek = false;
 	p->recv_taken++;
@@ -798,10 +997,9 @@ void fr_msg_consume(struct fr_comm *c, int rank)
 static int on_abort(struct fr_comm *c, struct fr_peer *p,
 		    const struct fr_msg *m)
 {
-	struct fr_request *req = fr_active_req(c);
 	int orig_err = m->err < 0 && m->err >= FR_ERANGE ? m->err : FR_EPEER;
 	int err = orig_err;
-	const uint8_t *b = mbx_slot(c, p->rank, c->mbx_slots);
+	const uint8_t *b = mbx_slot(c, p->rank, c->peer.mbx_slots);
 	char text[2 * FR_ERRMSG_MAX], why[FR_ERRMSG_MAX];
 	size_t len = FR_MIN((size_t)m->len, sizeof(why) - 1);
 
@@ -823,38 +1021,41 @@ static int on_abort(struct fr_comm *c, struct fr_peer *p,
 	    err == FR_ERANGE || err == FR_EAGAIN || err == FR_EBOOTSTRAP)
 		err = FR_EPEER;
 	if (len)
-		snprintf(text, sizeof(text),
-			 "rank %d: aborted at collective #%u: rank %d failed first (%s), as reported by rank %d: %s",
-			 c->rank, m->seq, m->origin, fr_strerror(orig_err),
-			 p->rank, why);
+		snprintf(
+			text, sizeof(text),
+			"rank %d: aborted at collective #%u: rank %d failed first (%s), as reported by rank %d: %s",
+			c->rank, m->seq, m->origin, fr_strerror(orig_err),
+			p->rank, why);
 	else
-		snprintf(text, sizeof(text),
-			 "rank %d: aborted at collective #%u: rank %d failed first (%s), as reported by rank %d",
-			 c->rank, m->seq, m->origin, fr_strerror(orig_err),
-			 p->rank);
+		snprintf(
+			text, sizeof(text),
+			"rank %d: aborted at collective #%u: rank %d failed first (%s), as reported by rank %d",
+			c->rank, m->seq, m->origin, fr_strerror(orig_err),
+			p->rank);
 	/*
 	 * A peer that failed in a later collective than ours had finished
 	 * ours: let ours complete, fail at the next one.
 	 */
-	if (req ? (int32_t)(m->seq - req->seq) > 0
-		: (int32_t)(m->seq - c->seq) >= 0) {
-		if (!c->abort_pending && !c->failed) {
-			c->abort_pending = true;
-			c->abort_seq = m->seq;
-			c->abort_err = err;
-			c->abort_origin = m->origin;
-			memcpy(c->abort_msg, text, sizeof(c->abort_msg) - 1);
-			c->abort_msg[sizeof(c->abort_msg) - 1] = '\0';
-			memcpy(c->fail_text, why, sizeof(why));
-			c->fail_code = orig_err;
+	if (c->peer.in_coll ? (int32_t)(m->seq - (c->peer.seq - 1)) > 0
+			    : (int32_t)(m->seq - c->peer.seq) >= 0) {
+		if (!c->fail.abort_pending && !c->fail.failed) {
+			c->fail.abort_pending = true;
+			c->fail.abort_seq = m->seq;
+			c->fail.abort_err = err;
+			c->fail.abort_origin = m->origin;
+			memcpy(c->fail.abort_msg, text,
+			       sizeof(c->fail.abort_msg) - 1);
+			c->fail.abort_msg[sizeof(c->fail.abort_msg) - 1] = '\0';
+			memcpy(c->fail.fail_text, why, sizeof(why));
+			c->fail.fail_code = orig_err;
 		}
 		return 0;
 	}
-	if (!c->failed) {
-		memcpy(c->fail_text, why, sizeof(why));
-		c->fail_code = orig_err;
+	if (!c->fail.failed) {
+		memcpy(c->fail.fail_text, why, sizeof(why));
+		c->fail.fail_code = orig_err;
 	}
-	c->fail_origin = m->origin;
+	c->fail.fail_origin = m->origin;
 	return fr_comm_fail(c, err, "%s", text);
 }
 
@@ -864,18 +1065,18 @@ static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
 	const uint8_t *b;
 	struct fr_msg m;
 
-	if (slot > (uint32_t)c->mbx_slots + 1 || len < FR_MSG_HDR)
+	if (slot > (uint32_t)c->peer.mbx_slots + 1 || len < FR_MSG_HDR)
 		goto bad;
 	b = mbx_slot(c, p->rank, (int)slot);
 	if (fr_msg_decode(b, fr_msg_payload_max(c), &m) ||
 	    m.len != len - FR_MSG_HDR)
 		goto bad;
-	if (slot == (uint32_t)c->mbx_slots) {
+	if (slot == (uint32_t)c->peer.mbx_slots) {
 		if (m.type != FR_MSG_ABORT)
 			goto bad;
 		return on_abort(c, p, &m);
 	}
-	if (slot == (uint32_t)c->mbx_slots + 1) {
+	if (slot == (uint32_t)c->peer.mbx_slots + 1) {
 		if (m.type != FR_MSG_BYE)
 			goto bad;
 		/*
@@ -886,14 +1087,14 @@ static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
 		p->bye = true;
 		return 0;
 	}
-	if (slot != p->recv_arrived % (uint32_t)c->mbx_slots ||
-	    m.type > FR_MSG_READY || m.credits > (uint32_t)c->mbx_slots)
+	if (slot != p->recv_arrived % (uint32_t)c->peer.mbx_slots ||
+	    m.type > FR_MSG_READY || m.credits > (uint32_t)c->peer.mbx_slots)
 		goto bad;
 	p->recv_arrived++;
-	if (p->recv_arrived - p->recv_taken > (uint32_t)c->mbx_slots)
+	if (p->recv_arrived - p->recv_taken > (uint32_t)c->peer.mbx_slots)
 		goto bad;
 	p->credits += (int)m.credits;
-	if (p->credits > c->mbx_slots)
+	if (p->credits > c->peer.mbx_slots)
 		goto bad;
 	return 0;
 bad:
@@ -905,25 +1106,31 @@ bad:
 
 static void send_done(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 {
-	c->outstanding--;
+	c->peer.outstanding--;
 	if (cqe->ctx & CTX_OUT)
-		c->out_busy &= ~(1ull << (cqe->ctx & 63));
+		c->peer.out_busy &= ~(1ull << (cqe->ctx & 63));
 	else if (cqe->ctx & CTX_USER)
-		c->user_outstanding--;
+		c->peer.user_outstanding--;
 }
 
 static struct fr_peer *cqe_peer(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 {
 	int r = c->tp_ops->conn_peer(cqe->conn);
 
-	return r >= 0 && r < c->nranks && r != c->rank ? &c->peers[r] : NULL;
+	return r >= 0 && r < c->nranks && r != c->rank ? &c->peer.peers[r]
+						       : NULL;
 }
 
-int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
+int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 {
 	struct fr_peer *p = cqe_peer(c, cqe);
 	uint32_t type = FR_IMM_TYPE(cqe->imm);
 
+	/* a PING or PONG is not progress of a collective */
+	if (!cqe_is_liveness(cqe)) {
+		c->peer.last_activity_ms = fr_now_ms();
+		c->peer.waiting_late = false;
+	}
 	if (cqe->kind == FR_CQE_SEND)
 		send_done(c, cqe);
 	if (!p)
@@ -944,7 +1151,7 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 					   : "wrote outside our registered memory")
 				: fr_strerror(cqe->status);
 
-		if (p->bye && !fr_active_req(c)) {
+		if (p->bye && !c->peer.in_coll) {
 			/* it said goodbye: closing now is expected */
 			p->state = FR_PEER_DOWN;
 			return 0;
@@ -952,8 +1159,8 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 		p->state = FR_PEER_DOWN;
 		return fr_comm_fail(
 			c, cqe->status == FR_ERANGE ? FR_EPROTO : FR_EPEER,
-			"rank %d: peer rank %d %s%s%s%s", c->rank, p->rank, what,
-			why ? " (" : "", why ? why : "", why ? ")" : "");
+			"rank %d: peer rank %d %s%s%s%s", c->rank, p->rank,
+			what, why ? " (" : "", why ? why : "", why ? ")" : "");
 	}
 	if (cqe->kind == FR_CQE_SEND)
 		return 0;
@@ -963,13 +1170,9 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 		return on_msg(c, p, FR_IMM_PAYLOAD(cqe->imm), cqe->len);
 	case FR_IMM_CREDIT:
 		p->credits += (int)FR_IMM_PAYLOAD(cqe->imm);
-		if (p->credits > c->mbx_slots || cqe->len)
+		if (p->credits > c->peer.mbx_slots || cqe->len)
 			break;
 		return 0;
-	case FR_IMM_RS:
-	case FR_IMM_AG:
-	case FR_IMM_RCREDIT:
-		return fr_ring_on_cqe(c, p->rank, cqe);
 	case FR_IMM_PING:
 		if (cqe->len)
 			break;
@@ -983,6 +1186,11 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 			break;
 		note_pong(p, cqe->imm);
 		return 0;
+	}
+	if (!(FR_IMM_PEER_TYPES & 1u << type)) {
+		/* an algorithm's own (struct fr_algo.imm_types) */
+		*from = p->rank;
+		return FR_PEERS_FOR_ALGO;
 	}
 	return fr_comm_fail(
 		c, FR_EPROTO,
@@ -1009,36 +1217,33 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe)
 void fr_peers_quiesce(struct fr_comm *c)
 {
 	uint64_t deadline = fr_now_ms() + FR_QUIESCE_MS;
-	struct fr_tp_cqe cqe[32];
 
-	if (!c->peers || c->user_outstanding <= 0)
+	if (!c->peer.peers || c->peer.user_outstanding <= 0)
 		return;
-	while (c->user_outstanding > 0 && fr_now_ms() < deadline) {
-		int n = c->tp_ops->poll(c->tp, cqe, 32);
+	while (c->peer.user_outstanding > 0 && fr_now_ms() < deadline) {
+		int n = drain(c);
 
 		if (n < 0)
 			break;
-		for (int i = 0; i < n; i++)
-			fr_peers_on_cqe(c, &cqe[i]);
 		if (!n)
 			c->tp_ops->wait(c->tp, 1);
 	}
-	if (c->user_outstanding <= 0)
+	if (c->peer.user_outstanding <= 0)
 		return;
 	fr_info("rank %d: %d sends still queued %d ms after the failure: closing every connection",
-		c->rank, c->user_outstanding, FR_QUIESCE_MS);
+		c->rank, c->peer.user_outstanding, FR_QUIESCE_MS);
 	for (int r = 0; r < c->nranks; r++)
-		probe_close(c, &c->peers[r]);
-	for (struct fr_peer *p = c->active; p; p = p->next_active) {
+		probe_close(c, &c->peer.peers[r]);
+	for (struct fr_peer *p = c->peer.active; p; p = p->next_active) {
 		if (p->conn)
 			c->tp_ops->close_conn(p->conn);
 		p->conn = NULL;
 		p->state = FR_PEER_DOWN;
 	}
 	/* their completions went with the connections */
-	c->outstanding = 0;
-	c->user_outstanding = 0;
-	c->out_busy = 0;
+	c->peer.outstanding = 0;
+	c->peer.user_outstanding = 0;
+	c->peer.out_busy = 0;
 }
 
 /*
@@ -1051,12 +1256,13 @@ void fr_peers_quiesce(struct fr_comm *c)
  */
 void fr_peers_goodbye(struct fr_comm *c)
 {
-	uint64_t wait_ms = (uint64_t)(c->failed ? FR_MIN(c->timeout_ms, 2000)
-						: c->timeout_ms);
+	uint64_t wait_ms =
+		(uint64_t)(c->fail.failed ? FR_MIN(c->peer.timeout_ms, 2000)
+					  : c->peer.timeout_ms);
 	uint64_t deadline = fr_now_ms() + wait_ms;
 	struct fr_tp_cqe cqe[32];
 
-	if (!c->peers)
+	if (!c->peer.peers)
 		return;
 	while (fr_now_ms() < deadline) {
 		bool all = true;
@@ -1065,24 +1271,27 @@ void fr_peers_goodbye(struct fr_comm *c)
 		/* an ABORT that found no room when we failed goes first, and
 		 * to a peer still connecting to us (it may only learn of the
 		 * failure from us) once the connection is up */
-		if (c->failed) {
-			for (struct fr_peer *p = c->active; p;
+		if (c->fail.failed) {
+			for (struct fr_peer *p = c->peer.active; p;
 			     p = p->next_active)
 				if (p->state == FR_PEER_CONNECTING)
 					peer_advance(c, p);
-			fr_peers_send_abort(c, c->failed,
-					    c->fail_origin >= 0 ? c->fail_origin
-								: c->rank);
+			fr_peers_send_abort(c, c->fail.failed,
+					    c->fail.fail_origin >= 0
+						    ? c->fail.fail_origin
+						    : c->rank);
 		}
 
-		for (struct fr_peer *p = c->active; p; p = p->next_active) {
-			struct fr_msg m = {.type = FR_MSG_BYE, .seq = c->seq};
+		for (struct fr_peer *p = c->peer.active; p;
+		     p = p->next_active) {
+			struct fr_msg m = {.type = FR_MSG_BYE,
+					   .seq = c->peer.seq};
 
 			/* a connection still coming up: finish it, so that
 			 * the peer gets the ABORT, unless it is only ours to
 			 * tell (fr_peers_tell_all) or the peer never connected
 			 * to us (it does not need us) */
-			if (c->failed && p->state == FR_PEER_CONNECTING &&
+			if (c->fail.failed && p->state == FR_PEER_CONNECTING &&
 			    p->conn && (!p->told_only || c->rank > p->rank))
 				all = false;
 			if (p->state != FR_PEER_UP)
@@ -1094,7 +1303,7 @@ void fr_peers_goodbye(struct fr_comm *c)
 			if (!p->bye_sent || !p->bye)
 				all = false;
 		}
-		if (all && c->outstanding <= 0)
+		if (all && c->peer.outstanding <= 0)
 			return;
 		n = c->tp_ops->poll(c->tp, cqe, 32);
 		if (n < 0)
@@ -1122,9 +1331,9 @@ void fr_peers_goodbye(struct fr_comm *c)
 			}
 			if (FR_IMM_TYPE(cqe[i].imm) != FR_IMM_MSG ||
 			    FR_IMM_PAYLOAD(cqe[i].imm) !=
-				    (uint32_t)c->mbx_slots + 1)
+				    (uint32_t)c->peer.mbx_slots + 1)
 				continue;
-			b = mbx_slot(c, p->rank, c->mbx_slots + 1);
+			b = mbx_slot(c, p->rank, c->peer.mbx_slots + 1);
 			if (!fr_msg_decode(b, fr_msg_payload_max(c), &m) &&
 			    m.type == FR_MSG_BYE)
 				p->bye = true;

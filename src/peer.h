@@ -13,11 +13,46 @@
  *     collective this rank has not reached yet stays in its slot until then.
  *   - one-sided writes into a peer's registered memory (fr_peer_write), for
  *     zero-copy algorithms that exchanged remote keys (the ring).
+ * The layer also watches its peers (PING/PONG liveness, timeouts, a peer
+ * that said goodbye) and owns the communicator's failure: fr_comm_fail()
+ * records the first error and sends ABORT to every connected peer.
+ *
+ * Layer: peers.  Calls the memory layer (mem.h), the transport and the
+ * base; called by the algorithms, the engine and the entry points.
+ * Immediate types that are not its own it hands up, unread, to whoever
+ * polled (FR_PEERS_FOR_ALGO): the engine passes them to the algorithm that
+ * claims them (struct fr_algo.imm_types).  Owns struct fr_peer_layer and
+ * struct fr_fail.
  */
 #ifndef FR_PEER_H
 #define FR_PEER_H
 
-#include "internal.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport.h"
+#include "util.h"
+
+struct fr_comm;
+struct fr_mem;
+struct fr_request;
+
+/* Mailbox data slots per peer (credits). */
+#define FR_MBX_SLOTS 8
+/* Outbox slots only ABORT and BYE may use. */
+#define FR_OUT_RESERVED 2
+/* Peers' remote keys are cached direct-mapped by registration id. */
+#define FR_RKEY_CACHE 64
+
+/* Collectives (the wire carries these numbers: append only). */
+enum fr_coll {
+	FR_COLL_ALLREDUCE = 1,
+	FR_COLL_REDUCE_SCATTER = 2,
+	FR_COLL_ALLGATHER = 3,
+	FR_COLL_BROADCAST = 4,
+	FR_COLL_BARRIER = 5,
+};
 
 /* Immediate: 4-bit type, 28-bit payload. */
 #define FR_IMM_TYPE(imm) ((imm) >> 28)
@@ -25,14 +60,150 @@
 #define FR_IMM(type, payload) \
 	(((uint32_t)(type) << 28) | ((payload)&0x0fffffffu))
 enum fr_imm_type {
-	FR_IMM_MSG = 1,	    /* payload: mailbox slot                 */
-	FR_IMM_CREDIT = 2,  /* payload: mailbox slots freed          */
+	FR_IMM_MSG = 1,	   /* payload: mailbox slot                 */
+	FR_IMM_CREDIT = 2, /* payload: mailbox slots freed          */
+	/* 3, 4, 5 and 8..15 are the algorithms' (struct fr_algo.imm_types);
+	 * numbered here so that no two take the same */
 	FR_IMM_RS = 3,	    /* ring: (segment serial << 8) | slot    */
 	FR_IMM_AG = 4,	    /* ring: segment index in the collective */
 	FR_IMM_RCREDIT = 5, /* ring: staging slots freed             */
 	FR_IMM_PING = 6,    /* are you alive?                        */
 	FR_IMM_PONG = 7,    /* yes: late flag << 27 | collectives started */
 };
+/* The types the peer layer reads itself. */
+#define FR_IMM_PEER_TYPES                                             \
+	(1u << FR_IMM_MSG | 1u << FR_IMM_CREDIT | 1u << FR_IMM_PING | \
+	 1u << FR_IMM_PONG)
+
+/* A decoded mailbox message header (see peer.c for the wire layout). */
+struct fr_msg {
+	uint8_t type; /* enum fr_msg_type */
+	uint8_t coll, algo, dtype, op;
+	uint16_t step;
+	uint32_t seq;
+	uint64_t count;
+	int32_t root;
+	uint32_t credits;    /* our mailbox slots the sender has freed */
+	uint64_t offset;     /* DATA: byte offset of the payload in the step */
+	uint32_t len;	     /* payload bytes after the header */
+	int32_t err, origin; /* ABORT */
+	uint32_t aux;	     /* algorithm's own */
+};
+
+enum fr_msg_type {
+	FR_MSG_DATA = 1,  /* a fragment of a step's data */
+	FR_MSG_READY = 2, /* ring: ready to receive, names the buffer */
+	FR_MSG_ABORT = 3, /* the job failed (special slot, sent once) */
+	FR_MSG_BYE = 4,	  /* the communicator is destroyed (special slot) */
+};
+
+#define FR_MSG_HDR 64
+
+enum fr_peer_state {
+	FR_PEER_IDLE = 0, /* never needed */
+	FR_PEER_CONNECTING,
+	FR_PEER_UP,
+	FR_PEER_DOWN, /* failed or closed */
+};
+
+/* What we know about one other rank. */
+struct fr_peer {
+	int rank;
+	enum fr_peer_state state;
+	struct fr_tp_conn *conn;
+	struct fr_peer
+		*next_active; /* comm->active list (connected or connecting) */
+	/* its card: transport address and mailbox key */
+	struct fr_tp_rkey mbx_rkey;
+	/* sending into its mailbox */
+	int credits;	   /* free data slots there for us */
+	uint32_t send_seq; /* data slots used so far */
+	bool abort_sent, bye_sent;
+	bool told_only; /* connected only to hand it our ABORT */
+	/* receiving from it into our mailbox */
+	uint32_t recv_arrived; /* data messages landed */
+	uint32_t recv_taken;   /* data messages consumed (in order) */
+	int credits_owed;      /* consumed, not yet returned */
+	bool have_peek;	       /* msg below is the decoded head */
+	struct fr_msg peek;
+	bool bye; /* it destroyed its communicator */
+	/* liveness (peer.c, "Slow or dead"): our last PING to it, its last
+	 * PONG, and what that said: how many collectives it had started, and
+	 * whether it is itself waiting for a late rank */
+	uint64_t ping_ms, pong_ms;
+	uint32_t pong_started;
+	bool pong_late, pong_owed;
+	/* a liveness-only connection (PING and PONG, no data) to a lower rank
+	 * we wait on that has not connected to us yet, or from a higher one
+	 * that waits on us; a connection from the other side of the pair
+	 * to the one that carries data, so the two never mix up */
+	struct fr_tp_conn *probe;
+	bool probe_up, probe_dead;
+	/* ids of our registrations whose key it has (direct-mapped) */
+	uint32_t rkey_sent[FR_RKEY_CACHE];
+	/* its registrations' keys we have (direct-mapped by id) */
+	uint32_t rkey_id[FR_RKEY_CACHE];
+	struct fr_tp_rkey rkey[FR_RKEY_CACHE];
+};
+
+/* The peer layer's state in the communicator (comm->peer). */
+struct fr_peer_layer {
+	/* peers[rank]; peers[rank == ours] is unused */
+	struct fr_peer *peers;
+	struct fr_peer *active; /* peers connected or connecting */
+	/* the transport addresses from the rendezvous (cards) */
+	uint8_t *addrs; /* [nranks][FR_TP_ADDR_MAX] */
+	uint8_t *addrlens;
+	/*
+	 * Mailbox: peer p writes into slots [p][0 .. mbx_slots + 1]; the
+	 * last two are for its ABORT and BYE.  Outbox: where messages are
+	 * assembled before the write.
+	 */
+	int mbx_slots;	      /* data slots per peer */
+	size_t mbx_slot_size; /* header + eager payload */
+	uint8_t *mbx;
+	struct fr_mem *mbx_mem;
+	int out_slots;
+	uint8_t *out;
+	struct fr_mem *out_mem;
+	uint64_t out_busy; /* bitmap: outbox slots awaiting completion */
+	uint32_t out_next;
+	int outstanding;      /* our writes without a SEND completion */
+	int user_outstanding; /* ... of them, writes from user buffers */
+	/* liveness ("Slow or dead" in peer.c) */
+	int timeout_ms;
+	long slow_timeout_ms; /* patience with a peer that is alive but late */
+	bool waiting_late;    /* what we wait on is alive but late */
+	uint64_t last_activity_ms; /* last completion seen, for timeouts */
+	/* collectives as the peers see them: how many started (PONGs and
+	 * ABORTs carry it), and whether the last one still runs */
+	uint32_t seq;
+	bool in_coll;
+};
+
+/* The communicator's failure (comm->fail), written by fr_comm_fail() and
+ * the ABORTs that arrive. */
+struct fr_fail {
+	int failed;	 /* 0 or the error that failed the communicator */
+	int fail_origin; /* the rank that failed first, -1: this one */
+	/* an ABORT for a collective after the active one: applied when that
+	 * collective starts, so the active one may still complete */
+	bool abort_pending;
+	uint32_t abort_seq;
+	int abort_err, abort_origin;
+	char abort_msg[FR_ERRMSG_MAX];
+	/* the first failing rank's own code and message, which ABORT
+	 * carries on (relays included) */
+	int fail_code;
+	uint32_t fail_seq; /* the first collective the failure ended */
+	bool told_all;	   /* fr_peers_tell_all has run */
+	char fail_text[FR_ERRMSG_MAX];
+};
+
+/* Fail the communicator (the first error wins; later calls return it):
+ * record err and the message, and send ABORT to every connected peer. */
+int fr_comm_fail(struct fr_comm *comm, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 int fr_peers_init(struct fr_comm *comm);
 void fr_peers_fini(struct fr_comm *comm);
@@ -41,8 +212,26 @@ void fr_peers_fini(struct fr_comm *comm);
 int fr_peer_need(struct fr_comm *comm, int rank);
 /* Advance connections, return credits owed. */
 int fr_peers_progress(struct fr_comm *comm, bool *did_work);
-/* A completion from the transport. */
-int fr_peers_on_cqe(struct fr_comm *comm, const struct fr_tp_cqe *cqe);
+/* A completion from the transport: 0 or the error that failed the
+ * communicator, or FR_PEERS_FOR_ALGO with the sender in *from for an
+ * immediate type the peer layer does not read (an algorithm's). */
+#define FR_PEERS_FOR_ALGO 1
+int fr_peers_on_cqe(struct fr_comm *comm, const struct fr_tp_cqe *cqe,
+		    int *from);
+
+/* A collective starts (its number in *seq; 0, or the error of an ABORT
+ * that was waiting for it) and ends (completed or failed). */
+int fr_peers_coll_begin(struct fr_comm *comm, uint32_t *seq);
+void fr_peers_coll_end(struct fr_comm *comm);
+/* The timeout, and patience with a rank that is alive but late, for the
+ * first pending collective req (NULL: none), which waits on rank peer
+ * (-1: unknown): 0, or FR_ETIMEDOUT having failed the communicator. */
+int fr_peers_watch(struct fr_comm *comm, const struct fr_request *req,
+		   int peer);
+/* The active collective req waits on rank peer, which has destroyed its
+ * communicator and left nothing unread: FR_EPEER (failed), else 0. */
+int fr_peers_check_gone(struct fr_comm *comm, const struct fr_request *req,
+			int peer);
 
 /* The 64-byte wire header (layout in peer.c); decode checks the magic, the
  * type and len <= maxlen. */
@@ -76,15 +265,6 @@ int fr_peer_write(struct fr_comm *comm, int rank, struct fr_mem *lmem,
 
 /* Best-effort ABORT to every connected peer. */
 void fr_peers_send_abort(struct fr_comm *comm, int err, int origin);
-/* Liveness: a completion that only says a peer is alive (a PING, a PONG,
- * the send of one) is no progress of a collective. */
-bool fr_peers_cqe_is_liveness(const struct fr_tp_cqe *cqe);
-/* PING the peer we wait on now and then; afterwards, what its PONGs say:
- * 1 alive but late (not in our collective, or itself waiting for a late
- * rank), 0 alive and in it, -1 no fresh answer. */
-int fr_peer_liveness(struct fr_comm *comm, int rank, uint32_t seq,
-		     uint64_t idle_ms);
-void fr_peers_announce_late(struct fr_comm *comm);
 /* A failed rank's ABORT to every rank, connecting as needed (bounded). */
 void fr_peers_tell_all(struct fr_comm *comm);
 /* BYE to every connected peer, wait (bounded) for theirs, close. */
@@ -95,9 +275,5 @@ void fr_peers_quiesce(struct fr_comm *comm);
 
 /* Mailbox card: our mailbox's key, for the rendezvous. */
 int fr_peers_pack_card_key(struct fr_comm *comm, void *blob, size_t *len);
-
-/* The ring's completion handler (algo/ring.c), called for its imm types. */
-int fr_ring_on_cqe(struct fr_comm *comm, int peer, const struct fr_tp_cqe *cqe);
-void fr_ring_comm_free(struct fr_comm *comm);
 
 #endif

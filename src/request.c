@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "affinity.h"
 #include "algo/algo.h"
-#include "algo/ring.h"
 #include "internal.h"
 #include "log.h"
 #include "peer.h"
@@ -28,6 +28,8 @@
 
 static void req_finish(struct fr_request *req, int result)
 {
+	if (req->state == FR_REQ_ACTIVE)
+		fr_peers_coll_end(req->comm);
 	req->state = FR_REQ_DONE;
 	req->result = result;
 	if (req->algo)
@@ -42,26 +44,26 @@ static void req_finish(struct fr_request *req, int result)
 /* The failure reaches every request not yet finished. */
 static void fail_all(struct fr_comm *comm)
 {
-	int e = comm->failed;
+	int e = comm->fail.failed;
 
 	/* A failure of this rank's own (a system call, memory, its
 	 * arguments) is invisible to the others, who would wait for it until
 	 * the timeout, perhaps not even connected to us: tell them all.  A
 	 * dead or silent peer they see for themselves. */
-	if (comm->fail_origin < 0 &&
+	if (comm->fail.fail_origin < 0 &&
 	    (e == FR_ESYS || e == FR_ENOMEM || e == FR_EINVAL))
 		fr_peers_tell_all(comm);
 	fr_peers_quiesce(comm);
-	for (struct fr_request *q = comm->queue; q; q = q->next)
+	for (struct fr_request *q = comm->eng.queue; q; q = q->next)
 		if (q->state != FR_REQ_DONE)
-			req_finish(q, comm->failed);
+			req_finish(q, comm->fail.failed);
 	/* nothing holds them now: no late write may land in them */
 	fr_mem_cache_drop_idle(comm);
 }
 
-struct fr_request *fr_active_req(struct fr_comm *comm)
+static struct fr_request *fr_active_req(struct fr_comm *comm)
 {
-	struct fr_request *q = comm->queue;
+	struct fr_request *q = comm->eng.queue;
 
 	while (q && q->state == FR_REQ_DONE)
 		q = q->next;
@@ -70,7 +72,7 @@ struct fr_request *fr_active_req(struct fr_comm *comm)
 
 static struct fr_request *first_pending(struct fr_comm *comm)
 {
-	struct fr_request *q = comm->queue;
+	struct fr_request *q = comm->eng.queue;
 
 	while (q && q->state == FR_REQ_DONE)
 		q = q->next;
@@ -85,7 +87,7 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 	struct fr_request *req;
 	int n, rc = 0;
 
-	if (comm->failed)
+	if (comm->fail.failed)
 		goto failed;
 	if (comm->nranks > 1 && poll) {
 		do {
@@ -103,34 +105,29 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 			 * bookkeeping (send slots, counters), failed or not;
 			 * a PING or PONG is not progress of a collective */
 			for (int i = 0; i < n; i++) {
-				if (!fr_peers_cqe_is_liveness(&cqe[i])) {
-					comm->last_activity_ms = fr_now_ms();
-					comm->waiting_late = false;
-				}
-				fr_peers_on_cqe(comm, &cqe[i]);
+				int from;
+
+				if (fr_peers_on_cqe(comm, &cqe[i], &from) ==
+				    FR_PEERS_FOR_ALGO)
+					fr_algos_on_cqe(comm,
+							fr_active_req(comm),
+							from, &cqe[i]);
 			}
-			if (comm->failed)
+			if (comm->fail.failed)
 				goto failed;
 		} while (n == CQE_BATCH);
 		if (fr_peers_progress(comm, did_work) ||
-		    fr_ring_progress(comm, did_work))
+		    fr_algos_progress(comm, did_work))
 			goto failed;
 	}
 	/* Run collectives back to back while they complete. */
 	while ((req = first_pending(comm))) {
 		if (req->state == FR_REQ_QUEUED) {
 			req->state = FR_REQ_ACTIVE;
-			req->seq = comm->seq++;
-			comm->last_activity_ms = fr_now_ms();
-			if (comm->abort_pending &&
-			    (int32_t)(req->seq - comm->abort_seq) >= 0) {
-				comm->fail_origin = comm->abort_origin;
-				fr_comm_fail(comm, comm->abort_err, "%s",
-					     comm->abort_msg);
+			if (fr_peers_coll_begin(comm, &req->seq))
 				goto failed;
-			}
 			req->algo = fr_algo_select(comm, req);
-			comm->last_algo = req->algo->id;
+			comm->eng.last_algo = req->algo->id;
 			comm->errmsg[0] = '\0';
 			rc = req->algo->start(comm, req);
 			if (rc) {
@@ -141,7 +138,7 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 				snprintf(why, sizeof(why), "%s",
 					 comm->errmsg[0] ? comm->errmsg
 							 : fr_strerror(rc));
-				if (!comm->failed) {
+				if (!comm->fail.failed) {
 					fr_comm_fail(
 						comm, rc,
 						"rank %d: starting collective #%u: %s",
@@ -170,7 +167,7 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 
 failed:
 	fail_all(comm);
-	return comm->failed;
+	return comm->fail.failed;
 }
 
 int fr_progress_internal(struct fr_comm *comm, bool *did_work)
@@ -178,103 +175,34 @@ int fr_progress_internal(struct fr_comm *comm, bool *did_work)
 	return progress(comm, did_work, true);
 }
 
-/*
- * Turn a silent neighbour into an error once the timeout has passed, or,
- * if it answers PINGs but has not entered the collective (or waits for a
- * rank that has not), once FR_SLOW_TIMEOUT_MS has (peer.c, "Slow or dead").
- */
+/* The timeout and slow-or-dead checks of the peer layer, for the
+ * collective that waits (the first pending one, on the rank its algorithm
+ * names). */
 static int check_timeout(struct fr_comm *comm)
 {
 	struct fr_request *req = first_pending(comm);
-	uint64_t idle = fr_now_ms() - comm->last_activity_ms;
-	const char *name;
-	int peer, lv = -1;
+	int peer = req && req->algo && req->state == FR_REQ_ACTIVE
+			   ? req->algo->waiting_on(comm, req)
+			   : -1;
+	int rc = fr_peers_watch(comm, req, peer);
 
-	if (!req) {
-		comm->waiting_late = false;
-		return 0;
-	}
-	peer = req->algo && req->state == FR_REQ_ACTIVE
-		       ? req->algo->waiting_on(comm, req)
-		       : -1;
-	if (peer >= 0 && peer < comm->nranks && peer != comm->rank)
-		lv = fr_peer_liveness(comm, peer, req->seq, idle);
-	if (lv == 1 && !comm->waiting_late) {
-		comm->waiting_late = true;
-		fr_peers_announce_late(comm);
-	} else if (lv != 1 && comm->waiting_late) {
-		/* the late rank has arrived (or stopped answering): it gets a
-		 * whole timeout from now to send, as a rank that was never
-		 * late does, not the rest of one that ran out meanwhile (its
-		 * data may first need a connection to us) */
-		comm->waiting_late = false;
-		comm->last_activity_ms = fr_now_ms();
-		return 0;
-	}
-	if (idle < (uint64_t)comm->timeout_ms ||
-	    (lv == 1 && idle < (uint64_t)comm->slow_timeout_ms))
-		return 0;
-	name = fr_coll_name(req->coll);
-	if (lv == 1 && comm->peers[peer].pong_late)
-		fr_comm_fail(
-			comm, FR_ETIMEDOUT,
-			"rank %d: collective #%u (%s): rank %d is alive but itself waits for a rank that has not entered collective #%u after %.0f s (FR_SLOW_TIMEOUT_MS=%ld)",
-			comm->rank, req->seq, name, peer, req->seq,
-			(double)idle / 1000, comm->slow_timeout_ms);
-	else if (lv == 1)
-		fr_comm_fail(
-			comm, FR_ETIMEDOUT,
-			"rank %d: rank %d is alive but has not entered collective #%u (%s) after %.0f s (FR_SLOW_TIMEOUT_MS=%ld)",
-			comm->rank, peer, req->seq, name, (double)idle / 1000,
-			comm->slow_timeout_ms);
-	else if (lv == 0)
-		fr_comm_fail(
-			comm, FR_ETIMEDOUT,
-			"rank %d: collective #%u (%s): rank %d is alive and in it but sent nothing for %llu ms",
-			comm->rank, req->seq, name, peer,
-			(unsigned long long)idle);
-	else if (peer >= 0)
-		fr_comm_fail(
-			comm, FR_ETIMEDOUT,
-			"rank %d: collective #%u (%s): no progress for %llu ms waiting on rank %d, which does not answer (dead, hung, unreachable, or busy outside the library without a progress thread)",
-			comm->rank, req->seq, name, (unsigned long long)idle,
-			peer);
-	else
-		fr_comm_fail(
-			comm, FR_ETIMEDOUT,
-			"rank %d: collective #%u (%s): no progress for %llu ms",
-			comm->rank, req->seq, name, (unsigned long long)idle);
-	fail_all(comm);
-	return FR_ETIMEDOUT;
+	if (rc)
+		fail_all(comm);
+	return rc;
 }
 
-/*
- * A peer we wait on said goodbye and left nothing unread: it will never
- * send what we wait for, so fail now instead of at the timeout.  Not while
- * writes of ours are in flight: then we may be waiting for those (a peer
- * that has all our data may well have left), and they complete or fail
- * on their own.
- */
+/* A peer the active collective waits on has left: fail now. */
 static int check_gone(struct fr_comm *comm)
 {
 	struct fr_request *req = fr_active_req(comm);
-	struct fr_peer *p;
-	int peer;
+	int rc;
 
-	if (!req || !req->algo || comm->nranks < 2 || comm->outstanding > 0)
+	if (!req || !req->algo || comm->nranks < 2)
 		return 0;
-	peer = req->algo->waiting_on(comm, req);
-	if (peer < 0 || peer >= comm->nranks || peer == comm->rank)
-		return 0;
-	p = &comm->peers[peer];
-	if (!p->bye || p->recv_taken != p->recv_arrived)
-		return 0;
-	fr_comm_fail(
-		comm, FR_EPEER,
-		"rank %d: collective #%u (%s): rank %d has destroyed its communicator",
-		comm->rank, req->seq, fr_coll_name(req->coll), peer);
-	fail_all(comm);
-	return FR_EPEER;
+	rc = fr_peers_check_gone(comm, req, req->algo->waiting_on(comm, req));
+	if (rc)
+		fail_all(comm);
+	return rc;
 }
 
 int fr_req_submit(struct fr_comm *comm, struct fr_request *tmpl,
@@ -288,11 +216,11 @@ int fr_req_submit(struct fr_comm *comm, struct fr_request *tmpl,
 	*req = *tmpl;
 	req->state = FR_REQ_QUEUED;
 	req->next = NULL;
-	if (comm->tail)
-		comm->tail->next = req;
+	if (comm->eng.tail)
+		comm->eng.tail->next = req;
 	else
-		comm->queue = req;
-	comm->tail = req;
+		comm->eng.queue = req;
+	comm->eng.tail = req;
 	*out = req;
 	/*
 	 * Start it now so that the peers hear about it early: its first
@@ -309,12 +237,12 @@ static void req_unlink_free(struct fr_request *req)
 	struct fr_comm *comm = req->comm;
 	struct fr_request **pp, *prev = NULL;
 
-	for (pp = &comm->queue; *pp && *pp != req; pp = &(*pp)->next)
+	for (pp = &comm->eng.queue; *pp && *pp != req; pp = &(*pp)->next)
 		prev = *pp;
 	if (*pp)
 		*pp = req->next;
-	if (comm->tail == req)
-		comm->tail = prev;
+	if (comm->eng.tail == req)
+		comm->eng.tail = prev;
 	if (req->algo)
 		req->algo->free(req);
 	free(req);
@@ -358,24 +286,77 @@ bool fr_engine_step(struct fr_comm *comm, bool *did_work)
 }
 
 /*
- * Progress until req is done, spinning briefly and then blocking.  One
- * thread drives (the leader); others, and everyone while a progress thread
- * runs, sleep in fr_cond_wait() until their request is done or the leader
- * leaves.
+ * Our core is shared (fr_spin_turn, util.h) although the node has a CPU
+ * for every rank we know of.  Two ranks that yield to each other on one
+ * core stay there for good while the other cores idle (the scheduler
+ * moves neither: neither sleeps, and both look cache-hot), and every
+ * call then costs a trip through the scheduler: 24 against 4.6 us for 8
+ * bytes at n = 2 between network namespaces, which each believe they are
+ * a node of their own, in half the jobs.  Sleeping now and then does not
+ * part them (the wake-up puts the sleeper back beside the waker), so move
+ * to another CPU of our mask instead (affinity.c, fr_cpu_nudge), once
+ * FR_NUDGE_STREAK waits in a row have found the core shared (a kernel
+ * thread that ran once is no reason), each try with probability 1/2, so
+ * that two ranks that see it at once do not just swap cores: one try in
+ * two parts them, and the first FR_NUDGE_FAST tries come FR_NUDGE_MIN_NS
+ * apart, so that even a job of a hundred 8-byte calls is parted early
+ * (with tries doubling from the first, 2 jobs in 3 of a hundred calls
+ * stayed stuck).  Where every core is busy (more ranks than the launcher
+ * told of) moving does not help and costs a migration: after those the
+ * interval between tries doubles up to FR_NUDGE_MAX_NS while our core
+ * stays shared, and starts again once it has not been for
+ * FR_NUDGE_RESET_NS.
  */
+#define FR_NUDGE_MIN_NS 100000ull
+#define FR_NUDGE_MAX_NS 1000000000ull
+#define FR_NUDGE_RESET_NS 100000000ull
+#define FR_NUDGE_STREAK 4
+#define FR_NUDGE_FAST 16
+static void shared_core(struct fr_comm *comm, bool shared)
+{
+	struct fr_engine *e = &comm->eng;
+	uint64_t now, x;
+
+	if (!shared) {
+		e->shared_streak = 0;
+		return;
+	}
+	if (++e->shared_streak < FR_NUDGE_STREAK)
+		return;
+	now = fr_now_ns();
+	if (now - e->shared_ns > FR_NUDGE_RESET_NS || !e->nudge_gap) {
+		e->nudge_gap = FR_NUDGE_MIN_NS;
+		e->nudge_tries = 0;
+	}
+	e->shared_ns = now;
+	if (now < e->nudge_at)
+		return;
+	e->nudge_at = now + e->nudge_gap;
+	if (++e->nudge_tries > FR_NUDGE_FAST)
+		e->nudge_gap = FR_MIN(2 * e->nudge_gap, FR_NUDGE_MAX_NS);
+	x = now ^ ((uint64_t)comm->rank * 0x9e3779b97f4a7c15ull);
+	/* splitmix64's finaliser: a fair coin and a CPU from the clock */
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	if (x & 1)
+		(void)fr_cpu_nudge(x >> 1);
+}
+
 static void wait_done(struct fr_request *req)
 {
 	struct fr_comm *comm = req->comm;
 	uint64_t spin_until, idle_since;
+	bool shared = false; /* a yield gave our core away */
 
 	while (req->state != FR_REQ_DONE) {
-		if (comm->poller_busy || comm->pt_running) {
+		if (comm->thr.poller_busy || comm->thr.pt_running) {
 			fr_cond_wait(comm);
 			continue;
 		}
-		comm->poller_busy = true;
+		comm->thr.poller_busy = true;
 		idle_since = fr_now_ns();
-		spin_until = idle_since + (uint64_t)comm->spin_us * 1000u;
+		spin_until = idle_since + (uint64_t)comm->eng.spin_us * 1000u;
 		while (req->state != FR_REQ_DONE) {
 			bool work = false;
 			uint64_t now;
@@ -387,18 +368,22 @@ static void wait_done(struct fr_request *req)
 			now = fr_now_ns();
 			if (work) {
 				idle_since = now;
-				spin_until = now + (uint64_t)comm->spin_us * 1000u;
+				spin_until = now + (uint64_t)comm->eng.spin_us *
+							   1000u;
 				continue;
 			}
-			if (comm->spin_us < 0 || now < spin_until) {
+			if (comm->eng.spin_us < 0 || now < spin_until) {
 				fr_unlock(comm);
-				fr_spin_turn(idle_since, now);
+				if (fr_spin_turn(idle_since, now))
+					shared = true;
 				fr_lock(comm);
 				continue;
 			}
 			fr_comm_sleep(comm, fr_sleep_ms(comm, true));
 		}
-		comm->poller_busy = false;
+		if (comm->topo.oversub <= 1.0)
+			shared_core(comm, shared);
+		comm->thr.poller_busy = false;
 		/* a follower may take over */
 		fr_signal(comm);
 	}
@@ -448,13 +433,15 @@ int fr_progress(fr_comm_t *comm)
 
 void fr_requests_abandon(struct fr_comm *comm)
 {
-	while (comm->queue) {
-		struct fr_request *req = comm->queue;
+	while (comm->eng.queue) {
+		struct fr_request *req = comm->eng.queue;
 
-		comm->queue = req->next;
+		comm->eng.queue = req->next;
+		if (req->state == FR_REQ_ACTIVE)
+			fr_peers_coll_end(comm); /* a BYE now is expected */
 		if (req->algo)
 			req->algo->free(req);
 		free(req);
 	}
-	comm->tail = NULL;
+	comm->eng.tail = NULL;
 }

@@ -2,12 +2,44 @@
 /*
  * topo.h - where the ranks are: nodes from the host identities exchanged at
  * the rendezvous, and the ring's order over them (pure, unit tested).
+ *
+ * Layer: base (topo.c calls nothing of the library's); comm.c fills
+ * struct fr_topo at the rendezvous, the algorithms and the model read it.
  */
 #ifndef FR_TOPO_H
 #define FR_TOPO_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/*
+ * Where the ranks are (comm->topo), from every rank's fr_node_id() at the
+ * rendezvous.  The layout is regular when every node has the same number
+ * of ranks: local[] are the ranks on our node and cross[] those with our
+ * local index on every node, both in rank order (the two-level algorithms
+ * run rings over them).
+ */
+struct fr_topo {
+	uint64_t node_id;
+	int nnodes;
+	double oversub; /* ranks per online CPU on the busiest node */
+	uint32_t rtt_us; /* the network's round trip (the rendezvous, comm.c) */
+	bool nodes_regular;
+	int *local, nlocal, local_index;
+	int *cross, ncross, cross_index;
+	int *node_of; /* every rank's node (numbered by lowest rank) */
+	/*
+	 * The ring's order (ring.c, cring.c): ring_order[i] is the rank at
+	 * position i, ring_pos ours.  The ranks of a node are adjacent, nodes
+	 * in order of their lowest rank, so a ring crosses each node's link
+	 * twice whatever the launcher's placement (round robin puts every
+	 * rank's neighbours on other nodes); rank order where
+	 * FR_RING_ORDER=rank.
+	 */
+	int *ring_order, ring_pos;
+	int ring_crossings; /* our node's ranks whose next is elsewhere */
+	bool ring_by_rank;
+};
 
 /*
  * Group n ranks by their node ids: node[r] is rank r's node, nodes numbered

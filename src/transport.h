@@ -24,6 +24,11 @@
  *
  * A transport is single-threaded: one thread at a time drives one endpoint
  * (the communicator's lock sees to it); only wake() may come from another.
+ *
+ * Layer: transports.  Called by the memory layer (registration, keys), the
+ * peers (connections, writes, completions), the engine (poll, wait, wake)
+ * and comm.c (open, close); a transport calls only the base (log, util)
+ * and transports/common.
  */
 #ifndef FR_TRANSPORT_H
 #define FR_TRANSPORT_H
@@ -46,14 +51,22 @@ struct fr_tp;      /* an endpoint: one per communicator  */
 struct fr_tp_conn; /* a connection to one peer           */
 struct fr_tp_mr;   /* a registered memory region         */
 
-/* A peer's region as unpacked from its key blob; contents are the
- * transport's own (e.g. region id + length for TCP, addr + rkey for verbs). */
+/*
+ * A peer's region as unpacked from its key blob.  The core only stores and
+ * copies it; its contents are the transport's own: most fill a/b/c/d (e.g.
+ * region id + length for TCP, addr + rkey for verbs), and one that needs
+ * more uses raw, all FR_TP_RKEY_BYTES of it, as a type of its own (the
+ * mixed transport keeps a key per side there, struct fr_mux_rkey).
+ */
+#define FR_TP_RKEY_BYTES 48
 struct fr_tp_rkey {
-	uint64_t a, b;
-	uint32_t c, d;
-	/* the mixed transport's second key (shared memory), same layout */
-	uint64_t a2, b2;
-	uint32_t c2, d2;
+	union {
+		struct {
+			uint64_t a, b;
+			uint32_t c, d;
+		};
+		unsigned char raw[FR_TP_RKEY_BYTES];
+	};
 };
 
 enum fr_tp_cqe_kind {
@@ -191,5 +204,10 @@ extern const struct fr_tp_ops fr_mux_verbs_ops; /* shm within, verbs across */
 /* The transport named `name` ("tcp", "shm", "verbs", "shm+tcp",
  * "shm+verbs") or NULL. */
 const struct fr_tp_ops *fr_transport_find(const char *name);
+/* Add a transport that fr_transport_find (FR_TRANSPORT, fr_config_t's
+ * transport) then finds by its name: the unit tests' in-process fake
+ * (tests/fake_tp.c).  Internal, not exported; not thread-safe: call before
+ * any communicator exists.  0, or FR_EINVAL (name taken), FR_ENOMEM. */
+int fr_transport_register(const struct fr_tp_ops *ops);
 
 #endif /* FR_TRANSPORT_H */

@@ -35,3 +35,31 @@ finish() {
 	echo "$npass passed, $nfail failed"
 	[ "$nfail" -eq 0 ]
 }
+
+# conformance SETTINGS...: the transport conformance suite (tests/test_transport)
+# once per argument, each the environment of one run ("FR_TEST_TRANSPORT=shm
+# FR_TEST_MUX_NODES=1"), with its output; then exit 0 when every run passed, 77
+# (skipped) when the suite is not built (configure found no cmocka) or every run
+# was skipped (the transport is not usable here: its probe says why), else 1.
+conformance() {
+	suite="$B/tests/test_transport"
+	if [ ! -x "$suite" ]; then
+		echo "SKIP: $suite is not built (configure found no cmocka)"
+		exit 77
+	fi
+	nskip=0
+	for setting in "$@"; do
+		echo "== $setting tests/test_transport"
+		# shellcheck disable=SC2086 # one word per VAR=VALUE
+		env $setting "$suite"
+		case $? in
+		0) npass=$((npass + 1)) ;;
+		77) nskip=$((nskip + 1)) ;;
+		*) nfail=$((nfail + 1)) ;;
+		esac
+	done
+	echo "$npass passed, $nskip skipped, $nfail failed"
+	[ "$nfail" -eq 0 ] || exit 1
+	[ "$npass" -gt 0 ] || exit 77
+	exit 0
+}

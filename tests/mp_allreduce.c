@@ -285,6 +285,25 @@ static void expect_hcube(fr_dtype_t dt, fr_op_t op, size_t i, uint32_t seed,
 	memcpy(out, v[0], fr_dtype_size(dt));
 }
 
+/*
+ * Expected element i for the one-shot All-Reduce: the left fold over ranks
+ * 0, 1, ..., n-1.
+ */
+static void expect_linear(fr_dtype_t dt, fr_op_t op, size_t i, uint32_t seed,
+			  void *out)
+{
+	uint8_t acc[8], in[8];
+
+	input_elem(dt, op, 0, i, seed, acc);
+	for (int r = 1; r < nranks; r++) {
+		input_elem(dt, op, r, i, seed, in);
+		ref_combine(dt, op, acc, acc, in, 1);
+	}
+	if (op == FR_AVG)
+		ref_scale_avg(dt, acc, 1, nranks);
+	memcpy(out, acc, fr_dtype_size(dt));
+}
+
 /* Ranks per emulated node (--ranks-per-node), 0: not emulated. */
 static int rpn;
 
@@ -568,6 +587,12 @@ static int run_matrix(fr_comm_t *comm, const char *counts_s,
 						else if (algo == FR_ALGO_HIER)
 							expect_hier((fr_dtype_t)dt, (fr_op_t)op,
 								    count, i, seed, want);
+						else if (algo ==
+							 FR_ALGO_ONESHOT)
+							expect_linear(
+								(fr_dtype_t)dt,
+								(fr_op_t)op, i,
+								seed, want);
 						else
 							expect_hcube((fr_dtype_t)dt, (fr_op_t)op,
 								     i, seed, want);

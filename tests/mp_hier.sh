@@ -5,7 +5,8 @@
 # and forced, on regular layouts (2x2, 3x2, 2x3, 2x4, 4x2, round robin and
 # arbitrary placements) and irregular ones (where they must not run and the
 # others still give the right bits); a rank killed mid-run is reported by
-# every survivor.
+# every survivor.  The mixed transport's conformance suite is
+# tests/conform_shm_tcp.sh.
 . "$(dirname "$0")/lib.sh"
 export FR_TIMEOUT_MS=${FR_TIMEOUT_MS:-5000}
 for cfg in "4 2" "6 2" "6 3" "8 4" "8 2"; do
@@ -97,9 +98,6 @@ dies() {
 run "kill -9 rank 1 of 2x2 mid hier" dies 1 -e FR_ALGO=hier --transport tcp
 run "kill -9 rank 2 of 2x2 mid hier" dies 2 -e FR_ALGO=hier --transport tcp
 # the mixed transport: shm within an emulated node, tcp across
-if [ -x "$B/tests/test_transport" ]; then
-	run "conformance suite over shm+tcp" env FR_TEST_TRANSPORT=shm+tcp "$B/tests/test_transport"
-fi
 for cfg in "4 2" "6 3" "5 2"; do
 	set -- $cfg
 	run "matrix n=$1, $2 per node over shm+tcp" \

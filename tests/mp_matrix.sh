@@ -10,7 +10,7 @@ for n in ${FR_TEST_RANKS:-1 2 3 4 5 6 7 8}; do
 		frrun -n "$n" --transport "$TRANSPORT" --timeout 1800 "$MP" matrix \
 		${FR_TEST_COUNTS:+--counts "$FR_TEST_COUNTS"}
 done
-for algo in ${FR_TEST_ALGOS:-ring rd rabenseifner}; do
+for algo in ${FR_TEST_ALGOS:-ring rd rabenseifner oneshot}; do
 	for n in ${FR_TEST_RANKS:-1 2 3 4 5 6 7 8}; do
 		run "matrix n=$n $algo ($TRANSPORT)" \
 			frrun -n "$n" -e FR_ALGO="$algo" --transport "$TRANSPORT" \
@@ -24,7 +24,7 @@ run "matrix n=3 segment=256B slots=2" \
 	frrun -n 3 -e FR_SEGMENT_BYTES=256 -e FR_SLOTS=2 --transport "$TRANSPORT" \
 	--timeout 600 "$MP" matrix \
 	--counts 0,1,2,1000,7919 --dtypes f32,f16,i64,u8 --ops sum,max,avg
-for algo in rd rabenseifner; do
+for algo in rd rabenseifner oneshot; do
 	run "matrix n=5 $algo eager=128B" \
 		frrun -n 5 -e FR_ALGO=$algo -e FR_EAGER_BYTES=128 --transport "$TRANSPORT" \
 		--timeout 600 "$MP" matrix \

@@ -56,6 +56,30 @@ allreduce_collectives() {
 	echo "$json" | grep -q '"collective":"broadcast","root":1,' &&
 		echo "$json" | grep -q '"algo":"'
 }
+# per-call timing: median, p99 and min of the per-call slowest rank, in the
+# table, CSV and JSON; --stat picks what time (and busbw) is
+percall_stats() {
+	out=$(frrun -n 2 --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+		-b 8 -e 64K -f 64 -n 21 -w 1 2>&1) || { echo "$out"; return 1; }
+	echo "$out" | grep -Eq '^\[0\] #.* busbw +median +p99 +min +#wrong +algo$' &&
+		echo "$out" | grep -q 'time (--stat): mean, .*over the 21 calls' ||
+		{ echo "$out"; return 1; }
+	csv=$(frrun -n 2 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+		-b 8 -e 64K -f 64 -n 21 -w 1 --stat median --csv 2>&1) || { echo "$csv"; return 1; }
+	# time_us is the median; min <= median <= p99, all > 0
+	echo "$csv" | awk -F, '
+		NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; ok = ("time_median_us" in col) && ("time_p99_us" in col) && ("time_min_us" in col) && ("time_mean_us" in col); next }
+		{ rows++; t = $col["time_us"]; m = $col["time_median_us"]; p = $col["time_p99_us"]; n = $col["time_min_us"]
+		  if (t != m || !(n > 0) || n + 0 > m + 0 || m + 0 > p + 0 || !($col["time_mean_us"] > 0)) ok = 0 }
+		END { exit !(ok && rows == 3) }' || { echo "$csv"; return 1; }
+	json=$(frrun -n 2 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+		-b 1K -e 1K -n 3 -w 1 --stat p99 --json 2>/dev/null) || return 1
+	echo "$json" | grep -q '"stat":"p99",' &&
+		echo "$json" | grep -Eq '"time_us":([0-9.]+),.*"time_p99_us":\1,"time_min_us":' ||
+		{ echo "$json"; return 1; }
+	"$B/fr_allreduce_perf" --stat mode >/dev/null 2>&1
+	[ $? -eq 2 ]
+}
 transport_perf() {
 	out=$("$B/fr_transport_perf" -x "$TRANSPORT" -b 8 -e 64K -n 200 2>&1) || { echo "$out"; return 1; }
 	echo "$out" | grep -q 'BW average' && echo "$out" | grep -qi 'median\|t_typical\|lat'
@@ -99,6 +123,7 @@ run "fr_tune writes a tune file that FR_TUNE_FILE reads" tune
 run "fr_allreduce_perf every dtype, 3 ranks" allreduce_table
 run "fr_allreduce_perf --csv / --json" allreduce_csv_json
 run "fr_allreduce_perf -C reduce_scatter/allgather/broadcast" allreduce_collectives
+run "fr_allreduce_perf per-call median / p99 / min, --stat" percall_stats
 run "fr_transport_perf bw + lat" transport_perf
 run "fr_reduce_perf" reduce_perf
 run "fr_allreduce_perf -Z / --ef / --overlap-ms" compress_overlap

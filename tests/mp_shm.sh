@@ -1,18 +1,16 @@
 #!/bin/bash
-# The shared-memory transport: the conformance suite and the multi-process
-# suites (matrix, other collectives, kill/stall/exit, mismatches, register
-# once) over shm; the ring-only (FR_SHM_CMA_BYTES=0) and mostly
-# cross-memory-attach paths; the automatic choice; and that nothing is
-# left in /dev/shm afterwards (segments are memfds, not names).
+# The shared-memory transport: the multi-process suites (matrix, other
+# collectives, kill/stall/exit, mismatches, register once) over shm; the
+# ring-only (FR_SHM_CMA_BYTES=0) and mostly cross-memory-attach paths; the
+# automatic choice; and that nothing is left in /dev/shm afterwards
+# (segments are memfds, not names).  Its conformance suite is
+# tests/conform_shm.sh.
 . "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 shm_before=$(ls /dev/shm 2>/dev/null | sort)
 export FR_TEST_TRANSPORT=shm
 TRANSPORT=shm
 
-if [ -x "$B/tests/test_transport" ]; then
-	run "conformance suite over shm" "$B/tests/test_transport"
-fi
 suite() { FR_TEST_RANKS=${FR_SHM_TEST_RANKS:-${FR_TEST_RANKS:-1 2 3 4 5 8}} bash "$here/$1"; }
 run "matrix over shm" suite mp_matrix.sh
 run "collectives over shm" suite mp_colls.sh

@@ -3,7 +3,8 @@
  * test_affinity.c - where the progress thread runs (src/affinity.c):
  * FR_PROGRESS_CPU's parsing and its refusal through fr_comm_create, the
  * automatic policy on hwloc synthetic topologies with given allowed sets,
- * device localities and current CPUs, and the decision for this process.
+ * device localities and current CPUs, and the decision for this process;
+ * moving a thread to another CPU of its mask (fr_cpu_nudge).
  * The policy cases skip where the library is built without hwloc.
  */
 #ifndef _GNU_SOURCE
@@ -371,6 +372,40 @@ static void test_policy_no_cores(void **state)
 #endif
 }
 
+/*
+ * fr_cpu_nudge: the thread lands on another CPU of its mask and keeps its
+ * mask; a mask of one CPU is refused and left alone.
+ */
+static void test_nudge(void **state)
+{
+	cpu_set_t mine, after, one;
+	int moved = 0;
+
+	(void)state;
+	assert_int_equal(sched_getaffinity(0, sizeof(mine), &mine), 0);
+	if (CPU_COUNT(&mine) < 2)
+		skip();
+	for (int i = 0; i < 8; i++) {
+		int before = sched_getcpu();
+
+		assert_int_equal(fr_cpu_nudge((uint64_t)i * 7919u), 0);
+		moved += sched_getcpu() != before;
+		assert_int_equal(sched_getaffinity(0, sizeof(after), &after),
+				 0);
+		assert_true(CPU_EQUAL(&mine, &after));
+	}
+	/* a preemption may put it back now and then, never every time */
+	assert_true(moved > 0);
+
+	CPU_ZERO(&one);
+	CPU_SET(sched_getcpu(), &one);
+	assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+	assert_int_equal(fr_cpu_nudge(1), FR_ESYS);
+	assert_int_equal(sched_getaffinity(0, sizeof(after), &after), 0);
+	assert_true(CPU_EQUAL(&one, &after));
+	assert_int_equal(sched_setaffinity(0, sizeof(mine), &mine), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -382,6 +417,7 @@ int main(void)
 		cmocka_unit_test(test_policy_four_nodes),
 		cmocka_unit_test(test_policy_packages),
 		cmocka_unit_test(test_policy_no_cores),
+		cmocka_unit_test(test_nudge),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -311,7 +311,7 @@ static void test_cache_eviction(void **state)
 	for (int i = 1; i <= N; i++) {
 		tick(c);
 		acq_rel(c, buf + (size_t)2 * i * page(), 64, FR_TP_LOCAL_READ);
-		assert_true(c->cache_entries <= REGCACHE);
+		assert_true(c->mem.cache_entries <= REGCACHE);
 	}
 	s = stats(c);
 	assert_true(s.regcache_misses == s0.regcache_misses + 1 + (uint64_t)N);
@@ -320,7 +320,7 @@ static void test_cache_eviction(void **state)
 	/* Exactly as many evictions as needed to stay within the bound. */
 	assert_true(s.regcache_evictions ==
 		    s0.regcache_evictions + 1 + (uint64_t)N - REGCACHE);
-	assert_int_equal(c->cache_entries, REGCACHE);
+	assert_int_equal(c->mem.cache_entries, REGCACHE);
 	/* The most recently used ones are the ones kept. */
 	for (int i = N; i > N - (REGCACHE - 1); i--) {
 		tick(c);
@@ -897,7 +897,7 @@ static int regcache_script(fr_comm_t *c, int rank)
 	/* More buffers than the cache holds: bounded, LRU out. */
 	for (int i = 0; i < ND; i++) {
 		CHECK(inplace(c, D[i], n, rank, ++step));
-		CHECK(c->cache_entries <= REGCACHE);
+		CHECK(c->mem.cache_entries <= REGCACHE);
 	}
 	colls += ND;
 	CHECK(raw_stats(c, &s) == 0);
@@ -905,7 +905,7 @@ static int regcache_script(fr_comm_t *c, int rank)
 	CHECK(s.regcache_hits == 4);
 	CHECK(s.mem_registrations == s0.mem_registrations + 3 + ND);
 	CHECK(s.regcache_evictions == (uint64_t)(2 + ND - REGCACHE));
-	CHECK(c->cache_entries == REGCACHE);
+	CHECK(c->mem.cache_entries == REGCACHE);
 	/* The most recent ones are still there... */
 	for (int i = ND - 1; i >= ND - REGCACHE; i--)
 		CHECK(inplace(c, D[i], n, rank, ++step));

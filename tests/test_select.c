@@ -28,14 +28,14 @@ static int setup(void **state)
 	(void)state;
 	memset(&comm, 0, sizeof(comm));
 	comm.nranks = 8;
-	comm.mbx_slot_size = 64 + 32768;
+	comm.peer.mbx_slot_size = 64 + 32768;
 	unsetenv("FR_TUNE_FILE");
-	assert_int_equal(fr_tune_load(&comm, "tcp", err, sizeof(err)), 0);
+	assert_int_equal(fr_tune_load(&comm.algo.tune, "tcp", err, sizeof(err)), 0);
 	return 0;
 }
 
-static const struct fr_algo *choose(enum fr_coll coll, size_t count,
-				    fr_dtype_t dt, int forced)
+static const struct fr_algo *choose_memo(enum fr_coll coll, size_t count,
+					 fr_dtype_t dt, int forced)
 {
 	struct fr_request req = {.comm = &comm,
 				 .coll = coll,
@@ -44,6 +44,56 @@ static const struct fr_algo *choose(enum fr_coll coll, size_t count,
 				 .forced = forced};
 
 	return fr_algo_select(&comm, &req);
+}
+
+/* The tests change the communicator's parameters and layout directly,
+ * which a running one never does: each choice is made afresh. */
+static const struct fr_algo *choose(enum fr_coll coll, size_t count,
+				    fr_dtype_t dt, int forced)
+{
+	memset(comm.algo.memo, 0, sizeof(comm.algo.memo));
+	return choose_memo(coll, count, dt, forced);
+}
+
+/*
+ * fr_algo_select remembers its last choices: the same request gets the
+ * same answer without the model, a new size or type asks it, more sizes
+ * than the memo holds push the oldest out, and new parameters
+ * (fr_tune_set) make every choice afresh.
+ */
+static void test_memo(void **state)
+{
+	struct fr_tune t = comm.algo.tune;
+	const struct fr_algo *big;
+
+	(void)state;
+	comm.nranks = 4;
+	memset(comm.algo.memo, 0, sizeof(comm.algo.memo));
+	assert_ptr_equal(choose_memo(FR_COLL_ALLREDUCE, 2, FR_F32, 0),
+			 &fr_algo_rd);
+	big = choose_memo(FR_COLL_ALLREDUCE, 16u << 20, FR_F32, 0);
+	assert_ptr_not_equal(big, &fr_algo_rd);
+	/* a parameter changed behind the memo's back: the old answer */
+	comm.algo.tune.alpha_us = 1000;
+	comm.algo.tune.msg_us = 25;
+	assert_ptr_equal(choose_memo(FR_COLL_ALLREDUCE, 2, FR_F32, 0),
+			 &fr_algo_rd);
+	/* another type is another question */
+	assert_ptr_equal(choose_memo(FR_COLL_ALLREDUCE, 2, FR_I32, 0),
+			 &fr_algo_oneshot);
+	/* fr_tune_set forgets */
+	t.alpha_us = 1000;
+	t.msg_us = 25;
+	fr_tune_set(&comm, &t);
+	assert_ptr_equal(choose_memo(FR_COLL_ALLREDUCE, 2, FR_F32, 0),
+			 &fr_algo_oneshot);
+	/* FR_ALGO_MEMO other sizes push the first one out */
+	for (size_t k = 0; k < FR_ALGO_MEMO; k++)
+		(void)choose_memo(FR_COLL_ALLREDUCE, 100 + k, FR_F32, 0);
+	comm.algo.tune.alpha_us = 1; /* behind its back again */
+	comm.algo.tune.msg_us = 2.5;
+	assert_ptr_equal(choose_memo(FR_COLL_ALLREDUCE, 2, FR_F32, 0),
+			 &fr_algo_rd);
 }
 
 static void test_names(void **state)
@@ -64,10 +114,15 @@ static void test_names(void **state)
 	assert_int_equal(fr_algo_from_name("ring", NULL), FR_EINVAL);
 }
 
-/* Latency-bound sizes get recursive doubling, bandwidth-bound the ring,
- * and the predicted time grows with the size for every algorithm. */
+/* Latency-bound sizes get recursive doubling (on a LAN the one-shot's
+ * extra messages cost more than the steps they save), bandwidth-bound
+ * the ring, and the predicted time grows with the size for every
+ * algorithm. */
 static void test_allreduce_shape(void **state)
 {
+	static const int ids[] = {FR_ALGO_RING, FR_ALGO_RD,
+				  FR_ALGO_RABENSEIFNER, FR_ALGO_ONESHOT};
+
 	(void)state;
 	for (int n = 2; n <= 64; n++) {
 		comm.nranks = n;
@@ -76,7 +131,8 @@ static void test_allreduce_shape(void **state)
 		assert_ptr_equal(
 			choose(FR_COLL_ALLREDUCE, 64u << 20, FR_F32, 0),
 			&fr_algo_ring);
-		for (int id = FR_ALGO_RING; id <= FR_ALGO_RABENSEIFNER; id++) {
+		for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+			int id = ids[i];
 			double prev = -1;
 
 			for (size_t b = 8; b <= (1u << 28); b *= 4) {
@@ -93,6 +149,38 @@ static void test_allreduce_shape(void **state)
 	comm.nranks = 1;
 	assert_true(fr_algo_predict_us(&comm, FR_ALGO_RING, FR_COLL_ALLREDUCE,
 				       1000, FR_F32) == 0);
+}
+
+/*
+ * The one-shot's extra messages cost a rank's own work (msg), not the
+ * link's latency: over a long link (alpha far above msg) it wins on small
+ * buffers from 3 to 8 ranks, where with msg = 2.5 alpha (the built-in
+ * parameters) recursive doubling does; on large ones the ring still does.
+ */
+static void test_oneshot_long_link(void **state)
+{
+	struct fr_tune saved = comm.algo.tune;
+
+	(void)state;
+	comm.nranks = 4;
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0), &fr_algo_rd);
+	comm.algo.tune.alpha_us = 1000; /* 1 ms one way */
+	comm.algo.tune.msg_us = 25;
+	for (int n = 3; n <= 8; n++) {
+		comm.nranks = n;
+		assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0),
+				 &fr_algo_oneshot);
+		assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 1024, FR_F32, 0),
+				 &fr_algo_oneshot);
+		assert_ptr_equal(
+			choose(FR_COLL_ALLREDUCE, 256u << 20, FR_F32, 0),
+			&fr_algo_ring);
+	}
+	/* forced: any size */
+	assert_ptr_equal(
+		choose(FR_COLL_ALLREDUCE, 256u << 20, FR_F32, FR_ALGO_ONESHOT),
+		&fr_algo_oneshot);
+	comm.algo.tune = saved;
 }
 
 static void test_forced_and_others(void **state)
@@ -132,20 +220,20 @@ static void layout(int n, int k, bool regular)
 {
 	comm.nranks = n;
 	comm.rank = 0;
-	comm.nnodes = (n + k - 1) / k;
-	comm.nodes_regular = regular;
-	comm.nlocal = k;
-	comm.local_index = 0;
+	comm.topo.nnodes = (n + k - 1) / k;
+	comm.topo.nodes_regular = regular;
+	comm.topo.nlocal = k;
+	comm.topo.local_index = 0;
 	for (int i = 0; i < k; i++)
 		local_ranks[i] = i;
-	comm.local = local_ranks;
-	comm.ncross = regular ? comm.nnodes : 0;
-	comm.cross_index = 0;
-	for (int i = 0; i < comm.ncross; i++)
+	comm.topo.local = local_ranks;
+	comm.topo.ncross = regular ? comm.topo.nnodes : 0;
+	comm.topo.cross_index = 0;
+	for (int i = 0; i < comm.topo.ncross; i++)
 		cross_ranks[i] = i * k;
-	comm.cross = cross_ranks;
+	comm.topo.cross = cross_ranks;
 	/* consecutive ranks: the ring leaves our node once (comm.c) */
-	comm.ring_crossings = comm.nnodes > 1;
+	comm.topo.ring_crossings = comm.topo.nnodes > 1;
 }
 
 /* Two nodes with k > 1 ranks each: large All-Reduces go two-level,
@@ -237,7 +325,7 @@ static void test_hier_rsag_choice(void **state)
 	/* round robin without the node-by-node ring: every rank's ring hop
 	 * crosses the link, hier wins by more */
 	layout(4, 2, true);
-	comm.ring_crossings = 2;
+	comm.topo.ring_crossings = 2;
 	assert_true(fr_algo_predict_us(&comm, FR_ALGO_RING,
 				       FR_COLL_REDUCE_SCATTER, 1u << 24,
 				       FR_F32) >
@@ -286,7 +374,7 @@ static void write_tune(const char *text)
 static void test_tune_file(void **state)
 {
 	char err[256];
-	uint32_t h0 = fr_tune_hash(&comm.tune);
+	uint32_t h0 = fr_tune_hash(&comm.algo.tune);
 
 	(void)state;
 	write_tune("# comment\n\n"
@@ -296,17 +384,25 @@ static void test_tune_file(void **state)
 		   "tcp.copy_ns = 0.5\n"
 		   "gamma_ns.bf16 = 0.75\n"
 		   "tcp.future_key = 3\n"); /* unknown: warned about */
-	assert_int_equal(fr_tune_load(&comm, "tcp", err, sizeof(err)), 0);
-	assert_true(comm.tune.alpha_us == 12.5);
-	assert_true(comm.tune.beta_ns == 8);
-	assert_true(comm.tune.copy_ns == 0.5);
-	assert_true(comm.tune.gamma_ns[FR_BF16] == 0.75);
-	assert_string_equal(comm.tune.source, path);
-	assert_int_not_equal(fr_tune_hash(&comm.tune), h0);
+	assert_int_equal(fr_tune_load(&comm.algo.tune, "tcp", err, sizeof(err)), 0);
+	assert_true(comm.algo.tune.alpha_us == 12.5);
+	assert_true(comm.algo.tune.beta_ns == 8);
+	assert_true(comm.algo.tune.copy_ns == 0.5);
+	/* no msg_us in the file: 2.5 times its alpha, as built in */
+	assert_true(comm.algo.tune.msg_us == 31.25);
+	assert_true(comm.algo.tune.gamma_ns[FR_BF16] == 0.75);
+	assert_string_equal(comm.algo.tune.source, path);
+	assert_int_not_equal(fr_tune_hash(&comm.algo.tune), h0);
 	/* at 1 Gbit/s a 64 KiB vector over 8 ranks is no longer rd's */
 	comm.nranks = 8;
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 16384, FR_F32, 0),
 			 &fr_algo_rabenseifner);
+	write_tune("tcp.alpha_us = 900\ntcp.msg_us = 30\n");
+	assert_int_equal(fr_tune_load(&comm.algo.tune, "tcp", err, sizeof(err)),
+			 0);
+	assert_true(comm.algo.tune.msg_us == 30);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0),
+			 &fr_algo_oneshot);
 
 	static const char *const bad[] = {
 		"tcp.alpha_us = -1\n",	  "tcp.alpha_us = x\n",
@@ -316,18 +412,18 @@ static void test_tune_file(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		write_tune(bad[i]);
 		err[0] = '\0';
-		assert_int_equal(fr_tune_load(&comm, "tcp", err, sizeof(err)),
+		assert_int_equal(fr_tune_load(&comm.algo.tune, "tcp", err, sizeof(err)),
 				 FR_EINVAL);
 		assert_non_null(strstr(err, path));
 	}
 	setenv("FR_TUNE_FILE", "/nonexistent/fr.tune", 1);
-	assert_int_equal(fr_tune_load(&comm, "tcp", err, sizeof(err)),
+	assert_int_equal(fr_tune_load(&comm.algo.tune, "tcp", err, sizeof(err)),
 			 FR_EINVAL);
 	unlink(path);
 	unsetenv("FR_TUNE_FILE");
 	/* the defaults again, and the same hash as before */
-	assert_int_equal(fr_tune_load(&comm, "tcp", err, sizeof(err)), 0);
-	assert_int_equal(fr_tune_hash(&comm.tune), h0);
+	assert_int_equal(fr_tune_load(&comm.algo.tune, "tcp", err, sizeof(err)), 0);
+	assert_int_equal(fr_tune_hash(&comm.algo.tune), h0);
 }
 
 /* More ranks than CPUs on a node: fewer steps pay (select.c,
@@ -338,24 +434,24 @@ static void test_oversub(void **state)
 
 	(void)state;
 	comm.nranks = 4;
-	assert_int_equal(fr_tune_load(&comm, "shm", err, sizeof(err)), 0);
-	comm.oversub = 1.0;
+	assert_int_equal(fr_tune_load(&comm.algo.tune, "shm", err, sizeof(err)), 0);
+	comm.topo.oversub = 1.0;
 	fr_tune_oversub(&comm);
-	assert_true(comm.tune.alpha_us == 2.0);
+	assert_true(comm.algo.tune.alpha_us == 2.0);
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 16384, FR_F32, 0),
 			 &fr_algo_ring);
-	comm.oversub = 2.0; /* 4 ranks on 2 CPUs */
+	comm.topo.oversub = 2.0; /* 4 ranks on 2 CPUs */
 	fr_tune_oversub(&comm);
-	assert_true(comm.tune.alpha_us == 22.0);
+	assert_true(comm.algo.tune.alpha_us == 22.0);
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 16384, FR_F32, 0),
 			 &fr_algo_rd);
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 1 << 20, FR_F32, 0),
 			 &fr_algo_ring);
 
 	write_tune("shm.alpha_us = 3\n");
-	assert_int_equal(fr_tune_load(&comm, "shm", err, sizeof(err)), 0);
+	assert_int_equal(fr_tune_load(&comm.algo.tune, "shm", err, sizeof(err)), 0);
 	fr_tune_oversub(&comm);
-	assert_true(comm.tune.alpha_us == 3.0);
+	assert_true(comm.algo.tune.alpha_us == 3.0);
 	unlink(path);
 	unsetenv("FR_TUNE_FILE");
 }
@@ -365,6 +461,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_names, setup),
 		cmocka_unit_test_setup(test_allreduce_shape, setup),
+		cmocka_unit_test_setup(test_oneshot_long_link, setup),
+		cmocka_unit_test_setup(test_memo, setup),
 		cmocka_unit_test_setup(test_forced_and_others, setup),
 		cmocka_unit_test_setup(test_hier_choice, setup),
 		cmocka_unit_test_setup(test_hier_rsag_choice, setup),

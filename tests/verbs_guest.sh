@@ -10,14 +10,23 @@ B=${FR_BUILDDIR:?}
 OUT=${FR_VM_OUT:-$B}
 export FR_BUILDDIR=$B FR_TEST_TRANSPORT=verbs FR_TEST_HOST=${RDMAVM_IP:?}
 ulimit -l unlimited
-rc=0 nsuites=0 nbad=0
+rc=0 nsuites=0 nbad=0 failed=""
+# Each suite's output is kept, so that the summary at the very end (what a
+# CI log shows of a long run) can repeat what failed.
+slog=$(mktemp)
+trap 'rm -f "$slog"' EXIT
 suite() {
-	echo "--- $1"
+	local name=$1
+	echo "--- $name"
 	shift
 	nsuites=$((nsuites + 1))
-	if "$@"; then :; else
+	if "$@" 2>&1 | tee "$slog"; [ "${PIPESTATUS[0]}" -eq 0 ]; then :; else
 		nbad=$((nbad + 1))
 		rc=1
+		failed+="--- failed: $name"$'\n'
+		# cmocka's ERROR and LINE lines say which check failed; the
+		# first failures matter most.
+		failed+="$(grep -E -B2 -A2 '^FAIL |\[  FAILED  \]|\[  ERROR   \]|\[   LINE   \]|error: ' "$slog" | head -n 40)"$'\n'
 	fi
 }
 
@@ -106,5 +115,6 @@ suite "matrix over verbs, FR_IB_QPS=3, 4 KiB stripes" bash -c '. "$0/tests/lib.s
 } >"$OUT/perf-verbs.txt" 2>&1 || true
 cat "$OUT/perf-verbs.txt"
 
+printf '%s' "$failed"
 echo "verbs suites: $((nsuites - nbad)) passed, $nbad failed"
 exit $rc

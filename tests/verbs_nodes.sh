@@ -14,7 +14,7 @@ rc=0
 "$B/tests/mp_allreduce" regonce --iters 200 --count 4099 || rc=1
 # every All-Reduce algorithm across the wire, and the other collectives
 port=29520
-for algo in ring rd rabenseifner; do
+for algo in ring rd rabenseifner oneshot; do
 	FR_ALGO=$algo FR_RENDEZVOUS=10.99.0.1:$port "$B/tests/mp_allreduce" matrix \
 		--counts 0,1,7919 --dtypes f32,bf16,i32 --ops sum,max || rc=1
 	port=$((port + 1))
@@ -22,7 +22,7 @@ done
 FR_RENDEZVOUS=10.99.0.1:$port "$B/tests/mp_allreduce" colls --counts 0,1,7919 || rc=1
 # two QPs per connection (FR_IB_QPS): striped writes cross the wire as
 # separate flows
-FR_IB_QPS=2 FR_IB_STRIPE_BYTES=4K FR_RENDEZVOUS=10.99.0.1:29524 \
+FR_IB_QPS=2 FR_IB_STRIPE_BYTES=4K FR_RENDEZVOUS=10.99.0.1:29530 \
 	"$B/tests/mp_allreduce" matrix --counts 0,7919,65537 --dtypes f32,bf16 \
 	--ops sum || rc=1
 FR_RENDEZVOUS=10.99.0.1:29518 "$B/fr_allreduce_perf" -b 8 -e 1M -f 16 -n 3 -w 1 || rc=1

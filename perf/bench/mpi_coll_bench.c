@@ -3,8 +3,9 @@
  * mpi_coll_bench - time one MPI collective over a list of message sizes,
  * for side-by-side comparison with fr_allreduce_perf (perf/bench/compare.sh).
  *
- * Not part of the autotools build: compare.sh compiles it with mpicc into its
- * work directory at run time.
+ * Not part of the autotools build: compare.sh compiles it into its work
+ * directory at run time, once with each MPI's own wrapper (mpicc for Open
+ * MPI, mpicc.mpich for MPICH).
  *
  *   mpirun -np N mpi_coll_bench [-c allreduce|reduce_scatter|allgather|broadcast]
  *                               [-n iters] [-w warmup] [--csv] SIZE...
@@ -21,12 +22,19 @@
  *
  * Timing.  Per size: -w untimed calls, an MPI_Barrier, then -n calls back to
  * back (no barrier in between), each rank taking a timestamp after every
- * call.  Two statistics are printed:
+ * call.  After the timed loop (nothing is exchanged inside it) one
+ * MPI_Reduce with MPI_MAX to rank 0 of every rank's per-call durations and
+ * of its average gives, per call, the slowest rank's time (what a training
+ * step waits for), and the slowest rank's average:
  *   mean    each rank's (t_end - t_start) / iters, then the maximum over the
- *           ranks: exactly what fr_allreduce_perf reports, so compare.sh uses
- *           this one by default;
- *   median  the median over iterations of the per-iteration time, where one
- *           iteration's time is the maximum over ranks of its duration.
+ *           ranks: what fr_allreduce_perf reports by default (time_us);
+ *   median, p99, min
+ *           over the calls of the per-call slowest rank's time: what
+ *           fr_allreduce_perf reports in its median, p99 and min columns,
+ *           computed the same way (median of an even number: the mean of the
+ *           two middle ones; p99: the nearest rank, the ceil(0.99 n)-th
+ *           smallest, i.e. the largest below 100 calls).  compare.sh compares
+ *           these.
  * algbw = SIZE / time, busbw = algbw * factor with nccl-tests' factors:
  * allreduce 2(n-1)/n, reduce_scatter and allgather (n-1)/n, broadcast 1.
  * Bandwidths are in GB/s (10^9 B/s).
@@ -35,6 +43,7 @@
  * r is ((r+i) mod 7) - 3, exact in f32 for any realistic n) and the result is
  * checked; "wrong" is the number of wrong elements summed over the ranks.
  */
+#include <math.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -204,8 +213,9 @@ int main(int argc, char **argv)
 		die("need iters >= 1, warmup >= 0 and at least one size");
 	sbuf = malloc(maxb + 64);
 	rbuf = malloc(maxb + 64);
-	t = malloc((size_t)iters * sizeof(*t));
-	d = malloc((size_t)iters * sizeof(*d));
+	/* per-call durations and, at [iters], the mean */
+	t = malloc(((size_t)iters + 1) * sizeof(*t));
+	d = malloc(((size_t)iters + 1) * sizeof(*d));
 	if (!sbuf || !rbuf || !t || !d)
 		die("out of memory");
 	memset(sbuf, 0, maxb + 64); /* fault the pages in */
@@ -213,23 +223,31 @@ int main(int argc, char **argv)
 
 	if (rank == 0) {
 		if (csv) {
-			printf("size,count,coll,nranks,iters,time_us,time_median_us,algbw_GBps,busbw_GBps,busbw_median_GBps,wrong\n");
+			printf("size,count,coll,nranks,iters,time_us,time_mean_us,time_median_us,time_p99_us,time_min_us,algbw_GBps,busbw_GBps,busbw_median_GBps,wrong\n");
 		} else {
+			char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+			int len;
+
+			MPI_Get_library_version(lib, &len);
+			lib[strcspn(lib, "\n")] = 0;
 			printf("# mpi_coll_bench: %s, nranks %d, f32 sum, iters %ld, warmup %ld\n",
 			       coll_names[c], nranks, iters, warmup);
-			printf("#%11s %13s %10s %10s %8s %8s %8s %7s\n", "size",
-			       "count", "mean", "median", "algbw", "busbw",
-			       "busbw", "#wrong");
-			printf("#%11s %13s %10s %10s %8s %8s %8s\n", "(B)",
-			       "(elements)", "(us)", "(us)", "(GB/s)",
-			       "(GB/s)", "(median)");
+			printf("# %s\n", lib);
+			printf("# mean: the slowest rank's average; median, p99, min: over the calls, of the slowest rank's time per call\n");
+			printf("#%11s %13s %10s %10s %10s %10s %8s %8s %8s %7s\n",
+			       "size", "count", "mean", "median", "p99", "min",
+			       "algbw", "busbw", "busbw", "#wrong");
+			printf("#%11s %13s %10s %10s %10s %10s %8s %8s %8s\n",
+			       "(B)", "(elements)", "(us)", "(us)", "(us)",
+			       "(us)", "(GB/s)", "(GB/s)", "(median)");
 		}
 		fflush(stdout);
 	}
 	for (int s = 0; s < nsizes; s++) {
 		size_t count = sizes[s] / sizeof(float), bytes;
-		double n = nranks, factor, t0, mean, med, algbw;
+		double n = nranks, factor, t0, mean, med, p99, tmin, algbw;
 		long long wrong, wsum;
+		long k99 = (long)ceil(0.99 * (double)iters);
 
 		if (c == C_REDUCE_SCATTER || c == C_ALLGATHER)
 			count -= count % (size_t)nranks;
@@ -255,13 +273,16 @@ int main(int argc, char **argv)
 		for (long i = iters - 1; i > 0; i--)
 			t[i] -= t[i - 1];
 		t[0] -= t0;
-		MPI_Allreduce(MPI_IN_PLACE, &mean, 1, MPI_DOUBLE, MPI_MAX,
-			      MPI_COMM_WORLD);
-		MPI_Allreduce(t, d, (int)iters, MPI_DOUBLE, MPI_MAX,
-			      MPI_COMM_WORLD);
+		t[iters] = mean;
+		/* per call the slowest rank, and the slowest rank's mean */
+		MPI_Reduce(t, d, (int)iters + 1, MPI_DOUBLE, MPI_MAX, 0,
+			   MPI_COMM_WORLD);
+		mean = d[iters];
 		qsort(d, (size_t)iters, sizeof(*d), cmp_double);
 		med = iters % 2 ? d[iters / 2]
 				: (d[iters / 2 - 1] + d[iters / 2]) / 2;
+		p99 = d[(k99 < 1 ? 1 : k99) - 1];
+		tmin = d[0];
 		wrong = check(c, sbuf, rbuf, count);
 		MPI_Reduce(&wrong, &wsum, 1, MPI_LONG_LONG, MPI_SUM, 0,
 			   MPI_COMM_WORLD);
@@ -269,15 +290,18 @@ int main(int argc, char **argv)
 			continue;
 		mean *= 1e6;
 		med *= 1e6;
+		p99 *= 1e6;
+		tmin *= 1e6;
 		algbw = (double)bytes / (mean * 1e3);
 		if (csv)
-			printf("%zu,%zu,%s,%d,%ld,%.3f,%.3f,%.4f,%.4f,%.4f,%lld\n",
+			printf("%zu,%zu,%s,%d,%ld,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f,%.4f,%lld\n",
 			       bytes, count, coll_names[c], nranks, iters, mean,
-			       med, algbw, algbw * factor,
+			       mean, med, p99, tmin, algbw, algbw * factor,
 			       (double)bytes / (med * 1e3) * factor, wsum);
 		else
-			printf(" %11zu %13zu %10.2f %10.2f %8.3f %8.3f %8.3f %7lld\n",
-			       bytes, count, mean, med, algbw, algbw * factor,
+			printf(" %11zu %13zu %10.2f %10.2f %10.2f %10.2f %8.3f %8.3f %8.3f %7lld\n",
+			       bytes, count, mean, med, p99, tmin, algbw,
+			       algbw * factor,
 			       (double)bytes / (med * 1e3) * factor, wsum);
 		fflush(stdout);
 	}

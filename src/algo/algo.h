@@ -6,15 +6,87 @@
  * progress engine (request.c) starts a request with start(), calls
  * advance() whenever something may have changed, and finishes it when
  * done() says so.  Algorithms reach peers only through peer.h; per-peer
- * state (connections, credits, keys) lives with the communicator, the state
- * of one collective in req->algo_state.  Which algorithm runs is decided in
- * one place, select.c.
+ * state (connections, credits, keys) lives with the peer layer, the state
+ * of one collective in req->algo_state, state that outlives a collective
+ * (the ring's staging buffers) in comm->algo.state[].  Which algorithm runs
+ * is decided in one place, select.c, which also holds the table of every
+ * algorithm: the engine reaches them only through it (fr_algos_*), so no
+ * algorithm is named outside src/algo/.
+ *
+ * Layer: algorithms.  May call the peers (peer.h), the memory layer
+ * (mem.h), the kernels (reduce.h, compress.h) and the base; never the
+ * engine or the transport.  Called by the engine.  Owns struct
+ * fr_algo_layer.
  */
 #ifndef FR_ALGO_H
 #define FR_ALGO_H
 
-#include "internal.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fastreduce.h"
+#include "peer.h"
 #include "reduce.h"
+#include "transport.h"
+
+struct fr_comm;
+struct fr_request;
+
+/* Tuned cost-model parameters (select.c, fr_tune(1)). */
+struct fr_tune {
+	double alpha_us;		 /* per message step, microseconds */
+	double beta_ns;			 /* per byte on the wire, nanoseconds */
+	double copy_ns;			 /* per byte copied through a mailbox */
+	/* a rank's own work per message step (a send and a receive, no wire
+	 * latency): what each extra message of the one-shot costs */
+	double msg_us;
+	double gamma_ns[FR_DTYPE_COUNT]; /* per byte reduced */
+	char source[256]; /* "built-in defaults" or the file it came from */
+};
+
+/*
+ * An extra message of the one-shot All-Reduce costs a rank its own work
+ * only, no wire latency, but that work does not overlap: p - 1 sends, p - 1
+ * receives and reductions on one CPU, where a step of recursive doubling
+ * overlaps its one send and one receive with the partner's.  Where the
+ * built-in alpha is all of it the software's (a LAN), such a message
+ * costs about 2.5 alpha: measured at 3 ranks on 2 CPUs, the one-shot took
+ * 16.7 us against 15.0 for recursive doubling over shm, 36 against 23
+ * over TCP, and 43 against 26-40 between namespaces, which the model
+ * gets right from 2.5 up (recursive doubling's 3 steps against the
+ * one-shot's 1 + 2.5).  Over a long link the wire latency goes to alpha
+ * alone (fr_tune_link, select.c) and the one-shot wins.
+ */
+#define FR_MSG_PER_ALPHA 2.5
+
+/* Slots of comm->algo.state[]: one per algorithm with state that outlives
+ * a collective. */
+enum fr_algo_state_slot { FR_ASTATE_RING, FR_ASTATE_COUNT };
+
+/* The algorithm layer's state in the communicator (comm->algo). */
+struct fr_algo_layer {
+	int forced; /* FR_ALGO / config: FR_ALGO_AUTO or one algorithm */
+	struct fr_tune tune;
+	size_t segment_bytes; /* FR_SEGMENT_BYTES: the ring's pipeline unit */
+	int slots;	      /* FR_SLOTS: the ring's staging slots */
+	void *state[FR_ASTATE_COUNT];
+	/* (collective, bytes) whose choice FR_LOG=info has already told */
+#define FR_ALGO_LOGGED 32
+	struct {
+		int coll;
+		size_t bytes;
+	} logged[FR_ALGO_LOGGED];
+	unsigned logged_next;
+	/* the last choices of fr_algo_select, while the parameters stand */
+#define FR_ALGO_MEMO 8
+	struct fr_algo_memo {
+		const struct fr_algo *algo; /* NULL: an empty entry */
+		int coll, dtype;
+		size_t bytes;
+	} memo[FR_ALGO_MEMO];
+	unsigned memo_next;
+};
 
 struct fr_algo {
 	int id;		  /* fr_algo_t, sent in every message header */
@@ -27,6 +99,20 @@ struct fr_algo {
 	/* The rank the collective waits on, for timeout messages. */
 	int (*waiting_on)(const struct fr_comm *comm,
 			  const struct fr_request *req);
+	/*
+	 * Optional, for algorithms whose state outlives one collective (the
+	 * ring's staging buffers and credits):
+	 *   imm_types: immediate types (a bit per enum fr_imm_type, peer.h)
+	 *     whose completions on_cqe gets, with the collective running now
+	 *     (active, NULL if none) and the sender;
+	 *   progress: every round of the engine, collective or not;
+	 *   comm_free: the communicator is being destroyed.
+	 */
+	uint32_t imm_types;
+	int (*on_cqe)(struct fr_comm *comm, struct fr_request *active, int peer,
+		      const struct fr_tp_cqe *cqe);
+	int (*progress)(struct fr_comm *comm, bool *did_work);
+	void (*comm_free)(struct fr_comm *comm);
 };
 
 extern const struct fr_algo fr_algo_ring;	   /* allreduce, RS, AG */
@@ -35,9 +121,17 @@ extern const struct fr_algo fr_algo_rabenseifner;  /* allreduce         */
 extern const struct fr_algo fr_algo_bcast_tree;	   /* broadcast         */
 extern const struct fr_algo fr_algo_bcast_chain;   /* broadcast         */
 extern const struct fr_algo fr_algo_dissemination; /* barrier          */
-extern const struct fr_algo fr_algo_cring; /* compressed allreduce */
-extern const struct fr_algo fr_algo_hier;  /* two-level allreduce  */
-extern const struct fr_algo fr_algo_hier_rsag; /* two-level RS, AG */
+extern const struct fr_algo fr_algo_cring;	   /* compressed allreduce */
+extern const struct fr_algo fr_algo_hier;	   /* two-level allreduce  */
+extern const struct fr_algo fr_algo_hier_rsag;	   /* two-level RS, AG */
+extern const struct fr_algo fr_algo_oneshot;	   /* allreduce, one step */
+
+/* The table's hooks for the engine (select.c): an algorithm's completion,
+ * every algorithm's progress, and their state freed. */
+int fr_algos_on_cqe(struct fr_comm *comm, struct fr_request *active, int peer,
+		    const struct fr_tp_cqe *cqe);
+int fr_algos_progress(struct fr_comm *comm, bool *did_work);
+void fr_algos_comm_free(struct fr_comm *comm);
 
 /* The algorithm for req (every rank decides the same from the same
  * arguments, settings and tune file). */
@@ -52,12 +146,25 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 double fr_model_predict_us(const struct fr_tune *t, int nranks,
 			   size_t payload_max, int id, enum fr_coll coll,
 			   size_t bytes, fr_dtype_t dtype);
-/* Cost-model parameters: FR_TUNE_FILE, else built-in defaults. */
-int fr_tune_load(struct fr_comm *comm, const char *transport, char *err,
+/* Cost-model parameters for a transport: the built-in defaults, then what
+ * FR_TUNE_FILE says.  0, or FR_EINVAL with a message in err. */
+int fr_tune_load(struct fr_tune *t, const char *transport, char *err,
 		 size_t errlen);
 /* A hash of the parameters, which must agree on all ranks. */
 uint32_t fr_tune_hash(const struct fr_tune *t);
 void fr_tune_oversub(struct fr_comm *comm);
+void fr_tune_link(struct fr_comm *comm);
+/*
+ * For tools that link the internals (fr_tune(1) calibrates the model on
+ * the job, fr_step(1) forces an algorithm per phase): the communicator's
+ * model parameters, read and replaced, and the algorithm it runs
+ * (FR_ALGO_AUTO: the model chooses), replaced; fr_algo_force returns the
+ * one before.  Every rank must make the same change between the same
+ * collectives.
+ */
+void fr_tune_get(const struct fr_comm *comm, struct fr_tune *t);
+void fr_tune_set(struct fr_comm *comm, const struct fr_tune *t);
+int fr_algo_force(struct fr_comm *comm, int algo);
 
 /* Shared helpers for the hypercube algorithms (rd.c, rabenseifner.c). */
 struct fr_hcube {
@@ -91,6 +198,12 @@ static inline bool fr_xfer_complete(const struct fr_xfer *x)
 /* Bytes covered by the first `frags` fragments. */
 size_t fr_xfer_bytes(const struct fr_comm *comm, const struct fr_xfer *x,
 		     uint32_t frags);
+/* One DATA fragment of len bytes at src, at byte offset off of the step:
+ * 0 once sent (*done counted up), FR_EAGAIN (no free slot), or the error
+ * that failed the communicator. */
+int fr_xfer_send_frag(struct fr_comm *comm, const struct fr_request *req,
+		      int rank, uint16_t step, uint64_t off, const void *src,
+		      size_t len, uint32_t *done, bool *did_work);
 /* Send the next fragments of src[0, avail) (avail <= len) to rank. */
 int fr_xfer_send(struct fr_comm *comm, const struct fr_request *req,
 		 struct fr_xfer *x, int rank, uint16_t step, const uint8_t *src,

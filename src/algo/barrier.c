@@ -11,6 +11,7 @@
  */
 #include <stdlib.h>
 
+#include "internal.h"
 #include "algo.h"
 #include "peer.h"
 
@@ -44,7 +45,7 @@ static int dis_start(struct fr_comm *comm, struct fr_request *req)
 	}
 	fr_xfer_init(&st->tx, comm, 0);
 	fr_xfer_init(&st->rx, comm, 0);
-	return comm->failed;
+	return comm->fail.failed;
 }
 
 static int dis_advance(struct fr_comm *comm, struct fr_request *req,

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "algo.h"
 #include "peer.h"
 #include "util.h"
@@ -78,7 +79,7 @@ static int bc_start_shape(struct fr_comm *comm, struct fr_request *req,
 	}
 	if (st->parent >= 0)
 		fr_peer_need(comm, st->parent);
-	return comm->failed;
+	return comm->fail.failed;
 }
 
 static int tree_start(struct fr_comm *comm, struct fr_request *req)

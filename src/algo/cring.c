@@ -31,6 +31,7 @@
 
 #include "algo.h"
 #include "compress.h"
+#include "internal.h"
 #include "peer.h"
 #include "util.h"
 
@@ -108,9 +109,9 @@ static int cring_start(struct fr_comm *comm, struct fr_request *req)
 	st->fmt = req->compress;
 	st->p = p;
 	/* by position in the ring (comm->ring_order), as ring.c */
-	st->r = comm->ring_pos;
-	st->next = comm->ring_order[(comm->ring_pos + 1) % p];
-	st->prev = comm->ring_order[(comm->ring_pos + p - 1) % p];
+	st->r = comm->topo.ring_pos;
+	st->next = comm->topo.ring_order[(comm->topo.ring_pos + 1) % p];
+	st->prev = comm->topo.ring_order[(comm->topo.ring_pos + p - 1) % p];
 	st->out = req->recvbuf;
 	st->mine = req->sendbuf == FR_IN_PLACE ? req->recvbuf : req->sendbuf;
 	st->kern = fr_reduce_kernel(FR_F32, req->op);
@@ -140,7 +141,7 @@ static int cring_start(struct fr_comm *comm, struct fr_request *req)
 	/* start both connections at once; advance waits for them */
 	fr_peer_need(comm, st->next);
 	fr_peer_need(comm, st->prev);
-	return comm->failed;
+	return comm->fail.failed;
 }
 
 /* Set up step s of the phase: which chunks, their transfers. */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "algo.h"
 #include "peer.h"
 
@@ -56,7 +57,7 @@ int fr_hc_start(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc)
 		fr_peer_need(comm, comm->rank ^ 1);
 	for (int k = 0; h->vrank >= 0 && k < h->steps; k++)
 		fr_peer_need(comm, fr_hcube_real(h, h->vrank ^ (1 << k)));
-	return comm->failed;
+	return comm->fail.failed;
 }
 
 void fr_hc_xfers(struct fr_comm *comm, struct fr_hc *hc, int partner,

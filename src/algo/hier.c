@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "algo.h"
+#include "internal.h"
 #include "peer.h"
 #include "reduce.h"
 #include "util.h"
@@ -83,22 +84,23 @@ static int hier_start(struct fr_comm *comm, struct fr_request *req)
 	if (!st)
 		return FR_ENOMEM;
 	req->algo_state = st;
-	if (!comm->nodes_regular || comm->ncross < 1)
-		return fr_comm_fail(comm, FR_EINVAL,
-				    "rank %d: hier: the nodes do not all run the same number of ranks",
-				    comm->rank);
+	if (!comm->topo.nodes_regular || comm->topo.ncross < 1)
+		return fr_comm_fail(
+			comm, FR_EINVAL,
+			"rank %d: hier: the nodes do not all run the same number of ranks",
+			comm->rank);
 	st->es = fr_dtype_size(req->dtype);
 	st->out = req->recvbuf;
 	st->mine = req->sendbuf == FR_IN_PLACE ? req->recvbuf : req->sendbuf;
 	st->kern = fr_reduce_kernel(req->dtype, req->op);
-	st->k = comm->nlocal;
-	st->li = comm->local_index;
-	st->lnext = comm->local[(st->li + 1) % st->k];
-	st->lprev = comm->local[(st->li + st->k - 1) % st->k];
-	st->m = comm->ncross;
-	st->gi = comm->cross_index;
-	st->gnext = comm->cross[(st->gi + 1) % st->m];
-	st->gprev = comm->cross[(st->gi + st->m - 1) % st->m];
+	st->k = comm->topo.nlocal;
+	st->li = comm->topo.local_index;
+	st->lnext = comm->topo.local[(st->li + 1) % st->k];
+	st->lprev = comm->topo.local[(st->li + st->k - 1) % st->k];
+	st->m = comm->topo.ncross;
+	st->gi = comm->topo.cross_index;
+	st->gnext = comm->topo.cross[(st->gi + 1) % st->m];
+	st->gprev = comm->topo.cross[(st->gi + st->m - 1) % st->m];
 	cut(n, st->k, (st->li + 1) % st->k, &st->flo, &st->flen);
 	if (st->k == 1 && n && st->mine != st->out)
 		memcpy(st->out, st->mine, n * st->es);
@@ -156,8 +158,7 @@ static void step_init(struct fr_comm *comm, const struct fr_request *req,
 static void phase_end(struct fr_comm *comm, const struct fr_request *req,
 		      struct hier *st)
 {
-	if (st->phase == INTER_RS ||
-	    (st->phase == INTRA_RS && st->m == 1)) {
+	if (st->phase == INTER_RS || (st->phase == INTRA_RS && st->m == 1)) {
 		/* our piece is reduced over all ranks */
 		size_t lo, len;
 

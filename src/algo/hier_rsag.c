@@ -61,8 +61,8 @@
  * from and written to its block's own address, at no extra copy.  The
  * price is at least one message per block and step (m per intra-node step
  * instead of one when blocks are small: a few more headers, sent back to
- * back without waiting).  Fragment headers carry the offset in the packed chunk, so
- * the receiver checks every one against its schedule (FR_EPROTO on a
+ * back without waiting).  Fragment headers carry the offset in the packed
+ * chunk, so the receiver checks every one against its schedule (FR_EPROTO on a
  * mismatch), as xfer.c does; in each lane a step starts when the one
  * before has finished both ways.
  */
@@ -70,6 +70,7 @@
 #include <string.h>
 
 #include "algo.h"
+#include "internal.h"
 #include "peer.h"
 #include "reduce.h"
 #include "util.h"
@@ -160,25 +161,15 @@ static int bx_send(struct fr_comm *comm, const struct fr_request *req,
 		   const uint8_t *const *src, bool *did_work)
 {
 	while (x->done < x->nfrags) {
-		struct fr_msg msg;
 		size_t o, len;
 		int b, rc;
 
 		bx_frag(comm, x, x->done, &b, &o, &len);
-		fr_msg_for(req, FR_MSG_DATA, &msg);
-		msg.step = step;
-		msg.offset = bx_off(x, b, o);
-		rc = fr_msg_send(comm, rank, &msg, len ? src[b] + o : nothing,
-				 len);
-		if (rc == FR_EAGAIN)
-			break;
+		rc = fr_xfer_send_frag(comm, req, rank, step, bx_off(x, b, o),
+				       len ? src[b] + o : nothing, len,
+				       &x->done, did_work);
 		if (rc)
-			return fr_comm_fail(
-				comm, rc,
-				"rank %d: collective #%u: sending to rank %d: %s",
-				comm->rank, req->seq, rank, fr_strerror(rc));
-		x->done++;
-		*did_work = true;
+			return rc == FR_EAGAIN ? 0 : rc;
 	}
 	return 0;
 }
@@ -251,7 +242,7 @@ static int place(const struct fr_comm *comm, struct hrsag *st)
 		return FR_ENOMEM;
 	}
 	for (int r = 0; r < n; r++) {
-		int l = seen[comm->node_of[r]]++;
+		int l = seen[comm->topo.node_of[r]]++;
 
 		if (l >= st->k || fill[l] >= st->m)
 			break; /* not regular: caught below */
@@ -275,12 +266,12 @@ static int lane_init(struct fr_comm *comm, struct hrsag *st, struct lane *ln,
 {
 	ln->phase = phase;
 	if (intra(phase)) {
-		ln->next = comm->local[(st->li + 1) % st->k];
-		ln->prev = comm->local[(st->li + st->k - 1) % st->k];
+		ln->next = comm->topo.local[(st->li + 1) % st->k];
+		ln->prev = comm->topo.local[(st->li + st->k - 1) % st->k];
 		ln->steps = st->k - 1;
 	} else {
-		ln->next = comm->cross[(st->gi + 1) % st->m];
-		ln->prev = comm->cross[(st->gi + st->m - 1) % st->m];
+		ln->next = comm->topo.cross[(st->gi + 1) % st->m];
+		ln->prev = comm->topo.cross[(st->gi + st->m - 1) % st->m];
 		ln->steps = st->m - 1;
 	}
 	ln->tsrc = calloc((size_t)st->m, sizeof(*ln->tsrc));
@@ -299,9 +290,10 @@ static int hrsag_start(struct fr_comm *comm, struct fr_request *req)
 	if (!st)
 		return FR_ENOMEM;
 	req->algo_state = st;
-	st->k = comm->nlocal;
-	st->m = comm->ncross;
-	if (!comm->nodes_regular || !comm->node_of || st->k < 2 || st->m < 2)
+	st->k = comm->topo.nlocal;
+	st->m = comm->topo.ncross;
+	if (!comm->topo.nodes_regular || !comm->topo.node_of || st->k < 2 ||
+	    st->m < 2)
 		return fr_comm_fail(
 			comm, FR_EINVAL,
 			"rank %d: hier %s: needs nodes that all run the same number (> 1) of ranks, more than one node",
@@ -313,8 +305,8 @@ static int hrsag_start(struct fr_comm *comm, struct fr_request *req)
 				    comm->rank, fr_coll_name(req->coll));
 	if (rc)
 		return rc;
-	st->li = comm->local_index;
-	st->gi = comm->cross_index;
+	st->li = comm->topo.local_index;
+	st->gi = comm->topo.cross_index;
 	rc = lane_init(comm, st, &st->lane[0], rs ? RS_INTRA : AG_INTER);
 	if (!rc)
 		rc = lane_init(comm, st, &st->lane[1],
@@ -338,7 +330,7 @@ static int hrsag_start(struct fr_comm *comm, struct fr_request *req)
 			rc = fr_scratch_get(comm, 2 * (size_t)st->m * st->blk);
 			if (rc)
 				return rc;
-			st->work[0] = comm->scratch;
+			st->work[0] = comm->mem.scratch;
 			st->work[1] = st->work[0] + (size_t)st->m * st->blk;
 		}
 	} else if (st->blk && req->sendbuf != FR_IN_PLACE) {

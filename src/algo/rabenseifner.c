@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "algo.h"
 #include "peer.h"
 #include "reduce.h"

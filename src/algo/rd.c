@@ -28,6 +28,7 @@
  */
 #include <stdlib.h>
 
+#include "internal.h"
 #include "algo.h"
 #include "peer.h"
 

@@ -70,6 +70,7 @@
 #include <string.h>
 
 #include "algo.h"
+#include "internal.h"
 #include "log.h"
 #include "peer.h"
 #include "reduce.h"
@@ -122,8 +123,8 @@ struct fr_ring_state {
 	int n, r, rs_steps, ag_steps; /* r: our position in the ring */
 	int me;			      /* our rank: our block of RS/AG */
 	const int *order;	      /* comm->ring_order */
-	size_t count, es, seg; /* count: elements of the whole vector */
-	size_t blk;	       /* RS/AG: elements per block */
+	size_t count, es, seg;	      /* count: elements of the whole vector */
+	size_t blk;		      /* RS/AG: elements per block */
 	enum fr_coll coll;
 	const uint8_t *sbuf; /* step-0 reduce-scatter input */
 	uint8_t *work;	     /* where partial sums / the gathered vector live */
@@ -180,9 +181,14 @@ static int ready_decode(const uint8_t *b, size_t len, struct ready *m)
 
 /* ---- the ring's own long-lived state ------------------------------------ */
 
+static struct fr_ring_comm *ring_of(const struct fr_comm *comm)
+{
+	return comm->algo.state[FR_ASTATE_RING];
+}
+
 static int ring_comm_get(struct fr_comm *comm, struct fr_ring_comm **out)
 {
-	struct fr_ring_comm *rc = comm->ring;
+	struct fr_ring_comm *rc = ring_of(comm);
 	size_t ps = 4096, sz;
 	int err;
 
@@ -193,19 +199,21 @@ static int ring_comm_get(struct fr_comm *comm, struct fr_ring_comm **out)
 	rc = calloc(1, sizeof(*rc));
 	if (!rc)
 		return FR_ENOMEM;
-	rc->next = comm->ring_order[(comm->ring_pos + 1) % comm->nranks];
-	rc->prev = comm->ring_order[(comm->ring_pos + comm->nranks - 1) %
-				    comm->nranks];
-	rc->credits = comm->slots;
-	sz = (size_t)comm->slots * comm->segment_bytes;
+	rc->next =
+		comm->topo.ring_order[(comm->topo.ring_pos + 1) % comm->nranks];
+	rc->prev =
+		comm->topo.ring_order[(comm->topo.ring_pos + comm->nranks - 1) %
+				      comm->nranks];
+	rc->credits = comm->algo.slots;
+	sz = (size_t)comm->algo.slots * comm->algo.segment_bytes;
 	rc->staging = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
 	if (!rc->staging) {
 		/* name what was asked for and the knobs that size it */
 		fr_comm_seterr(
 			comm, FR_ENOMEM,
 			"rank %d: cannot allocate the ring's %zu MiB of staging buffers (FR_SLOTS=%d x FR_SEGMENT_BYTES=%zu): lower those, or raise the memory limit (ulimit -v, the job's cgroup)",
-			comm->rank, sz >> 20, comm->slots,
-			comm->segment_bytes);
+			comm->rank, sz >> 20, comm->algo.slots,
+			comm->algo.segment_bytes);
 		err = FR_ENOMEM;
 		goto err_staging;
 	}
@@ -214,7 +222,7 @@ static int ring_comm_get(struct fr_comm *comm, struct fr_ring_comm **out)
 				       false, &rc->staging_mem);
 	if (err)
 		goto err_reg;
-	comm->ring = rc;
+	comm->algo.state[FR_ASTATE_RING] = rc;
 	*out = rc;
 	return 0;
 
@@ -225,16 +233,16 @@ err_staging:
 	return err;
 }
 
-void fr_ring_comm_free(struct fr_comm *comm)
+static void ring_comm_free(struct fr_comm *comm)
 {
-	struct fr_ring_comm *rc = comm->ring;
+	struct fr_ring_comm *rc = ring_of(comm);
 
 	if (!rc)
 		return;
 	fr_mem_free_internal(rc->staging_mem);
 	free(rc->staging);
 	free(rc);
-	comm->ring = NULL;
+	comm->algo.state[FR_ASTATE_RING] = NULL;
 }
 
 /* ---- schedule helpers
@@ -319,20 +327,17 @@ static bool past(const struct fr_ring_state *st, enum stream s, int k, size_t j)
 	return c->k > k || (c->k == k && c->j > j);
 }
 
-static struct fr_ring_state *active_ring(struct fr_comm *comm,
-					 struct fr_request **reqp)
+/* The ring's state of the collective running now, if it is a ring's. */
+static struct fr_ring_state *active_ring(struct fr_request *req)
 {
-	struct fr_request *req = fr_active_req(comm);
-
-	if (reqp)
-		*reqp = req;
 	return req && req->algo == &fr_algo_ring ? req->algo_state : NULL;
 }
 
 /* ---- start / finish
  * --------------------------------------------------------------- */
 
-static int on_rs(struct fr_comm *comm, uint32_t payload, uint32_t len);
+static int on_rs(struct fr_comm *comm, struct fr_request *req, uint32_t payload,
+		 uint32_t len);
 
 static int acquire(struct fr_comm *comm, const void *buf, size_t len,
 		   int access, struct fr_mem **mem, size_t *off)
@@ -358,14 +363,14 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 		return FR_ENOMEM;
 	req->algo_state = st;
 	st->n = comm->nranks;
-	st->r = comm->ring_pos;
+	st->r = comm->topo.ring_pos;
 	st->me = comm->rank;
-	st->order = comm->ring_order;
+	st->order = comm->topo.ring_order;
 	st->coll = req->coll;
 	st->count = fr_coll_count_total(req);
 	st->blk = req->count;
 	st->es = fr_dtype_size(req->dtype);
-	st->seg = FR_MAX(comm->segment_bytes / st->es, (size_t)1);
+	st->seg = FR_MAX(comm->algo.segment_bytes / st->es, (size_t)1);
 	st->kern = req->coll == FR_COLL_ALLGATHER
 			   ? NULL
 			   : fr_reduce_kernel(req->dtype, req->op);
@@ -376,8 +381,8 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 	bytes = st->count * st->es;
 	blkb = st->blk * st->es;
 
-	if (comm->peers[st->order[(st->r + 1) % st->n]].bye ||
-	    comm->peers[st->order[(st->r + st->n - 1) % st->n]].bye)
+	if (comm->peer.peers[st->order[(st->r + 1) % st->n]].bye ||
+	    comm->peer.peers[st->order[(st->r + st->n - 1) % st->n]].bye)
 		return fr_comm_fail(
 			comm, FR_EPEER,
 			"rank %d: collective #%u: a ring neighbour has destroyed its communicator",
@@ -401,7 +406,8 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 				   ? st->rbuf + (size_t)st->me * blkb
 				   : req->sendbuf;
 		if (blkb && st->sbuf != st->rbuf + (size_t)st->me * blkb)
-			memcpy(st->rbuf + (size_t)st->me * blkb, st->sbuf, blkb);
+			memcpy(st->rbuf + (size_t)st->me * blkb, st->sbuf,
+			       blkb);
 		break;
 	}
 	if (st->n == 1) {
@@ -417,8 +423,8 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 			err = fr_scratch_get(comm, bytes);
 			if (err)
 				return err;
-			st->work = comm->scratch;
-			st->wmem = comm->scratch_mem;
+			st->work = comm->mem.scratch;
+			st->wmem = comm->mem.scratch_mem;
 			st->woff = 0;
 			err = acquire(comm, st->sbuf, bytes, FR_TP_LOCAL_READ,
 				      &st->smem, &st->soff);
@@ -447,7 +453,7 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 		cur_norm(st, (enum stream)s);
 	fr_peer_need(comm, rc->next);
 	fr_peer_need(comm, rc->prev);
-	return comm->failed;
+	return comm->fail.failed;
 }
 
 static void ring_free(struct fr_request *req)
@@ -471,21 +477,22 @@ static bool ring_done(const struct fr_comm *comm, const struct fr_request *req)
 	return st && st->ready_prev && st->ready_next &&
 	       cur_done(st, RS_SEND) && cur_done(st, RS_RECV) &&
 	       cur_done(st, AG_SEND) && cur_done(st, AG_RECV) &&
-	       comm->user_outstanding == 0;
+	       comm->peer.user_outstanding == 0;
 }
 
 static int ring_waiting_on(const struct fr_comm *comm,
 			   const struct fr_request *req)
 {
 	const struct fr_ring_state *st = req->algo_state;
-	const struct fr_ring_comm *rc = comm->ring;
+	const struct fr_ring_comm *rc = ring_of(comm);
 
 	if (st && rc &&
 	    (!st->ready_next || (!cur_done(st, RS_SEND) && rc->credits == 0)))
 		return rc->next;
 	return rc ? rc->prev
-		  : comm->ring_order[(comm->ring_pos + comm->nranks - 1) %
-				     comm->nranks];
+		  : comm->topo.ring_order[(comm->topo.ring_pos + comm->nranks -
+					   1) %
+					  comm->nranks];
 }
 
 /* ---- sending
@@ -495,9 +502,9 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 		      bool to_next)
 {
 	struct fr_ring_state *st = req->algo_state;
-	struct fr_ring_comm *rc = comm->ring;
+	struct fr_ring_comm *rc = ring_of(comm);
 	int peer_rank = to_next ? rc->next : rc->prev;
-	struct fr_peer *peer = &comm->peers[peer_rank];
+	struct fr_peer *peer = &comm->peer.peers[peer_rank];
 	struct ready r = {.role = to_next ? READY_TO_NEXT : READY_TO_PREV};
 	uint8_t payload[READY_LEN];
 	struct fr_msg m;
@@ -510,8 +517,8 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 		if (!rc->staging_key_sent) {
 			size_t kl = FR_TP_RKEY_MAX;
 
-			err = comm->tp_ops->pack_rkey(rc->staging_mem->tp_mr,
-						      r.staging_key, &kl);
+			err = fr_mem_pack_key(rc->staging_mem, r.staging_key,
+					      &kl);
 			if (err)
 				return err;
 			r.has_staging = 1;
@@ -526,8 +533,7 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 		if (peer->rkey_sent[slot] != st->wmem->id) {
 			size_t kl = FR_TP_RKEY_MAX;
 
-			err = comm->tp_ops->pack_rkey(st->wmem->tp_mr, r.key,
-						      &kl);
+			err = fr_mem_pack_key(st->wmem, r.key, &kl);
 			if (err)
 				return err;
 			r.has_key = 1;
@@ -553,7 +559,7 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 
 static int flush_credits(struct fr_comm *comm, bool *did_work)
 {
-	struct fr_ring_comm *rc = comm->ring;
+	struct fr_ring_comm *rc = ring_of(comm);
 	int err;
 
 	/*
@@ -563,7 +569,7 @@ static int flush_credits(struct fr_comm *comm, bool *did_work)
 	 * it is never held up by them.
 	 */
 	if (!rc || !rc->credits_owed ||
-	    rc->credits_owed < FR_MAX(comm->slots / 2, 1))
+	    rc->credits_owed < FR_MAX(comm->algo.slots / 2, 1))
 		return 0;
 	err = fr_peer_write(comm, rc->prev, NULL, 0, NULL, 0, 0,
 			    FR_IMM(FR_IMM_RCREDIT, (uint32_t)rc->credits_owed),
@@ -575,7 +581,7 @@ static int flush_credits(struct fr_comm *comm, bool *did_work)
 	return 0;
 }
 
-int fr_ring_progress(struct fr_comm *comm, bool *did_work)
+static int ring_progress(struct fr_comm *comm, bool *did_work)
 {
 	int err = flush_credits(comm, did_work);
 
@@ -590,7 +596,7 @@ static int post(struct fr_comm *comm, struct fr_mem *lmem, size_t loff,
 		const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
 		uint32_t imm)
 {
-	return fr_peer_write(comm, comm->ring->next, lmem, loff, rkey, roff,
+	return fr_peer_write(comm, ring_of(comm)->next, lmem, loff, rkey, roff,
 			     len, imm, true);
 }
 
@@ -598,12 +604,13 @@ static int post(struct fr_comm *comm, struct fr_mem *lmem, size_t loff,
 static int send_rs(struct fr_comm *comm, struct fr_ring_state *st,
 		   bool *did_work)
 {
-	struct fr_ring_comm *rc = comm->ring;
+	struct fr_ring_comm *rc = ring_of(comm);
 
 	while (!cur_done(st, RS_SEND) && rc->credits > 0 &&
 	       rc->have_next_staging) {
 		struct cursor *c = &st->cur[RS_SEND];
-		uint32_t slot = (uint32_t)(rc->rs_sent % (uint64_t)comm->slots);
+		uint32_t slot =
+			(uint32_t)(rc->rs_sent % (uint64_t)comm->algo.slots);
 		uint32_t serial = (uint32_t)(rc->rs_sent & 0xfffff);
 		struct fr_mem *src;
 		size_t off, len, loff;
@@ -621,7 +628,7 @@ static int send_rs(struct fr_comm *comm, struct fr_ring_state *st,
 			loff = st->woff + off;
 		}
 		err = post(comm, src, loff, &rc->next_staging,
-			   (uint64_t)slot * comm->segment_bytes, len,
+			   (uint64_t)slot * comm->algo.segment_bytes, len,
 			   FR_IMM(FR_IMM_RS, serial << 8 | slot));
 		if (err == FR_EAGAIN)
 			break;
@@ -671,8 +678,8 @@ static int apply_ready(struct fr_comm *comm, struct fr_request *req, int from,
 		       const struct ready *m)
 {
 	struct fr_ring_state *st = req->algo_state;
-	struct fr_ring_comm *rc = comm->ring;
-	struct fr_peer *peer = &comm->peers[from];
+	struct fr_ring_comm *rc = ring_of(comm);
+	struct fr_peer *peer = &comm->peer.peers[from];
 	int err;
 
 	if (m->role == READY_TO_NEXT) {
@@ -687,13 +694,12 @@ static int apply_ready(struct fr_comm *comm, struct fr_request *req, int from,
 		goto bad;
 	if (m->credits) {
 		rc->credits += m->credits;
-		if (rc->credits > comm->slots)
+		if (rc->credits > comm->algo.slots)
 			goto bad;
 	}
 	if (m->has_staging) {
-		err = comm->tp_ops->unpack_rkey(comm->tp, m->staging_key,
-						m->staging_keylen,
-						&rc->next_staging);
+		err = fr_mem_unpack_key(comm, m->staging_key, m->staging_keylen,
+					&rc->next_staging);
 		if (err)
 			goto bad;
 		rc->have_next_staging = true;
@@ -702,8 +708,7 @@ static int apply_ready(struct fr_comm *comm, struct fr_request *req, int from,
 		uint32_t ks = m->mem_id % FR_RKEY_CACHE;
 
 		if (!m->mem_id ||
-		    comm->tp_ops->unpack_rkey(comm->tp, m->key, m->keylen,
-					      &peer->rkey[ks]))
+		    fr_mem_unpack_key(comm, m->key, m->keylen, &peer->rkey[ks]))
 			goto bad;
 		peer->rkey_id[ks] = m->mem_id;
 	}
@@ -731,7 +736,7 @@ static int take_readies(struct fr_comm *comm, struct fr_request *req,
 			bool *did_work)
 {
 	struct fr_ring_state *st = req->algo_state;
-	struct fr_ring_comm *rc = comm->ring;
+	struct fr_ring_comm *rc = ring_of(comm);
 	int from[2] = {rc->prev, rc->next};
 
 	for (int i = 0; i < 2 && !(st->ready_prev && st->ready_next); i++) {
@@ -765,9 +770,10 @@ static int take_readies(struct fr_comm *comm, struct fr_request *req,
 }
 
 /* Reduce-scatter segments kept until our READY check (on_rs parks them). */
-static int take_early(struct fr_comm *comm, bool *did_work)
+static int take_early(struct fr_comm *comm, struct fr_request *req,
+		      bool *did_work)
 {
-	struct fr_ring_comm *rc = comm->ring;
+	struct fr_ring_comm *rc = ring_of(comm);
 	int n = rc->n_rs_early, err = 0;
 	struct {
 		uint32_t payload, len;
@@ -776,7 +782,7 @@ static int take_early(struct fr_comm *comm, bool *did_work)
 	memcpy(early, rc->rs_early, sizeof(early[0]) * (size_t)n);
 	rc->n_rs_early = 0;
 	for (int i = 0; i < n && !err; i++)
-		err = on_rs(comm, early[i].payload, early[i].len);
+		err = on_rs(comm, req, early[i].payload, early[i].len);
 	*did_work = true;
 	return err;
 }
@@ -785,7 +791,7 @@ static int ring_advance(struct fr_comm *comm, struct fr_request *req,
 			bool *did_work)
 {
 	struct fr_ring_state *st = req->algo_state;
-	struct fr_ring_comm *rc = comm->ring;
+	struct fr_ring_comm *rc = ring_of(comm);
 	int err;
 
 	if (st->n == 1)
@@ -815,7 +821,7 @@ static int ring_advance(struct fr_comm *comm, struct fr_request *req,
 	}
 	err = take_readies(comm, req, did_work);
 	if (!err && st->ready_prev && rc->n_rs_early && !cur_done(st, RS_RECV))
-		err = take_early(comm, did_work);
+		err = take_early(comm, req, did_work);
 	if (err)
 		return err;
 	/*
@@ -832,12 +838,13 @@ static int ring_advance(struct fr_comm *comm, struct fr_request *req,
 	return err == FR_EAGAIN ? 0 : err;
 }
 
-static int on_rs(struct fr_comm *comm, uint32_t payload, uint32_t len)
+static int on_rs(struct fr_comm *comm, struct fr_request *req, uint32_t payload,
+		 uint32_t len)
 {
-	struct fr_request *req;
-	struct fr_ring_state *st = active_ring(comm, &req);
-	struct fr_ring_comm *rc = comm->ring;
-	uint32_t slot = (uint32_t)(rc->rs_received % (uint64_t)comm->slots);
+	struct fr_ring_state *st = active_ring(req);
+	struct fr_ring_comm *rc = ring_of(comm);
+	uint32_t slot =
+		(uint32_t)(rc->rs_received % (uint64_t)comm->algo.slots);
 	uint32_t serial = (uint32_t)(rc->rs_received & 0xfffff);
 	size_t off, n;
 	const uint8_t *in;
@@ -851,7 +858,7 @@ static int on_rs(struct fr_comm *comm, uint32_t payload, uint32_t len)
 	 * reduced before prev is known to have called the same collective.
 	 */
 	if ((!st || cur_done(st, RS_RECV) || !st->ready_prev) &&
-	    rc->n_rs_early < comm->slots) {
+	    rc->n_rs_early < comm->algo.slots) {
 		rc->rs_early[rc->n_rs_early].payload = payload;
 		rc->rs_early[rc->n_rs_early++].len = len;
 		return 0;
@@ -869,7 +876,8 @@ static int on_rs(struct fr_comm *comm, uint32_t payload, uint32_t len)
 			comm, FR_EPROTO,
 			"rank %d: segment of %u bytes from rank %d, expected %zu",
 			comm->rank, len, rc->prev, n);
-	in = (const uint8_t *)rc->staging + (size_t)slot * comm->segment_bytes;
+	in = (const uint8_t *)rc->staging +
+	     (size_t)slot * comm->algo.segment_bytes;
 	dst = st->work + off;
 	/* reduce-scatter: the last step goes straight to the caller */
 	if (st->coll == FR_COLL_REDUCE_SCATTER && c->k == st->rs_steps - 1)
@@ -883,9 +891,10 @@ static int on_rs(struct fr_comm *comm, uint32_t payload, uint32_t len)
 	return 0;
 }
 
-static int on_ag(struct fr_comm *comm, uint32_t payload, uint32_t len)
+static int on_ag(struct fr_comm *comm, struct fr_request *req, uint32_t payload,
+		 uint32_t len)
 {
-	struct fr_ring_state *st = active_ring(comm, NULL);
+	struct fr_ring_state *st = active_ring(req);
 	size_t off, n;
 
 	if (!st || cur_done(st, AG_RECV) ||
@@ -893,21 +902,22 @@ static int on_ag(struct fr_comm *comm, uint32_t payload, uint32_t len)
 		return fr_comm_fail(
 			comm, FR_EPROTO,
 			"rank %d: unexpected all-gather segment from rank %d",
-			comm->rank, comm->ring->prev);
+			comm->rank, ring_of(comm)->prev);
 	seg_range(st, AG_RECV, &st->cur[AG_RECV], &off, &n);
 	if (len != n)
 		return fr_comm_fail(
 			comm, FR_EPROTO,
 			"rank %d: segment of %u bytes from rank %d, expected %zu",
-			comm->rank, len, comm->ring->prev, n);
+			comm->rank, len, ring_of(comm)->prev, n);
 	st->ag_recvd++;
 	cur_next(st, AG_RECV);
 	return 0;
 }
 
-int fr_ring_on_cqe(struct fr_comm *comm, int peer, const struct fr_tp_cqe *cqe)
+static int ring_on_cqe(struct fr_comm *comm, struct fr_request *active,
+		       int peer, const struct fr_tp_cqe *cqe)
 {
-	struct fr_ring_comm *rc = comm->ring;
+	struct fr_ring_comm *rc = ring_of(comm);
 	uint32_t type = FR_IMM_TYPE(cqe->imm),
 		 payload = FR_IMM_PAYLOAD(cqe->imm);
 
@@ -918,17 +928,17 @@ int fr_ring_on_cqe(struct fr_comm *comm, int peer, const struct fr_tp_cqe *cqe)
 		if (peer != rc->next || cqe->len)
 			goto bad;
 		rc->credits += (int)payload;
-		if (rc->credits > comm->slots)
+		if (rc->credits > comm->algo.slots)
 			goto bad;
 		return 0;
 	case FR_IMM_RS:
 		if (peer != rc->prev)
 			goto bad;
-		return on_rs(comm, payload, cqe->len);
+		return on_rs(comm, active, payload, cqe->len);
 	case FR_IMM_AG:
 		if (peer != rc->prev)
 			goto bad;
-		return on_ag(comm, payload, cqe->len);
+		return on_ag(comm, active, payload, cqe->len);
 	}
 bad:
 	return fr_comm_fail(
@@ -945,4 +955,8 @@ const struct fr_algo fr_algo_ring = {
 	.done = ring_done,
 	.free = ring_free,
 	.waiting_on = ring_waiting_on,
+	.imm_types = 1u << FR_IMM_RS | 1u << FR_IMM_AG | 1u << FR_IMM_RCREDIT,
+	.on_cqe = ring_on_cqe,
+	.progress = ring_progress,
+	.comm_free = ring_comm_free,
 };

@@ -9,7 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h"
 
 /* Element range of chunk c when count elements are split over n ranks:
  * the first count % n chunks get one element more. */
@@ -58,8 +57,5 @@ static inline size_t fr_ring_nsegs(size_t cnt, size_t seg_elems)
 {
 	return (cnt + seg_elems - 1) / seg_elems;
 }
-
-/* The ring's state that outlives a collective (staging, credits). */
-int fr_ring_progress(struct fr_comm *comm, bool *did_work);
 
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "algo.h"
+#include "internal.h"
 #include "peer.h"
 #include "util.h"
 
@@ -30,6 +31,29 @@ size_t fr_xfer_bytes(const struct fr_comm *comm, const struct fr_xfer *x,
 	return FR_MIN((size_t)frags * fr_msg_payload_max(comm), x->len);
 }
 
+int fr_xfer_send_frag(struct fr_comm *comm, const struct fr_request *req,
+		      int rank, uint16_t step, uint64_t off, const void *src,
+		      size_t len, uint32_t *done, bool *did_work)
+{
+	struct fr_msg m;
+	int rc;
+
+	fr_msg_for(req, FR_MSG_DATA, &m);
+	m.step = step;
+	m.offset = off;
+	rc = fr_msg_send(comm, rank, &m, src, len);
+	if (rc == FR_EAGAIN)
+		return rc;
+	if (rc)
+		return fr_comm_fail(
+			comm, rc,
+			"rank %d: collective #%u: sending to rank %d: %s",
+			comm->rank, req->seq, rank, fr_strerror(rc));
+	(*done)++;
+	*did_work = true;
+	return 0;
+}
+
 int fr_xfer_send(struct fr_comm *comm, const struct fr_request *req,
 		 struct fr_xfer *x, int rank, uint16_t step, const uint8_t *src,
 		 size_t avail, bool *did_work)
@@ -39,24 +63,14 @@ int fr_xfer_send(struct fr_comm *comm, const struct fr_request *req,
 	while (x->done < x->nfrags) {
 		size_t off = (size_t)x->done * maxp;
 		size_t len = FR_MIN(maxp, x->len - off);
-		struct fr_msg m;
 		int rc;
 
 		if (x->len && off + len > avail)
 			break; /* not there yet */
-		fr_msg_for(req, FR_MSG_DATA, &m);
-		m.step = step;
-		m.offset = off;
-		rc = fr_msg_send(comm, rank, &m, src + off, len);
-		if (rc == FR_EAGAIN)
-			break;
+		rc = fr_xfer_send_frag(comm, req, rank, step, off, src + off,
+				       len, &x->done, did_work);
 		if (rc)
-			return fr_comm_fail(
-				comm, rc,
-				"rank %d: collective #%u: sending to rank %d: %s",
-				comm->rank, req->seq, rank, fr_strerror(rc));
-		x->done++;
-		*did_work = true;
+			return rc == FR_EAGAIN ? 0 : rc;
 	}
 	return 0;
 }

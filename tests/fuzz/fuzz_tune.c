@@ -14,16 +14,15 @@
 #include <unistd.h>
 
 #include "algo.h"
-#include "internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int fd = -1;
-static struct fr_comm comm;
+static struct fr_tune tune;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static const char *transports[] = { "tcp", "shm", "verbs", "shm+tcp" };
+	static const char *transports[] = {"tcp", "shm", "verbs", "shm+tcp"};
 	char err[256], path[64];
 
 	if (fd < 0) {
@@ -37,18 +36,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (ftruncate(fd, 0) ||
 	    (size && pwrite(fd, data, size, 0) != (ssize_t)size))
 		exit(1);
-	memset(&comm, 0, sizeof(comm));
-	if (fr_tune_load(&comm, transports[size % 4], err, sizeof(err))) {
+	memset(&tune, 0, sizeof(tune));
+	if (fr_tune_load(&tune, transports[size % 4], err, sizeof(err))) {
 		if (!memchr(err, '\0', sizeof(err)))
 			abort();
 		return 0;
 	}
-	if (!isfinite(comm.tune.alpha_us) || comm.tune.alpha_us < 0 ||
-	    !isfinite(comm.tune.beta_ns) || comm.tune.beta_ns < 0 ||
-	    !isfinite(comm.tune.copy_ns) || comm.tune.copy_ns < 0)
+	if (!isfinite(tune.alpha_us) || tune.alpha_us < 0 ||
+	    !isfinite(tune.beta_ns) || tune.beta_ns < 0 ||
+	    !isfinite(tune.copy_ns) || tune.copy_ns < 0)
 		abort();
 	for (int i = 0; i < FR_DTYPE_COUNT; i++)
-		if (!isfinite(comm.tune.gamma_ns[i]) || comm.tune.gamma_ns[i] < 0)
+		if (!isfinite(tune.gamma_ns[i]) || tune.gamma_ns[i] < 0)
 			abort();
 	return 0;
 }

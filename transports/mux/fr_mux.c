@@ -14,11 +14,14 @@
  *     name the child's connection and poll() translates them back (a
  *     list, most recently used first: a rank has few connections).
  *   - A region is registered with both children; its key blob is the
- *     network key followed by the shm key, unpacked into the rkey's first
- *     and second halves (a/b/c/d and a2/b2/c2/d2).
+ *     network key followed by the shm key, unpacked into a struct
+ *     fr_mux_rkey in the opaque room of struct fr_tp_rkey: the network
+ *     key where a child's key goes (a/b/c/d, so that it reaches the
+ *     network child as it is), the shm key after it.
  *   - poll() polls both; wait() arms both (wait_prepare) and sleeps in an
  *     epoll set of its own holding both children's wait_fd() and a wake
- *     eventfd.
+ *     eventfd.  The connection list, the epoll set and the wake are the
+ *     transport base's (transports/common/tp_base.h).
  *
  *   address blob: u8 magic 0xfb, u8 version 1, u8 shm length, shm address,
  *     u8 network length, network address (the lengths must add up
@@ -28,13 +31,14 @@
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "../common/tp_base.h"
 #include "fastreduce.h"
 #include "log.h"
 #include "transport.h"
@@ -46,59 +50,95 @@
 struct fr_tp_mr; /* ours is struct mux_mr, cast at the interface */
 
 struct mux_mr {
+	struct fr_tpb_link link; /* in tp->mrs (first): freed at close */
 	struct fr_tp_mr *net, *shm;
 	const struct fr_tp_ops *nops;
-	struct mux_mr *prev, *next; /* tp->mrs: freed at close */
 };
+
+/*
+ * A peer's region, as the mixed transport unpacks it into the opaque room
+ * of struct fr_tp_rkey: one key per child, each in the fields a child's
+ * key uses (tcp, shm and verbs fill a/b/c/d only).  The network key comes
+ * first, where the generic fields are, so the network child is handed the
+ * caller's struct as it is.
+ */
+struct mux_key {
+	uint64_t a, b;
+	uint32_t c, d;
+};
+
+struct fr_mux_rkey {
+	struct mux_key net, shm;
+};
+
+_Static_assert(sizeof(struct fr_mux_rkey) <= FR_TP_RKEY_BYTES,
+	       "two keys fit struct fr_tp_rkey");
+_Static_assert(
+	offsetof(struct fr_tp_rkey, a) == offsetof(struct mux_key, a) &&
+		offsetof(struct fr_tp_rkey, b) == offsetof(struct mux_key, b) &&
+		offsetof(struct fr_tp_rkey, c) == offsetof(struct mux_key, c) &&
+		offsetof(struct fr_tp_rkey, d) == offsetof(struct mux_key, d),
+	"the network key is where a child's key goes");
 
 /* A connection: the child's, wrapped (completions are translated back). */
 struct fr_tp_conn {
-	struct fr_tp *tp;
-	struct fr_tp_conn *next; /* tp->conns */
+	struct fr_tpb_conn b; /* endpoint, list (most recently used first),
+			       * peer */
 	bool shm;
 	void *child; /* the child transport's connection */
 };
 
 struct fr_tp {
+	struct fr_tpb b; /* rank, connections, epoll set, wake eventfd */
 	struct fr_tp *net, *shm;
 	const struct fr_tp_ops *nops, *sops;
-	struct fr_tp_conn *conns;
-	struct mux_mr *mrs;
-	int epfd, wfd;
-	int rank;
+	struct fr_tpb_link *mrs; /* our regions (struct mux_mr) */
 	uint64_t node; /* ours, from our shm address (FR_NODE at open) */
+};
+
+FR_TPB_FIRST(fr_tp);
+FR_TPB_FIRST(fr_tp_conn);
+
+/* The base keeps our list of wrappers, the epoll set and the wake; the
+ * children do the rest (a wrapper holds nothing the base must release). */
+static const struct fr_tpb_class mux_class = {
+	.name = "mux",
 };
 
 static const struct fr_tp_ops *ops_of(const struct fr_tp_conn *c)
 {
-	return c->shm ? &fr_shm_ops : c->tp->nops;
+	return c->shm ? &fr_shm_ops : c->b.tp->nops;
 }
 
-static struct fr_tp_conn *wrap(struct fr_tp *tp, bool shm, void *child)
+/* Wrap a child's new connection to peer into *conn (closed again if out
+ * of memory). */
+static int wrap(struct fr_tp *tp, int peer, bool shm, void *child,
+		struct fr_tp_conn **conn)
 {
-	struct fr_tp_conn *c = calloc(1, sizeof(*c));
+	struct fr_tp_conn *c = fr_tpb_conn_new(tp, sizeof(*c), 0);
 
-	if (!c)
-		return NULL;
-	c->tp = tp;
+	if (!c) {
+		(shm ? tp->sops : tp->nops)->close_conn(child);
+		return FR_ENOMEM;
+	}
+	c->b.peer = peer;
 	c->shm = shm;
 	c->child = child;
-	c->next = tp->conns;
-	tp->conns = c;
-	return c;
+	fr_tpb_conn_link(c);
+	*conn = c;
+	return 0;
 }
 
 /* The wrapper of a child connection (completions name the child's). */
 static struct fr_tp_conn *unwrap_cqe(struct fr_tp *tp, const void *child)
 {
-	for (struct fr_tp_conn **pc = &tp->conns; *pc; pc = &(*pc)->next)
-		if ((*pc)->child == child) {
-			struct fr_tp_conn *c = *pc;
-
+	for (struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next)
+		if (c->child == child) {
 			/* move to front: a few peers carry most traffic */
-			*pc = c->next;
-			c->next = tp->conns;
-			tp->conns = c;
+			if (c != tp->b.conns) {
+				fr_tpb_conn_unlink(c);
+				fr_tpb_conn_link(c);
+			}
 			return c;
 		}
 	return NULL;
@@ -123,16 +163,20 @@ static int mux_open_net(const struct fr_tp_ops *net,
 {
 	uint8_t sa[FR_TP_ADDR_MAX], na[FR_TP_ADDR_MAX], *b = addr;
 	size_t sl = sizeof(sa), nl = sizeof(na);
-	struct epoll_event ev;
+	struct fr_tp_params q;
 	struct fr_tp *tp;
+	const char *what;
 	int rc;
 
 	if (!p || !out || !addr || !addrlen)
 		return FR_EINVAL;
-	tp = calloc(1, sizeof(*tp));
+	/* our own copy for the base (fields past the caller's size read as
+	 * zero); the children get the caller's */
+	memset(&q, 0, sizeof(q));
+	memcpy(&q, p, FR_MIN(p->size, sizeof(q)));
+	tp = fr_tpb_alloc(&mux_class, &q, sizeof(*tp));
 	if (!tp)
 		return FR_ENOMEM;
-	tp->rank = p->rank;
 	tp->sops = &fr_shm_ops;
 	tp->nops = net;
 	rc = tp->sops->open(p, &tp->shm, sa, &sl);
@@ -146,19 +190,10 @@ static int mux_open_net(const struct fr_tp_ops *net,
 		goto err_addr;
 	tp->node = fr_get_le64(sa + 8);
 	rc = FR_ESYS;
-	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (tp->epfd < 0)
-		goto err_addr;
-	tp->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (tp->wfd < 0)
-		goto err_wfd;
-	memset(&ev, 0, sizeof(ev));
-	ev.events = EPOLLIN;
-	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wfd, &ev) ||
-	    epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->sops->wait_fd(tp->shm),
-		      &ev) ||
-	    epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->nops->wait_fd(tp->net),
-		      &ev))
+	if (fr_tpb_open_fds(&tp->b, &what))
+		goto err_ctl;
+	if (fr_tpb_watch(&tp->b, tp->sops->wait_fd(tp->shm), EPOLLIN, NULL) ||
+	    fr_tpb_watch(&tp->b, tp->nops->wait_fd(tp->net), EPOLLIN, NULL))
 		goto err_ctl;
 	b[0] = MUX_MAGIC;
 	b[1] = MUX_VERSION;
@@ -171,9 +206,7 @@ static int mux_open_net(const struct fr_tp_ops *net,
 	return 0;
 
 err_ctl:
-	close(tp->wfd);
-err_wfd:
-	close(tp->epfd);
+	fr_tpb_fini(&tp->b);
 err_addr:
 	tp->nops->close(tp->net);
 err_net:
@@ -210,14 +243,7 @@ static int mux_connect(struct fr_tp *tp, int peer, const void *addr,
 	rc = shm ? tp->sops->connect(tp->shm, peer, b + 3, sl, &cc)
 		 : tp->nops->connect(tp->net, peer, b + 4 + sl,
 				     addrlen - 4 - sl, &cc);
-	if (rc)
-		return rc;
-	*conn = wrap(tp, shm, cc);
-	if (!*conn) {
-		(shm ? tp->sops : tp->nops)->close_conn(cc);
-		return FR_ENOMEM;
-	}
-	return 0;
+	return rc ? rc : wrap(tp, peer, shm, cc, conn);
 }
 
 static int mux_accept(struct fr_tp *tp, int peer, struct fr_tp_conn **conn)
@@ -233,14 +259,7 @@ static int mux_accept(struct fr_tp *tp, int peer, struct fr_tp_conn **conn)
 		shm = false;
 		rc = tp->nops->accept(tp->net, peer, &cc);
 	}
-	if (rc)
-		return rc;
-	*conn = wrap(tp, shm, cc);
-	if (!*conn) {
-		(shm ? tp->sops : tp->nops)->close_conn(cc);
-		return FR_ENOMEM;
-	}
-	return 0;
+	return rc ? rc : wrap(tp, peer, shm, cc, conn);
 }
 
 static int mux_connect_done(struct fr_tp_conn *c)
@@ -266,10 +285,7 @@ static int mux_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
 	rc = tp->sops->reg_mem(tp->shm, buf, len, access, &m->shm);
 	if (rc)
 		goto err_shm;
-	m->next = tp->mrs;
-	if (tp->mrs)
-		tp->mrs->prev = m;
-	tp->mrs = m;
+	fr_tpb_list_add(&tp->mrs, &m->link);
 	*out = (struct fr_tp_mr *)m;
 	return 0;
 
@@ -298,12 +314,7 @@ static int mux_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
 	rc = tp->nops->dereg_mem(tp->net, m->net);
 	if (rc)
 		return rc;
-	if (m->prev)
-		m->prev->next = m->next;
-	else
-		tp->mrs = m->next;
-	if (m->next)
-		m->next->prev = m->prev;
+	fr_tpb_list_del(&tp->mrs, &m->link);
 	free(m);
 	return 0;
 }
@@ -340,6 +351,7 @@ static int mux_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
 	const uint8_t *b = blob;
 	uint8_t sk[FR_TP_RKEY_MAX + 2];
 	struct fr_tp_rkey s;
+	struct mux_key k;
 	size_t sl;
 	int rc;
 
@@ -359,10 +371,11 @@ static int mux_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
 	rc = tp->sops->unpack_rkey(tp->shm, sk, sl + 2, &s);
 	if (rc)
 		return rc;
-	rkey->a2 = s.a;
-	rkey->b2 = s.b;
-	rkey->c2 = s.c;
-	rkey->d2 = s.d;
+	k.a = s.a;
+	k.b = s.b;
+	k.c = s.c;
+	k.d = s.d;
+	memcpy(rkey->raw + offsetof(struct fr_mux_rkey, shm), &k, sizeof(k));
 	return 0;
 }
 
@@ -371,20 +384,24 @@ static int mux_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 			 uint64_t roff, size_t len, uint32_t imm, uint64_t ctx)
 {
 	struct mux_mr *m = (struct mux_mr *)lmr;
-	struct fr_tp_rkey s = { 0 };
+	struct fr_tp_rkey s = {0};
+	struct mux_key k;
 
 	if (!c)
 		return FR_EINVAL;
 	if (len && !m)
 		return FR_EINVAL;
 	if (!c->shm)
-		return c->tp->nops->write_imm(c->child, m ? m->net : NULL,
-					      loff, rkey, roff, len, imm, ctx);
+		return c->b.tp->nops->write_imm(c->child, m ? m->net : NULL,
+						loff, rkey, roff, len, imm,
+						ctx);
 	if (rkey) {
-		s.a = rkey->a2;
-		s.b = rkey->b2;
-		s.c = rkey->c2;
-		s.d = rkey->d2;
+		memcpy(&k, rkey->raw + offsetof(struct fr_mux_rkey, shm),
+		       sizeof(k));
+		s.a = k.a;
+		s.b = k.b;
+		s.c = k.c;
+		s.d = k.d;
 	}
 	if (len && !m->shm)
 		return FR_EINVAL;
@@ -413,7 +430,6 @@ static int mux_wait(struct fr_tp *tp, int timeout_ms)
 {
 	struct epoll_event ev[4];
 	int t = timeout_ms, rs, rn, n;
-	uint64_t v;
 
 	if (!tp)
 		return FR_EINVAL;
@@ -428,13 +444,12 @@ static int mux_wait(struct fr_tp *tp, int timeout_ms)
 		tp->sops->wait_finish(tp->shm);
 		return rn < 0 ? rn : 0;
 	}
-	n = epoll_wait(tp->epfd, ev, (int)FR_ARRAY_SIZE(ev), t);
+	n = epoll_wait(tp->b.epfd, ev, (int)FR_ARRAY_SIZE(ev), t);
 	tp->sops->wait_finish(tp->shm);
 	tp->nops->wait_finish(tp->net);
 	if (n < 0 && errno != EINTR)
 		return FR_ESYS;
-	while (read(tp->wfd, &v, sizeof(v)) > 0)
-		;
+	fr_tpb_wake_drain(&tp->b);
 	/* let each child take its socket events now (a zero wait), so that
 	 * the next sleep does not wake at once for the same event */
 	if (n > 0) {
@@ -444,57 +459,30 @@ static int mux_wait(struct fr_tp *tp, int timeout_ms)
 	return 0;
 }
 
-static void mux_wake(struct fr_tp *tp)
-{
-	uint64_t one = 1;
-
-	if (tp && write(tp->wfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		fr_dbg("mux: rank %d: wake: %s", tp->rank, fr_syserr(errno));
-}
-
 static void mux_close_conn(struct fr_tp_conn *c)
 {
-	struct fr_tp *tp;
-
 	if (!c)
 		return;
-	tp = c->tp;
 	ops_of(c)->close_conn(c->child);
-	for (struct fr_tp_conn **pc = &tp->conns; *pc; pc = &(*pc)->next)
-		if (*pc == c) {
-			*pc = c->next;
-			break;
-		}
-	free(c);
+	fr_tpb_conn_free(c);
 }
 
 static void mux_close(struct fr_tp *tp)
 {
 	if (!tp)
 		return;
-	while (tp->conns) {
-		struct fr_tp_conn *c = tp->conns;
-
-		tp->conns = c->next;
-		free(c); /* the children close their connections below */
-	}
+	/* our wrappers only: the children close their connections below */
+	fr_tpb_fini(&tp->b);
 	/* the children free their regions; ours are only the pairs */
 	while (tp->mrs) {
-		struct mux_mr *m = tp->mrs;
+		struct fr_tpb_link *m = tp->mrs;
 
 		tp->mrs = m->next;
-		free(m);
+		free(m); /* a struct mux_mr, its first member */
 	}
 	tp->nops->close(tp->net);
 	tp->sops->close(tp->shm);
-	close(tp->wfd);
-	close(tp->epfd);
 	free(tp);
-}
-
-static int mux_conn_peer(const struct fr_tp_conn *c)
-{
-	return c ? ops_of(c)->conn_peer(c->child) : -1;
 }
 
 static int mux_pending(struct fr_tp *tp, int *peers, int max)
@@ -532,18 +520,18 @@ static int mux_locality(struct fr_tp *tp, cpu_set_t *cpus)
 	return tp->nops->locality(tp->net, cpus);
 }
 
-#define MUX_OPS(name_, probe_, open_)                                          \
-	{                                                                      \
-		.size = sizeof(struct fr_tp_ops), .name = name_,               \
-		.probe = probe_, .open = open_, .connect = mux_connect,        \
-		.accept = mux_accept, .connect_done = mux_connect_done,        \
-		.reg_mem = mux_reg_mem, .dereg_mem = mux_dereg_mem,            \
-		.pack_rkey = mux_pack_rkey, .unpack_rkey = mux_unpack_rkey,    \
-		.write_imm = mux_write_imm, .poll = mux_poll,                  \
-		.wait = mux_wait, .wake = mux_wake,                            \
-		.close_conn = mux_close_conn, .close = mux_close,              \
-		.conn_peer = mux_conn_peer, .pending = mux_pending,            \
-		.last_error = mux_last_error, .locality = mux_locality,        \
+#define MUX_OPS(name_, probe_, open_)                                       \
+	{                                                                   \
+		.size = sizeof(struct fr_tp_ops), .name = name_,            \
+		.probe = probe_, .open = open_, .connect = mux_connect,     \
+		.accept = mux_accept, .connect_done = mux_connect_done,     \
+		.reg_mem = mux_reg_mem, .dereg_mem = mux_dereg_mem,         \
+		.pack_rkey = mux_pack_rkey, .unpack_rkey = mux_unpack_rkey, \
+		.write_imm = mux_write_imm, .poll = mux_poll,               \
+		.wait = mux_wait, .wake = fr_tpb_wake,                      \
+		.close_conn = mux_close_conn, .close = mux_close,           \
+		.conn_peer = fr_tpb_conn_peer, .pending = mux_pending,      \
+		.last_error = mux_last_error, .locality = mux_locality,     \
 	}
 
 const struct fr_tp_ops fr_mux_ops = MUX_OPS("shm+tcp", mux_probe, mux_open);

@@ -96,7 +96,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -111,9 +110,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../common/tp_base.h"
 #include "fastreduce.h"
 #include "log.h"
-#include "tp_cqring.h"
 #include "transport.h"
 #include "util.h"
 
@@ -140,11 +139,7 @@
 #define SHM_RKEY_MAGIC 0xfe
 #define SHM_RKEY_LEN 28
 
-#define SHM_DEFAULT_SQ_DEPTH 64
 #define SHM_MAX_SQ_DEPTH 65536
-#define SHM_DEFAULT_TIMEOUT_MS 30000
-#define SHM_MAX_REGIONS (1u << 20)
-#define SHM_MAX_PENDING 256
 #define SHM_CMA_DEFAULT (4u << 20)
 /* Bytes the receiver pulls per cross-memory attach call and per pass of
  * its progress (at most one pulled write per pass, too), so that one huge
@@ -152,7 +147,6 @@
 #define SHM_CMA_CHUNK (4u << 20)
 #define SHM_BACKOFF_MIN_MS 5
 #define SHM_BACKOFF_MAX_MS 500
-#define SHM_ERRBUF_LEN 256
 
 struct shm_slot {
 	uint32_t imm, flags, region, gen;
@@ -185,110 +179,77 @@ struct shm_seg {
 _Static_assert(sizeof(struct shm_slot) == SHM_SLOT_BYTES, "slot layout");
 _Static_assert(offsetof(struct shm_slot, data) == SHM_SLOT_HDR, "slot header");
 
-struct fr_tp_mr {
-	struct fr_tp *tp;
-	uint8_t *base;
-	size_t len;
-	int access;
-	uint32_t id, gen;
-	unsigned int inflight; /* queued sends still reading from it */
-};
-
-struct shm_region {
-	struct fr_tp_mr *mr; /* NULL when free */
-	uint32_t gen;
-};
+/* A registered region is the base's (struct fr_tpb_mr, tp_base.h): its
+ * slot in the region table is its remote key. */
 
 /* A queued write: points at the caller's memory, never copies it early. */
 struct shm_sqe {
-	struct fr_tp_mr *mr;
+	struct fr_tpb_sqe b;	/* its region and ctx */
 	size_t loff, len, done; /* done: bytes in the ring (or to be pulled) */
 	uint64_t roff;
 	uint32_t rid, rgen, imm;
-	uint64_t ctx;
 	uint64_t seq; /* pushed: its last slot's index in the ring */
 	bool pull; /* went as a PULL slot: retired when the peer is past seq */
 };
 
 enum shm_state {
-	SHM_RETRY,   /* outgoing: nobody listening yet, trying again later */
-	SHM_HELLO,   /* outgoing: hello sent, awaiting the reply */
-	SHM_GREET,   /* incoming: awaiting the hello */
-	SHM_UP,      /* established */
-	SHM_FAILED,  /* socket closed; error completions may be owed */
+	/* outgoing: nobody listening yet, trying again later */
+	SHM_RETRY = FR_TPB_RETRY,
+	/* established */
+	SHM_UP = FR_TPB_UP,
+	/* socket closed; error completions may be owed */
+	SHM_FAILED = FR_TPB_FAILED,
+	/* outgoing: hello sent, awaiting the reply */
+	SHM_HELLO = FR_TPB_SETUP,
+	/* incoming: awaiting the hello */
+	SHM_GREET,
 };
 
 struct fr_tp_conn {
-	struct fr_tp *tp;
-	struct fr_tp_conn *prev, *next;
+	struct fr_tpb_conn b; /* endpoint, list, peer, state, failure,
+			       * establishment deadlines */
 	int fd;
-	int peer;
 	int side; /* 0 connector, 1 acceptor */
-	enum shm_state state;
-	bool incoming, owned;
-	int error;
-	bool err_owed;
 	pid_t peer_pid;
 	bool cma;     /* FR_SHM_CMA_BYTES allows cross-memory attach here */
 	bool pull_tx; /* the peer pulls our large writes (it set pull_ok) */
 	bool pull_rx; /* we pull the peer's (our probe succeeded) */
 	struct sockaddr_un sa;
 	socklen_t salen;
-	uint64_t deadline_ms, retry_ms;
-	int backoff_ms, last_errno;
 
 	struct shm_seg *seg;
 	size_t seg_len;
 	struct shm_ring *tx, *rx;
 	_Atomic uint32_t *my_sleep, *peer_sleep;
 	uint64_t tx_tail, rx_head;
+	uint64_t tx_head; /* the consumer's head as we last read it */
 	size_t rx_pulled; /* bytes of the PULL slot at rx_head read so far */
 
 	/*
-	 * The send queue: sq_count entries from sq_head; the first sq_push of
-	 * them are entirely in the ring but not retired yet (a pull still
+	 * The send queue is b.sq, of struct shm_sqe: the first sq_push of its
+	 * entries are entirely in the ring but not retired yet (a pull still
 	 * reading the source, or no room for the completion), the others
 	 * wait for room in the ring (the first of them may be in part).
 	 */
-	struct shm_sqe *sq;
-	unsigned int sq_depth, sq_head, sq_count, sq_push;
+	unsigned int sq_push;
 };
 
+/* The base (rank, connections, regions, listener, wake eventfd, epoll
+ * set, error text), the listener's name and the completions. */
 struct fr_tp {
-	int rank;
-	uint64_t nonce, node;
-	int timeout_ms;
-	unsigned int sq_depth;
+	struct fr_tpb b;
+	uint64_t node;
 	size_t cma_bytes;
-	int lfd, epfd, wfd;
 	char name[SHM_NAME_LEN];
-	struct fr_tp_conn *conns;
-	unsigned int npending;
-	int accept_errno; /* the last accept4() failure, 0 after a success */
 	unsigned int idle_polls;
-	struct shm_region *regions;
-	uint32_t nregions;
 	struct fr_cqring cq;
-	char errbuf[SHM_ERRBUF_LEN];
 };
+
+FR_TPB_FIRST(fr_tp);
+FR_TPB_FIRST(fr_tp_conn);
+FR_TPB_FIRST(shm_sqe);
 
 /* ---- helpers ------------------------------------------------------------- */
-
-static void __attribute__((format(printf, 3, 4)))
-shm_seterr(struct fr_tp *tp, int level, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(tp->errbuf, sizeof(tp->errbuf), fmt, ap);
-	va_end(ap);
-	fr_log(level, "shm: rank %d: %s", tp->rank, tp->errbuf);
-}
-
-static uint32_t shm_gen_next(uint32_t gen)
-{
-	return gen == UINT32_MAX ? 1 : gen + 1;
-}
 
 static void shm_name_addr(const char *name, struct sockaddr_un *sa,
 			  socklen_t *len)
@@ -306,75 +267,40 @@ static void shm_name_addr(const char *name, struct sockaddr_un *sa,
 
 static struct fr_tp_conn *shm_conn_new(struct fr_tp *tp)
 {
-	struct fr_tp_conn *c = calloc(1, sizeof(*c));
+	struct fr_tp_conn *c =
+		fr_tpb_conn_new(tp, sizeof(*c), sizeof(struct shm_sqe));
 
-	if (!c)
-		return NULL;
-	c->sq = calloc(tp->sq_depth, sizeof(*c->sq));
-	if (!c->sq) {
-		free(c);
-		return NULL;
+	if (c) {
+		c->fd = -1;
+		c->cma = tp->cma_bytes != SIZE_MAX;
 	}
-	c->tp = tp;
-	c->fd = -1;
-	c->peer = -1;
-	c->sq_depth = tp->sq_depth;
-	c->cma = tp->cma_bytes != SIZE_MAX;
 	return c;
-}
-
-static void shm_conn_link(struct fr_tp_conn *c)
-{
-	struct fr_tp *tp = c->tp;
-
-	c->prev = NULL;
-	c->next = tp->conns;
-	if (tp->conns)
-		tp->conns->prev = c;
-	tp->conns = c;
 }
 
 static int shm_watch(struct fr_tp_conn *c)
 {
-	struct epoll_event ev;
-
-	memset(&ev, 0, sizeof(ev));
-	ev.events = EPOLLIN | EPOLLRDHUP;
-	ev.data.ptr = c;
-	return epoll_ctl(c->tp->epfd, EPOLL_CTL_ADD, c->fd, &ev) ? FR_ESYS : 0;
+	return fr_tpb_watch(&c->b.tp->b, c->fd, EPOLLIN | EPOLLRDHUP, c);
 }
 
 static void shm_close_fd(struct fr_tp_conn *c)
 {
 	if (c->fd < 0)
 		return;
-	epoll_ctl(c->tp->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	epoll_ctl(c->b.tp->b.epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	c->fd = -1;
 }
 
 /*
  * We give up on the connection: tell the peer before anything lets the
- * application reuse a source that a PULL slot names (shm_sq_release, the
- * error completions, close).  Sequentially consistent: see shm_pull().
+ * application reuse a source that a PULL slot names (the release of the
+ * send queue, the error completions, close).  Sequentially consistent:
+ * see shm_pull().
  */
 static void shm_mark_closed(struct fr_tp_conn *c)
 {
 	if (c->tx)
 		atomic_store_explicit(&c->tx->closed, 1, memory_order_seq_cst);
-}
-
-/* Every queued entry, pushed or not, stops reading its region. */
-static void shm_sq_release(struct fr_tp_conn *c)
-{
-	for (unsigned int i = 0; i < c->sq_count; i++) {
-		struct shm_sqe *e = &c->sq[(c->sq_head + i) % c->sq_depth];
-
-		if (e->mr) {
-			e->mr->inflight--;
-			e->mr = NULL;
-		}
-	}
 }
 
 static void shm_unmap(struct fr_tp_conn *c)
@@ -386,78 +312,29 @@ static void shm_unmap(struct fr_tp_conn *c)
 	c->my_sleep = c->peer_sleep = NULL;
 }
 
-static void shm_conn_free(struct fr_tp_conn *c)
-{
-	struct fr_tp *tp = c->tp;
-
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		tp->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	if (c->incoming && !c->owned)
-		tp->npending--;
-	shm_mark_closed(c);
-	shm_close_fd(c);
-	shm_sq_release(c);
-	shm_unmap(c);
-	free(c->sq);
-	free(c);
-}
+static void shm_progress(struct fr_tp *tp, bool force_events);
 
 /*
- * Fail a connection: close the socket (the peer reads EOF), keep the
- * segment mapped no longer, owe one error completion plus one per queued
- * send if it was established and handed out.
+ * A connection fails (fr_tpb_conn_fail, which also releases the regions
+ * of its queued sends, remembers the error and owes one error completion
+ * plus one per queued send if it was established and handed out) or goes
+ * away: say so in the segment first, close the socket (the peer reads
+ * EOF), keep the segment mapped no longer.
  */
-static void __attribute__((format(printf, 3, 4)))
-shm_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
+static void shm_conn_down(struct fr_tp_conn *c)
 {
-	bool was_up = c->state == SHM_UP;
-	char msg[160];
-	va_list ap;
-
-	if (c->state == SHM_FAILED)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	shm_seterr(c->tp,
-		   c->owned && (err == FR_ERANGE || err == FR_EPROTO)
-			   ? FR_LOG_WARN
-			   : FR_LOG_DEBUG,
-		   "connection %s rank %d: %s", c->incoming ? "from" : "to",
-		   c->peer, msg);
 	shm_mark_closed(c);
 	shm_close_fd(c);
 	shm_unmap(c);
-	c->error = err;
-	c->state = SHM_FAILED;
-	shm_sq_release(c);
 	c->sq_push = 0; /* pushed or not, they all fail now */
-	c->err_owed = was_up && c->owned;
 }
 
-static void shm_flush_failed(struct fr_tp_conn *c)
-{
-	struct fr_tp *tp = c->tp;
-
-	if (c->err_owed) {
-		if (fr_cqring_full(&tp->cq))
-			return;
-		fr_cqring_push(&tp->cq, FR_CQE_RECV, c->error, c, 0, 0, 0);
-		c->err_owed = false;
-	}
-	while (c->sq_count) {
-		if (fr_cqring_full(&tp->cq))
-			return;
-		fr_cqring_push(&tp->cq, FR_CQE_SEND, c->error, c,
-			       c->sq[c->sq_head].ctx, 0, 0);
-		c->sq_head = (c->sq_head + 1) % c->sq_depth;
-		c->sq_count--;
-	}
-}
+static const struct fr_tpb_class shm_class = {
+	.name = "shm",
+	.rkey = {SHM_RKEY_MAGIC, SHM_VERSION, SHM_RKEY_LEN},
+	.progress = shm_progress,
+	.conn_down = shm_conn_down,
+};
 
 static void shm_attach(struct fr_tp_conn *c, struct shm_seg *seg, size_t len)
 {
@@ -501,13 +378,13 @@ static void shm_probe_pull(struct fr_tp_conn *c)
 	}
 	if (n < 0 && (errno == EPERM || errno == EACCES || errno == ENOSYS))
 		fr_info("shm: rank %d: cross-memory attach to rank %d refused (%s): its large writes come through the ring",
-			c->tp->rank, c->peer, fr_syserr(errno));
+			c->b.tp->b.rank, c->b.peer, fr_syserr(errno));
 	else if (n < 0)
 		fr_dbg("shm: rank %d: cross-memory attach probe of rank %d: %s",
-		       c->tp->rank, c->peer, fr_syserr(errno));
+		       c->b.tp->b.rank, c->b.peer, fr_syserr(errno));
 	else
 		fr_info("shm: rank %d: cross-memory attach to rank %d reads another process (PID namespaces?): its large writes come through the ring",
-			c->tp->rank, c->peer);
+			c->b.tp->b.rank, c->b.peer);
 }
 
 static pid_t shm_peer_pid(int fd)
@@ -547,7 +424,7 @@ static bool shm_hdr_ok(const uint8_t *b, uint16_t kind)
  * full, try later) or an error. */
 static int shm_send_hello(struct fr_tp_conn *c)
 {
-	struct fr_tp *tp = c->tp;
+	struct fr_tp *tp = c->b.tp;
 	size_t len = sizeof(struct shm_seg);
 	uint8_t b[SHM_HELLO_LEN];
 	union {
@@ -563,25 +440,25 @@ static int shm_send_hello(struct fr_tp_conn *c)
 
 	mfd = memfd_create("fastreduce-shm", MFD_CLOEXEC);
 	if (mfd < 0) {
-		c->last_errno = errno;
+		c->b.last_errno = errno;
 		return FR_ESYS;
 	}
 	if (ftruncate(mfd, (off_t)len)) {
-		c->last_errno = errno;
+		c->b.last_errno = errno;
 		close(mfd);
 		return FR_ENOMEM;
 	}
 	seg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
 		   mfd, 0);
 	if (seg == MAP_FAILED) {
-		c->last_errno = errno;
+		c->b.last_errno = errno;
 		close(mfd);
 		return FR_ENOMEM;
 	}
 	shm_put_hdr(b, SHM_KIND_HELLO);
-	memcpy(b + 8, &tp->rank, 4);
+	memcpy(b + 8, &tp->b.rank, 4);
 	memcpy(b + 12, &seglen, 4);
-	memcpy(b + 16, &tp->nonce, 8);
+	memcpy(b + 16, &tp->b.nonce, 8);
 	memset(&u, 0, sizeof(u)); /* the control buffer's padding too */
 	m.msg_iov = &iov;
 	m.msg_iovlen = 1;
@@ -593,7 +470,7 @@ static int shm_send_hello(struct fr_tp_conn *c)
 	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
 	if (sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) != sizeof(b)) {
-		c->last_errno = errno;
+		c->b.last_errno = errno;
 		close(mfd);
 		munmap(seg, len);
 		return errno == EAGAIN ? FR_EAGAIN : FR_EPEER;
@@ -601,21 +478,13 @@ static int shm_send_hello(struct fr_tp_conn *c)
 	close(mfd); /* the mapping and the peer's copy keep it alive */
 	c->side = 0;
 	shm_attach(c, seg, len);
-	c->state = SHM_HELLO;
+	c->b.state = SHM_HELLO;
 	return 0;
 }
 
 static bool shm_retryable(int e)
 {
 	return e == ECONNREFUSED || e == ENOENT || e == EAGAIN || e == EINTR;
-}
-
-static void shm_schedule_retry(struct fr_tp_conn *c, int e, uint64_t now)
-{
-	c->last_errno = e;
-	c->state = SHM_RETRY;
-	c->retry_ms = now + (uint64_t)c->backoff_ms;
-	c->backoff_ms = FR_MIN(c->backoff_ms * 2, SHM_BACKOFF_MAX_MS);
 }
 
 /* One connect attempt and the hello; refusals become a later retry. */
@@ -625,17 +494,17 @@ static int shm_start_connect(struct fr_tp_conn *c, uint64_t now)
 
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
-		c->last_errno = errno;
+		c->b.last_errno = errno;
 		return FR_ESYS;
 	}
 	if (connect(fd, (struct sockaddr *)&c->sa, c->salen)) {
 		e = errno;
 		close(fd);
 		if (shm_retryable(e)) {
-			shm_schedule_retry(c, e, now);
+			fr_tpb_retry(c, e, now, SHM_BACKOFF_MAX_MS);
 			return 0;
 		}
-		c->last_errno = e;
+		c->b.last_errno = e;
 		return FR_ESYS;
 	}
 	c->fd = fd;
@@ -643,7 +512,7 @@ static int shm_start_connect(struct fr_tp_conn *c, uint64_t now)
 	if (rc == FR_EAGAIN) {
 		close(fd);
 		c->fd = -1;
-		shm_schedule_retry(c, EAGAIN, now);
+		fr_tpb_retry(c, EAGAIN, now, SHM_BACKOFF_MAX_MS);
 		return 0;
 	}
 	if (rc) {
@@ -653,7 +522,7 @@ static int shm_start_connect(struct fr_tp_conn *c, uint64_t now)
 	}
 	c->peer_pid = shm_peer_pid(fd);
 	if (shm_watch(c)) {
-		c->last_errno = errno;
+		c->b.last_errno = errno;
 		return FR_ESYS;
 	}
 	return 0;
@@ -672,9 +541,10 @@ static void shm_reply(int fd, int status)
 static bool shm_rank_taken(struct fr_tp *tp, int rank,
 			   const struct fr_tp_conn *self)
 {
-	for (struct fr_tp_conn *c = tp->conns; c; c = c->next)
-		if (c != self && c->incoming && c->peer == rank &&
-		    (c->state == SHM_UP || (c->state == SHM_FAILED && c->owned)))
+	for (struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next)
+		if (c != self && c->b.incoming && c->b.peer == rank &&
+		    (c->b.state == SHM_UP ||
+		     (c->b.state == SHM_FAILED && c->b.owned)))
 			return true;
 	return false;
 }
@@ -682,7 +552,7 @@ static bool shm_rank_taken(struct fr_tp *tp, int rank,
 /* An incoming connection's hello (with the segment) has arrived. */
 static void shm_greet(struct fr_tp_conn *c)
 {
-	struct fr_tp *tp = c->tp;
+	struct fr_tp *tp = c->b.tp;
 	uint8_t b[SHM_HELLO_LEN + 1];
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
@@ -717,35 +587,36 @@ static void shm_greet(struct fr_tp_conn *c)
 			close(mfd);
 		if (n > 0)
 			shm_reply(c->fd, FR_EPROTO);
-		shm_conn_fail(c, FR_EPROTO, "malformed hello");
+		fr_tpb_conn_fail(c, FR_EPROTO, "malformed hello");
 		return;
 	}
 	memcpy(&rank, b + 8, 4);
 	memcpy(&seglen, b + 12, 4);
 	memcpy(&nonce, b + 16, 8);
-	c->peer = rank;
-	if (nonce != tp->nonce) {
+	c->b.peer = rank;
+	if (nonce != tp->b.nonce) {
 		close(mfd);
 		shm_reply(c->fd, FR_EAUTH);
-		shm_seterr(tp, FR_LOG_WARN,
-			   "refused a connection claiming rank %d: wrong job nonce",
-			   rank);
-		shm_conn_fail(c, FR_EAUTH, "wrong job nonce");
+		fr_tpb_seterr(
+			&tp->b, FR_LOG_WARN,
+			"refused a connection claiming rank %d: wrong job nonce",
+			rank);
+		fr_tpb_conn_fail(c, FR_EAUTH, "wrong job nonce");
 		return;
 	}
 	if (rank < 0 || seglen != sizeof(struct shm_seg) || fstat(mfd, &st) ||
 	    (uint64_t)st.st_size != seglen) {
 		close(mfd);
 		shm_reply(c->fd, FR_EPROTO);
-		shm_conn_fail(c, FR_EPROTO, "hello with a bad segment");
+		fr_tpb_conn_fail(c, FR_EPROTO, "hello with a bad segment");
 		return;
 	}
 	if (shm_rank_taken(tp, rank, c)) {
 		close(mfd);
 		shm_reply(c->fd, FR_EBUSY);
-		shm_seterr(tp, FR_LOG_WARN,
-			   "refused a second connection from rank %d", rank);
-		shm_conn_fail(c, FR_EBUSY, "duplicate rank");
+		fr_tpb_seterr(&tp->b, FR_LOG_WARN,
+			      "refused a second connection from rank %d", rank);
+		fr_tpb_conn_fail(c, FR_EBUSY, "duplicate rank");
 		return;
 	}
 	seg = mmap(NULL, seglen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
@@ -753,8 +624,8 @@ static void shm_greet(struct fr_tp_conn *c)
 	close(mfd);
 	if (seg == MAP_FAILED) {
 		shm_reply(c->fd, FR_ENOMEM);
-		shm_conn_fail(c, FR_ENOMEM, "mmap of the segment: %s",
-			      fr_syserr(errno));
+		fr_tpb_conn_fail(c, FR_ENOMEM, "mmap of the segment: %s",
+				 fr_syserr(errno));
 		return;
 	}
 	c->side = 1;
@@ -763,7 +634,7 @@ static void shm_greet(struct fr_tp_conn *c)
 	shm_probe_pull(c); /* before the reply: the connector's large writes
 			    * can be pulled from the start */
 	shm_reply(c->fd, 0);
-	c->state = SHM_UP;
+	c->b.state = SHM_UP;
 }
 
 static void shm_hello_reply(struct fr_tp_conn *c)
@@ -778,53 +649,48 @@ static void shm_hello_reply(struct fr_tp_conn *c)
 	 * connection: out of descriptors) is a peer failure, not a protocol
 	 * error */
 	if (n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE))) {
-		shm_conn_fail(c, FR_EPEER, "closed during the handshake");
+		fr_tpb_conn_fail(c, FR_EPEER, "closed during the handshake");
 		return;
 	}
 	if (n != SHM_REPLY_LEN || !shm_hdr_ok(b, SHM_KIND_REPLY)) {
-		shm_conn_fail(c, FR_EPROTO, "malformed reply");
+		fr_tpb_conn_fail(c, FR_EPROTO, "malformed reply");
 		return;
 	}
 	memcpy(&status, b + 8, 4);
 	if (status) {
-		shm_conn_fail(c, status < 0 ? status : FR_EPROTO,
-			      "refused by the peer: %s", fr_strerror(status));
+		fr_tpb_conn_fail(c, status < 0 ? status : FR_EPROTO,
+				 "refused by the peer: %s",
+				 fr_strerror(status));
 		return;
 	}
 	shm_probe_pull(c);
-	c->state = SHM_UP;
+	c->b.state = SHM_UP;
 }
 
 static void shm_accept_new(struct fr_tp *tp, uint64_t now)
 {
 	for (;;) {
 		struct fr_tp_conn *c;
-		int fd = accept4(tp->lfd, NULL, NULL,
+		int fd = accept4(tp->b.lfd, NULL, NULL,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
 			if (errno == EMFILE || errno == ENFILE)
-				tp->accept_errno = errno;
+				tp->b.accept_errno = errno;
 			return;
 		}
-		tp->accept_errno = 0;
-		if (tp->npending >= SHM_MAX_PENDING ||
+		tp->b.accept_errno = 0;
+		if (tp->b.npending >= FR_TPB_MAX_PENDING ||
 		    !(c = shm_conn_new(tp))) {
 			close(fd);
 			continue;
 		}
 		c->fd = fd;
-		c->incoming = true;
-		c->state = SHM_GREET;
-		c->deadline_ms = now + (uint64_t)tp->timeout_ms;
 		if (shm_watch(c)) {
-			close(fd);
-			free(c->sq);
-			free(c);
+			fr_tpb_conn_destroy(c); /* closes fd */
 			continue;
 		}
-		tp->npending++;
-		shm_conn_link(c);
+		fr_tpb_conn_park(c, SHM_GREET, now);
 	}
 }
 
@@ -839,29 +705,21 @@ static void shm_poke(struct fr_tp_conn *c)
 	if (atomic_load_explicit(c->peer_sleep, memory_order_relaxed) &&
 	    send(c->fd, &one, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
 	    errno != EAGAIN)
-		fr_dbg("shm: wake rank %d: %s", c->peer, fr_syserr(errno));
+		fr_dbg("shm: wake rank %d: %s", c->b.peer, fr_syserr(errno));
 }
 
 /* Report the oldest queued write done: its source is no longer read
  * (shm_sq_done). */
 static void shm_sq_retire(struct fr_tp_conn *c)
 {
-	struct shm_sqe *e = &c->sq[c->sq_head];
-
-	fr_cqring_push(&c->tp->cq, FR_CQE_SEND, 0, c, e->ctx, 0, 0);
-	if (e->mr) {
-		e->mr->inflight--;
-		e->mr = NULL;
-	}
-	c->sq_head = (c->sq_head + 1) % c->sq_depth;
-	c->sq_count--;
+	fr_tpb_sq_retire(c);
 	c->sq_push--;
 }
 
 /* Can the oldest pushed write be retired, the consumer's head being head? */
 static bool shm_sq_done(const struct fr_tp_conn *c, uint64_t head)
 {
-	const struct shm_sqe *e = &c->sq[c->sq_head];
+	const struct shm_sqe *e = fr_tpb_sq_at(&c->b.sq, 0);
 
 	/* A fragment's bytes are in the ring; a pull reads the source until
 	 * the consumer moves past its slot. */
@@ -871,7 +729,7 @@ static bool shm_sq_done(const struct fr_tp_conn *c, uint64_t head)
 /* Retire pushed writes, oldest first, while they are done. */
 static void shm_sq_reap(struct fr_tp_conn *c, uint64_t head)
 {
-	while (shm_sq_done(c, head) && !fr_cqring_full(&c->tp->cq))
+	while (shm_sq_done(c, head) && !fr_cqring_full(&c->b.tp->cq))
 		shm_sq_retire(c);
 }
 
@@ -879,7 +737,7 @@ static void shm_sq_reap(struct fr_tp_conn *c, uint64_t head)
  * peer has said it can pull from us. */
 static bool shm_pull_eligible(struct fr_tp_conn *c, const struct shm_sqe *e)
 {
-	if (!c->cma || e->done || e->len < c->tp->cma_bytes)
+	if (!c->cma || e->done || e->len < c->b.tp->cma_bytes)
 		return false;
 	if (!c->pull_tx)
 		c->pull_tx = atomic_load_explicit(&c->tx->pull_ok,
@@ -894,16 +752,25 @@ static void shm_tx(struct fr_tp_conn *c)
 	bool pushed = false;
 	uint64_t head;
 
-	if (c->state != SHM_UP)
+	if (c->b.state != SHM_UP)
 		return;
-	head = atomic_load_explicit(&c->tx->head, memory_order_acquire);
+	/*
+	 * The consumer writes head after every pass: reading it costs a
+	 * cache miss, which before writing the slot is one more on the
+	 * latency path (and takes the line from the consumer, whose next
+	 * store then misses too).  The last value read serves until the
+	 * ring looks full, or a pull waits for the consumer to pass it.
+	 */
+	head = c->tx_head;
+	if (c->sq_push &&
+	    ((const struct shm_sqe *)fr_tpb_sq_at(&c->b.sq, 0))->pull)
+		head = atomic_load_explicit(&c->tx->head, memory_order_acquire);
 	/*
 	 * Later writes may follow a pull still pending: the consumer takes
 	 * slots in order, so one that covers the same bytes lands after it.
 	 */
-	while (c->sq_push < c->sq_count) {
-		struct shm_sqe *e =
-			&c->sq[(c->sq_head + c->sq_push) % c->sq_depth];
+	while (c->sq_push < c->b.sq.count) {
+		struct shm_sqe *e = fr_tpb_sq_at(&c->b.sq, c->sq_push);
 		struct shm_slot *s;
 		uint32_t flags = 0, n = 0;
 
@@ -916,7 +783,7 @@ static void shm_tx(struct fr_tp_conn *c)
 		s = &c->tx->slot[c->tx_tail % SHM_SLOTS];
 		if (shm_pull_eligible(c, e)) {
 			flags = SLOT_FIRST | SLOT_LAST | SLOT_PULL;
-			s->src = (uint64_t)(uintptr_t)(e->mr->base + e->loff);
+			s->src = (uint64_t)(uintptr_t)(e->b.mr->base + e->loff);
 			s->off = e->roff;
 			e->pull = true;
 			e->done = e->len;
@@ -928,8 +795,8 @@ static void shm_tx(struct fr_tp_conn *c)
 			if (e->done + n == e->len)
 				flags |= SLOT_LAST;
 			if (n)
-				memcpy(s->data, e->mr->base + e->loff + e->done,
-				       n);
+				memcpy(s->data,
+				       e->b.mr->base + e->loff + e->done, n);
 			s->src = 0;
 			s->off = e->roff + e->done;
 			e->done += n;
@@ -949,6 +816,7 @@ static void shm_tx(struct fr_tp_conn *c)
 				      memory_order_release);
 		pushed = true;
 	}
+	c->tx_head = head;
 	shm_sq_reap(c, head);
 	if (pushed)
 		shm_poke(c);
@@ -960,7 +828,7 @@ static void shm_tx(struct fr_tp_conn *c)
  * write is all here, 1 when more remains, or an error (the connection has
  * failed).
  */
-static int shm_pull(struct fr_tp_conn *c, struct fr_tp_mr *mr,
+static int shm_pull(struct fr_tp_conn *c, struct fr_tpb_mr *mr,
 		    const struct shm_slot *h, size_t *budget)
 {
 	size_t n = FR_MIN(*budget, (size_t)h->total - c->rx_pulled);
@@ -972,14 +840,14 @@ static int shm_pull(struct fr_tp_conn *c, struct fr_tp_mr *mr,
 		got = process_vm_readv(c->peer_pid, &l, 1, &r, 1, 0);
 	while (got < 0 && errno == EINTR);
 	if (got < 0 && errno == ESRCH) {
-		shm_conn_fail(c, FR_EPEER, "peer process %d is gone",
-			      (int)c->peer_pid);
+		fr_tpb_conn_fail(c, FR_EPEER, "peer process %d is gone",
+				 (int)c->peer_pid);
 		return FR_EPEER;
 	}
 	if (got <= 0) {
-		shm_conn_fail(c, FR_ERANGE,
-			      "cross-memory read from the peer failed: %s",
-			      got < 0 ? fr_syserr(errno) : "nothing read");
+		fr_tpb_conn_fail(c, FR_ERANGE,
+				 "cross-memory read from the peer failed: %s",
+				 got < 0 ? fr_syserr(errno) : "nothing read");
 		return FR_ERANGE;
 	}
 	/*
@@ -1001,8 +869,8 @@ static int shm_pull(struct fr_tp_conn *c, struct fr_tp_mr *mr,
 	 * a reuse could have raced with our read, we see the flag.
 	 */
 	if (atomic_fetch_or_explicit(&c->rx->closed, 0, memory_order_seq_cst)) {
-		shm_conn_fail(c, FR_EPEER,
-			      "peer closed while its write was being read");
+		fr_tpb_conn_fail(c, FR_EPEER,
+				 "peer closed while its write was being read");
 		return FR_EPEER;
 	}
 	c->rx_pulled += (size_t)got;
@@ -1013,19 +881,19 @@ static int shm_pull(struct fr_tp_conn *c, struct fr_tp_mr *mr,
 /* Take the peer's writes out of the ring, check and place them. */
 static bool shm_rx(struct fr_tp_conn *c)
 {
-	struct fr_tp *tp = c->tp;
+	struct fr_tp *tp = c->b.tp;
 	size_t budget = SHM_CMA_CHUNK;
 	uint64_t tail;
 	bool got = false;
 
-	if (c->state != SHM_UP) /* shm_tx may just have failed it */
+	if (c->b.state != SHM_UP) /* shm_tx may just have failed it */
 		return false;
 	tail = atomic_load_explicit(&c->rx->tail, memory_order_acquire);
 
-	while (c->rx_head != tail && c->state == SHM_UP) {
+	while (c->rx_head != tail && c->b.state == SHM_UP) {
 		const struct shm_slot *s = &c->rx->slot[c->rx_head % SHM_SLOTS];
 		struct shm_slot h;
-		struct fr_tp_mr *mr = NULL;
+		struct fr_tpb_mr *mr = NULL;
 		uint32_t n;
 		bool pull, bad;
 
@@ -1043,11 +911,11 @@ static bool shm_rx(struct fr_tp_conn *c)
 		else
 			bad = c->rx_pulled != 0;
 		if (bad || h.len > SHM_SLOT_DATA || (h.flags & ~SLOT_FLAGS)) {
-			shm_conn_fail(c, FR_EPROTO, "malformed slot");
+			fr_tpb_conn_fail(c, FR_EPROTO, "malformed slot");
 			break;
 		}
 		if (pull && !c->pull_rx) {
-			shm_conn_fail(
+			fr_tpb_conn_fail(
 				c, FR_EPROTO,
 				"a pull, but cross-memory attach was not granted");
 			break;
@@ -1060,12 +928,10 @@ static bool shm_rx(struct fr_tp_conn *c)
 
 			/* A pull's whole range is checked now, before each of
 			 * its chunks: the region may have gone meanwhile. */
-			if (h.region < tp->nregions)
-				mr = tp->regions[h.region].mr;
-			if (!mr || mr->gen != h.gen ||
-			    !(mr->access & FR_TP_REMOTE_WRITE) ||
+			mr = fr_tpb_region(&tp->b, h.region, h.gen);
+			if (!mr || !(mr->access & FR_TP_REMOTE_WRITE) ||
 			    end < h.off || end > mr->len) {
-				shm_conn_fail(
+				fr_tpb_conn_fail(
 					c, FR_ERANGE,
 					"write outside a registered region (region %u gen %u, offset %" PRIu64
 					", %u bytes)",
@@ -1092,7 +958,7 @@ static bool shm_rx(struct fr_tp_conn *c)
 	}
 	/* Moving head past a PULL slot tells the writer that its source is
 	 * free again: only after the bytes are here (shm_sq_done). */
-	if (got && c->state == SHM_UP) {
+	if (got && c->b.state == SHM_UP) {
 		atomic_store_explicit(&c->rx->head, c->rx_head,
 				      memory_order_release);
 		shm_poke(c); /* a producer may wait for room, or a pull */
@@ -1112,26 +978,19 @@ static void shm_sock_drain(struct fr_tp_conn *c)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			return;
-		shm_conn_fail(c, FR_EPEER,
-			      "peer rank %d closed the connection (process exited?)",
-			      c->peer);
+		fr_tpb_conn_fail(
+			c, FR_EPEER,
+			"peer rank %d closed the connection (process exited?)",
+			c->b.peer);
 		return;
 	}
-}
-
-static void shm_wake_drain(struct fr_tp *tp)
-{
-	uint64_t v;
-
-	while (read(tp->wfd, &v, sizeof(v)) > 0)
-		;
 }
 
 /* Socket events: new connections, handshakes, wake bytes, dead peers. */
 static void shm_events(struct fr_tp *tp)
 {
 	struct epoll_event ev[32];
-	int n = epoll_wait(tp->epfd, ev, (int)FR_ARRAY_SIZE(ev), 0);
+	int n = epoll_wait(tp->b.epfd, ev, (int)FR_ARRAY_SIZE(ev), 0);
 
 	for (int i = 0; i < n; i++) {
 		struct fr_tp_conn *c = ev[i].data.ptr;
@@ -1140,11 +999,11 @@ static void shm_events(struct fr_tp *tp)
 			shm_accept_new(tp, fr_now_ms());
 			continue;
 		}
-		if (ev[i].data.ptr == &tp->wfd) {
-			shm_wake_drain(tp);
+		if (ev[i].data.ptr == &tp->b.wfd) {
+			fr_tpb_wake_drain(&tp->b);
 			continue;
 		}
-		switch (c->state) {
+		switch (c->b.state) {
 		case SHM_GREET:
 			shm_greet(c);
 			break;
@@ -1166,26 +1025,27 @@ static void shm_timers(struct fr_tp *tp)
 	uint64_t now = fr_now_ms();
 	struct fr_tp_conn *c, *next;
 
-	for (c = tp->conns; c; c = next) {
-		next = c->next;
-		if (c->state == SHM_UP || c->state == SHM_FAILED)
+	for (c = tp->b.conns; c; c = next) {
+		next = c->b.next;
+		if (c->b.state == SHM_UP || c->b.state == SHM_FAILED)
 			continue;
-		if (now >= c->deadline_ms) {
-			if (c->incoming && !c->owned) {
-				shm_conn_free(c);
+		if (now >= c->b.deadline_ms) {
+			if (c->b.incoming && !c->b.owned) {
+				fr_tpb_conn_free(c);
 				continue;
 			}
-			shm_conn_fail(c, FR_ETIMEDOUT,
-				      "no connection to rank %d within %d ms (%s)",
-				      c->peer, c->tp->timeout_ms,
-				      c->last_errno ? fr_syserr(c->last_errno)
-						    : "no reply");
+			fr_tpb_conn_fail(
+				c, FR_ETIMEDOUT,
+				"no connection to rank %d within %d ms (%s)",
+				c->b.peer, c->b.tp->b.timeout_ms,
+				c->b.last_errno ? fr_syserr(c->b.last_errno)
+						: "no reply");
 			continue;
 		}
-		if (c->state == SHM_RETRY && now >= c->retry_ms &&
+		if (c->b.state == SHM_RETRY && now >= c->b.retry_ms &&
 		    shm_start_connect(c, now))
-			shm_conn_fail(c, FR_ESYS, "connect: %s",
-				      fr_syserr(c->last_errno));
+			fr_tpb_conn_fail(c, FR_ESYS, "connect: %s",
+					 fr_syserr(c->b.last_errno));
 	}
 }
 
@@ -1194,20 +1054,20 @@ static void shm_progress(struct fr_tp *tp, bool force_events)
 	struct fr_tp_conn *c, *next;
 	bool busy = false, handshakes = false;
 
-	for (c = tp->conns; c; c = next) {
-		next = c->next;
-		if (c->state == SHM_UP && c->owned) {
-			if (c->sq_count)
+	for (c = tp->b.conns; c; c = next) {
+		next = c->b.next;
+		if (c->b.state == SHM_UP && c->b.owned) {
+			if (c->b.sq.count)
 				shm_tx(c);
 			busy |= shm_rx(c);
-		} else if (c->state == SHM_FAILED) {
-			if (c->owned)
-				shm_flush_failed(c);
-			else if (c->incoming) {
-				shm_conn_free(c);
+		} else if (c->b.state == SHM_FAILED) {
+			if (c->b.owned)
+				fr_tpb_flush_failed(c);
+			else if (c->b.incoming) {
+				fr_tpb_conn_free(c);
 				continue;
 			}
-		} else if (c->state != SHM_UP) {
+		} else if (c->b.state != SHM_UP) {
 			handshakes = true;
 		}
 	}
@@ -1245,58 +1105,27 @@ static int shm_probe(char *errbuf, size_t errlen)
 	return 0;
 }
 
-static void __attribute__((format(printf, 2, 3)))
-shm_open_err(const struct fr_tp_params *p, const char *fmt, ...)
-{
-	char msg[SHM_ERRBUF_LEN];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (p->errbuf && p->errlen)
-		snprintf(p->errbuf, p->errlen, "%s", msg);
-	fr_dbg("shm: %s", msg);
-}
-
 static int shm_tp_open(const struct fr_tp_params *params, struct fr_tp **out,
-		    void *addr, size_t *addrlen)
+		       void *addr, size_t *addrlen)
 {
 	static _Atomic unsigned int counter;
 	struct fr_tp_params p;
 	struct sockaddr_un sa;
-	struct epoll_event ev;
 	socklen_t salen;
 	struct fr_tp *tp;
-	const char *v;
+	const char *v, *what;
 	uint8_t *b = addr;
+	int rc;
 
-	if (!params || !out || !addr || !addrlen || !params->size)
-		return FR_EINVAL;
-	memset(&p, 0, sizeof(p));
-	memcpy(&p, params, FR_MIN(params->size, sizeof(p)));
-	if (*addrlen < SHM_ADDR_LEN) {
-		shm_open_err(&p, "shm: address buffer of %zu bytes, need %d",
-			     *addrlen, SHM_ADDR_LEN);
-		return FR_EINVAL;
-	}
-	if (p.rank < 0 || p.sq_depth < 0 || p.sq_depth > SHM_MAX_SQ_DEPTH) {
-		shm_open_err(&p, "shm: invalid rank %d or send queue depth %d",
-			     p.rank, p.sq_depth);
-		return FR_EINVAL;
-	}
-	tp = calloc(1, sizeof(*tp));
-	if (!tp) {
-		shm_open_err(&p, "shm: out of memory");
+	rc = fr_tpb_open_params("shm", params, &p, out, addr, addrlen,
+				SHM_ADDR_LEN, SHM_MAX_SQ_DEPTH);
+	if (rc)
+		return rc;
+	tp = fr_tpb_alloc(&shm_class, &p, sizeof(*tp));
+	if (!tp)
 		return FR_ENOMEM;
-	}
-	tp->rank = p.rank;
-	tp->nonce = p.job_nonce;
+	tp->b.cq = &tp->cq;
 	tp->node = fr_node_id();
-	tp->timeout_ms =
-		p.timeout_ms > 0 ? p.timeout_ms : SHM_DEFAULT_TIMEOUT_MS;
-	tp->sq_depth =
-		p.sq_depth ? (unsigned int)p.sq_depth : SHM_DEFAULT_SQ_DEPTH;
 	tp->cma_bytes = SHM_CMA_DEFAULT;
 	/* FR_SHM_CMA_BYTES: writes from this size go by cross-memory
 	 * attach; 0 turns it off (everything through the rings). */
@@ -1305,50 +1134,30 @@ static int shm_tp_open(const struct fr_tp_params *params, struct fr_tp **out,
 		size_t s;
 
 		if (fr_parse_size(v, &s)) {
-			shm_open_err(&p, "FR_SHM_CMA_BYTES=\"%s\" is not a size",
-				     v);
-			free(tp);
+			return fr_tpb_open_fail(
+				tp, &p, "FR_SHM_CMA_BYTES=\"%s\" is not a size",
+				v);
+			fr_tpb_close(tp);
 			return FR_EINVAL;
 		}
 		tp->cma_bytes = s ? s : SIZE_MAX;
 	}
 	snprintf(tp->name, sizeof(tp->name), "fastreduce-%016" PRIx64 "-%d-%u",
-		 tp->nonce, (int)getpid(), atomic_fetch_add(&counter, 1));
-	tp->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC,
-			 0);
-	if (tp->lfd < 0) {
-		shm_open_err(&p, "shm: socket: %s", fr_syserr(errno));
-		goto err_socket;
+		 tp->b.nonce, (int)getpid(), atomic_fetch_add(&counter, 1));
+	tp->b.lfd = socket(AF_UNIX,
+			   SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (tp->b.lfd < 0) {
+		fr_tpb_open_err("shm", &p, "shm: socket: %s", fr_syserr(errno));
 	}
 	shm_name_addr(tp->name, &sa, &salen);
-	if (bind(tp->lfd, (struct sockaddr *)&sa, salen) ||
-	    listen(tp->lfd, SOMAXCONN)) {
-		shm_open_err(&p, "shm: cannot listen on @%s: %s", tp->name,
-			     fr_syserr(errno));
-		goto err_listen;
-	}
-	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (tp->epfd < 0) {
-		shm_open_err(&p, "shm: epoll_create1: %s", fr_syserr(errno));
-		goto err_listen;
-	}
-	memset(&ev, 0, sizeof(ev));
-	ev.events = EPOLLIN;
-	ev.data.ptr = NULL;
-	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->lfd, &ev)) {
-		shm_open_err(&p, "shm: epoll_ctl: %s", fr_syserr(errno));
-		goto err_epoll;
-	}
-	tp->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (tp->wfd < 0) {
-		shm_open_err(&p, "shm: eventfd: %s", fr_syserr(errno));
-		goto err_epoll;
-	}
-	ev.data.ptr = &tp->wfd;
-	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wfd, &ev)) {
-		shm_open_err(&p, "shm: epoll_ctl: %s", fr_syserr(errno));
-		goto err_wfd;
-	}
+	if (bind(tp->b.lfd, (struct sockaddr *)&sa, salen) ||
+	    listen(tp->b.lfd, SOMAXCONN))
+		return fr_tpb_open_fail(tp, &p, "shm: cannot listen on @%s: %s",
+					tp->name, fr_syserr(errno));
+	/* the listener's events come with data NULL, the wake's &b.wfd */
+	if (fr_tpb_open_fds(&tp->b, &what))
+		return fr_tpb_open_fail(tp, &p, "shm: %s: %s", what,
+					fr_syserr(errno));
 	memset(b, 0, SHM_ADDR_LEN);
 	b[0] = SHM_ADDR_MAGIC;
 	b[1] = SHM_VERSION;
@@ -1356,18 +1165,8 @@ static int shm_tp_open(const struct fr_tp_params *params, struct fr_tp **out,
 	memcpy(b + 16, tp->name, strnlen(tp->name, SHM_NAME_LEN));
 	*addrlen = SHM_ADDR_LEN;
 	*out = tp;
-	fr_dbg("shm: rank %d listening on @%s", tp->rank, tp->name);
+	fr_dbg("shm: rank %d listening on @%s", tp->b.rank, tp->name);
 	return 0;
-
-err_wfd:
-	close(tp->wfd);
-err_epoll:
-	close(tp->epfd);
-err_listen:
-	close(tp->lfd);
-err_socket:
-	free(tp);
-	return FR_ESYS;
 }
 
 static int shm_connect(struct fr_tp *tp, int peer, const void *addr,
@@ -1383,172 +1182,36 @@ static int shm_connect(struct fr_tp *tp, int peer, const void *addr,
 		return FR_EINVAL;
 	if (addrlen != SHM_ADDR_LEN || b[0] != SHM_ADDR_MAGIC ||
 	    b[1] != SHM_VERSION) {
-		shm_seterr(tp, FR_LOG_WARN,
-			   "malformed address blob for rank %d (%zu bytes)",
-			   peer, addrlen);
+		fr_tpb_seterr(&tp->b, FR_LOG_WARN,
+			      "malformed address blob for rank %d (%zu bytes)",
+			      peer, addrlen);
 		return FR_EPROTO;
 	}
 	if (fr_get_le64(b + 8) != tp->node) {
-		shm_seterr(tp, FR_LOG_ERROR,
-			   "rank %d is on another node (or network namespace): shared memory cannot reach it",
-			   peer);
+		fr_tpb_seterr(
+			&tp->b, FR_LOG_ERROR,
+			"rank %d is on another node (or network namespace): shared memory cannot reach it",
+			peer);
 		return FR_ENODEV;
 	}
 	c = shm_conn_new(tp);
 	if (!c) {
-		shm_seterr(tp, FR_LOG_DEBUG, "out of memory");
+		fr_tpb_seterr(&tp->b, FR_LOG_DEBUG, "out of memory");
 		return FR_ENOMEM;
 	}
 	memcpy(name, b + 16, SHM_NAME_LEN);
 	name[SHM_NAME_LEN] = 0;
 	shm_name_addr(name, &c->sa, &c->salen);
-	now = fr_now_ms();
-	c->peer = peer;
-	c->owned = true;
-	c->deadline_ms = now + (uint64_t)tp->timeout_ms;
-	c->backoff_ms = SHM_BACKOFF_MIN_MS;
+	now = fr_tpb_conn_outgoing(c, peer, SHM_BACKOFF_MIN_MS);
 	rc = shm_start_connect(c, now);
 	if (rc) {
-		shm_seterr(tp, FR_LOG_DEBUG, "connect to rank %d: %s", peer,
-			   fr_syserr(c->last_errno));
-		shm_close_fd(c);
-		shm_unmap(c);
-		free(c->sq);
-		free(c);
+		fr_tpb_seterr(&tp->b, FR_LOG_DEBUG, "connect to rank %d: %s",
+			      peer, fr_syserr(c->b.last_errno));
+		fr_tpb_conn_destroy(c);
 		return rc;
 	}
-	shm_conn_link(c);
+	fr_tpb_conn_link(c);
 	*out = c;
-	return 0;
-}
-
-static int shm_accept(struct fr_tp *tp, int peer, struct fr_tp_conn **out)
-{
-	if (!tp || !out || peer < 0)
-		return FR_EINVAL;
-	shm_progress(tp, true);
-	for (struct fr_tp_conn *c = tp->conns; c; c = c->next)
-		if (c->incoming && !c->owned && c->state == SHM_UP &&
-		    c->peer == peer) {
-			c->owned = true;
-			tp->npending--;
-			*out = c;
-			return 0;
-		}
-	/* out of descriptors, the peer's connection never arrives: say so
-	 * now, naming the limit, not at the timeout */
-	if (tp->accept_errno) {
-		shm_seterr(tp, FR_LOG_ERROR, "cannot accept rank %d: %s", peer,
-			   fr_syserr(tp->accept_errno));
-		return FR_ESYS;
-	}
-	return FR_EAGAIN;
-}
-
-static int shm_connect_done(struct fr_tp_conn *c)
-{
-	if (!c)
-		return FR_EINVAL;
-	shm_progress(c->tp, true);
-	if (c->state == SHM_UP)
-		return 0;
-	if (c->state == SHM_FAILED)
-		return c->error;
-	return FR_EAGAIN;
-}
-
-static int shm_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
-		       struct fr_tp_mr **out)
-{
-	const int all =
-		FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE;
-	struct shm_region *regions;
-	struct fr_tp_mr *mr;
-	uint32_t id, i, cap;
-
-	if (!tp || !out || (access & ~all) || (!buf && len) ||
-	    (uintptr_t)buf + len < (uintptr_t)buf)
-		return FR_EINVAL;
-	for (id = 0; id < tp->nregions; id++)
-		if (!tp->regions[id].mr)
-			break;
-	if (id == tp->nregions) {
-		if (tp->nregions >= SHM_MAX_REGIONS)
-			return FR_ENOMEM;
-		cap = tp->nregions ? tp->nregions * 2 : 16;
-		regions = realloc(tp->regions, cap * sizeof(*regions));
-		if (!regions)
-			return FR_ENOMEM;
-		for (i = tp->nregions; i < cap; i++) {
-			regions[i].mr = NULL;
-			regions[i].gen = 1;
-		}
-		tp->regions = regions;
-		tp->nregions = cap;
-	}
-	mr = calloc(1, sizeof(*mr));
-	if (!mr)
-		return FR_ENOMEM;
-	mr->tp = tp;
-	mr->base = buf;
-	mr->len = len;
-	mr->access = access;
-	mr->id = id;
-	mr->gen = tp->regions[id].gen;
-	tp->regions[id].mr = mr;
-	*out = mr;
-	return 0;
-}
-
-static int shm_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
-{
-	if (!tp || !mr || mr->tp != tp || mr->id >= tp->nregions ||
-	    tp->regions[mr->id].mr != mr)
-		return FR_EINVAL;
-	if (mr->inflight)
-		return FR_EBUSY;
-	tp->regions[mr->id].mr = NULL;
-	tp->regions[mr->id].gen = shm_gen_next(mr->gen);
-	free(mr);
-	return 0;
-}
-
-static int shm_pack_rkey(struct fr_tp_mr *mr, void *blob, size_t *len)
-{
-	uint8_t *b = blob;
-
-	if (!mr || !blob || !len || *len < SHM_RKEY_LEN)
-		return FR_EINVAL;
-	b[0] = SHM_RKEY_MAGIC;
-	b[1] = SHM_VERSION;
-	fr_put_le16(b + 2, 0);
-	fr_put_le32(b + 4, mr->id);
-	fr_put_le32(b + 8, mr->gen);
-	fr_put_le64(b + 12, mr->len);
-	fr_put_le64(b + 20, (uint64_t)(uintptr_t)mr->base);
-	*len = SHM_RKEY_LEN;
-	return 0;
-}
-
-static int shm_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
-			   struct fr_tp_rkey *rkey)
-{
-	const uint8_t *b = blob;
-	uint32_t id, gen;
-
-	if (!blob || !rkey)
-		return FR_EINVAL;
-	if (len != SHM_RKEY_LEN || b[0] != SHM_RKEY_MAGIC ||
-	    b[1] != SHM_VERSION || fr_get_le16(b + 2))
-		return FR_EPROTO;
-	id = fr_get_le32(b + 4);
-	gen = fr_get_le32(b + 8);
-	if (id >= SHM_MAX_REGIONS || !gen)
-		return FR_EPROTO;
-	rkey->a = fr_get_le64(b + 12);
-	rkey->b = fr_get_le64(b + 20);
-	rkey->c = id;
-	rkey->d = gen;
 	return 0;
 }
 
@@ -1557,60 +1220,36 @@ static int shm_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 			 uint64_t roff, size_t len, uint32_t imm, uint64_t ctx)
 {
 	struct shm_sqe *e;
+	int rc;
 
-	if (!c)
-		return FR_EINVAL;
-	if (c->state == SHM_FAILED)
-		return c->error;
-	if (c->state != SHM_UP)
-		return FR_EAGAIN;
-	if (len > UINT32_MAX)
-		return FR_EINVAL;
-	if (len) {
-		if (!lmr || !rkey || lmr->tp != c->tp || !rkey->d)
-			return FR_EINVAL;
-		if (loff > lmr->len || len > lmr->len - loff)
-			return FR_ERANGE;
-	}
-	if (c->sq_count == c->sq_depth)
-		return FR_EAGAIN;
-	e = &c->sq[(c->sq_head + c->sq_count) % c->sq_depth];
+	rc = fr_tpb_write_check(c, lmr, loff, rkey, len);
+	if (rc)
+		return rc;
+	e = fr_tpb_sq_at(&c->b.sq, c->b.sq.count);
 	memset(e, 0, sizeof(*e));
-	e->mr = len ? lmr : NULL;
 	e->loff = loff;
 	e->len = len;
 	e->roff = roff;
 	e->rid = len ? rkey->c : 0;
 	e->rgen = len ? rkey->d : 0;
 	e->imm = imm;
-	e->ctx = ctx;
-	if (e->mr)
-		e->mr->inflight++;
-	c->sq_count++;
-	if (c->sq_count - c->sq_push == 1) /* nothing waits before it */
+	fr_tpb_sq_post(&c->b.sq, len ? fr_tpb_mr(lmr) : NULL, ctx);
+	if (c->b.sq.count - c->sq_push == 1) /* nothing waits before it */
 		shm_tx(c);
 	return 0;
-}
-
-static int shm_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
-{
-	if (!tp || max < 0 || (max && !cqe))
-		return FR_EINVAL;
-	shm_progress(tp, false);
-	return fr_cqring_pop(&tp->cq, cqe, max);
 }
 
 /* Is there anything for poll() on this connection right now? */
 static bool shm_ready(struct fr_tp_conn *c)
 {
-	if (c->state == SHM_FAILED)
-		return c->owned && (c->err_owed || c->sq_count);
-	if (c->state != SHM_UP || !c->owned)
+	if (c->b.state == SHM_FAILED)
+		return fr_tpb_owes(c);
+	if (c->b.state != SHM_UP || !c->b.owned)
 		return false;
 	if (atomic_load_explicit(&c->rx->tail, memory_order_acquire) !=
 	    c->rx_head)
 		return true;
-	if (c->sq_count) {
+	if (c->b.sq.count) {
 		uint64_t head = atomic_load_explicit(&c->tx->head,
 						     memory_order_acquire);
 
@@ -1619,7 +1258,7 @@ static bool shm_ready(struct fr_tp_conn *c)
 		 * next one. */
 		if (shm_sq_done(c, head))
 			return true;
-		return c->sq_push < c->sq_count &&
+		return c->sq_push < c->b.sq.count &&
 		       c->tx_tail - head < SHM_SLOTS;
 	}
 	return false;
@@ -1627,8 +1266,8 @@ static bool shm_ready(struct fr_tp_conn *c)
 
 static void shm_set_sleeping(struct fr_tp *tp, uint32_t v)
 {
-	for (struct fr_tp_conn *c = tp->conns; c; c = c->next)
-		if (c->state == SHM_UP && c->owned)
+	for (struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next)
+		if (c->b.state == SHM_UP && c->b.owned)
 			atomic_store(c->my_sleep, v);
 }
 
@@ -1638,39 +1277,24 @@ static void shm_set_sleeping(struct fr_tp *tp, uint32_t v)
 static int shm_wait_prepare(struct fr_tp *tp, int *timeout_ms)
 {
 	struct fr_tp_conn *c;
-	uint64_t now, due;
-	int t = *timeout_ms < 0 ? -1 : *timeout_ms;
+	uint64_t now;
+	int t = *timeout_ms < 0 ? -1 : *timeout_ms, rc;
 
-	if (!tp)
-		return FR_EINVAL;
-	if (tp->cq.count)
-		return 1;
+	rc = fr_tpb_wait_begin(tp);
+	if (rc)
+		return rc;
 	shm_set_sleeping(tp, 1);
 	atomic_thread_fence(memory_order_seq_cst);
 	now = fr_now_ms();
-	for (c = tp->conns; c; c = c->next) {
+	for (c = tp->b.conns; c; c = c->b.next) {
 		if (shm_ready(c)) {
 			shm_set_sleeping(tp, 0);
 			return 1;
 		}
-		if (c->state != SHM_UP && c->state != SHM_FAILED) {
-			due = c->state == SHM_RETRY
-				      ? FR_MIN(c->retry_ms, c->deadline_ms)
-				      : c->deadline_ms;
-			due = due > now ? due - now : 0;
-			if (due > INT_MAX)
-				due = INT_MAX;
-			if (t < 0 || (int)due < t)
-				t = (int)due;
-		}
+		t = fr_tpb_due(c, t, now);
 	}
 	*timeout_ms = t;
 	return 0;
-}
-
-static int shm_wait_fd(struct fr_tp *tp)
-{
-	return tp ? tp->epfd : -1;
 }
 
 static void shm_wait_finish(struct fr_tp *tp)
@@ -1688,10 +1312,11 @@ static int shm_wait(struct fr_tp *tp, int timeout_ms)
 	if (rc)
 		return rc < 0 ? rc : 0;
 	/* Events are consumed by the next poll(), not here. */
-	n = epoll_wait(tp->epfd, &ev, 1, t);
+	n = epoll_wait(tp->b.epfd, &ev, 1, t);
 	shm_set_sleeping(tp, 0);
 	if (n < 0 && errno != EINTR) {
-		shm_seterr(tp, FR_LOG_ERROR, "epoll_wait: %s", fr_syserr(errno));
+		fr_tpb_seterr(&tp->b, FR_LOG_ERROR, "epoll_wait: %s",
+			      fr_syserr(errno));
 		return FR_ESYS;
 	}
 	/* Level-triggered: the event stays for poll() to handle; a wake
@@ -1701,82 +1326,6 @@ static int shm_wait(struct fr_tp *tp, int timeout_ms)
 	return 0;
 }
 
-static void shm_wake(struct fr_tp *tp)
-{
-	uint64_t one = 1;
-
-	if (tp && write(tp->wfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		fr_dbg("shm: rank %d: writing the wake eventfd: %s", tp->rank,
-		       fr_syserr(errno));
-}
-
-static void shm_close_conn(struct fr_tp_conn *c)
-{
-	if (!c)
-		return;
-	fr_cqring_purge(&c->tp->cq, c);
-	shm_conn_free(c);
-}
-
-static void shm_tp_close(struct fr_tp *tp)
-{
-	if (!tp)
-		return;
-	while (tp->conns)
-		shm_conn_free(tp->conns);
-	for (uint32_t i = 0; i < tp->nregions; i++)
-		free(tp->regions[i].mr);
-	free(tp->regions);
-	close(tp->wfd);
-	close(tp->epfd);
-	close(tp->lfd);
-	free(tp);
-}
-
-static int shm_conn_peer(const struct fr_tp_conn *c)
-{
-	return c ? c->peer : -1;
-}
-
-static int shm_pending(struct fr_tp *tp, int *peers, int max)
-{
-	int n = 0;
-
-	if (!tp || !peers || !tp->npending)
-		return 0;
-	for (struct fr_tp_conn *c = tp->conns; c && n < max; c = c->next)
-		if (c->incoming && !c->owned && c->state == SHM_UP)
-			peers[n++] = c->peer;
-	return n;
-}
-
-static const char *shm_last_error(struct fr_tp *tp)
-{
-	return tp ? tp->errbuf : "";
-}
-
-const struct fr_tp_ops fr_shm_ops = {
-	.size = sizeof(struct fr_tp_ops),
-	.name = "shm",
-	.probe = shm_probe,
-	.open = shm_tp_open,
-	.connect = shm_connect,
-	.accept = shm_accept,
-	.connect_done = shm_connect_done,
-	.reg_mem = shm_reg_mem,
-	.dereg_mem = shm_dereg_mem,
-	.pack_rkey = shm_pack_rkey,
-	.unpack_rkey = shm_unpack_rkey,
-	.write_imm = shm_write_imm,
-	.poll = shm_poll,
-	.wait = shm_wait,
-	.wait_prepare = shm_wait_prepare,
-	.wait_fd = shm_wait_fd,
-	.wait_finish = shm_wait_finish,
-	.wake = shm_wake,
-	.close_conn = shm_close_conn,
-	.close = shm_tp_close,
-	.conn_peer = shm_conn_peer,
-	.last_error = shm_last_error,
-	.pending = shm_pending,
-};
+const struct fr_tp_ops fr_shm_ops =
+	FR_TPB_OPS("shm", shm_probe, shm_tp_open, shm_connect, fr_tpb_dereg_mem,
+		   shm_write_imm, shm_wait, shm_wait_prepare, shm_wait_finish);

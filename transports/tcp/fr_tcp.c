@@ -72,7 +72,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,9 +82,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "../common/tp_base.h"
 #include "fastreduce.h"
 #include "log.h"
-#include "tp_cqring.h"
 #include "transport.h"
 #include "util.h"
 
@@ -105,14 +104,7 @@
 #define TCP_RKEY_MAGIC 0xfc
 #define TCP_RKEY_VERSION 1
 
-/* Completions kept for poll(); progress pauses when this is full. */
-#define TCP_DEFAULT_SQ_DEPTH 64
 #define TCP_MAX_SQ_DEPTH 65536
-#define TCP_DEFAULT_TIMEOUT_MS 30000
-#define TCP_MAX_REGIONS (1u << 20)
-/* Incoming connections not yet handed out by accept(): strangers beyond
- * this are closed at once rather than costing memory. */
-#define TCP_MAX_PENDING 256
 /* Messages gathered into one sendmsg() (two iovecs each). */
 #define TCP_TX_BATCH 32
 /* Bytes read from one connection per progress call, so a busy peer cannot
@@ -122,40 +114,32 @@
 #define TCP_RX_AHEAD 512
 #define TCP_BACKOFF_MIN_MS 10
 #define TCP_BACKOFF_MAX_MS 1000
-#define TCP_ERRBUF_LEN 256
 
-struct fr_tp_mr {
-	struct fr_tp *tp;
-	uint8_t *base;
-	size_t len;
-	int access;
-	uint32_t id;
-	uint32_t gen;
-	unsigned int inflight; /* queued sends still reading from it */
-};
-
-/* One slot of the region table. */
-struct tcp_region {
-	struct fr_tp_mr *mr; /* NULL when free */
-	uint32_t gen;	     /* of the current or next registration */
-};
+/* A registered region is the base's (struct fr_tpb_mr, tp_base.h): its
+ * slot in the region table is its remote key. */
 
 /* A queued write: points at the caller's memory, never copies it. */
 struct tcp_sqe {
+	struct fr_tpb_sqe b; /* region (NULL once the bytes no longer need
+			      * it) and ctx */
 	uint8_t hdr[TCP_HDR_LEN];
 	const uint8_t *payload;
 	size_t len;
-	uint64_t ctx;
-	struct fr_tp_mr *mr; /* NULL once the bytes no longer need it */
 };
 
 enum tcp_state {
-	TCP_RETRY,	/* outgoing: connect() refused, trying again later */
-	TCP_CONNECTING, /* outgoing: connect() in progress */
-	TCP_HELLO,	/* outgoing: sending the hello, awaiting the reply */
-	TCP_GREET,	/* incoming: reading the peer's hello */
-	TCP_UP,		/* established */
-	TCP_FAILED,	/* socket closed; error completions may be owed */
+	/* outgoing: connect() refused, trying again later */
+	TCP_RETRY = FR_TPB_RETRY,
+	/* established */
+	TCP_UP = FR_TPB_UP,
+	/* socket closed; error completions may be owed */
+	TCP_FAILED = FR_TPB_FAILED,
+	/* outgoing: connect() in progress */
+	TCP_CONNECTING = FR_TPB_SETUP,
+	/* outgoing: sending the hello, awaiting the reply */
+	TCP_HELLO,
+	/* incoming: reading the peer's hello */
+	TCP_GREET,
 };
 
 enum tcp_rx_state {
@@ -164,15 +148,9 @@ enum tcp_rx_state {
 };
 
 struct fr_tp_conn {
-	struct fr_tp *tp;
-	struct fr_tp_conn *prev, *next; /* tp->conns */
+	struct fr_tpb_conn b; /* endpoint, list, peer, state, failure,
+			       * establishment deadlines */
 	int fd;
-	int peer;
-	enum tcp_state state;
-	bool incoming;
-	bool owned;    /* the caller holds it (from connect or accept) */
-	int error;     /* why it failed */
-	bool err_owed; /* its error completion is not in the ring yet */
 	bool ep_added; /* fd is in the epoll set, with ep_events */
 	uint32_t ep_events;
 	bool readable; /* epoll said so in this progress pass */
@@ -180,18 +158,12 @@ struct fr_tp_conn {
 	/* establishment */
 	struct sockaddr_storage sa;
 	socklen_t salen;
-	uint64_t deadline_ms;
-	uint64_t retry_ms;
-	int backoff_ms;
-	int last_errno;
 	uint8_t hs_in[TCP_HELLO_LEN];
 	size_t hs_in_off, hs_in_len;
 	uint8_t hs_out[TCP_HELLO_LEN];
 	size_t hs_out_off, hs_out_len;
 
-	/* send queue: sq_count descriptors from sq_head, FIFO */
-	struct tcp_sqe *sq;
-	unsigned int sq_depth, sq_head, sq_count;
+	/* send queue: b.sq, of struct tcp_sqe */
 	size_t tx_off; /* bytes of the head message already sent */
 
 	/* receive */
@@ -206,41 +178,19 @@ struct fr_tp_conn {
 	uint32_t rx_imm, rx_region, rx_gen;
 };
 
+/* The base (rank, connections, regions, listener, wake eventfd, epoll
+ * set, error text) and the completions. */
 struct fr_tp {
-	int rank;
-	uint64_t nonce;
-	int timeout_ms;
-	unsigned int sq_depth;
-	int lfd;
-	int epfd;
-	int wfd; /* eventfd in the epoll set: wake() ends a wait() */
-	struct fr_tp_conn *conns;
-	unsigned int npending; /* incoming connections not handed out */
-	int accept_errno;      /* last accept() failure, warned about once */
-	struct tcp_region *regions;
-	uint32_t nregions;
+	struct fr_tpb b;
 	struct fr_cqring cq;
-	char errbuf[TCP_ERRBUF_LEN];
+	int rcvbuf; /* SO_RCVBUF of every socket; 0: the kernel's autotuning */
 };
 
+FR_TPB_FIRST(fr_tp);
+FR_TPB_FIRST(fr_tp_conn);
+FR_TPB_FIRST(tcp_sqe);
+
 /* ---- small helpers ------------------------------------------------------- */
-
-static void tcp_vseterr(struct fr_tp *tp, int level, const char *fmt,
-			va_list ap)
-{
-	vsnprintf(tp->errbuf, sizeof(tp->errbuf), fmt, ap);
-	fr_log(level, "tcp: rank %d: %s", tp->rank, tp->errbuf);
-}
-
-static void __attribute__((format(printf, 3, 4)))
-tcp_seterr(struct fr_tp *tp, int level, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	tcp_vseterr(tp, level, fmt, ap);
-	va_end(ap);
-}
 
 static bool tcp_would_block(int e)
 {
@@ -263,43 +213,80 @@ static void tcp_nodelay(int fd)
 		fr_dbg("tcp: TCP_NODELAY: %s", fr_syserr(errno));
 }
 
-static uint32_t tcp_gen_next(uint32_t gen)
+/*
+ * The receive buffer.  The kernel starts a connection at tcp_rmem's middle
+ * value (128 KiB) and autotuning grows it by what the application read per
+ * round trip - which, for an All-Reduce that sends half a megabyte each way
+ * at once and then waits, it did not within hundreds of calls: 1 MiB at
+ * n = 2 over loopback took 380-470 us per call, 205-216 with a 2 MiB buffer
+ * from the start (6 jobs each, the ring; one job in ten got the fast one by
+ * itself).  So every socket asks for FR_TCP_RCVBUF (default 4 MiB; the
+ * kernel doubles it for its overhead) before connect() or listen(), which
+ * also sets the window scale.  The kernel caps the request at
+ * net.core.rmem_max, and a fixed buffer is never autotuned: where that cap
+ * is below TCP_RCVBUF_USEFUL (Debian's 208 KiB) autotuning is left on, and
+ * a log line at level info says what to raise.  0 leaves it on always.
+ */
+#define TCP_RCVBUF_DEFAULT (4 << 20)
+#define TCP_RCVBUF_USEFUL (1 << 20)
+
+static long tcp_rmem_max(void)
 {
-	/* 0 is never a valid generation, so a zeroed key matches nothing. */
-	return gen == UINT32_MAX ? 1 : gen + 1;
+	FILE *f = fopen("/proc/sys/net/core/rmem_max", "r");
+	long v = -1;
+
+	if (f) {
+		if (fscanf(f, "%ld", &v) != 1)
+			v = -1;
+		fclose(f);
+	}
+	return v;
+}
+
+/* tp->rcvbuf from FR_TCP_RCVBUF and the kernel's cap; 0 or FR_EINVAL. */
+static int tcp_rcvbuf_choose(struct fr_tp *tp)
+{
+	const char *v = getenv("FR_TCP_RCVBUF");
+	size_t want = TCP_RCVBUF_DEFAULT;
+	long cap = tcp_rmem_max();
+	bool asked = v && *v;
+
+	tp->rcvbuf = 0;
+	if (asked && (fr_parse_size(v, &want) || want > INT_MAX))
+		return FR_EINVAL;
+	if (!want)
+		return 0;
+	if (cap > 0 && (size_t)cap < want) {
+		if (!asked && cap < TCP_RCVBUF_USEFUL) {
+			fr_info("tcp: net.core.rmem_max is %ld: receive buffers left to the kernel's autotuning (with %d or more, each socket would start at %d: medium All-Reduces up to twice as fast)",
+				cap, TCP_RCVBUF_DEFAULT, TCP_RCVBUF_DEFAULT);
+			return 0;
+		}
+		want = (size_t)cap;
+	}
+	tp->rcvbuf = (int)want;
+	return 0;
+}
+
+static void tcp_set_rcvbuf(const struct fr_tp *tp, int fd)
+{
+	if (tp->rcvbuf && setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &tp->rcvbuf,
+				     sizeof(tp->rcvbuf)))
+		fr_dbg("tcp: SO_RCVBUF %d: %s", tp->rcvbuf, fr_syserr(errno));
 }
 
 /* ---- connections: life cycle --------------------------------------------- */
 
 static struct fr_tp_conn *tcp_conn_new(struct fr_tp *tp)
 {
-	struct fr_tp_conn *c;
+	struct fr_tp_conn *c =
+		fr_tpb_conn_new(tp, sizeof(*c), sizeof(struct tcp_sqe));
 
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return NULL;
-	c->sq = calloc(tp->sq_depth, sizeof(*c->sq));
-	if (!c->sq) {
-		free(c);
-		return NULL;
+	if (c) {
+		c->fd = -1;
+		c->rx_state = TCP_RX_HDR;
 	}
-	c->tp = tp;
-	c->fd = -1;
-	c->peer = -1;
-	c->sq_depth = tp->sq_depth;
-	c->rx_state = TCP_RX_HDR;
 	return c;
-}
-
-static void tcp_conn_link(struct fr_tp_conn *c)
-{
-	struct fr_tp *tp = c->tp;
-
-	c->prev = NULL;
-	c->next = tp->conns;
-	if (tp->conns)
-		tp->conns->prev = c;
-	tp->conns = c;
 }
 
 static void tcp_close_fd(struct fr_tp_conn *c)
@@ -307,97 +294,26 @@ static void tcp_close_fd(struct fr_tp_conn *c)
 	if (c->fd < 0)
 		return;
 	if (c->ep_added)
-		epoll_ctl(c->tp->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		epoll_ctl(c->b.tp->b.epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	c->ep_added = false;
 	close(c->fd);
 	c->fd = -1;
 }
 
-/* Queued sends stop reading their regions (the conn failed or goes away). */
-static void tcp_sq_release(struct fr_tp_conn *c)
-{
-	unsigned int i;
-
-	for (i = 0; i < c->sq_count; i++) {
-		struct tcp_sqe *e = &c->sq[(c->sq_head + i) % c->sq_depth];
-
-		if (e->mr) {
-			e->mr->inflight--;
-			e->mr = NULL;
-		}
-	}
-}
-
-static void tcp_conn_free(struct fr_tp_conn *c)
-{
-	struct fr_tp *tp = c->tp;
-
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		tp->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	if (c->incoming && !c->owned)
-		tp->npending--;
-	tcp_close_fd(c);
-	tcp_sq_release(c);
-	free(c->sq);
-	free(c);
-}
+static void tcp_progress(struct fr_tp *tp, bool eager);
 
 /*
- * Fail a connection: close its socket now (the peer sees EOF), remember the
- * error for later calls, and owe the caller one error completion plus one
- * per queued send if it was established.
+ * A connection fails (fr_tpb_conn_fail, which also releases the regions
+ * of its queued sends, remembers the error and owes the caller one error
+ * completion plus one per queued send if it was established) or goes
+ * away: close its socket now (the peer sees EOF).
  */
-static void __attribute__((format(printf, 3, 4)))
-tcp_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
-{
-	bool was_up = c->state == TCP_UP;
-	char msg[160];
-	va_list ap;
-
-	if (c->state == TCP_FAILED)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	/* A peer breaking the protocol on a live connection deserves a
-	 * warning; refused strangers were already reported when judged. */
-	tcp_seterr(c->tp,
-		   c->owned && (err == FR_ERANGE || err == FR_EPROTO)
-			   ? FR_LOG_WARN
-			   : FR_LOG_DEBUG,
-		   "connection %s rank %d: %s", c->incoming ? "from" : "to",
-		   c->peer, msg);
-	tcp_close_fd(c);
-	c->error = err;
-	c->state = TCP_FAILED;
-	tcp_sq_release(c);
-	c->err_owed = was_up && c->owned;
-}
-
-/* Move a failed connection's owed completions into the ring, in order. */
-static void tcp_flush_failed(struct fr_tp_conn *c)
-{
-	struct fr_tp *tp = c->tp;
-
-	if (c->err_owed) {
-		if (fr_cqring_full(&tp->cq))
-			return;
-		fr_cqring_push(&tp->cq, FR_CQE_RECV, c->error, c, 0, 0, 0);
-		c->err_owed = false;
-	}
-	while (c->sq_count) {
-		if (fr_cqring_full(&tp->cq))
-			return;
-		fr_cqring_push(&tp->cq, FR_CQE_SEND, c->error, c,
-			       c->sq[c->sq_head].ctx, 0, 0);
-		c->sq_head = (c->sq_head + 1) % c->sq_depth;
-		c->sq_count--;
-	}
-}
+static const struct fr_tpb_class tcp_class = {
+	.name = "tcp",
+	.rkey = {TCP_RKEY_MAGIC, TCP_RKEY_VERSION, TCP_RKEY_LEN},
+	.progress = tcp_progress,
+	.conn_down = tcp_close_fd,
+};
 
 /* ---- handshake ----------------------------------------------------------- */
 
@@ -414,7 +330,7 @@ static int tcp_hs_send(struct fr_tp_conn *c)
 				continue;
 			if (tcp_would_block(errno))
 				return FR_EAGAIN;
-			c->last_errno = errno;
+			c->b.last_errno = errno;
 			return FR_EPEER;
 		}
 		c->hs_out_off += (size_t)n;
@@ -438,11 +354,11 @@ static int tcp_hs_recv(struct fr_tp_conn *c)
 				continue;
 			if (tcp_would_block(errno))
 				return FR_EAGAIN;
-			c->last_errno = errno;
+			c->b.last_errno = errno;
 			return FR_EPEER;
 		}
 		if (n == 0) {
-			c->last_errno = 0;
+			c->b.last_errno = 0;
 			return FR_EPEER;
 		}
 		c->hs_in_off += (size_t)n;
@@ -460,27 +376,19 @@ static void tcp_put_reply(uint8_t *b, int status)
 
 static void tcp_hello_start(struct fr_tp_conn *c)
 {
-	struct fr_tp *tp = c->tp;
+	struct fr_tp *tp = c->b.tp;
 
 	fr_put_le32(c->hs_out, TCP_MAGIC);
 	fr_put_le16(c->hs_out + 4, TCP_VERSION);
 	fr_put_le16(c->hs_out + 6, TCP_KIND_HELLO);
-	fr_put_le32(c->hs_out + 8, (uint32_t)tp->rank);
+	fr_put_le32(c->hs_out + 8, (uint32_t)tp->b.rank);
 	fr_put_le32(c->hs_out + 12, 0);
-	fr_put_le64(c->hs_out + 16, tp->nonce);
+	fr_put_le64(c->hs_out + 16, tp->b.nonce);
 	c->hs_out_off = 0;
 	c->hs_out_len = TCP_HELLO_LEN;
 	c->hs_in_off = 0;
 	c->hs_in_len = TCP_REPLY_LEN;
-	c->state = TCP_HELLO;
-}
-
-static void tcp_schedule_retry(struct fr_tp_conn *c, int e, uint64_t now)
-{
-	c->last_errno = e;
-	c->state = TCP_RETRY;
-	c->retry_ms = now + (uint64_t)c->backoff_ms;
-	c->backoff_ms = FR_MIN(c->backoff_ms * 2, TCP_BACKOFF_MAX_MS);
+	c->b.state = TCP_HELLO;
 }
 
 /*
@@ -495,10 +403,11 @@ static int tcp_start_connect(struct fr_tp_conn *c, uint64_t now)
 	fd = socket(c->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
 		    0);
 	if (fd < 0) {
-		c->last_errno = errno;
+		c->b.last_errno = errno;
 		return FR_ESYS;
 	}
 	tcp_nodelay(fd);
+	tcp_set_rcvbuf(c->b.tp, fd);
 	if (!connect(fd, (struct sockaddr *)&c->sa, c->salen)) {
 		c->fd = fd;
 		tcp_hello_start(c);
@@ -508,15 +417,15 @@ static int tcp_start_connect(struct fr_tp_conn *c, uint64_t now)
 	/* EINTR: the connection still completes asynchronously. */
 	if (e == EINPROGRESS || e == EINTR) {
 		c->fd = fd;
-		c->state = TCP_CONNECTING;
+		c->b.state = TCP_CONNECTING;
 		return 0;
 	}
 	close(fd);
 	if (tcp_retryable(e)) {
-		tcp_schedule_retry(c, e, now);
+		fr_tpb_retry(c, e, now, TCP_BACKOFF_MAX_MS);
 		return 0;
 	}
-	c->last_errno = e;
+	c->b.last_errno = e;
 	fr_dbg("tcp: connect to %s: %s",
 	       fr_sockaddr_str((struct sockaddr *)&c->sa, where, sizeof(where)),
 	       fr_syserr(e));
@@ -541,14 +450,14 @@ static void tcp_check_connected(struct fr_tp_conn *c, uint64_t now)
 	}
 	tcp_close_fd(c);
 	if (tcp_retryable(soerr)) {
-		tcp_schedule_retry(c, soerr, now);
+		fr_tpb_retry(c, soerr, now, TCP_BACKOFF_MAX_MS);
 		return;
 	}
-	c->last_errno = soerr;
-	tcp_conn_fail(c, FR_EPEER, "connect to %s: %s",
-		      fr_sockaddr_str((struct sockaddr *)&c->sa, where,
-				      sizeof(where)),
-		      fr_syserr(soerr));
+	c->b.last_errno = soerr;
+	fr_tpb_conn_fail(c, FR_EPEER, "connect to %s: %s",
+			 fr_sockaddr_str((struct sockaddr *)&c->sa, where,
+					 sizeof(where)),
+			 fr_syserr(soerr));
 }
 
 static const char *tcp_where(const struct fr_tp_conn *c, char *buf, size_t size)
@@ -570,59 +479,61 @@ static void tcp_hello_progress(struct fr_tp_conn *c)
 	if (err == FR_EAGAIN)
 		return;
 	if (err) {
-		tcp_conn_fail(
+		fr_tpb_conn_fail(
 			c, FR_EPEER,
 			"%s closed the connection during the handshake%s%s",
 			tcp_where(c, where, sizeof(where)),
-			c->last_errno ? ": " : "",
-			c->last_errno ? fr_syserr(c->last_errno) : "");
+			c->b.last_errno ? ": " : "",
+			c->b.last_errno ? fr_syserr(c->b.last_errno) : "");
 		return;
 	}
 	if (fr_get_le32(r) != TCP_MAGIC || fr_get_le16(r + 4) != TCP_VERSION ||
 	    fr_get_le16(r + 6) != TCP_KIND_REPLY) {
-		tcp_conn_fail(c, FR_EPROTO,
-			      "%s answered with a malformed handshake",
-			      tcp_where(c, where, sizeof(where)));
+		fr_tpb_conn_fail(c, FR_EPROTO,
+				 "%s answered with a malformed handshake",
+				 tcp_where(c, where, sizeof(where)));
 		return;
 	}
 	status = (int32_t)fr_get_le32(r + 8);
 	if (!status) {
-		c->state = TCP_UP;
-		fr_dbg("tcp: rank %d: connected to rank %d at %s", c->tp->rank,
-		       c->peer, tcp_where(c, where, sizeof(where)));
+		c->b.state = TCP_UP;
+		fr_dbg("tcp: rank %d: connected to rank %d at %s",
+		       c->b.tp->b.rank, c->b.peer,
+		       tcp_where(c, where, sizeof(where)));
 		return;
 	}
 	/* Only the refusals the protocol defines; anything else is garbage. */
 	if (status != FR_EAUTH && status != FR_EBUSY && status != FR_EPROTO)
 		status = FR_EPROTO;
-	tcp_conn_fail(c, status, "%s refused the connection: %s",
-		      tcp_where(c, where, sizeof(where)),
-		      status == FR_EAUTH ? "wrong job nonce"
-		      : status == FR_EBUSY
-			      ? "it already has a connection from this rank"
-			      : "protocol mismatch");
+	fr_tpb_conn_fail(c, status, "%s refused the connection: %s",
+			 tcp_where(c, where, sizeof(where)),
+			 status == FR_EAUTH ? "wrong job nonce"
+			 : status == FR_EBUSY
+				 ? "it already has a connection from this rank"
+				 : "protocol mismatch");
 }
 
 /* Advance an outgoing connection that is not established yet. */
 static void tcp_out_progress(struct fr_tp_conn *c, uint64_t now)
 {
-	enum tcp_state before;
+	int before;
 	char where[96];
 	int err;
 
 	do {
-		before = c->state;
-		switch (c->state) {
+		before = c->b.state;
+		switch (c->b.state) {
 		case TCP_RETRY:
-			if (now < c->retry_ms)
+			if (now < c->b.retry_ms)
 				break;
 			err = tcp_start_connect(c, now);
 			if (err)
-				tcp_conn_fail(c, err, "connect to %s: %s",
-					      fr_sockaddr_str(
-						      (struct sockaddr *)&c->sa,
-						      where, sizeof(where)),
-					      fr_syserr(c->last_errno));
+				fr_tpb_conn_fail(
+					c, err, "connect to %s: %s",
+					fr_sockaddr_str(
+						(struct sockaddr *)&c->sa,
+						where, sizeof(where)),
+					fr_syserr(c->b.last_errno));
 			break;
 		case TCP_CONNECTING:
 			tcp_check_connected(c, now);
@@ -633,21 +544,22 @@ static void tcp_out_progress(struct fr_tp_conn *c, uint64_t now)
 		default:
 			return;
 		}
-	} while (c->state != before);
+	} while (c->b.state != before);
 
-	if (c->state == TCP_UP || c->state == TCP_FAILED ||
-	    now < c->deadline_ms)
+	if (c->b.state == TCP_UP || c->b.state == TCP_FAILED ||
+	    now < c->b.deadline_ms)
 		return;
 	fr_sockaddr_str((struct sockaddr *)&c->sa, where, sizeof(where));
-	if (c->state == TCP_HELLO)
-		tcp_conn_fail(c, FR_ETIMEDOUT,
-			      "no handshake reply from %s within %d ms", where,
-			      c->tp->timeout_ms);
+	if (c->b.state == TCP_HELLO)
+		fr_tpb_conn_fail(c, FR_ETIMEDOUT,
+				 "no handshake reply from %s within %d ms",
+				 where, c->b.tp->b.timeout_ms);
 	else
-		tcp_conn_fail(c, FR_ETIMEDOUT,
-			      "could not connect to %s within %d ms%s%s", where,
-			      c->tp->timeout_ms, c->last_errno ? ": " : "",
-			      c->last_errno ? fr_syserr(c->last_errno) : "");
+		fr_tpb_conn_fail(
+			c, FR_ETIMEDOUT,
+			"could not connect to %s within %d ms%s%s", where,
+			c->b.tp->b.timeout_ms, c->b.last_errno ? ": " : "",
+			c->b.last_errno ? fr_syserr(c->b.last_errno) : "");
 }
 
 /* Accept every socket waiting on the listener. */
@@ -657,24 +569,25 @@ static void tcp_accept_new(struct fr_tp *tp, uint64_t now)
 	int fd;
 
 	for (;;) {
-		fd = accept4(tp->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		fd = accept4(tp->b.lfd, NULL, NULL,
+			     SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
 			/* Out of descriptors persists: say it once, not per
 			 * poll. */
 			if (!tcp_would_block(errno) &&
-			    errno != tp->accept_errno)
-				fr_warn("tcp: rank %d: accept: %s", tp->rank,
+			    errno != tp->b.accept_errno)
+				fr_warn("tcp: rank %d: accept: %s", tp->b.rank,
 					fr_syserr(errno));
 			if (!tcp_would_block(errno))
-				tp->accept_errno = errno;
+				tp->b.accept_errno = errno;
 			return;
 		}
-		tp->accept_errno = 0;
-		if (tp->npending >= TCP_MAX_PENDING) {
+		tp->b.accept_errno = 0;
+		if (tp->b.npending >= FR_TPB_MAX_PENDING) {
 			fr_warn("tcp: rank %d: too many connections awaiting accept; closing a new one",
-				tp->rank);
+				tp->b.rank);
 			close(fd);
 			continue;
 		}
@@ -685,12 +598,8 @@ static void tcp_accept_new(struct fr_tp *tp, uint64_t now)
 		}
 		tcp_nodelay(fd);
 		c->fd = fd;
-		c->incoming = true;
-		c->state = TCP_GREET;
-		c->deadline_ms = now + (uint64_t)tp->timeout_ms;
 		c->hs_in_len = TCP_HELLO_LEN;
-		tcp_conn_link(c);
-		tp->npending++;
+		fr_tpb_conn_park(c, TCP_GREET, now);
 	}
 }
 
@@ -709,14 +618,14 @@ static bool tcp_rank_taken(struct fr_tp *tp, int rank,
 {
 	struct fr_tp_conn *c;
 
-	for (c = tp->conns; c; c = c->next) {
-		if (c == self || !c->incoming || c->state != TCP_UP ||
-		    c->peer != rank)
+	for (c = tp->b.conns; c; c = c->b.next) {
+		if (c == self || !c->b.incoming || c->b.state != TCP_UP ||
+		    c->b.peer != rank)
 			continue;
 		/* A reconnecting rank must not be locked out by its own
 		 * dead, never-accepted connection. */
-		if (!c->owned && tcp_parked_gone(c)) {
-			tcp_conn_fail(c, FR_EPEER, "closed before accept");
+		if (!c->b.owned && tcp_parked_gone(c)) {
+			fr_tpb_conn_fail(c, FR_EPEER, "closed before accept");
 			continue;
 		}
 		return true;
@@ -732,7 +641,7 @@ static void tcp_refuse(struct fr_tp_conn *c, int status)
 	tcp_put_reply(b, status);
 	if (send(c->fd, b, sizeof(b), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
 		fr_dbg("tcp: refusal not sent: %s", fr_syserr(errno));
-	tcp_conn_fail(c, status, "refused");
+	fr_tpb_conn_fail(c, status, "refused");
 }
 
 static void tcp_tx(struct fr_tp_conn *c);
@@ -740,59 +649,51 @@ static void tcp_tx(struct fr_tp_conn *c);
 /* Read and judge an incoming connection's hello. */
 static void tcp_greet_progress(struct fr_tp_conn *c, uint64_t now)
 {
-	struct fr_tp *tp = c->tp;
+	struct fr_tp *tp = c->b.tp;
 	const uint8_t *h = c->hs_in;
-	uint64_t nonce;
 	int err, rank;
 
 	err = tcp_hs_recv(c);
 	if (err == FR_EAGAIN) {
-		if (now >= c->deadline_ms) {
+		if (now >= c->b.deadline_ms) {
 			fr_warn("tcp: rank %d: no hello within %d ms; closing an incoming connection",
-				tp->rank, tp->timeout_ms);
-			tcp_conn_fail(c, FR_ETIMEDOUT, "no hello");
+				tp->b.rank, tp->b.timeout_ms);
+			fr_tpb_conn_fail(c, FR_ETIMEDOUT, "no hello");
 		}
 		return;
 	}
 	if (err) {
-		tcp_conn_fail(c, FR_EPEER, "closed before its hello");
+		fr_tpb_conn_fail(c, FR_EPEER, "closed before its hello");
 		return;
 	}
 	if (fr_get_le32(h) != TCP_MAGIC ||
 	    fr_get_le16(h + 6) != TCP_KIND_HELLO) {
 		fr_warn("tcp: rank %d: closing an incoming connection that is not a fastreduce hello",
-			tp->rank);
-		tcp_conn_fail(c, FR_EPROTO, "bad magic");
+			tp->b.rank);
+		fr_tpb_conn_fail(c, FR_EPROTO, "bad magic");
 		return;
 	}
 	rank = (int32_t)fr_get_le32(h + 8);
-	nonce = fr_get_le64(h + 16);
-	if (fr_get_le16(h + 4) != TCP_VERSION) {
-		fr_warn("tcp: rank %d: refused rank %d: protocol version %u, we speak %u",
-			tp->rank, rank, fr_get_le16(h + 4), TCP_VERSION);
-		tcp_refuse(c, FR_EPROTO);
-		return;
-	}
-	if (nonce != tp->nonce) {
-		fr_warn("tcp: rank %d: refused a connection claiming rank %d: wrong job nonce",
-			tp->rank, rank);
-		tcp_refuse(c, FR_EAUTH);
+	err = fr_tpb_hello_check(&tp->b, rank, fr_get_le16(h + 4), TCP_VERSION,
+				 fr_get_le64(h + 16));
+	if (err) {
+		tcp_refuse(c, err);
 		return;
 	}
 	if (rank < 0 || fr_get_le32(h + 12)) {
 		fr_warn("tcp: rank %d: refused a malformed hello (rank %d)",
-			tp->rank, rank);
+			tp->b.rank, rank);
 		tcp_refuse(c, FR_EPROTO);
 		return;
 	}
 	if (tcp_rank_taken(tp, rank, c)) {
 		fr_warn("tcp: rank %d: refused a second connection from rank %d",
-			tp->rank, rank);
+			tp->b.rank, rank);
 		tcp_refuse(c, FR_EBUSY);
 		return;
 	}
-	c->peer = rank;
-	c->state = TCP_UP;
+	c->b.peer = rank;
+	c->b.state = TCP_UP;
 	tcp_put_reply(c->hs_out, 0);
 	c->hs_out_off = 0;
 	c->hs_out_len = TCP_REPLY_LEN;
@@ -804,15 +705,7 @@ static void tcp_greet_progress(struct fr_tp_conn *c, uint64_t now)
 /* The head of the send queue has left: complete it. */
 static void tcp_sq_retire(struct fr_tp_conn *c)
 {
-	struct tcp_sqe *e = &c->sq[c->sq_head];
-
-	if (e->mr) {
-		e->mr->inflight--;
-		e->mr = NULL;
-	}
-	fr_cqring_push(&c->tp->cq, FR_CQE_SEND, 0, c, e->ctx, 0, 0);
-	c->sq_head = (c->sq_head + 1) % c->sq_depth;
-	c->sq_count--;
+	fr_tpb_sq_retire(c);
 	c->tx_off = 0;
 }
 
@@ -824,14 +717,14 @@ static void tcp_sq_retire(struct fr_tp_conn *c)
 static void tcp_tx(struct fr_tp_conn *c)
 {
 	struct iovec iov[1 + 2 * TCP_TX_BATCH];
-	struct fr_tp *tp = c->tp;
+	struct fr_tp *tp = c->b.tp;
 	unsigned int i, room;
 	size_t hs_left, off, n;
 	struct msghdr msg;
 	ssize_t sent;
 	int niov;
 
-	while (c->state == TCP_UP) {
+	while (c->b.state == TCP_UP) {
 		niov = 0;
 		hs_left = c->hs_out_len - c->hs_out_off;
 		if (hs_left) {
@@ -840,10 +733,9 @@ static void tcp_tx(struct fr_tp_conn *c)
 		}
 		room = fr_cqring_room(&tp->cq);
 		off = c->tx_off;
-		for (i = 0; i < c->sq_count && i < TCP_TX_BATCH && i < room;
+		for (i = 0; i < c->b.sq.count && i < TCP_TX_BATCH && i < room;
 		     i++) {
-			struct tcp_sqe *e =
-				&c->sq[(c->sq_head + i) % c->sq_depth];
+			struct tcp_sqe *e = fr_tpb_sq_at(&c->b.sq, i);
 
 			if (off < TCP_HDR_LEN) {
 				iov[niov].iov_base = e->hdr + off;
@@ -870,7 +762,8 @@ static void tcp_tx(struct fr_tp_conn *c)
 				continue;
 			if (tcp_would_block(errno))
 				return;
-			tcp_conn_fail(c, FR_EPEER, "send: %s", fr_syserr(errno));
+			fr_tpb_conn_fail(c, FR_EPEER, "send: %s",
+					 fr_syserr(errno));
 			return;
 		}
 		n = (size_t)sent;
@@ -881,8 +774,8 @@ static void tcp_tx(struct fr_tp_conn *c)
 			n -= t;
 		}
 		while (n) {
-			size_t rest =
-				TCP_HDR_LEN + c->sq[c->sq_head].len - c->tx_off;
+			const struct tcp_sqe *head = fr_tpb_sq_at(&c->b.sq, 0);
+			size_t rest = TCP_HDR_LEN + head->len - c->tx_off;
 
 			if (n < rest) {
 				c->tx_off += n;
@@ -898,8 +791,8 @@ static void tcp_tx(struct fr_tp_conn *c)
 static int tcp_rx_header(struct fr_tp_conn *c)
 {
 	const uint8_t *h = c->rx_hdr;
-	struct fr_tp *tp = c->tp;
-	struct fr_tp_mr *mr = NULL;
+	struct fr_tp *tp = c->b.tp;
+	struct fr_tpb_mr *mr = NULL;
 	uint32_t imm, id, gen, len;
 	uint64_t off;
 
@@ -910,23 +803,22 @@ static int tcp_rx_header(struct fr_tp_conn *c)
 	len = fr_get_le32(h + 24);
 	if (h[0] != TCP_VERSION || h[1] != TCP_OP_WRITE_IMM ||
 	    fr_get_le16(h + 2) || fr_get_le32(h + 28)) {
-		tcp_conn_fail(c, FR_EPROTO,
-			      "malformed message header (version %u, op %u)",
-			      h[0], h[1]);
+		fr_tpb_conn_fail(c, FR_EPROTO,
+				 "malformed message header (version %u, op %u)",
+				 h[0], h[1]);
 		return -1;
 	}
 	if (len) {
-		if (id < tp->nregions)
-			mr = tp->regions[id].mr;
-		if (!mr || mr->gen != gen) {
-			tcp_conn_fail(
+		mr = fr_tpb_region(&tp->b, id, gen);
+		if (!mr) {
+			fr_tpb_conn_fail(
 				c, FR_ERANGE,
 				"write of %u bytes to unknown or deregistered region %u/%u",
 				len, id, gen);
 			return -1;
 		}
 		if (!(mr->access & FR_TP_REMOTE_WRITE)) {
-			tcp_conn_fail(
+			fr_tpb_conn_fail(
 				c, FR_ERANGE,
 				"write to region %u, which does not allow remote writes",
 				id);
@@ -934,7 +826,7 @@ static int tcp_rx_header(struct fr_tp_conn *c)
 		}
 		/* Overflow-safe: never form off + len. */
 		if (off > mr->len || len > mr->len - off) {
-			tcp_conn_fail(
+			fr_tpb_conn_fail(
 				c, FR_ERANGE,
 				"write of %u bytes at offset %llu outside region %u of %zu bytes",
 				len, (unsigned long long)off, id, mr->len);
@@ -963,7 +855,7 @@ static int tcp_rx_header(struct fr_tp_conn *c)
  */
 static void tcp_rx(struct fr_tp_conn *c)
 {
-	struct fr_tp *tp = c->tp;
+	struct fr_tp *tp = c->b.tp;
 	size_t budget = TCP_RX_BUDGET, take, want;
 	struct iovec iov[2];
 	bool drained = false;
@@ -1028,16 +920,16 @@ static void tcp_rx(struct fr_tp_conn *c)
 				continue;
 			if (tcp_would_block(errno))
 				return;
-			tcp_conn_fail(c, FR_EPEER, "receive: %s",
-				      fr_syserr(errno));
+			fr_tpb_conn_fail(c, FR_EPEER, "receive: %s",
+					 fr_syserr(errno));
 			return;
 		}
 		if (n == 0) {
 			if (c->rx_state == TCP_RX_HDR && c->rx_off == 0)
-				tcp_conn_fail(c, FR_EPEER,
-					      "peer closed the connection");
+				fr_tpb_conn_fail(c, FR_EPEER,
+						 "peer closed the connection");
 			else
-				tcp_conn_fail(
+				fr_tpb_conn_fail(
 					c, FR_EPEER,
 					"peer closed the connection in the middle of a message");
 			return;
@@ -1076,16 +968,6 @@ static bool tcp_rx_buffered(const struct fr_tp_conn *c)
  * that would only say EAGAIN costs microseconds, and the small-message
  * latency of a collective is a handful of polls.
  */
-/* Level-triggered: a wake left unread would end every later wait. */
-static void tcp_wake_drain(struct fr_tp *tp)
-{
-	uint64_t v;
-
-	if (read(tp->wfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		fr_dbg("tcp: rank %d: reading the wake eventfd: %s", tp->rank,
-		       fr_syserr(errno));
-}
-
 static bool tcp_collect_ready(struct fr_tp *tp)
 {
 	struct epoll_event ev[64];
@@ -1093,22 +975,22 @@ static bool tcp_collect_ready(struct fr_tp *tp)
 	bool listener = false;
 	int n;
 
-	for (c = tp->conns; c; c = c->next) {
+	for (c = tp->b.conns; c; c = c->b.next) {
 		c->readable = false;
-		if (c->state == TCP_UP && c->owned)
+		if (c->b.state == TCP_UP && c->b.owned)
 			tcp_arm(c, tcp_want_events(c));
 	}
-	n = epoll_wait(tp->epfd, ev, (int)FR_ARRAY_SIZE(ev), 0);
+	n = epoll_wait(tp->b.epfd, ev, (int)FR_ARRAY_SIZE(ev), 0);
 	if (n < 0 || n == (int)FR_ARRAY_SIZE(ev)) {
 		/* Unsure: look at everything. */
-		for (c = tp->conns; c; c = c->next)
+		for (c = tp->b.conns; c; c = c->b.next)
 			c->readable = true;
 		return true;
 	}
 	for (int i = 0; i < n; i++) {
 		c = ev[i].data.ptr;
-		if (ev[i].data.ptr == &tp->wfd)
-			tcp_wake_drain(tp);
+		if (ev[i].data.ptr == &tp->b.wfd)
+			fr_tpb_wake_drain(&tp->b);
 		else if (!c)
 			listener = true;
 		else if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
@@ -1117,16 +999,16 @@ static bool tcp_collect_ready(struct fr_tp *tp)
 	return listener;
 }
 
-static void tcp_progress(struct fr_tp *tp)
+static void tcp_progress(struct fr_tp *tp, bool eager)
 {
 	struct fr_tp_conn *c, *next;
 	uint64_t now = fr_now_ms();
 
 	if (tcp_collect_ready(tp))
 		tcp_accept_new(tp, now);
-	for (c = tp->conns; c; c = next) {
-		next = c->next;
-		switch (c->state) {
+	for (c = tp->b.conns; c; c = next) {
+		next = c->b.next;
+		switch (c->b.state) {
 		case TCP_RETRY:
 		case TCP_CONNECTING:
 		case TCP_HELLO:
@@ -1136,22 +1018,22 @@ static void tcp_progress(struct fr_tp *tp)
 			tcp_greet_progress(c, now);
 			break;
 		case TCP_UP:
-			if (c->sq_count || c->hs_out_off < c->hs_out_len)
+			if (c->b.sq.count || c->hs_out_off < c->hs_out_len)
 				tcp_tx(c);
 			/* Parked connections are read only once accepted. */
-			if (c->owned && c->state == TCP_UP &&
+			if (c->b.owned && c->b.state == TCP_UP &&
 			    (c->readable || tcp_rx_buffered(c)))
 				tcp_rx(c);
 			break;
 		case TCP_FAILED:
 			break;
 		}
-		if (c->state != TCP_FAILED)
+		if (c->b.state != TCP_FAILED)
 			continue;
-		if (c->owned)
-			tcp_flush_failed(c);
+		if (c->b.owned)
+			fr_tpb_flush_failed(c);
 		else
-			tcp_conn_free(c); /* nobody will ever ask for it */
+			fr_tpb_conn_free(c); /* nobody will ever ask for it */
 	}
 }
 
@@ -1209,124 +1091,67 @@ static int tcp_addr_decode(const void *blob, size_t len,
 	return fr_sockaddr_decode(blob, len, TCP_ADDR_MAGIC, sa, salen);
 }
 
-static void __attribute__((format(printf, 2, 3)))
-tcp_open_err(const struct fr_tp_params *p, const char *fmt, ...)
-{
-	char msg[TCP_ERRBUF_LEN];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (p->errbuf && p->errlen)
-		snprintf(p->errbuf, p->errlen, "%s", msg);
-	fr_dbg("tcp: %s", msg);
-}
-
 static int tcp_open(const struct fr_tp_params *params, struct fr_tp **out,
 		    void *addr, size_t *addrlen)
 {
 	struct fr_tp_params p;
 	struct sockaddr_storage sa;
-	struct epoll_event ev;
 	socklen_t salen;
 	struct fr_tp *tp;
+	const char *what;
 	char where[96];
 	int rc;
 
-	if (!params || !out || !addr || !addrlen || !params->size)
-		return FR_EINVAL;
-	/* Fields past the caller's size read as zero: the struct may grow. */
-	memset(&p, 0, sizeof(p));
-	memcpy(&p, params, FR_MIN(params->size, sizeof(p)));
-	if (*addrlen < TCP_ADDR_LEN) {
-		tcp_open_err(&p, "tcp: address buffer of %zu bytes, need %d",
-			     *addrlen, TCP_ADDR_LEN);
-		return FR_EINVAL;
-	}
-	if (p.rank < 0 || p.sq_depth < 0 || p.sq_depth > TCP_MAX_SQ_DEPTH) {
-		tcp_open_err(&p, "tcp: invalid rank %d or send queue depth %d",
-			     p.rank, p.sq_depth);
-		return FR_EINVAL;
-	}
+	rc = fr_tpb_open_params("tcp", params, &p, out, addr, addrlen,
+				TCP_ADDR_LEN, TCP_MAX_SQ_DEPTH);
+	if (rc)
+		return rc;
 	if (tcp_local_addr(p.local_ip, &sa, &salen)) {
-		tcp_open_err(
-			&p,
+		fr_tpb_open_err(
+			"tcp", &p,
 			"tcp: local address '%s' is not a numeric IP address",
 			p.local_ip);
 		return FR_EINVAL;
 	}
 
-	tp = calloc(1, sizeof(*tp));
-	if (!tp) {
-		tcp_open_err(&p, "tcp: out of memory");
+	tp = fr_tpb_alloc(&tcp_class, &p, sizeof(*tp));
+	if (!tp)
 		return FR_ENOMEM;
+	tp->b.cq = &tp->cq;
+	if (tcp_rcvbuf_choose(tp)) {
+		fr_tpb_open_fail(
+			tp, &p,
+			"tcp: FR_TCP_RCVBUF=\"%s\" is not a size (bytes, K/M allowed; 0: the kernel's autotuning)",
+			getenv("FR_TCP_RCVBUF"));
+		return FR_EINVAL;
 	}
-	tp->rank = p.rank;
-	tp->nonce = p.job_nonce;
-	tp->timeout_ms =
-		p.timeout_ms > 0 ? p.timeout_ms : TCP_DEFAULT_TIMEOUT_MS;
-	tp->sq_depth =
-		p.sq_depth ? (unsigned int)p.sq_depth : TCP_DEFAULT_SQ_DEPTH;
 
-	rc = FR_ESYS;
-	tp->lfd = socket(sa.ss_family,
-			 SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (tp->lfd < 0) {
-		tcp_open_err(&p, "tcp: socket: %s", fr_syserr(errno));
-		goto err_socket;
-	}
-	if (bind(tp->lfd, (struct sockaddr *)&sa, salen) ||
-	    listen(tp->lfd, SOMAXCONN)) {
-		tcp_open_err(&p, "tcp: cannot listen on %s: %s",
-			     p.local_ip ? p.local_ip : "0.0.0.0",
-			     fr_syserr(errno));
-		goto err_listen;
-	}
+	tp->b.lfd = socket(sa.ss_family,
+			   SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (tp->b.lfd < 0)
+		return fr_tpb_open_fail(tp, &p, "tcp: socket: %s",
+					fr_syserr(errno));
+	/* accepted sockets inherit it, window scale included */
+	tcp_set_rcvbuf(tp, tp->b.lfd);
+	if (bind(tp->b.lfd, (struct sockaddr *)&sa, salen) ||
+	    listen(tp->b.lfd, SOMAXCONN))
+		return fr_tpb_open_fail(tp, &p, "tcp: cannot listen on %s: %s",
+					p.local_ip ? p.local_ip : "0.0.0.0",
+					fr_syserr(errno));
 	salen = sizeof(sa);
-	if (getsockname(tp->lfd, (struct sockaddr *)&sa, &salen)) {
-		tcp_open_err(&p, "tcp: getsockname: %s", fr_syserr(errno));
-		goto err_listen;
-	}
-	tp->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (tp->epfd < 0) {
-		tcp_open_err(&p, "tcp: epoll_create1: %s", fr_syserr(errno));
-		goto err_listen;
-	}
-	memset(&ev, 0, sizeof(ev));
-	ev.events = EPOLLIN;
-	ev.data.ptr = NULL; /* the listener */
-	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->lfd, &ev)) {
-		tcp_open_err(&p, "tcp: epoll_ctl: %s", fr_syserr(errno));
-		goto err_epoll;
-	}
-	tp->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (tp->wfd < 0) {
-		tcp_open_err(&p, "tcp: eventfd: %s", fr_syserr(errno));
-		goto err_epoll;
-	}
-	ev.events = EPOLLIN;
-	ev.data.ptr = &tp->wfd;
-	if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, tp->wfd, &ev)) {
-		tcp_open_err(&p, "tcp: epoll_ctl: %s", fr_syserr(errno));
-		goto err_wfd;
-	}
+	if (getsockname(tp->b.lfd, (struct sockaddr *)&sa, &salen))
+		return fr_tpb_open_fail(tp, &p, "tcp: getsockname: %s",
+					fr_syserr(errno));
+	/* the listener's events come with data NULL, the wake's &b.wfd */
+	if (fr_tpb_open_fds(&tp->b, &what))
+		return fr_tpb_open_fail(tp, &p, "tcp: %s: %s", what,
+					fr_syserr(errno));
 	tcp_addr_encode(addr, &sa);
 	*addrlen = TCP_ADDR_LEN;
 	*out = tp;
-	fr_dbg("tcp: rank %d listening on %s", tp->rank,
+	fr_dbg("tcp: rank %d listening on %s", tp->b.rank,
 	       fr_sockaddr_str((struct sockaddr *)&sa, where, sizeof(where)));
 	return 0;
-
-err_wfd:
-	close(tp->wfd);
-err_epoll:
-	close(tp->epfd);
-err_listen:
-	close(tp->lfd);
-err_socket:
-	free(tp);
-	return rc;
 }
 
 static int tcp_connect(struct fr_tp *tp, int peer, const void *addr,
@@ -1340,210 +1165,68 @@ static int tcp_connect(struct fr_tp *tp, int peer, const void *addr,
 		return FR_EINVAL;
 	c = tcp_conn_new(tp);
 	if (!c) {
-		tcp_seterr(tp, FR_LOG_DEBUG, "out of memory");
+		fr_tpb_seterr(&tp->b, FR_LOG_DEBUG, "out of memory");
 		return FR_ENOMEM;
 	}
 	rc = tcp_addr_decode(addr, addrlen, &c->sa, &c->salen);
 	if (rc) {
-		tcp_seterr(tp, FR_LOG_WARN,
-			   "malformed address blob for rank %d (%zu bytes)",
-			   peer, addrlen);
+		fr_tpb_seterr(&tp->b, FR_LOG_WARN,
+			      "malformed address blob for rank %d (%zu bytes)",
+			      peer, addrlen);
 		goto err_conn;
 	}
-	now = fr_now_ms();
-	c->peer = peer;
-	c->owned = true;
-	c->deadline_ms = now + (uint64_t)tp->timeout_ms;
-	c->backoff_ms = TCP_BACKOFF_MIN_MS;
+	now = fr_tpb_conn_outgoing(c, peer, TCP_BACKOFF_MIN_MS);
 	rc = tcp_start_connect(c, now);
 	if (rc) {
-		tcp_seterr(tp, FR_LOG_DEBUG, "connect to rank %d: %s", peer,
-			   fr_syserr(c->last_errno));
+		fr_tpb_seterr(&tp->b, FR_LOG_DEBUG, "connect to rank %d: %s",
+			      peer, fr_syserr(c->b.last_errno));
 		goto err_conn;
 	}
-	tcp_conn_link(c);
+	fr_tpb_conn_link(c);
 	*out = c;
 	return 0;
 
 err_conn:
-	free(c->sq);
-	free(c);
+	fr_tpb_conn_destroy(c);
 	return rc;
 }
 
-static int tcp_accept(struct fr_tp *tp, int peer, struct fr_tp_conn **out)
+static int tcp_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *m)
 {
+	struct fr_tpb_mr *mr = fr_tpb_mr(m);
 	struct fr_tp_conn *c;
+	int rc;
 
-	if (!tp || !out || peer < 0)
-		return FR_EINVAL;
-	tcp_progress(tp);
-	for (c = tp->conns; c; c = c->next) {
-		if (c->incoming && !c->owned && c->state == TCP_UP &&
-		    c->peer == peer) {
-			c->owned = true;
-			tp->npending--;
-			*out = c;
-			return 0;
-		}
-	}
-	/* Out of descriptors, the peer's connection waits in the kernel and
-	 * never arrives: fail now, naming the limit, not at the timeout. */
-	if (tp->accept_errno == EMFILE || tp->accept_errno == ENFILE) {
-		tcp_seterr(tp, FR_LOG_ERROR, "rank %d: cannot accept rank %d: %s",
-			   tp->rank, peer, fr_syserr(tp->accept_errno));
-		return FR_ESYS;
-	}
-	return FR_EAGAIN;
-}
-
-static int tcp_connect_done(struct fr_tp_conn *c)
-{
-	if (!c)
-		return FR_EINVAL;
-	tcp_progress(c->tp);
-	if (c->state == TCP_UP)
-		return 0;
-	if (c->state == TCP_FAILED)
-		return c->error;
-	return FR_EAGAIN;
-}
-
-static int tcp_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
-		       struct fr_tp_mr **out)
-{
-	const int all =
-		FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE;
-	struct tcp_region *regions;
-	struct fr_tp_mr *mr;
-	uint32_t id, i, cap;
-
-	if (!tp || !out || (access & ~all) || (!buf && len) ||
-	    (uintptr_t)buf + len < (uintptr_t)buf)
-		return FR_EINVAL;
-	for (id = 0; id < tp->nregions; id++)
-		if (!tp->regions[id].mr)
-			break;
-	if (id == tp->nregions) {
-		if (tp->nregions >= TCP_MAX_REGIONS)
-			return FR_ENOMEM;
-		cap = tp->nregions ? tp->nregions * 2 : 16;
-		regions = realloc(tp->regions, cap * sizeof(*regions));
-		if (!regions)
-			return FR_ENOMEM;
-		for (i = tp->nregions; i < cap; i++) {
-			regions[i].mr = NULL;
-			regions[i].gen = 1;
-		}
-		tp->regions = regions;
-		tp->nregions = cap;
-	}
-	mr = calloc(1, sizeof(*mr));
-	if (!mr)
-		return FR_ENOMEM;
-	mr->tp = tp;
-	mr->base = buf;
-	mr->len = len;
-	mr->access = access;
-	mr->id = id;
-	mr->gen = tp->regions[id].gen;
-	tp->regions[id].mr = mr;
-	*out = mr;
-	return 0;
-}
-
-static int tcp_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
-{
-	struct fr_tp_conn *c;
-
-	if (!tp || !mr || mr->tp != tp || mr->id >= tp->nregions ||
-	    tp->regions[mr->id].mr != mr)
-		return FR_EINVAL;
-	/* Queued sends still read from it: the caller must poll first. */
-	if (mr->inflight)
-		return FR_EBUSY;
+	rc = fr_tpb_dereg_check(tp ? &tp->b : NULL, mr);
+	if (rc)
+		return rc;
 	/* A write landing in it right now can never finish in place. */
-	for (c = tp->conns; c; c = c->next)
-		if (c->state == TCP_UP && c->rx_state == TCP_RX_DATA &&
+	for (c = tp->b.conns; c; c = c->b.next)
+		if (c->b.state == TCP_UP && c->rx_state == TCP_RX_DATA &&
 		    c->rx_done < c->rx_len && c->rx_region == mr->id &&
 		    c->rx_gen == mr->gen)
-			tcp_conn_fail(
+			fr_tpb_conn_fail(
 				c, FR_ERANGE,
 				"region %u deregistered while a write into it was arriving",
 				mr->id);
-	tp->regions[mr->id].mr = NULL;
-	tp->regions[mr->id].gen = tcp_gen_next(mr->gen);
-	free(mr);
-	return 0;
-}
-
-static int tcp_pack_rkey(struct fr_tp_mr *mr, void *blob, size_t *len)
-{
-	uint8_t *b = blob;
-
-	if (!mr || !blob || !len || *len < TCP_RKEY_LEN)
-		return FR_EINVAL;
-	b[0] = TCP_RKEY_MAGIC;
-	b[1] = TCP_RKEY_VERSION;
-	fr_put_le16(b + 2, 0);
-	fr_put_le32(b + 4, mr->id);
-	fr_put_le32(b + 8, mr->gen);
-	fr_put_le64(b + 12, mr->len);
-	*len = TCP_RKEY_LEN;
-	return 0;
-}
-
-static int tcp_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
-			   struct fr_tp_rkey *rkey)
-{
-	const uint8_t *b = blob;
-	uint32_t id, gen;
-
-	if (!blob || !rkey)
-		return FR_EINVAL;
-	if (len != TCP_RKEY_LEN || b[0] != TCP_RKEY_MAGIC ||
-	    b[1] != TCP_RKEY_VERSION || fr_get_le16(b + 2))
-		return FR_EPROTO;
-	id = fr_get_le32(b + 4);
-	gen = fr_get_le32(b + 8);
-	if (id >= TCP_MAX_REGIONS || !gen)
-		return FR_EPROTO;
-	rkey->a = fr_get_le64(b + 12);
-	rkey->b = 0;
-	rkey->c = id;
-	rkey->d = gen;
-	return 0;
+	return fr_tpb_dereg_mem(tp, m);
 }
 
 static int tcp_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 			 size_t loff, const struct fr_tp_rkey *rkey,
 			 uint64_t roff, size_t len, uint32_t imm, uint64_t ctx)
 {
+	struct fr_tpb_mr *mr = len ? fr_tpb_mr(lmr) : NULL;
 	struct tcp_sqe *e;
 	uint8_t *h;
+	int rc;
 
-	if (!c)
-		return FR_EINVAL;
-	if (c->state == TCP_FAILED)
-		return c->error;
-	if (c->state != TCP_UP)
-		return FR_EAGAIN;
-	/* The RECV completion reports the length in 32 bits. */
-	if (len > UINT32_MAX)
-		return FR_EINVAL;
-	if (len) {
-		if (!lmr || !rkey || lmr->tp != c->tp || !rkey->d)
-			return FR_EINVAL;
-		if (loff > lmr->len || len > lmr->len - loff)
-			return FR_ERANGE;
-	}
-	/*
-	 * The peer's region bounds (rkey->a) are not checked here: the
-	 * receiver is the authority and checks every write itself.
-	 */
-	if (c->sq_count == c->sq_depth)
-		return FR_EAGAIN;
-	e = &c->sq[(c->sq_head + c->sq_count) % c->sq_depth];
+	/* The peer's region bounds (rkey->a) are not checked: the receiver
+	 * is the authority and checks every write itself. */
+	rc = fr_tpb_write_check(c, lmr, loff, rkey, len);
+	if (rc)
+		return rc;
+	e = fr_tpb_sq_at(&c->b.sq, c->b.sq.count);
 	h = e->hdr;
 	h[0] = TCP_VERSION;
 	h[1] = TCP_OP_WRITE_IMM;
@@ -1554,31 +1237,16 @@ static int tcp_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 	fr_put_le64(h + 16, roff);
 	fr_put_le32(h + 24, (uint32_t)len);
 	fr_put_le32(h + 28, 0);
-	e->payload = len ? lmr->base + loff : NULL;
+	e->payload = mr ? mr->base + loff : NULL;
 	e->len = len;
-	e->ctx = ctx;
-	e->mr = len ? lmr : NULL;
-	if (e->mr)
-		e->mr->inflight++;
-	c->sq_count++;
+	fr_tpb_sq_post(&c->b.sq, mr, ctx);
 	/*
 	 * Send at once when the queue was empty (the socket likely has
 	 * room); behind older messages, the socket was full: leave it to poll.
 	 */
-	if (c->sq_count == 1)
+	if (c->b.sq.count == 1)
 		tcp_tx(c);
 	return 0;
-}
-
-static int tcp_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
-{
-	int n = 0;
-
-	if (!tp || max < 0 || (max && !cqe))
-		return FR_EINVAL;
-	tcp_progress(tp);
-	n = fr_cqring_pop(&tp->cq, cqe, max);
-	return n;
 }
 
 /* The events a connection needs wait() to watch for. */
@@ -1588,7 +1256,7 @@ static uint32_t tcp_want_events(const struct fr_tp_conn *c)
 
 	if (c->fd < 0)
 		return 0;
-	switch (c->state) {
+	switch (c->b.state) {
 	case TCP_CONNECTING:
 		return EPOLLOUT;
 	case TCP_HELLO:
@@ -1597,10 +1265,10 @@ static uint32_t tcp_want_events(const struct fr_tp_conn *c)
 		return EPOLLIN;
 	case TCP_UP:
 		/* Parked: its data waits for accept(), do not wake on it. */
-		if (!c->owned)
+		if (!c->b.owned)
 			return out ? EPOLLOUT : 0;
 		/* EPOLLOUT only with pending sends, or every wait spins. */
-		return EPOLLIN | (out || c->sq_count ? EPOLLOUT : 0);
+		return EPOLLIN | (out || c->b.sq.count ? EPOLLOUT : 0);
 	default:
 		return 0;
 	}
@@ -1613,7 +1281,7 @@ static int tcp_arm(struct fr_tp_conn *c, uint32_t want)
 
 	if (!want) {
 		if (c->ep_added)
-			epoll_ctl(c->tp->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+			epoll_ctl(c->b.tp->b.epfd, EPOLL_CTL_DEL, c->fd, NULL);
 		c->ep_added = false;
 		return 0;
 	}
@@ -1623,7 +1291,7 @@ static int tcp_arm(struct fr_tp_conn *c, uint32_t want)
 	memset(&ev, 0, sizeof(ev));
 	ev.events = want;
 	ev.data.ptr = c;
-	if (epoll_ctl(c->tp->epfd, op, c->fd, &ev))
+	if (epoll_ctl(c->b.tp->b.epfd, op, c->fd, &ev))
 		return FR_ESYS;
 	c->ep_added = true;
 	c->ep_events = want;
@@ -1637,45 +1305,27 @@ static int tcp_arm(struct fr_tp_conn *c, uint32_t want)
  */
 static int tcp_wait_prepare(struct fr_tp *tp, int *timeout_ms)
 {
-	struct fr_tp_conn *c;
-	uint64_t now, due;
-	int t = *timeout_ms < 0 ? -1 : *timeout_ms;
+	int t = *timeout_ms < 0 ? -1 : *timeout_ms, rc;
+	uint64_t now = fr_now_ms();
 
-	if (!tp)
-		return FR_EINVAL;
-	if (tp->cq.count)
-		return 1;
-	now = fr_now_ms();
-	for (c = tp->conns; c; c = c->next) {
-		if (c->state == TCP_FAILED) {
-			if (c->owned && (c->err_owed || c->sq_count))
-				return 1;
+	rc = fr_tpb_wait_begin(tp);
+	if (rc)
+		return rc;
+	for (struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next) {
+		if (fr_tpb_owes(c))
+			return 1;
+		if (c->b.state == TCP_FAILED)
 			continue;
-		}
 		/* Handshakes have deadlines and retries: wake for them. */
-		if (c->state != TCP_UP) {
-			due = c->state == TCP_RETRY
-				      ? FR_MIN(c->retry_ms, c->deadline_ms)
-				      : c->deadline_ms;
-			due = due > now ? due - now : 0;
-			if (due > INT_MAX)
-				due = INT_MAX;
-			if (t < 0 || (int)due < t)
-				t = (int)due;
-		}
+		t = fr_tpb_due(c, t, now);
 		if (tcp_arm(c, tcp_want_events(c))) {
-			tcp_seterr(tp, FR_LOG_ERROR, "epoll_ctl: %s",
-				   fr_syserr(errno));
+			fr_tpb_seterr(&tp->b, FR_LOG_ERROR, "epoll_ctl: %s",
+				      fr_syserr(errno));
 			return FR_ESYS;
 		}
 	}
 	*timeout_ms = t;
 	return 0;
-}
-
-static int tcp_wait_fd(struct fr_tp *tp)
-{
-	return tp ? tp->epfd : -1;
 }
 
 static void tcp_wait_finish(struct fr_tp *tp)
@@ -1691,96 +1341,18 @@ static int tcp_wait(struct fr_tp *tp, int timeout_ms)
 	rc = tcp_wait_prepare(tp, &t);
 	if (rc)
 		return rc < 0 ? rc : 0;
-	n = epoll_wait(tp->epfd, ev, (int)FR_ARRAY_SIZE(ev), t);
+	n = epoll_wait(tp->b.epfd, ev, (int)FR_ARRAY_SIZE(ev), t);
 	if (n < 0 && errno != EINTR) {
-		tcp_seterr(tp, FR_LOG_ERROR, "epoll_wait: %s", fr_syserr(errno));
+		fr_tpb_seterr(&tp->b, FR_LOG_ERROR, "epoll_wait: %s",
+			      fr_syserr(errno));
 		return FR_ESYS;
 	}
 	for (int i = 0; i < n; i++)
-		if (ev[i].data.ptr == &tp->wfd)
-			tcp_wake_drain(tp);
+		if (ev[i].data.ptr == &tp->b.wfd)
+			fr_tpb_wake_drain(&tp->b);
 	return 0;
 }
 
-/* The one call another thread may make while wait() sleeps. */
-static void tcp_wake(struct fr_tp *tp)
-{
-	uint64_t one = 1;
-
-	if (tp && write(tp->wfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		fr_dbg("tcp: rank %d: writing the wake eventfd: %s", tp->rank,
-		       fr_syserr(errno));
-}
-
-static void tcp_close_conn(struct fr_tp_conn *c)
-{
-	if (!c)
-		return;
-	fr_cqring_purge(&c->tp->cq, c);
-	tcp_conn_free(c);
-}
-
-static void tcp_close(struct fr_tp *tp)
-{
-	uint32_t i;
-
-	if (!tp)
-		return;
-	while (tp->conns)
-		tcp_conn_free(tp->conns);
-	for (i = 0; i < tp->nregions; i++)
-		free(tp->regions[i].mr);
-	free(tp->regions);
-	close(tp->wfd);
-	close(tp->epfd);
-	close(tp->lfd);
-	free(tp);
-}
-
-static int tcp_conn_peer(const struct fr_tp_conn *c)
-{
-	return c ? c->peer : -1;
-}
-
-static int tcp_pending(struct fr_tp *tp, int *peers, int max)
-{
-	int n = 0;
-
-	if (!tp || !peers || !tp->npending)
-		return 0;
-	for (struct fr_tp_conn *c = tp->conns; c && n < max; c = c->next)
-		if (c->incoming && !c->owned && c->state == TCP_UP)
-			peers[n++] = c->peer;
-	return n;
-}
-
-static const char *tcp_last_error(struct fr_tp *tp)
-{
-	return tp ? tp->errbuf : "";
-}
-
-const struct fr_tp_ops fr_tcp_ops = {
-	.size = sizeof(struct fr_tp_ops),
-	.name = "tcp",
-	.probe = tcp_probe,
-	.open = tcp_open,
-	.connect = tcp_connect,
-	.accept = tcp_accept,
-	.connect_done = tcp_connect_done,
-	.reg_mem = tcp_reg_mem,
-	.dereg_mem = tcp_dereg_mem,
-	.pack_rkey = tcp_pack_rkey,
-	.unpack_rkey = tcp_unpack_rkey,
-	.write_imm = tcp_write_imm,
-	.poll = tcp_poll,
-	.wait = tcp_wait,
-	.wait_prepare = tcp_wait_prepare,
-	.wait_fd = tcp_wait_fd,
-	.wait_finish = tcp_wait_finish,
-	.wake = tcp_wake,
-	.close_conn = tcp_close_conn,
-	.close = tcp_close,
-	.conn_peer = tcp_conn_peer,
-	.last_error = tcp_last_error,
-	.pending = tcp_pending,
-};
+const struct fr_tp_ops fr_tcp_ops =
+	FR_TPB_OPS("tcp", tcp_probe, tcp_open, tcp_connect, tcp_dereg_mem,
+		   tcp_write_imm, tcp_wait, tcp_wait_prepare, tcp_wait_finish);

@@ -1,0 +1,706 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_engine.c - requests and the progress engine (src/request.c,
+ * src/progress.c, src/coll.c) against the in-process fake transport
+ * (fake_tp.c): completion order, fr_test on finished requests, timeouts
+ * that fail every pending request, the failed communicator's later calls,
+ * fr_progress with nothing to do, the progress thread, blocking calls from
+ * one thread per rank, and All-Reduce results on 1, 2, 3 and 5 ranks
+ * against a reference.
+ *
+ * A job of N communicators lives in this process (fake_job_create: the
+ * real fr_comm_create over transport "fake").  Most tests drive all ranks'
+ * non-blocking calls from this thread, round-robin (deterministic); the
+ * progress-thread and blocking tests use threads, as their subject does.
+ * Nothing here reads struct fr_comm: the public API, fr_comm_stats and the
+ * fake's counters say what happened.
+ */
+/* cmocka.h needs these first, in this order. */
+/* clang-format off */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+/* clang-format on */
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fake_fixture.h"
+#include "fake_tp.h"
+#include "fastreduce.h"
+#include "log.h"
+#include "reference.h"
+
+#define DRIVE_MS 30000 /* a hang is a failure, never a stuck test */
+
+static uint64_t collectives(fr_comm_t *c)
+{
+	fr_stats_t s;
+
+	memset(&s, 0, sizeof(s));
+	s.size = sizeof(s);
+	assert_int_equal(fr_comm_stats(c, &s), 0);
+	return s.collectives;
+}
+
+/* Element i of rank r's input for collective k: small integers, so f32
+ * sums are exact in any order. */
+static float val(int r, int k, size_t i)
+{
+	return (float)((r + 1) * (int)((i + (size_t)k) % 11) + k);
+}
+
+static void fill(float *b, int r, int k, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		b[i] = val(r, k, i);
+}
+
+static void check_sum(const float *b, int n, int k, size_t count,
+		      const char *who)
+{
+	for (size_t i = 0; i < count; i++) {
+		float want = 0;
+
+		for (int q = 0; q < n; q++)
+			want += val(q, k, i);
+		if (b[i] != want)
+			fail_msg("%s: collective %d, element %zu is %g, not %g",
+				 who, k, i, (double)b[i], (double)want);
+	}
+}
+
+/* ---- order and fr_test -----------------------------------------------------
+ */
+
+/*
+ * Five All-Reduces of different sizes in flight on each of 3 ranks,
+ * tested newest first: a request is never reported done before an older
+ * one, when one is done every older one is done already (fr_test says so
+ * without further progress, and the completed-collectives counter has
+ * counted them), and every result is right.
+ */
+static void test_completion_order(void **state)
+{
+	enum { N = 3, K = 5 };
+	static const size_t counts[K] = {1, 5000, 37, 20000, 300};
+	fr_config_t cfg = config(20000, FR_ALGO_AUTO);
+	fr_request_t *rq[N][K];
+	float *b[N][K];
+	bool done[N][K];
+	uint64_t base[N], end = 0;
+
+	(void)state;
+	cfg.segment_bytes = 4096; /* several segments for the large ones */
+	job(N, &cfg);
+	for (int r = 0; r < N; r++) {
+		base[r] = collectives(comms[r]);
+		for (int k = 0; k < K; k++) {
+			b[r][k] = tbuf(counts[k] * sizeof(float));
+			fill(b[r][k], r, k, counts[k]);
+			done[r][k] = false;
+			assert_int_equal(fr_iallreduce(comms[r], b[r][k],
+						       b[r][k], counts[k],
+						       FR_F32, FR_SUM,
+						       &rq[r][k]),
+					 0);
+		}
+	}
+	end = now_ms() + DRIVE_MS;
+	for (int left = N * K; left;) {
+		if (now_ms() > end)
+			fail_msg("%d requests still pending", left);
+		for (int r = 0; r < N; r++)
+			for (int k = K - 1; k >= 0; k--) {
+				int d = 0, rc;
+
+				if (done[r][k])
+					continue;
+				rc = fr_test(&rq[r][k], &d);
+				if (!d)
+					continue;
+				if (rc)
+					fail_msg("rank %d, request %d: %s: %s",
+						 r, k, fr_errname(rc),
+						 fr_comm_last_error(comms[r]));
+				assert_null(rq[r][k]);
+				done[r][k] = true;
+				left--;
+				assert_true(collectives(comms[r]) >=
+					    base[r] + (uint64_t)k + 1);
+				/* the older ones are done already */
+				for (int j = 0; j < k; j++) {
+					if (done[r][j])
+						continue;
+					assert_int_equal(fr_test(&rq[r][j], &d),
+							 0);
+					if (!d)
+						fail_msg(
+							"rank %d: request %d done before request %d",
+							r, k, j);
+					done[r][j] = true;
+					left--;
+				}
+			}
+	}
+	for (int r = 0; r < N; r++) {
+		assert_int_equal(collectives(comms[r]), base[r] + K);
+		for (int k = 0; k < K; k++)
+			check_sum(b[r][k], N, k, counts[k], "order");
+	}
+}
+
+/*
+ * fr_test on a request that finished while only fr_progress ran: done at
+ * the first call, with its result, the handle cleared; the cleared handle
+ * (and NULL arguments) are FR_EINVAL, not a crash; fr_wait likewise.
+ */
+static void test_test_finished(void **state)
+{
+	enum { N = 2, COUNT = 1000 };
+	fr_config_t cfg = config(20000, FR_ALGO_AUTO);
+	fr_request_t *rq[N], *kept;
+	float *b[N];
+	uint64_t end;
+	int d;
+
+	(void)state;
+	job(N, &cfg);
+	for (int r = 0; r < N; r++) {
+		b[r] = tbuf(COUNT * sizeof(float));
+		fill(b[r], r, 3, COUNT);
+		assert_int_equal(fr_iallreduce(comms[r], b[r], b[r], COUNT,
+					       FR_F32, FR_SUM, &rq[r]),
+				 0);
+	}
+	end = now_ms() + DRIVE_MS;
+	while (collectives(comms[0]) < 1 || collectives(comms[1]) < 1) {
+		if (now_ms() > end)
+			fail_msg("fr_progress never finished the collective");
+		for (int r = 0; r < N; r++)
+			assert_int_equal(fr_progress(comms[r]), 0);
+	}
+	for (int r = 0; r < N; r++) {
+		d = -1;
+		assert_int_equal(fr_test(&rq[r], &d), 0);
+		assert_int_equal(d, 1);
+		assert_null(rq[r]);
+		check_sum(b[r], N, 3, COUNT, "finished");
+		/* the handle is gone now */
+		d = -1;
+		assert_int_equal(fr_test(&rq[r], &d), FR_EINVAL);
+		assert_int_equal(fr_wait(&rq[r]), FR_EINVAL);
+	}
+	assert_int_equal(fr_test(NULL, &d), FR_EINVAL);
+	/* a pending request and no `done`: refused, and still pending */
+	assert_int_equal(fr_iallreduce(comms[0], b[0], b[0], COUNT, FR_F32,
+				       FR_SUM, &kept),
+			 0);
+	assert_int_equal(fr_test(&kept, NULL), FR_EINVAL);
+	assert_non_null(kept);
+	assert_int_equal(fr_iallreduce(comms[1], b[1], b[1], COUNT, FR_F32,
+				       FR_SUM, &rq[1]),
+			 0);
+	rq[0] = kept;
+	{
+		int rc[N] = {1, 1};
+
+		assert_int_equal(fake_job_drive(comms, N, rq, rc, N, DRIVE_MS),
+				 0);
+		assert_int_equal(rc[0], 0);
+		assert_int_equal(rc[1], 0);
+	}
+}
+
+/* fr_progress with nothing pending: 0, no writes, no connections, no
+ * timeout however long nothing happens. */
+static void test_progress_idle(void **state)
+{
+	fr_config_t cfg = config(1000, FR_ALGO_AUTO);
+	fr_comm_t *one = NULL;
+	float x = 2.5f;
+	uint64_t w;
+
+	(void)state;
+	assert_int_equal(fr_progress(NULL), FR_EINVAL);
+	job(2, &cfg);
+	for (int i = 0; i < 100; i++)
+		for (int r = 0; r < 2; r++)
+			assert_int_equal(fr_progress(comms[r]), 0);
+	assert_int_equal(fake_tp_writes(-1, -1, -1), 0);
+	assert_int_equal(fake_tp_connects_total(), 0);
+	sleep_ms(2200); /* two timeouts of nothing pending */
+	for (int r = 0; r < 2; r++)
+		assert_int_equal(fr_progress(comms[r]), 0);
+	assert_string_equal(fr_comm_last_error(comms[0]), "");
+
+	/* after a collective: progress is quiet again */
+	{
+		fr_request_t *rq[2];
+		float *b[2];
+		int rc[2] = {1, 1};
+
+		for (int r = 0; r < 2; r++) {
+			b[r] = tbuf(64 * sizeof(float));
+			fill(b[r], r, 0, 64);
+			assert_int_equal(fr_iallreduce(comms[r], b[r], b[r], 64,
+						       FR_F32, FR_SUM, &rq[r]),
+					 0);
+		}
+		assert_int_equal(fake_job_drive(comms, 2, rq, rc, 2, DRIVE_MS),
+				 0);
+		assert_int_equal(rc[0], 0);
+		assert_int_equal(rc[1], 0);
+	}
+	for (int i = 0; i < 20; i++)
+		for (int r = 0; r < 2; r++)
+			assert_int_equal(fr_progress(comms[r]), 0);
+	w = fake_tp_writes(-1, -1, -1);
+	for (int i = 0; i < 100; i++)
+		for (int r = 0; r < 2; r++)
+			assert_int_equal(fr_progress(comms[r]), 0);
+	assert_int_equal(fake_tp_writes(-1, -1, -1), w);
+
+	/* one rank: nothing to progress, ever */
+	fr_config_init(&cfg);
+	cfg.rank = 0;
+	cfg.nranks = 1;
+	cfg.transport = "fake";
+	assert_int_equal(fr_comm_create(&cfg, &one), 0);
+	assert_int_equal(fr_progress(one), 0);
+	assert_int_equal(fr_allreduce(one, &x, &x, 1, FR_F32, FR_SUM), 0);
+	assert_true(x == 2.5f);
+	assert_int_equal(fr_progress(one), 0);
+	assert_int_equal(fr_comm_destroy(one), 0);
+}
+
+/* ---- timeouts and failure ---------------------------------------------------
+ */
+
+/*
+ * Rank 1 hangs (the fake holds back everything of its endpoint) with
+ * three All-Reduces in flight on rank 0: after the 1 s timeout, all
+ * three fail with FR_ETIMEDOUT, and the message names rank 1 as the one
+ * waited on.  From then on every call on rank 0 returns FR_ETIMEDOUT and
+ * the first message stays.
+ */
+static void test_timeout_fails_all(void **state)
+{
+	enum { K = 3, COUNT = 4096 };
+	fr_config_t cfg = config(1000, FR_ALGO_RING);
+	fr_request_t *rq[K];
+	int rc[K];
+	float *b[2][K];
+	char first[512];
+	uint64_t t0;
+
+	(void)state;
+	job(2, &cfg);
+	{
+		/* connected and working first */
+		fr_request_t *r2[2];
+		int c2[2] = {1, 1};
+
+		for (int r = 0; r < 2; r++) {
+			b[r][0] = tbuf(COUNT * sizeof(float));
+			fill(b[r][0], r, 0, COUNT);
+			assert_int_equal(fr_iallreduce(comms[r], b[r][0],
+						       b[r][0], COUNT, FR_F32,
+						       FR_SUM, &r2[r]),
+					 0);
+		}
+		assert_int_equal(fake_job_drive(comms, 2, r2, c2, 2, DRIVE_MS),
+				 0);
+		assert_int_equal(c2[0] | c2[1], 0);
+	}
+	fake_tp_freeze(1, true);
+	t0 = now_ms();
+	for (int k = 0; k < K; k++) {
+		b[0][k] = tbuf(COUNT * sizeof(float));
+		fill(b[0][k], 0, k, COUNT);
+		rc[k] = 1;
+		assert_int_equal(fr_iallreduce(comms[0], b[0][k], b[0][k],
+					       COUNT, FR_F32, FR_SUM, &rq[k]),
+				 0);
+	}
+	/* only rank 0 runs: rank 1 is hung */
+	assert_int_equal(fake_job_drive(comms, 1, rq, rc, K, DRIVE_MS), 0);
+	assert_true(now_ms() - t0 >= 900);
+	for (int k = 0; k < K; k++)
+		if (rc[k] != FR_ETIMEDOUT)
+			fail_msg("request %d: %s (%s)", k, fr_errname(rc[k]),
+				 fr_comm_last_error(comms[0]));
+	assert_contains(fr_comm_last_error(comms[0]),
+			"waiting on rank 1, which does not answer");
+	assert_contains(fr_comm_last_error(comms[0]), "rank 0: collective #1");
+	snprintf(first, sizeof(first), "%s", fr_comm_last_error(comms[0]));
+
+	/* every later call: the same error, the first message kept */
+	{
+		fr_request_t *r = (fr_request_t *)1;
+		float x = 1;
+
+		assert_int_equal(
+			fr_iallreduce(comms[0], &x, &x, 1, FR_F32, FR_SUM, &r),
+			FR_ETIMEDOUT);
+		assert_null(r);
+		assert_int_equal(
+			fr_allreduce(comms[0], &x, &x, 1, FR_F32, FR_SUM),
+			FR_ETIMEDOUT);
+		assert_int_equal(fr_barrier(comms[0]), FR_ETIMEDOUT);
+		assert_int_equal(fr_broadcast(comms[0], &x, 1, FR_F32, 0),
+				 FR_ETIMEDOUT);
+		assert_int_equal(fr_progress(comms[0]), FR_ETIMEDOUT);
+		assert_string_equal(fr_comm_last_error(comms[0]), first);
+	}
+	fake_tp_freeze(1, false);
+}
+
+/*
+ * The same with a hung rank of three, blocking: the two others' blocking
+ * fr_allreduce (one thread each) return FR_ETIMEDOUT within a few
+ * timeouts instead of hanging.
+ */
+struct blocker {
+	fr_comm_t *comm;
+	size_t count;
+	int colls;
+	int rank, n;
+	int rc;
+	uint64_t took_ms;
+};
+
+static void *blocking_main(void *arg)
+{
+	struct blocker *bl = arg;
+	float *b = malloc(bl->count * sizeof(float) + 1);
+	uint64_t t0 = now_ms();
+
+	bl->rc = b ? 0 : FR_ENOMEM;
+	for (int k = 0; k < bl->colls && !bl->rc; k++) {
+		fill(b, bl->rank, k, bl->count);
+		bl->rc =
+			fr_allreduce(bl->comm, b, b, bl->count, FR_F32, FR_SUM);
+		for (size_t i = 0; i < bl->count && !bl->rc; i++) {
+			float want = 0;
+
+			for (int q = 0; q < bl->n; q++)
+				want += val(q, k, i);
+			if (b[i] != want)
+				bl->rc = 1; /* wrong result */
+		}
+	}
+	bl->took_ms = now_ms() - t0;
+	free(b);
+	return NULL;
+}
+
+static void test_timeout_blocking(void **state)
+{
+	enum { N = 3 };
+	fr_config_t cfg = config(1000, FR_ALGO_RING);
+	struct blocker bl[N];
+	pthread_t t[N];
+
+	(void)state;
+	job(N, &cfg);
+	fake_tp_freeze(2, true);
+	for (int r = 0; r < 2; r++) {
+		bl[r] = (struct blocker){.comm = comms[r],
+					 .count = 1000,
+					 .colls = 1,
+					 .rank = r,
+					 .n = N};
+		assert_int_equal(
+			pthread_create(&t[r], NULL, blocking_main, &bl[r]), 0);
+	}
+	for (int r = 0; r < 2; r++)
+		pthread_join(t[r], NULL);
+	for (int r = 0; r < 2; r++) {
+		if (bl[r].rc != FR_ETIMEDOUT)
+			fail_msg("rank %d: %s (%s)", r, fr_errname(bl[r].rc),
+				 fr_comm_last_error(comms[r]));
+		assert_true(bl[r].took_ms >= 900);
+		assert_true(bl[r].took_ms < 20000);
+	}
+	/* the rank that waited on the hung one says so (the other may
+	 * have timed out waiting on it, or heard its ABORT) */
+	assert_contains(fr_comm_last_error(comms[0]), "rank 2");
+	fake_tp_freeze(2, false);
+}
+
+/* ---- threads ----------------------------------------------------------------
+ */
+
+/*
+ * With the progress thread (config progress = thread), All-Reduces started
+ * on every rank complete while the application makes no call that drives
+ * them (only fr_comm_stats, which takes the lock but progresses nothing);
+ * fr_test then finds them done at once, and fr_wait works too.
+ */
+static void test_progress_thread(void **state)
+{
+	enum { N = 3, COUNT = 20000 };
+	fr_config_t cfg = config(20000, FR_ALGO_AUTO);
+	fr_request_t *rq[N];
+	float *b[N];
+	uint64_t end;
+
+	(void)state;
+	cfg.progress = FR_PROGRESS_THREAD;
+	job(N, &cfg);
+	for (int r = 0; r < N; r++) {
+		b[r] = tbuf(COUNT * sizeof(float));
+		fill(b[r], r, 1, COUNT);
+		assert_int_equal(fr_iallreduce(comms[r], b[r], b[r], COUNT,
+					       FR_F32, FR_SUM, &rq[r]),
+				 0);
+	}
+	end = now_ms() + DRIVE_MS;
+	for (int r = 0; r < N; r++)
+		while (collectives(comms[r]) < 1) {
+			if (now_ms() > end)
+				fail_msg(
+					"rank %d: the progress thread did not finish the collective",
+					r);
+			sleep_ms(1);
+		}
+	for (int r = 0; r < N; r++) {
+		int d = 0;
+
+		assert_int_equal(fr_test(&rq[r], &d), 0);
+		assert_int_equal(d, 1);
+		check_sum(b[r], N, 1, COUNT, "progress thread");
+	}
+	/* and fr_wait, each rank waiting in turn from this one thread: the
+	 * progress threads of the others move them meanwhile */
+	for (int r = 0; r < N; r++) {
+		fill(b[r], r, 2, COUNT);
+		assert_int_equal(fr_iallreduce(comms[r], b[r], b[r], COUNT,
+					       FR_F32, FR_SUM, &rq[r]),
+				 0);
+	}
+	for (int r = 0; r < N; r++) {
+		assert_int_equal(fr_wait(&rq[r]), 0);
+		assert_null(rq[r]);
+		check_sum(b[r], N, 2, COUNT, "fr_wait");
+	}
+}
+
+/* Blocking All-Reduces, one thread per rank, ten in a row of growing
+ * sizes: the fake's wait() and wake() under the engine's sleep. */
+static void test_blocking_threads(void **state)
+{
+	enum { N = 4 };
+	static const size_t counts[] = {1, 100, 3000, 50000};
+	fr_config_t cfg = config(20000, FR_ALGO_AUTO);
+	struct blocker bl[N];
+	pthread_t t[N];
+
+	(void)state;
+	cfg.segment_bytes = 8192;
+	job(N, &cfg);
+	for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+		for (int r = 0; r < N; r++) {
+			bl[r] = (struct blocker){.comm = comms[r],
+						 .count = counts[c],
+						 .colls = 3,
+						 .rank = r,
+						 .n = N};
+			assert_int_equal(pthread_create(&t[r], NULL,
+							blocking_main, &bl[r]),
+					 0);
+		}
+		for (int r = 0; r < N; r++)
+			pthread_join(t[r], NULL);
+		for (int r = 0; r < N; r++)
+			if (bl[r].rc)
+				fail_msg("count %zu, rank %d: %s (%s)",
+					 counts[c], r,
+					 bl[r].rc == 1 ? "wrong result"
+						       : fr_errname(bl[r].rc),
+					 fr_comm_last_error(comms[r]));
+	}
+	for (int r = 0; r < N; r++)
+		assert_int_equal(collectives(comms[r]),
+				 3 * sizeof(counts) / sizeof(counts[0]));
+}
+
+/* ---- results ----------------------------------------------------------------
+ */
+
+/* Reference: rank 0's input combined with rank 1's, ..., in rank order
+ * (exact for the inputs and operations used here). */
+static void reference(fr_dtype_t dt, fr_op_t op, int n, size_t count,
+		      uint32_t seed, void *out, void *tmp)
+{
+	ref_fill(dt, out, count, 0, seed);
+	for (int r = 1; r < n; r++) {
+		ref_fill(dt, tmp, count, r, seed);
+		ref_combine(dt, op, out, out, tmp, count);
+	}
+}
+
+/*
+ * All-Reduce over 1, 2, 3 and 5 ranks, for each algorithm, several
+ * datatypes and operations whose result does not depend on the order of
+ * the reduction (integer-valued floats, wrapping integers, max/min), sizes
+ * from one element to several pipeline segments, in place and not: every
+ * rank's result equals the reference bit for bit (so all ranks agree).
+ */
+static void test_results_reference(void **state)
+{
+	static const int sizes[] = {1, 2, 3, 5};
+	static const int algos[] = {FR_ALGO_AUTO, FR_ALGO_RING, FR_ALGO_RD,
+				    FR_ALGO_RABENSEIFNER};
+	static const struct {
+		fr_dtype_t dt;
+		fr_op_t op;
+	} cases[] = {
+		{FR_F32, FR_SUM}, {FR_BF16, FR_SUM}, {FR_I32, FR_SUM},
+		{FR_U8, FR_PROD}, {FR_F64, FR_MAX},  {FR_I64, FR_MIN},
+		{FR_F16, FR_SUM},
+	};
+	static const size_t counts[] = {1, 7, 1000, 12345};
+	uint32_t seed = 1;
+
+	(void)state;
+	for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++)
+		for (size_t ai = 0; ai < sizeof(algos) / sizeof(algos[0]);
+		     ai++) {
+			const int n = sizes[si];
+			fr_config_t cfg = config(20000, algos[ai]);
+
+			if (n == 1 && ai > 0)
+				continue; /* nothing to choose */
+			cfg.segment_bytes = 2048;
+			setup(NULL);
+			job(n, &cfg);
+			for (size_t ci = 0;
+			     ci < sizeof(cases) / sizeof(cases[0]); ci++)
+				for (size_t ki = 0;
+				     ki < sizeof(counts) / sizeof(counts[0]);
+				     ki++) {
+					fr_dtype_t dt = cases[ci].dt;
+					fr_op_t op = cases[ci].op;
+					size_t count = counts[ki];
+					size_t bytes =
+						count * fr_dtype_size(dt);
+					bool inplace = (ki + ci) % 2 == 0;
+					uint8_t *want = malloc(bytes),
+						*tmp = malloc(bytes);
+					uint8_t *in[MAXN], *out[MAXN];
+					fr_request_t *rq[MAXN];
+					int rc[MAXN];
+					char diff[256];
+
+					assert_non_null(want);
+					assert_non_null(tmp);
+					seed++;
+					reference(dt, op, n, count, seed, want,
+						  tmp);
+					for (int r = 0; r < n; r++) {
+						in[r] = malloc(bytes);
+						out[r] =
+							inplace ? in[r]
+								: malloc(bytes);
+						assert_non_null(in[r]);
+						assert_non_null(out[r]);
+						ref_fill(dt, in[r], count, r,
+							 seed);
+						if (!inplace)
+							memset(out[r], 0x5c,
+							       bytes);
+						rc[r] = 1;
+						assert_int_equal(
+							fr_iallreduce(
+								comms[r], in[r],
+								out[r], count,
+								dt, op, &rq[r]),
+							0);
+					}
+					assert_int_equal(
+						fake_job_drive(comms, n, rq, rc,
+							       n, DRIVE_MS),
+						0);
+					for (int r = 0; r < n; r++) {
+						if (rc[r])
+							fail_msg(
+								"%d ranks, %s: %s %s x %zu: rank %d: %s (%s)",
+								n,
+								fr_algo_name(
+									algos[ai]),
+								fr_dtype_name(
+									dt),
+								fr_op_name(op),
+								count, r,
+								fr_errname(
+									rc[r]),
+								fr_comm_last_error(
+									comms[r]));
+						if (memcmp(out[r], want, bytes))
+							fail_msg(
+								"%d ranks, %s: %s %s x %zu (%s): rank %d differs from the reference at %s",
+								n,
+								fr_algo_name(
+									algos[ai]),
+								fr_dtype_name(
+									dt),
+								fr_op_name(op),
+								count,
+								inplace ? "in place"
+									: "out of place",
+								r,
+								ref_first_diff(
+									dt,
+									out[r],
+									want,
+									count,
+									diff,
+									sizeof(diff)));
+						/* out of place: the input
+						 * is untouched */
+						if (!inplace) {
+							ref_fill(dt, tmp, count,
+								 r, seed);
+							assert_memory_equal(
+								in[r], tmp,
+								bytes);
+						}
+					}
+					for (int r = 0; r < n; r++) {
+						if (!inplace)
+							free(out[r]);
+						free(in[r]);
+					}
+					free(want);
+					free(tmp);
+				}
+			/* the algorithm asked for ran (auto and 1 rank aside)
+			 */
+			if (n > 1 && algos[ai] != FR_ALGO_AUTO)
+				assert_int_equal(fr_comm_last_algo(comms[0]),
+						 algos[ai]);
+			teardown(NULL);
+		}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+		T(test_completion_order), T(test_test_finished),
+		T(test_progress_idle),	  T(test_timeout_fails_all),
+		T(test_timeout_blocking), T(test_progress_thread),
+		T(test_blocking_threads), T(test_results_reference),
+#undef T
+	};
+
+	fixture_init("FR_PROGRESS_CPU");
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

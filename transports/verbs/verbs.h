@@ -1,0 +1,330 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * verbs.h - what the files of the verbs transport share: its constants,
+ * the endpoint, connection, lane and region structs, and the functions
+ * one file calls in another, listed by the file that defines them.  The
+ * design and the wire formats are described at the top of fr_verbs.c.
+ * The endpoint and the connection begin with the transport base's part
+ * (transports/common/tp_base.h: the connection list, error text, wake-up,
+ * connection life), which the files use directly.  Private to
+ * transports/verbs/: the library is built with -fvisibility=hidden, so these
+ * verbs_ names stay inside it.
+ */
+#ifndef FR_VERBS_H
+#define FR_VERBS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "../common/tp_base.h"
+#include "tp_cqring.h"
+#include "transport.h"
+
+#define VERBS_MAGIC 0x42565246u /* "FRVB" */
+#define VERBS_VERSION 1
+#define VERBS_KIND_HELLO 1
+#define VERBS_KIND_ACCEPT 2
+#define VERBS_KIND_REJECT 3
+#define VERBS_HELLO_LEN 24 /* plus 4 bytes per extra QP */
+#define VERBS_REPLY_LEN 12
+#define VERBS_ACCEPT_LEN 16 /* plus 4 bytes per extra QP */
+
+#define VERBS_ADDR_LEN FR_SOCKADDR_BLOB_LEN
+#define VERBS_ADDR_MAGIC 0xfb /* util.h's address blob, tagged as ours */
+
+#define VERBS_RKEY_LEN 24
+#define VERBS_RKEY_MAGIC 0xfd
+#define VERBS_RKEY_VERSION 1
+/* struct fr_tp_rkey.d of a key we unpacked: a zeroed or foreign key has
+ * another value and is refused. */
+#define VERBS_RKEY_TAG 0x76657262u
+
+/* The default send queue depth and establishment timeout are the base's
+ * (FR_TPB_DEFAULT_SQ_DEPTH, FR_TPB_DEFAULT_TIMEOUT_MS). */
+#define VERBS_MAX_SQ_DEPTH 16384
+/* Ring slots beyond sq_depth, for fences only. */
+#define VERBS_FENCE_SLOTS 4
+/* At most this many WRs in a row go unsignalled. */
+#define VERBS_SIG_INTERVAL 16
+#define VERBS_MAX_INLINE 64
+#define VERBS_POLL_BATCH 32
+/* One work completion becomes at most this many FR completions (the
+ * writes it retires, plus an owed receive error). */
+#define VERBS_WC_FANOUT (VERBS_SIG_INTERVAL + 1)
+#define VERBS_RESOLVE_MS 2000
+#define VERBS_BACKOFF_MIN_MS 10
+#define VERBS_BACKOFF_MAX_MS 500
+#define VERBS_MAX_SLOTS 65535
+#define VERBS_LISTEN_BACKLOG 64
+#define VERBS_CQ_ACK_BATCH 64
+#define VERBS_RECV_BATCH 64
+#define VERBS_MAX_CANDS 64
+/* rdma_cm: retry_count and rnr_retry_count; 7 = retry RNR forever, so a
+ * receiver that is slow to repost only delays the sender. */
+#define VERBS_CM_RETRY 7
+/*
+ * The QP's ACK timeout, 4.096 us * 2^t: how long a sender waits for an ACK
+ * before it goes back and resends (go-back-N).  rdma_cm's default on
+ * RoCE is about a second, so every lost packet stalls a connection for a
+ * second: with 1 % loss a collective ran 16x slower on Soft-RoCE.  14 is
+ * 67 ms, far above any data-centre round trip; FR_IB_TIMEOUT sets it
+ * (0 keeps rdma_cm's), FR_IB_RETRY_CNT the retries (0..7) before the QP
+ * fails with a transport retry error.
+ */
+#define VERBS_ACK_TIMEOUT 14
+
+#define VERBS_WRID_RECV (1ull << 32)
+
+/* Multi-QP striping (FR_IB_QPS, FR_IB_STRIPE_BYTES; see fr_verbs.c). */
+#define VERBS_MAX_QPS 8
+#define VERBS_DEFAULT_STRIPE (256u * 1024u)
+#define VERBS_MAX_STRIPE (1ul << 30)
+/* Parts start on this boundary (except the last one's end). */
+#define VERBS_PART_ALIGN 64
+/* The payload of a notification or a lanes-ready message. */
+#define VERBS_CTL_LEN 8
+#define VERBS_NOTE_MAGIC 0x544f4e46u  /* "FNOT" */
+#define VERBS_READY_MAGIC 0x59445246u /* "FRDY" */
+
+struct fr_tp_mr {
+	struct fr_tpb_link link; /* in tp->mrs (first: converts back) */
+	struct fr_tp *tp;
+	struct ibv_mr *mr; /* NULL for an empty region */
+	uint8_t *base;
+	size_t len;
+	unsigned int inflight; /* posted writes still reading from it */
+};
+
+enum verbs_sqe_kind {
+	VERBS_SQE_FENCE, /* a zero-length write that only signals the tail */
+	VERBS_SQE_PLAIN, /* QP 0's part of a write, the lanes-ready message */
+	VERBS_SQE_USER,	 /* the WR that completes a write_imm(): FR_CQE_SEND */
+	VERBS_SQE_PART,	 /* a part on QP 1..n-1: its notification waits */
+};
+
+/* A posted send WR, in posting order. */
+struct verbs_sqe {
+	uint64_t ctx;
+	struct fr_tp_mr *mr; /* NULL once it no longer reads it */
+	uint64_t note;	     /* PART: its notification's seq in c->notes */
+	uint8_t kind;	     /* enum verbs_sqe_kind */
+};
+
+/*
+ * One RC QP of a connection and the ring of the WRs posted on it: WRs
+ * sq_head .. sq_tail-1, slot = seq % sq_cap.
+ */
+struct verbs_lane {
+	struct ibv_qp *qp;
+	struct verbs_sqe *sq;
+	uint64_t sq_head, sq_tail;
+	unsigned int nwr;	 /* WRs in the ring that are not fences */
+	unsigned int unsignaled; /* unsignalled WRs at the tail */
+	unsigned int max_inline;
+	unsigned int cq_share; /* CQ entries reserved for this QP */
+	uint64_t last_raddr;   /* for fences: a remote address known valid */
+	uint32_t last_rkey;
+};
+
+/*
+ * A write whose immediate is not posted yet (its parts on other QPs are
+ * still in flight, or an earlier one waits): notifications leave QP 0 in
+ * the order of the write_imm() calls.
+ */
+struct verbs_note {
+	uint64_t ctx;
+	uint32_t imm, len;
+	unsigned int parts_left; /* parts on QPs 1..n-1 not completed yet */
+	bool silent; /* write_imm() failed: no FR_CQE_SEND is owed for it */
+};
+
+/* A receive completion held back until accept() hands the conn out. */
+struct verbs_held {
+	uint32_t imm, len;
+};
+
+/* What the environment sets (fr_verbs.c reads it at open()). */
+struct verbs_opts {
+	bool spin;	     /* FR_POLL=spin: wait() never blocks */
+	uint8_t ack_timeout; /* FR_IB_TIMEOUT; 0: rdma_cm's own */
+	uint8_t retry_cnt;   /* FR_IB_RETRY_CNT */
+	unsigned int nqps;   /* FR_IB_QPS: QPs per connection we propose */
+	size_t stripe;	     /* FR_IB_STRIPE_BYTES */
+};
+
+/* A connection's state (c->b.state): the base's three, then our own. */
+enum verbs_state {
+	VERBS_RETRY = FR_TPB_RETRY, /* outgoing: waiting for the next attempt */
+	VERBS_UP = FR_TPB_UP,	    /* established */
+	VERBS_FAILED = FR_TPB_FAILED, /* dead; completions may still be owed */
+	VERBS_ADDR = FR_TPB_SETUP,    /* outgoing: resolving the address */
+	VERBS_ROUTE,		      /* outgoing: resolving the route */
+	VERBS_CONNECTING, /* outgoing: request sent, awaiting the reply */
+	VERBS_ACCEPTING,  /* incoming: accepted, awaiting ESTABLISHED */
+};
+
+struct fr_tp_conn {
+	/* the base's part (tp_base.h): endpoint, list (tp->b.conns), peer,
+	 * state, incoming, owned, error, err_owed (its error FR_CQE_RECV is
+	 * not in the ring yet), deadline_ms, retry_ms, backoff_ms; its send
+	 * queue stays empty (the lanes below are ours) */
+	struct fr_tpb_conn b;
+	uint32_t slot; /* in tp->slots, for wr_id */
+	uint32_t gen;  /* of the slot, for wr_id */
+	struct rdma_cm_id *id;
+	bool was_up;	   /* it failed after being established */
+	bool synth;	   /* no flush will come: complete the ring ourselves */
+	bool disconnected; /* rdma_disconnect() was called */
+	bool peer_gone;	   /* DISCONNECTED seen, applied after the CQ drain */
+
+	/* establishment */
+	struct sockaddr_storage dst;
+	char why[128]; /* the last reason an attempt failed */
+
+	/* QPs: lane 0 is the rdma_cm QP (id->qp while it exists), lanes
+	 * 1..nqps-1 are connected by hand; a lane's qp is NULL when gone. */
+	struct verbs_lane lane[VERBS_MAX_QPS];
+	unsigned int nqps; /* lanes in use (negotiated) */
+	bool lanes_ready;  /* the peer's lanes 1.. can receive */
+	unsigned int sq_cap;
+	unsigned int user_inflight; /* write_imm()s not completed yet */
+
+	/* notifications not posted yet: seq note_head .. note_tail-1 */
+	struct verbs_note *notes;
+	uint64_t note_head, note_tail;
+
+	/* Registered payloads: sq_cap send slots (by lane 0's ring slot),
+	 * then rq_depth receive slots (by the receive's wr_id). */
+	uint8_t *ctl;
+	struct ibv_mr *ctl_mr;
+	uint32_t rq_tail;  /* receives posted on lane 0 so far */
+	uint64_t nstriped; /* writes striped so far (logged at close) */
+
+	/* receive completions held back until accept() */
+	struct verbs_held *held;
+	unsigned int held_head, held_count;
+};
+
+struct fr_tp {
+	/* the base's part (tp_base.h): rank, nonce, timeout_ms, sq_depth
+	 * (writes in flight per QP), wfd (eventfd: wake() ends a wait()),
+	 * epfd (wait_fd() for shm+verbs, made on first use; -1 before),
+	 * conns, npending (accepted, not handed out), errbuf, and cq, which
+	 * points at ring below; no listener fd, no region table */
+	struct fr_tpb b;
+	unsigned int sq_cap;   /* ring and HW send queue size */
+	unsigned int rq_depth; /* receives posted per QP */
+	struct verbs_opts opt; /* from the environment, at open() */
+	int fatal;	       /* the endpoint itself failed */
+
+	struct rdma_event_channel *ec;
+	struct rdma_cm_id *lid; /* listening */
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *cc;
+	struct ibv_cq *cq;
+	int cq_size;
+	int max_cqe;
+	unsigned int cq_need;	/* reserved by live QPs */
+	unsigned int cq_linger; /* reserved by destroyed QPs */
+	unsigned int cq_unacked;
+	uint32_t max_msg;
+	struct sockaddr_storage addr; /* bound */
+
+	struct fr_tp_conn **slots;
+	uint32_t *slot_gen;
+	uint32_t nslots;
+	struct fr_tpb_link *mrs; /* our registrations (struct fr_tp_mr) */
+
+	struct fr_cqring ring; /* the completions poll() hands out (b.cq) */
+};
+
+FR_TPB_FIRST(fr_tp);
+FR_TPB_FIRST(fr_tp_conn);
+
+/* What verbs_choose() decided, for open() to bind and report. */
+struct verbs_choice {
+	char dev[IBV_SYSFS_NAME_MAX];
+	uint8_t port;
+	bool ib;
+	int gid_index; /* -1: none (InfiniBand) */
+	struct sockaddr_storage sa;
+	const char *why;
+};
+
+/* ---- shared inline helpers ---------------------------------------------- */
+
+static inline uint64_t verbs_wrid(const struct fr_tp_conn *c, bool recv,
+				  uint32_t seq)
+{
+	return (uint64_t)c->slot << 48 | (uint64_t)(c->gen & 0x7fff) << 33 |
+	       (recv ? VERBS_WRID_RECV : 0) | seq;
+}
+
+/* A receive slot's payload buffer in c->ctl. */
+static inline uint8_t *verbs_recv_buf(const struct fr_tp_conn *c, uint32_t idx)
+{
+	return c->ctl + (size_t)(c->sq_cap + idx) * VERBS_CTL_LEN;
+}
+
+/* ---- verbs_conn.c: error messages, connections and their QPs ------------- */
+
+const char *verbs_strerror(int e, char *buf, size_t len);
+void verbs_sa_set_port(struct sockaddr_storage *sa, uint16_t port);
+/* A connection with its buffers, slot and control region, in no list
+ * (fr_tpb_conn_link); fr_tpb_conn_destroy / fr_tpb_conn_free end it,
+ * through the class's hooks: verbs_drop_id, then verbs_conn_release. */
+struct fr_tp_conn *verbs_conn_new(struct fr_tp *tp);
+void verbs_conn_release(struct fr_tp_conn *c);
+void verbs_drop_lane(struct fr_tp_conn *c, unsigned int i);
+void verbs_drop_qp(struct fr_tp_conn *c);
+void verbs_drop_id(struct fr_tp_conn *c);
+void __attribute__((format(printf, 3, 4)))
+verbs_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...);
+int verbs_post_recvs(struct fr_tp_conn *c, unsigned int n);
+int verbs_lane_connect(struct fr_tp_conn *c, unsigned int i, uint32_t peer_qpn);
+int verbs_qp_create(struct fr_tp_conn *c);
+
+/* ---- verbs_dev.c: device choice, probe, limits, locality ----------------- */
+
+void __attribute__((format(printf, 3, 4)))
+verbs_msg(char *buf, size_t len, const char *fmt, ...);
+int verbs_choose(const struct fr_tp_params *p, struct verbs_choice *ch,
+		 char *err, size_t errlen);
+int verbs_probe(char *errbuf, size_t errlen);
+int verbs_limits(struct fr_tp *tp, char *err, size_t errlen);
+int verbs_locality(struct fr_tp *tp, cpu_set_t *cpus);
+
+/* ---- verbs_cm.c: establishment ------------------------------------------- */
+
+void verbs_start_connect(struct fr_tp_conn *c);
+void verbs_cm_drain(struct fr_tp *tp);
+void verbs_timers(struct fr_tp *tp);
+void verbs_sweep(struct fr_tp *tp);
+
+/* ---- verbs_mr.c: memory registration and remote keys --------------------- */
+
+int verbs_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
+		  struct fr_tp_mr **out);
+int verbs_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr);
+int verbs_pack_rkey(struct fr_tp_mr *mr, void *blob, size_t *len);
+int verbs_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
+		      struct fr_tp_rkey *rkey);
+
+/* ---- verbs_data.c: the data path, poll and wait -------------------------- */
+
+void verbs_progress(struct fr_tp *tp, bool eager);
+int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
+		    const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
+		    uint32_t imm, uint64_t ctx);
+int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max);
+int verbs_wait_prepare(struct fr_tp *tp, int *timeout_ms);
+int verbs_wait_fd(struct fr_tp *tp);
+void verbs_wait_finish(struct fr_tp *tp);
+int verbs_wait(struct fr_tp *tp, int timeout_ms);
+
+#endif /* FR_VERBS_H */

@@ -1,0 +1,890 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * verbs_data.c - the data path: write_imm() (one write with immediate, or
+ * parts striped over the lanes and a notification after them), the
+ * per-lane send rings and selective signalling, the notification FIFO,
+ * fences, the work completions and what connections owe the caller,
+ * poll(), and the sleep (wait, wait_prepare / wait_fd / wait_finish,
+ * wake).  The rules are at the top of fr_verbs.c.  poll() also runs the
+ * establishment (verbs_cm.c), so this file sits above it.
+ */
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "fastreduce.h"
+#include "log.h"
+#include "tp_cqring.h"
+#include "util.h"
+#include "verbs.h"
+
+/* ---- small helpers ------------------------------------------------------- */
+
+/* The FR status of a failed work completion. */
+static int verbs_wc_status(enum ibv_wc_status s)
+{
+	switch (s) {
+	case IBV_WC_REM_ACCESS_ERR:
+	case IBV_WC_LOC_PROT_ERR:
+		return FR_ERANGE;
+	default:
+		return FR_EPEER;
+	}
+}
+
+/* ---- data path: posting -------------------------------------------------- */
+
+/* Is the oldest unposted notification ready (its parts all done)? */
+static bool verbs_note_ready(const struct fr_tp_conn *c)
+{
+	return c->note_head != c->note_tail &&
+	       !c->notes[c->note_head % c->b.tp->b.sq_depth].parts_left;
+}
+
+/* Slots of a lane spoken for: lane 0 keeps one per unposted notification. */
+static unsigned int verbs_lane_reserved(const struct fr_tp_conn *c,
+					const struct verbs_lane *l)
+{
+	return l == &c->lane[0] ? (unsigned int)(c->note_tail - c->note_head)
+				: 0;
+}
+
+/* Can lane l take `need` more WRs beside what it has reserved?  At most
+ * sq_depth WRs that are not fences, and never more than the HW queue. */
+static bool verbs_lane_room(const struct fr_tp_conn *c,
+			    const struct verbs_lane *l, unsigned int need)
+{
+	unsigned int r = verbs_lane_reserved(c, l);
+
+	return l->nwr + r + need <= c->b.tp->b.sq_depth &&
+	       l->sq_tail - l->sq_head + r + need <= c->sq_cap;
+}
+
+/*
+ * Post one WR on lane i and enter it in the lane's ring.  Signalled when
+ * asked (sig), when it has a ctx (the caller wants to know when its source
+ * is free), every VERBS_SIG_INTERVAL WRs, and when the lane or the
+ * connection is about to fill (a full queue always has a completion
+ * coming).  On failure the connection fails: FR_EPEER.
+ */
+static int verbs_lane_post(struct fr_tp_conn *c, unsigned int i,
+			   struct ibv_send_wr *wr, enum verbs_sqe_kind kind,
+			   uint64_t ctx, struct fr_tp_mr *mr, uint64_t note,
+			   bool sig)
+{
+	struct fr_tp *tp = c->b.tp;
+	struct verbs_lane *l = &c->lane[i];
+	unsigned int r = verbs_lane_reserved(c, l);
+	struct ibv_send_wr *bad;
+	struct verbs_sqe *e;
+	int rc;
+
+	sig = sig || ctx || l->unsignaled + 1 >= VERBS_SIG_INTERVAL ||
+	      c->user_inflight + 1 >= tp->b.sq_depth ||
+	      l->nwr + r + 2 >= tp->b.sq_depth ||
+	      l->sq_tail - l->sq_head + r + 1 >= c->sq_cap;
+	wr->wr_id = verbs_wrid(c, false, (uint32_t)l->sq_tail);
+	if (sig)
+		wr->send_flags |= IBV_SEND_SIGNALED;
+	/* Small payloads are copied into the WQE: no DMA read. */
+	if (wr->num_sge && wr->sg_list->length <= l->max_inline)
+		wr->send_flags |= IBV_SEND_INLINE;
+	rc = ibv_post_send(l->qp, wr, &bad);
+	if (rc) {
+		char why[192];
+
+		/* Our own failure, not the peer's: say so loudly. */
+		fr_warn("verbs: rank %d: ibv_post_send to rank %d (queue pair %u): %s",
+			tp->b.rank, c->b.peer, i + 1,
+			verbs_strerror(rc, why, sizeof(why)));
+		verbs_conn_fail(c, FR_EPEER, "ibv_post_send: %s", strerror(rc));
+		return FR_EPEER;
+	}
+	e = &l->sq[l->sq_tail % c->sq_cap];
+	e->ctx = ctx;
+	e->kind = (uint8_t)kind;
+	e->note = note;
+	e->mr = mr && wr->num_sge && !(wr->send_flags & IBV_SEND_INLINE) ? mr
+									 : NULL;
+	if (e->mr)
+		e->mr->inflight++;
+	if (wr->num_sge && (wr->opcode == IBV_WR_RDMA_WRITE ||
+			    wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
+		l->last_raddr = wr->wr.rdma.remote_addr;
+		l->last_rkey = wr->wr.rdma.rkey;
+	}
+	l->sq_tail++;
+	l->nwr++;
+	l->unsignaled = sig ? 0 : l->unsignaled + 1;
+	return 0;
+}
+
+/*
+ * Post the notifications whose parts have all completed, oldest first, on
+ * lane 0 as a send with immediate carrying the whole length (a receive
+ * completion reports only its own WR's length).  Lane 0's slot was
+ * reserved when the write was taken, so the queue has room.
+ */
+static void verbs_notes_post(struct fr_tp_conn *c)
+{
+	struct verbs_lane *l0 = &c->lane[0];
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+
+	while (c->b.state == VERBS_UP && verbs_note_ready(c)) {
+		struct verbs_note *n =
+			&c->notes[c->note_head % c->b.tp->b.sq_depth];
+		uint8_t *b = c->ctl +
+			     (size_t)(l0->sq_tail % c->sq_cap) * VERBS_CTL_LEN;
+
+		fr_put_le32(b, n->len);
+		fr_put_le32(b + 4, VERBS_NOTE_MAGIC);
+		sge.addr = (uint64_t)(uintptr_t)b;
+		sge.length = VERBS_CTL_LEN;
+		sge.lkey = c->ctl_mr->lkey;
+		memset(&wr, 0, sizeof(wr));
+		wr.opcode = IBV_WR_SEND_WITH_IMM;
+		wr.imm_data = htonl(n->imm);
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		/* The reservation becomes the WR. */
+		c->note_head++;
+		if (verbs_lane_post(c, 0, &wr, VERBS_SQE_USER, n->ctx, NULL, 0,
+				    false)) {
+			/* Still owed: it fails with the connection. */
+			c->note_head--;
+			return;
+		}
+	}
+}
+
+/* ---- data path: completions ---------------------------------------------- */
+
+/* Retire a lane's ring up to seq s: the WRs before it completed without
+ * error (RC completes in order), s itself with `status`. */
+static void verbs_sq_retire(struct fr_tp_conn *c, struct verbs_lane *l,
+			    uint64_t s, int status)
+{
+	struct fr_tp *tp = c->b.tp;
+
+	while (l->sq_head <= s) {
+		struct verbs_sqe *e = &l->sq[l->sq_head % c->sq_cap];
+
+		if (e->mr) {
+			e->mr->inflight--;
+			e->mr = NULL;
+		}
+		switch (e->kind) {
+		case VERBS_SQE_USER:
+			fr_cqring_push(tp->b.cq, FR_CQE_SEND,
+				       l->sq_head == s ? status : 0, c, e->ctx,
+				       0, 0);
+			c->user_inflight--;
+			break;
+		case VERBS_SQE_PART:
+			/* In error too: the notification's turn comes
+			 * when its source is no longer read. */
+			c->notes[e->note % c->b.tp->b.sq_depth].parts_left--;
+			break;
+		default:
+			break;
+		}
+		if (e->kind != VERBS_SQE_FENCE)
+			l->nwr--;
+		l->sq_head++;
+	}
+	if (l->sq_head == l->sq_tail)
+		l->unsignaled = 0;
+}
+
+/*
+ * A failed connection's writes that never got their notification posted:
+ * each gets its FR_CQE_SEND with the error, in order, once its parts are
+ * retired (flushed: the source is no longer read) and lane 0 has retired
+ * the writes posted before it.  Returns false when the ring is full.
+ */
+static bool verbs_notes_fail(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->b.tp;
+
+	while (verbs_note_ready(c) &&
+	       c->lane[0].sq_head == c->lane[0].sq_tail) {
+		struct verbs_note *n = &c->notes[c->note_head % tp->b.sq_depth];
+
+		if (!n->silent) {
+			if (!fr_cqring_room(tp->b.cq))
+				return false;
+			fr_cqring_push(tp->b.cq, FR_CQE_SEND,
+				       c->was_up ? FR_EPEER : c->b.error, c,
+				       n->ctx, 0, 0);
+		}
+		c->user_inflight--;
+		c->note_head++;
+	}
+	return true;
+}
+
+static void verbs_repost(struct fr_tp_conn *c)
+{
+	int rc;
+
+	if (c->b.state == VERBS_FAILED || !c->lane[0].qp)
+		return;
+	rc = verbs_post_recvs(c, 1);
+	if (rc)
+		verbs_conn_fail(c, FR_ESYS, "ibv_post_recv: %s", strerror(rc));
+}
+
+/*
+ * A receive on lane 0 that is not a write with immediate: a notification
+ * (send with immediate; its payload holds the length of the whole striped
+ * write) or, at the acceptor, the connector's lanes-ready message.
+ * Returns the write's length, or -1 when it was handled here (ready) or
+ * the connection failed (a malformed message).
+ */
+static int64_t verbs_recv_ctl(struct fr_tp_conn *c, const struct ibv_wc *wc)
+{
+	const uint8_t *b;
+	uint32_t idx = (uint32_t)wc->wr_id % c->b.tp->rq_depth;
+
+	if (wc->opcode != IBV_WC_RECV || wc->byte_len != VERBS_CTL_LEN) {
+		verbs_conn_fail(
+			c, FR_EPROTO,
+			"rank %d sent a message that is neither a write with immediate nor a notification (opcode %d, %u bytes)",
+			c->b.peer, (int)wc->opcode, wc->byte_len);
+		return -1;
+	}
+	b = verbs_recv_buf(c, idx);
+	if (wc->wc_flags & IBV_WC_WITH_IMM) {
+		if (fr_get_le32(b + 4) != VERBS_NOTE_MAGIC) {
+			verbs_conn_fail(c, FR_EPROTO,
+					"rank %d sent a malformed notification",
+					c->b.peer);
+			return -1;
+		}
+		return fr_get_le32(b);
+	}
+	if (!c->b.incoming || c->nqps < 2 || c->lanes_ready ||
+	    fr_get_le32(b) != VERBS_READY_MAGIC ||
+	    fr_get_le32(b + 4) != c->nqps) {
+		verbs_conn_fail(c, FR_EPROTO,
+				"rank %d sent an unexpected message (%u bytes)",
+				c->b.peer, wc->byte_len);
+		return -1;
+	}
+	c->lanes_ready = true;
+	fr_dbg("verbs: rank %d: rank %d's %u queue pairs are ready",
+	       c->b.tp->b.rank, c->b.peer, c->nqps);
+	/* Not the caller's: its receive goes back at once. */
+	verbs_repost(c);
+	return -1;
+}
+
+static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
+{
+	struct fr_tp *tp = c->b.tp;
+	struct verbs_held *h;
+	int64_t len;
+	int st;
+
+	if (wc->status != IBV_WC_SUCCESS) {
+		/* Flushed receives (and any after the first error) say
+		 * nothing new: the connection has its one error. */
+		if (c->b.state == VERBS_FAILED)
+			return;
+		st = verbs_wc_status(wc->status);
+		/* What the HCA says is worth seeing: the caller's message only
+		 * has the error code. */
+		if (wc->status != IBV_WC_WR_FLUSH_ERR && c->b.state == VERBS_UP)
+			fr_warn("verbs: rank %d: receive from rank %d failed: %s",
+				c->b.tp->b.rank, c->b.peer,
+				ibv_wc_status_str(wc->status));
+		/* This completion becomes the one error the caller is owed
+		 * (after any held receives, which came first). */
+		verbs_conn_fail(
+			c, st,
+			"receive from rank %d failed: %s (vendor error 0x%x)",
+			c->b.peer, ibv_wc_status_str(wc->status),
+			wc->vendor_err);
+		return;
+	}
+	if (c->b.state == VERBS_FAILED)
+		return; /* landed before the failure; nobody reads it now */
+	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+		len = wc->byte_len;
+	} else {
+		len = verbs_recv_ctl(c, wc);
+		if (len < 0)
+			return;
+	}
+	/* Held back until accept(), and behind older held ones. */
+	if (!c->b.owned || c->held_count) {
+		h = &c->held[(c->held_head + c->held_count) % tp->rq_depth];
+		h->imm = ntohl(wc->imm_data);
+		h->len = (uint32_t)len;
+		c->held_count++;
+		return;
+	}
+	fr_cqring_push(tp->b.cq, FR_CQE_RECV, 0, c, 0, ntohl(wc->imm_data),
+		       (uint32_t)len);
+	verbs_repost(c);
+}
+
+static void verbs_wc_send(struct fr_tp_conn *c, struct verbs_lane *l,
+			  const struct ibv_wc *wc)
+{
+	uint32_t off = (uint32_t)wc->wr_id - (uint32_t)l->sq_head;
+	uint64_t s;
+	int st;
+
+	/* Not in the ring: already completed (synthesised after a failure). */
+	if (off >= l->sq_tail - l->sq_head)
+		return;
+	s = l->sq_head + off;
+	if (wc->status == IBV_WC_SUCCESS) {
+		verbs_sq_retire(c, l, s, 0);
+		return;
+	}
+	st = wc->status == IBV_WC_WR_FLUSH_ERR ? FR_EPEER
+					       : verbs_wc_status(wc->status);
+	if (wc->status != IBV_WC_WR_FLUSH_ERR && c->b.state == VERBS_UP)
+		fr_warn("verbs: rank %d: RDMA write to rank %d failed: %s",
+			c->b.tp->b.rank, c->b.peer,
+			ibv_wc_status_str(wc->status));
+	if (c->b.state != VERBS_FAILED)
+		verbs_conn_fail(
+			c, st,
+			"write to rank %d failed: %s (vendor error 0x%x)",
+			c->b.peer, ibv_wc_status_str(wc->status),
+			wc->vendor_err);
+	verbs_sq_retire(c, l, s, st);
+}
+
+/*
+ * The receive of an extra lane (QP i >= 1) completed.  The peer only
+ * writes there, so it completes only when the QP stopped: with the
+ * connection still up (we did not stop it, our own writes on it did not
+ * fail first), the peer's part broke our registration (the HCA refused it
+ * and stopped the QP, flushing the receive), which is FR_ERANGE as for a
+ * write with immediate on QP 0.
+ */
+static void verbs_wc_lane_recv(struct fr_tp_conn *c, unsigned int i,
+			       const struct ibv_wc *wc)
+{
+	if (c->b.state == VERBS_FAILED)
+		return;
+	if (wc->status == IBV_WC_SUCCESS) {
+		verbs_conn_fail(c, FR_EPROTO,
+				"rank %d sent a message on queue pair %u",
+				c->b.peer, i + 1);
+		return;
+	}
+	if (wc->status != IBV_WC_WR_FLUSH_ERR && c->b.state == VERBS_UP)
+		fr_warn("verbs: rank %d: queue pair %u with rank %d failed: %s",
+			c->b.tp->b.rank, i + 1, c->b.peer,
+			ibv_wc_status_str(wc->status));
+	verbs_conn_fail(
+		c,
+		wc->status == IBV_WC_WR_FLUSH_ERR ? FR_ERANGE
+						  : verbs_wc_status(wc->status),
+		"queue pair %u stopped: %s (a write by rank %d outside our registrations)",
+		i + 1, ibv_wc_status_str(wc->status), c->b.peer);
+}
+
+static void verbs_wc(struct fr_tp *tp, const struct ibv_wc *wc)
+{
+	uint32_t slot = (uint32_t)(wc->wr_id >> 48);
+	uint32_t gen = (uint32_t)(wc->wr_id >> 33) & 0x7fff;
+	struct fr_tp_conn *c = slot < tp->nslots ? tp->slots[slot] : NULL;
+	unsigned int i;
+
+	if (!c || c->gen != gen)
+		return;
+	/* A QP destroyed meanwhile leaves its completions in the CQ. */
+	for (i = 0; i < c->nqps; i++)
+		if (c->lane[i].qp && c->lane[i].qp->qp_num == wc->qp_num)
+			break;
+	if (i == c->nqps)
+		return;
+	if (!(wc->wr_id & VERBS_WRID_RECV))
+		verbs_wc_send(c, &c->lane[i], wc);
+	else if (!i)
+		verbs_wc_recv(c, wc);
+	else
+		verbs_wc_lane_recv(c, i, wc);
+}
+
+/* Poll the CQ while the ring has room for what a batch can produce.
+ * Returns the number of work completions taken, or FR_ESYS. */
+static int verbs_cq_drain(struct fr_tp *tp)
+{
+	struct ibv_wc wc[VERBS_POLL_BATCH];
+	int n, i, batch, total = 0;
+
+	for (;;) {
+		batch = (int)FR_MIN(fr_cqring_room(tp->b.cq) / VERBS_WC_FANOUT,
+				    (unsigned int)VERBS_POLL_BATCH);
+		if (batch <= 0)
+			return total;
+		n = ibv_poll_cq(tp->cq, batch, wc);
+		if (n < 0) {
+			tp->fatal = FR_ESYS;
+			fr_tpb_seterr(&tp->b, FR_LOG_ERROR,
+				      "ibv_poll_cq failed (%d)", n);
+			return FR_ESYS;
+		}
+		for (i = 0; i < n; i++)
+			verbs_wc(tp, &wc[i]);
+		total += n;
+		if (n < batch) {
+			/* Seen empty: destroyed QPs left nothing behind. */
+			tp->cq_linger = 0;
+			return total;
+		}
+	}
+}
+
+/*
+ * Signal the tail of every QP whose newest WR is unsignalled with a
+ * zero-length RDMA WRITE: no immediate, so nothing happens at the peer; its
+ * completion retires the writes before it.
+ */
+static void verbs_post_fences(struct fr_tp *tp)
+{
+	struct ibv_send_wr wr, *bad;
+	struct verbs_lane *l;
+	struct verbs_sqe *e;
+	struct fr_tp_conn *c;
+	unsigned int i;
+	int rc;
+
+	for (c = tp->b.conns; c; c = c->b.next) {
+		for (i = 0; i < c->nqps && c->b.state == VERBS_UP; i++) {
+			l = &c->lane[i];
+			if (!l->qp || !l->unsignaled ||
+			    l->sq_tail - l->sq_head +
+					    verbs_lane_reserved(c, l) >=
+				    c->sq_cap)
+				continue;
+			memset(&wr, 0, sizeof(wr));
+			wr.wr_id = verbs_wrid(c, false, (uint32_t)l->sq_tail);
+			wr.opcode = IBV_WR_RDMA_WRITE;
+			wr.num_sge = 0;
+			wr.send_flags = IBV_SEND_SIGNALED;
+			/* Zero bytes need no valid key; give the last used
+			 * one anyway, for devices that look at it. */
+			wr.wr.rdma.remote_addr = l->last_raddr;
+			wr.wr.rdma.rkey = l->last_rkey;
+			rc = ibv_post_send(l->qp, &wr, &bad);
+			if (rc) {
+				char why[192];
+
+				fr_warn("verbs: rank %d: ibv_post_send (fence) to rank %d: %s",
+					tp->b.rank, c->b.peer,
+					verbs_strerror(rc, why, sizeof(why)));
+				verbs_conn_fail(c, FR_EPEER,
+						"ibv_post_send (fence): %s",
+						strerror(rc));
+				break;
+			}
+			e = &l->sq[l->sq_tail % c->sq_cap];
+			memset(e, 0, sizeof(*e));
+			e->kind = VERBS_SQE_FENCE;
+			l->sq_tail++;
+			l->unsignaled = 0;
+		}
+	}
+}
+
+static void verbs_notes_post_all(struct fr_tp *tp)
+{
+	struct fr_tp_conn *c;
+
+	for (c = tp->b.conns; c; c = c->b.next)
+		if (c->b.state == VERBS_UP && c->note_head != c->note_tail)
+			verbs_notes_post(c);
+}
+
+/* Apply the DISCONNECTED events of live connections (after the drain). */
+static void verbs_apply_peer_gone(struct fr_tp *tp)
+{
+	struct fr_tp_conn *c;
+
+	for (c = tp->b.conns; c; c = c->b.next)
+		if (c->peer_gone && c->b.state == VERBS_UP)
+			verbs_conn_fail(c, FR_EPEER,
+					"rank %d closed the connection",
+					c->b.peer);
+}
+
+/* Move what connections owe the caller into the ring, as room allows:
+ * held receives first (they came first), then the error, then the
+ * writes nobody else will complete. */
+static void verbs_flush_owed(struct fr_tp *tp)
+{
+	struct fr_tp_conn *c;
+	unsigned int i;
+
+	for (c = tp->b.conns; c; c = c->b.next) {
+		if (!c->b.owned)
+			continue;
+		while (c->held_count && fr_cqring_room(tp->b.cq)) {
+			struct verbs_held *h = &c->held[c->held_head];
+
+			fr_cqring_push(tp->b.cq, FR_CQE_RECV, 0, c, 0, h->imm,
+				       h->len);
+			c->held_head = (c->held_head + 1) % tp->rq_depth;
+			c->held_count--;
+			verbs_repost(c);
+		}
+		if (c->held_count)
+			return;
+		if (c->b.err_owed) {
+			if (!fr_cqring_room(tp->b.cq))
+				return;
+			fr_cqring_push(tp->b.cq, FR_CQE_RECV, c->b.error, c, 0,
+				       0, 0);
+			c->b.err_owed = false;
+		}
+		for (i = 0; c->synth && i < c->nqps; i++) {
+			struct verbs_lane *l = &c->lane[i];
+
+			while (l->sq_head < l->sq_tail) {
+				if (fr_cqring_room(tp->b.cq) < VERBS_WC_FANOUT)
+					return;
+				verbs_sq_retire(c, l, l->sq_head, FR_EPEER);
+			}
+		}
+		if (c->b.state == VERBS_FAILED && !verbs_notes_fail(c))
+			return;
+	}
+}
+
+static bool verbs_owes(const struct fr_tp *tp)
+{
+	const struct fr_tp_conn *c;
+	unsigned int i;
+
+	if (tp->b.cq->count || tp->fatal)
+		return true;
+	for (c = tp->b.conns; c; c = c->b.next) {
+		if (!c->b.owned)
+			continue;
+		if (c->held_count || c->b.err_owed || c->peer_gone)
+			return true;
+		/* A ready notification: posted (up) or failed (not). */
+		if (verbs_note_ready(c) &&
+		    (c->b.state == VERBS_UP ||
+		     c->lane[0].sq_head == c->lane[0].sq_tail))
+			return true;
+		for (i = 0; c->synth && i < c->nqps; i++)
+			if (c->lane[i].sq_head < c->lane[i].sq_tail)
+				return true;
+	}
+	return false;
+}
+
+/*
+ * Establishment progress for accept() and connect_done() (the class's
+ * progress hook; every call is eager); poll() does the same and more.  A
+ * peer's DISCONNECTED is applied here too (after a CQ drain, as in
+ * poll()), so that wait() has nothing owed to spin on.
+ */
+void verbs_progress(struct fr_tp *tp, bool eager)
+{
+	struct fr_tp_conn *c;
+
+	verbs_cm_drain(tp);
+	verbs_timers(tp);
+	for (c = tp->b.conns; c; c = c->b.next)
+		if (c->peer_gone)
+			break;
+	if (c && verbs_cq_drain(tp) >= 0)
+		verbs_apply_peer_gone(tp);
+	verbs_sweep(tp);
+}
+
+/* ---- writes -------------------------------------------------------------- */
+
+/*
+ * How a write is cut: into up to nqps parts of `chunk` bytes (a multiple of
+ * VERBS_PART_ALIGN; the last part is shorter), part i on lane i.  Returns
+ * the number of parts; 1 or 0 (len 0): not striped.
+ */
+static unsigned int verbs_parts(const struct fr_tp_conn *c, size_t len,
+				size_t *chunk)
+{
+	size_t k;
+
+	*chunk = len;
+	/* Lane 0 takes a part and a notification: with a queue of one
+	 * write, a striped one could never be posted. */
+	if (!c->lanes_ready || len < c->b.tp->opt.stripe ||
+	    c->b.tp->b.sq_depth < 2)
+		return len ? 1 : 0;
+	k = (len + c->nqps - 1) / c->nqps;
+	k = (k + VERBS_PART_ALIGN - 1) / VERBS_PART_ALIGN * VERBS_PART_ALIGN;
+	*chunk = k;
+	return (unsigned int)((len + k - 1) / k);
+}
+
+int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
+		    const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
+		    uint32_t imm, uint64_t ctx)
+{
+	struct ibv_send_wr wr;
+	struct verbs_note *n;
+	struct ibv_sge sge;
+	struct fr_tp *tp;
+	unsigned int nparts, i;
+	size_t chunk;
+	uint64_t seq;
+	int rc;
+
+	if (!c)
+		return FR_EINVAL;
+	tp = c->b.tp;
+	if (c->b.state == VERBS_FAILED)
+		return c->was_up ? FR_EPEER : c->b.error;
+	if (c->b.state != VERBS_UP)
+		return FR_EAGAIN;
+	/*
+	 * One message as far as the port goes: the single-WR path (before
+	 * the extra QPs are ready, below the stripe size) must work for
+	 * every length, and the port caps a message at max_msg_sz.
+	 */
+	if (len > UINT32_MAX || len > tp->max_msg) {
+		fr_tpb_seterr(
+			&tp->b, FR_LOG_WARN,
+			"a write of %zu bytes exceeds the port's maximum message size of %u bytes",
+			len, tp->max_msg);
+		return FR_EINVAL;
+	}
+	if (len) {
+		if (!lmr || !rkey || lmr->tp != tp || !lmr->mr ||
+		    rkey->d != VERBS_RKEY_TAG)
+			return FR_EINVAL;
+		if (loff > lmr->len || len > lmr->len - loff)
+			return FR_ERANGE;
+		/* Overflow-safe; the peer's HCA checks again. */
+		if (roff > rkey->b || len > rkey->b - roff)
+			return FR_ERANGE;
+	}
+	if (c->user_inflight >= tp->b.sq_depth)
+		return FR_EAGAIN;
+	nparts = verbs_parts(c, len, &chunk);
+
+	memset(&wr, 0, sizeof(wr));
+	if (len) {
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.wr.rdma.rkey = rkey->c;
+		sge.lkey = lmr->mr->lkey;
+	}
+	/* The plain case: one write with immediate on lane 0, as long as no
+	 * earlier notification waits (it must reach the peer first). */
+	if (nparts <= 1 && c->note_head == c->note_tail) {
+		if (!verbs_lane_room(c, &c->lane[0], 1))
+			return FR_EAGAIN;
+		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wr.imm_data = htonl(imm);
+		if (len) {
+			sge.addr = (uint64_t)(uintptr_t)(lmr->base + loff);
+			sge.length = (uint32_t)len;
+			wr.wr.rdma.remote_addr = rkey->a + roff;
+		}
+		rc = verbs_lane_post(c, 0, &wr, VERBS_SQE_USER, ctx, lmr, 0,
+				     false);
+		if (rc)
+			return rc;
+		c->user_inflight++;
+		return 0;
+	}
+
+	/*
+	 * Parts now, notification later: lane 0 needs a slot for its part
+	 * (if any) and one reserved for the notification; lanes 1.. one
+	 * each.  All or nothing, so FR_EAGAIN leaves nothing behind.
+	 */
+	if (!verbs_lane_room(c, &c->lane[0], nparts ? 2 : 1))
+		return FR_EAGAIN;
+	for (i = 1; i < nparts; i++)
+		if (!verbs_lane_room(c, &c->lane[i], 1))
+			return FR_EAGAIN;
+	if (nparts > 1)
+		c->nstriped++;
+	seq = c->note_tail;
+	n = &c->notes[seq % tp->b.sq_depth];
+	n->ctx = ctx;
+	n->imm = imm;
+	n->len = (uint32_t)len;
+	n->parts_left = nparts ? nparts - 1 : 0;
+	n->silent = false;
+	c->note_tail++;
+	c->user_inflight++;
+	/* Lanes 1.. first, each part signalled: its completion (the data
+	 * is placed at the peer) is what the notification waits for. */
+	for (i = nparts; i-- > 0;) {
+		size_t off = (size_t)i * chunk;
+
+		sge.addr = (uint64_t)(uintptr_t)(lmr->base + loff + off);
+		sge.length = (uint32_t)FR_MIN(chunk, len - off);
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.send_flags = 0;
+		wr.wr.rdma.remote_addr = rkey->a + roff + off;
+		rc = verbs_lane_post(c, i, &wr,
+				     i ? VERBS_SQE_PART : VERBS_SQE_PLAIN, 0,
+				     lmr, seq, i > 0);
+		if (rc) {
+			/* The parts not posted never count down; the
+			 * caller learns from rc, not from a completion. */
+			n->parts_left -= i ? i : 0;
+			n->silent = true;
+			return rc;
+		}
+	}
+	verbs_notes_post(c);
+	return 0;
+}
+
+/* ---- poll and wait ------------------------------------------------------- */
+
+int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
+{
+	int n = 0, rc;
+
+	if (!tp || max < 0 || (max && !cqe))
+		return FR_EINVAL;
+	if (tp->fatal)
+		return tp->fatal;
+	verbs_cm_drain(tp);
+	verbs_timers(tp);
+	rc = verbs_cq_drain(tp);
+	if (rc < 0)
+		return rc;
+	verbs_apply_peer_gone(tp);
+	verbs_flush_owed(tp);
+	verbs_notes_post_all(tp);
+	verbs_post_fences(tp);
+	verbs_sweep(tp);
+	n = fr_cqring_pop(tp->b.cq, cqe, max);
+	return n;
+}
+
+/* How long wait() may sleep before a retry or deadline is due. */
+static int verbs_wait_cap(const struct fr_tp *tp, int t)
+{
+	uint64_t now = fr_now_ms();
+
+	for (const struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next)
+		t = fr_tpb_due(c, t, now);
+	return t;
+}
+
+/*
+ * The sleep, split in three so that the mixed transport (shm+verbs) can
+ * sleep on us and on shm at once (transport.h): prepare arms the CQ and
+ * looks once more, the caller sleeps on the completion channel, the cm
+ * event channel and the wake eventfd (wait_fd(): one epoll descriptor
+ * holding the three), finish takes the CQ event and the wake.
+ */
+int verbs_wait_prepare(struct fr_tp *tp, int *timeout_ms)
+{
+	int rc;
+
+	if (!tp || !timeout_ms)
+		return FR_EINVAL;
+	if (tp->opt.spin || verbs_owes(tp))
+		return 1;
+	/* A notification left unposted (its parts completed in a drain
+	 * outside poll) or an uncovered tail would never raise the
+	 * completion we sleep on. */
+	verbs_notes_post_all(tp);
+	verbs_post_fences(tp);
+	*timeout_ms = verbs_wait_cap(tp, *timeout_ms < 0 ? -1 : *timeout_ms);
+	/* Arm, then look once more: a completion that arrived before the
+	 * arming raises no event. */
+	rc = ibv_req_notify_cq(tp->cq, 0);
+	if (rc) {
+		fr_tpb_seterr(&tp->b, FR_LOG_ERROR, "ibv_req_notify_cq: %s",
+			      strerror(rc));
+		return FR_ESYS;
+	}
+	rc = verbs_cq_drain(tp);
+	if (rc < 0)
+		return rc;
+	return rc > 0 || verbs_owes(tp) ? 1 : 0;
+}
+
+void verbs_wait_finish(struct fr_tp *tp)
+{
+	struct ibv_cq *ecq;
+	void *ectx;
+
+	/* The channel is non-blocking (open): no event is EAGAIN. */
+	if (!ibv_get_cq_event(tp->cc, &ecq, &ectx)) {
+		/* Acknowledging takes a lock: do it in batches. */
+		if (++tp->cq_unacked >= VERBS_CQ_ACK_BATCH) {
+			ibv_ack_cq_events(tp->cq, tp->cq_unacked);
+			tp->cq_unacked = 0;
+		}
+	}
+	fr_tpb_wake_drain(&tp->b);
+}
+
+int verbs_wait_fd(struct fr_tp *tp)
+{
+	const int fds[3] = {tp->cc->fd, tp->ec->fd, tp->b.wfd};
+
+	if (tp->b.epfd >= 0)
+		return tp->b.epfd;
+	tp->b.epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (tp->b.epfd < 0) {
+		fr_tpb_seterr(&tp->b, FR_LOG_ERROR, "epoll_create1: %s",
+			      fr_syserr(errno));
+		tp->b.epfd = -1;
+		return FR_ESYS;
+	}
+	for (int i = 0; i < 3; i++)
+		if (fr_tpb_watch(&tp->b, fds[i], EPOLLIN, NULL)) {
+			fr_tpb_seterr(&tp->b, FR_LOG_ERROR, "epoll_ctl: %s",
+				      fr_syserr(errno));
+			close(tp->b.epfd);
+			tp->b.epfd = -1;
+			return FR_ESYS;
+		}
+	return tp->b.epfd;
+}
+
+int verbs_wait(struct fr_tp *tp, int timeout_ms)
+{
+	struct pollfd pfd[3];
+	int t = timeout_ms, rc;
+
+	if (!tp)
+		return FR_EINVAL;
+	rc = verbs_wait_prepare(tp, &t);
+	if (rc)
+		return rc < 0 ? rc : 0;
+	pfd[0].fd = tp->cc->fd;
+	pfd[0].events = POLLIN;
+	pfd[1].fd = tp->ec->fd;
+	pfd[1].events = POLLIN;
+	pfd[2].fd = tp->b.wfd;
+	pfd[2].events = POLLIN;
+	if (poll(pfd, 3, t) < 0 && errno != EINTR) {
+		fr_tpb_seterr(&tp->b, FR_LOG_ERROR, "poll: %s",
+			      fr_syserr(errno));
+		return FR_ESYS;
+	}
+	verbs_wait_finish(tp);
+	return 0;
+}

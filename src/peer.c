@@ -39,8 +39,10 @@
 #define CTX_OUT (1ull << 63)	  /* SEND ctx of an outbox message: | slot */
 #define CTX_USER (1ull << 62)	  /* SEND ctx of a write from user memory */
 #define CTX_LIVE (1ull << 61)	  /* SEND ctx of a PING or PONG */
-#define LIVE_SEQ_MASK 0x07ffffffu /* PONG: collectives started, low bits */
-#define LIVE_LATE (1u << 27)	  /* PONG: waiting for a late rank itself */
+/* PONG payload: level << 16 | collectives started (low 16 bits) */
+#define LIVE_SEQ_MASK 0xffffu /* collectives started, low bits */
+#define LIVE_LEVEL_SHIFT 16   /* 0, or waiting for a late rank at that level */
+#define LIVE_LEVEL_MAX 0xfffu
 
 static void probe_close(struct fr_comm *c, struct fr_peer *p);
 
@@ -368,11 +370,24 @@ int fr_peer_need(struct fr_comm *c, int rank)
  *     as before (a closed connection still fails at once);
  *   - alive and in the collective, but silent: FR_ETIMEDOUT at the timeout;
  *   - alive but not yet in the collective (a checkpoint, a slow data
- *     loader), or waiting for such a rank itself: patience until
- *     FR_SLOW_TIMEOUT_MS, then FR_ETIMEDOUT saying so.
+ *     loader), or in the same collective and waiting for such a rank
+ *     itself: patience until FR_SLOW_TIMEOUT_MS, then FR_ETIMEDOUT saying
+ *     so.
  * A rank that starts waiting patiently tells all its peers at once with an
  * unsolicited PONG, so the patience spreads along a ring in round trips,
  * not in ping intervals.
+ *
+ * Patience must end at a rank that really is late, never go round in a
+ * circle: two ranks that each wait patiently because the other does would
+ * wait for nothing until FR_SLOW_TIMEOUT_MS (a lost message, or a peer
+ * that died while a neighbour was late).  So the PONG carries a level: 1
+ * for a rank that waits on one that has not entered the collective, k + 1
+ * for one that waits on a rank at level k.  A chain of distinct ranks is at
+ * most nranks - 1 long, so a higher level can only come from a circle and
+ * counts as not late; a circle's levels climb by one a round trip until
+ * they get there.  And a peer that has gone on to a later collective is
+ * not late for ours, whatever it waits for now (it may well wait for us):
+ * what we wait on from it was sent, or lost, and the timeout applies.
  */
 static int live_send_on(struct fr_comm *c, struct fr_tp_conn *conn,
 			uint32_t imm)
@@ -398,12 +413,14 @@ static void note_pong(struct fr_peer *p, uint32_t imm)
 {
 	p->pong_ms = fr_now_ms();
 	p->pong_started = FR_IMM_PAYLOAD(imm) & LIVE_SEQ_MASK;
-	p->pong_late = (FR_IMM_PAYLOAD(imm) & LIVE_LATE) != 0;
+	p->pong_level = (uint16_t)(FR_IMM_PAYLOAD(imm) >> LIVE_LEVEL_SHIFT);
 }
 
 static uint32_t pong_imm(const struct fr_comm *c)
 {
-	return FR_IMM(FR_IMM_PONG, (c->peer.waiting_late ? LIVE_LATE : 0) |
+	uint32_t level = c->peer.waiting_late ? c->peer.late_level : 0;
+
+	return FR_IMM(FR_IMM_PONG, level << LIVE_LEVEL_SHIFT |
 					   (c->peer.seq & LIVE_SEQ_MASK));
 }
 
@@ -545,7 +562,8 @@ static bool cqe_is_liveness(const struct fr_tp_cqe *cqe)
 /* PING the peer we wait on now and then; afterwards, what its PONGs say:
  * 1 alive but late (not in our collective, or itself waiting for a late
  * rank), 0 alive and in it, -1 no fresh answer. */
-static int liveness(struct fr_comm *c, int rank, uint32_t seq, uint64_t idle_ms)
+static int liveness(struct fr_comm *c, int rank, uint32_t seq, uint64_t idle_ms,
+		    unsigned int *level)
 {
 	struct fr_peer *p = &c->peer.peers[rank];
 	uint64_t now = fr_now_ms(), every = (uint64_t)ping_interval_ms(c);
@@ -564,10 +582,18 @@ static int liveness(struct fr_comm *c, int rank, uint32_t seq, uint64_t idle_ms)
 	/* an answer to one of the last few PINGs, not an old one */
 	if (!p->pong_ms || now - p->pong_ms > 3 * every)
 		return -1;
-	/* has it started collective #seq?  (started counts them, mod 2^27) */
+	/* has it started collective #seq?  (started counts them, mod 2^16) */
 	d = (p->pong_started - (seq & LIVE_SEQ_MASK)) & LIVE_SEQ_MASK;
-	if (d == 0 || d > LIVE_SEQ_MASK / 2 || p->pong_late)
+	if (d == 0 || d > LIVE_SEQ_MASK / 2) {
+		*level = 1;
 		return 1;
+	}
+	/* in ours, waiting for a late rank itself, not through a circle */
+	if (d == 1 && p->pong_level &&
+	    p->pong_level + 1 < FR_MIN(c->nranks, (int)LIVE_LEVEL_MAX)) {
+		*level = p->pong_level + 1u;
+		return 1;
+	}
 	return 0;
 }
 
@@ -588,6 +614,7 @@ static void announce_late(struct fr_comm *c)
 int fr_peers_watch(struct fr_comm *comm, const struct fr_request *req, int peer)
 {
 	uint64_t idle = fr_now_ms() - comm->peer.last_activity_ms;
+	unsigned int level = 0;
 	const char *name;
 	int lv = -1;
 
@@ -596,11 +623,19 @@ int fr_peers_watch(struct fr_comm *comm, const struct fr_request *req, int peer)
 		return 0;
 	}
 	if (peer >= 0 && peer < comm->nranks && peer != comm->rank)
-		lv = liveness(comm, peer, req->seq, idle);
+		lv = liveness(comm, peer, req->seq, idle, &level);
+	if (lv == 1)
+		comm->peer.late_level = (uint16_t)level;
 	if (lv == 1 && !comm->peer.waiting_late) {
+		fr_dbg("rank %d: collective #%u: rank %d is alive but late%s: waiting patiently",
+		       comm->rank, req->seq, peer,
+		       level > 1 ? " (it waits itself)" : "");
 		comm->peer.waiting_late = true;
 		announce_late(comm);
 	} else if (lv != 1 && comm->peer.waiting_late) {
+		fr_dbg("rank %d: collective #%u: rank %d %s", comm->rank,
+		       req->seq, peer,
+		       lv ? "stopped answering" : "is no longer late");
 		/* the late rank has arrived (or stopped answering): it gets a
 		 * whole timeout from now to send, as a rank that was never
 		 * late does, not the rest of one that ran out meanwhile (its
@@ -613,7 +648,7 @@ int fr_peers_watch(struct fr_comm *comm, const struct fr_request *req, int peer)
 	    (lv == 1 && idle < (uint64_t)comm->peer.slow_timeout_ms))
 		return 0;
 	name = fr_coll_name(req->coll);
-	if (lv == 1 && comm->peer.peers[peer].pong_late)
+	if (lv == 1 && level > 1)
 		fr_comm_fail(
 			comm, FR_ETIMEDOUT,
 			"rank %d: collective #%u (%s): rank %d is alive but itself waits for a rank that has not entered collective #%u after %.0f s (FR_SLOW_TIMEOUT_MS=%ld)",

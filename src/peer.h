@@ -68,7 +68,7 @@ enum fr_imm_type {
 	FR_IMM_AG = 4,	    /* ring: segment index in the collective */
 	FR_IMM_RCREDIT = 5, /* ring: staging slots freed             */
 	FR_IMM_PING = 6,    /* are you alive?                        */
-	FR_IMM_PONG = 7,    /* yes: late flag << 27 | collectives started */
+	FR_IMM_PONG = 7,    /* yes: late level << 16 | started mod 2^16 */
 };
 /* The types the peer layer reads itself. */
 #define FR_IMM_PEER_TYPES                                             \
@@ -132,7 +132,8 @@ struct fr_peer {
 	 * whether it is itself waiting for a late rank */
 	uint64_t ping_ms, pong_ms;
 	uint32_t pong_started;
-	bool pong_late, pong_owed;
+	uint16_t pong_level; /* 0, or it waits for a late rank (peer.c) */
+	bool pong_owed;
 	/* a liveness-only connection (PING and PONG, no data) to a lower rank
 	 * we wait on that has not connected to us yet, or from a higher one
 	 * that waits on us; a connection from the other side of the pair
@@ -174,6 +175,7 @@ struct fr_peer_layer {
 	int timeout_ms;
 	long slow_timeout_ms; /* patience with a peer that is alive but late */
 	bool waiting_late;    /* what we wait on is alive but late */
+	uint16_t late_level;  /* ... directly (1) or through k - 1 ranks (k) */
 	uint64_t last_activity_ms; /* last completion seen, for timeouts */
 	/* collectives as the peers see them: how many started (PONGs and
 	 * ABORTs carry it), and whether the last one still runs */

@@ -1645,6 +1645,9 @@ int main(int argc, char **argv)
 	fr_comm_t *comm;
 	int rc;
 
+	/* line by line: a rank that frrun stops after another's failure
+	 * still leaves what it printed */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2) {
 		fprintf(stderr, "usage: %s matrix|colls|bigexit|regonce|die|late|toolate|faults|fdhog|mismatch|threads|compress|buckets|affinity [options]\n",
 			argv[0]);

@@ -574,6 +574,50 @@ static void test_lost_message(void **state)
 		"malformed or out-of-order message from rank 0 (slot 1");
 }
 
+/*
+ * No patience in a circle (peer.c, "Slow or dead").  Rank 1's last ring
+ * write of collective #0 is lost: rank 1 has finished #0 and waits in #1
+ * for rank 0, which has not entered #1 - so rank 1 waits patiently, and
+ * says so in its PONGs.  Rank 0 waits in #0 for rank 1, alive and waiting
+ * for a late rank itself: but that late rank is rank 0, and rank 1 has
+ * gone on to a later collective.  Rank 0 must fail at the timeout, not
+ * wait FR_SLOW_TIMEOUT_MS for a rank that waits for it.
+ */
+static void test_no_patience_circle(void **state)
+{
+	fr_config_t cfg = config(400, FR_ALGO_RING);
+	fr_request_t *rq[3];
+	int rc[3] = {1, 1, 1};
+	uint64_t t0;
+
+	(void)state;
+	setenv("FR_SLOW_TIMEOUT_MS", "600000", 1);
+	job(2, &cfg);
+	unsetenv("FR_SLOW_TIMEOUT_MS");
+	allreduce_all(2, 64);
+	fake_tp_fault(1, 0, FR_IMM_AG, 0, FAKE_DROP, 0, 0);
+	for (int k = 0; k < 3; k++) {
+		float *b = tbuf(64 * sizeof(float));
+
+		assert_int_equal(fr_iallreduce(comms[k ? 1 : 0], b, b, 64,
+					       FR_F32, FR_SUM, &rq[k]),
+				 0);
+	}
+	t0 = now_ms();
+	assert_int_equal(fake_job_drive(comms, 2, rq, rc, 3, DRIVE_MS), 0);
+	assert_true(fake_tp_fault_fired());
+	if (rc[1])
+		fail_msg("rank 1's collective #1 failed: %s",
+			 fr_comm_last_error(comms[1]));
+	if (rc[0] != FR_ETIMEDOUT)
+		fail_msg("rank 0: %s (%s)", fr_errname(rc[0]),
+			 fr_comm_last_error(comms[0]));
+	assert_contains(fr_comm_last_error(comms[0]),
+			"rank 1 is alive and in it but sent nothing");
+	assert_int_not_equal(rc[2], 0);
+	assert_true(now_ms() - t0 < 10000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -585,6 +629,7 @@ int main(void)
 		T(test_write_outside_memory), T(test_corrupt_magic),
 		T(test_corrupt_type),	      T(test_corrupt_length),
 		T(test_corrupt_count),	      T(test_lost_message),
+		T(test_no_patience_circle),
 #undef T
 	};
 

@@ -21,6 +21,7 @@ port=29700 rc=0
 say() { echo "[node $FR_RANK] $*"; }
 
 # one TRANSPORT ITERS TIMEOUT_MS: run the sequence; sets out, status, secs
+# (FR_LOG from the caller: the flap runs keep the debug log for a failure)
 one() {
 	local t0=$EPOCHREALTIME
 	out=$(FR_TRANSPORT=$1 FR_TIMEOUT_MS=$3 FR_RENDEZVOUS=10.99.0.1:$port \
@@ -69,7 +70,7 @@ for tp in tcp verbs; do
 		flapper=$!
 		flap_at=$(awk -v a="$EPOCHREALTIME" 'BEGIN { printf "%.1f", a + 3 }')
 	fi
-	one $tp "$FLAP_ITERS" 20000
+	FR_LOG=debug one $tp "$FLAP_ITERS" 20000
 	if [ -n "$flap_at" ]; then
 		wait "$flapper"
 		# the link must come back before the next run
@@ -82,7 +83,8 @@ for tp in tcp verbs; do
 	if [ "$status" = 0 ]; then
 		must_pass "link flap, $tp: recovered" "$fref"
 	elif [ "$status" = 124 ] || [ "$status" = 137 ]; then
-		say "FAIL link flap, $tp: still running after 300 s (a hang)"
+		say "FAIL link flap, $tp: still running after 300 s (a hang); its log ends:"
+		echo "$out" | grep -v '^digest\|^rank [0-9]*: [a-z]* ok' | tail -25
 		rc=1
 	elif echo "$out" | grep -q "^FAIL rank $FR_RANK: collective [0-9]*: rank"; then
 		say "ok link flap, $tp: failed cleanly after ${secs}s: $(echo "$out" | grep -m1 '^FAIL rank' | cut -c1-300)"

@@ -673,7 +673,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	fr_tune_oversub(c);
 	fr_tune_link(c);
 	c->errmsg[0] = '\0';
-	c->peer.last_activity_ms = fr_now_ms();
+	c->peer.last_activity_ms = fr_coarse_ms();
 	/* one rank has nothing to progress */
 	if (c->thr.progress_mode == FR_PROGRESS_THREAD && c->nranks > 1) {
 		rc = fr_progress_thread_start(c, err, errlen);

@@ -36,6 +36,7 @@ struct fr_engine {
 	struct fr_request *tail;
 	int last_algo; /* of the last collective started */
 	int spin_us;   /* busy-poll budget before blocking; -1: never block */
+	unsigned int busy_steps; /* fr_engine_step: steps that did work */
 	/* a spin that finds its core shared (request.c, shared_core()) */
 	uint64_t nudge_at;  /* fr_now_ns: it may change cores from then */
 	uint64_t nudge_gap; /* ns until the next change after that one */

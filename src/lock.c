@@ -140,7 +140,7 @@ int fr_sleep_ms(const struct fr_comm *comm, bool pending)
 
 	if (!pending)
 		return 1000;
-	idle = fr_now_ms() - comm->peer.last_activity_ms;
+	idle = fr_coarse_since(comm->peer.last_activity_ms);
 	/* patient with a late rank: keep pinging it, do not spin */
 	if (comm->peer.waiting_late)
 		return 100;

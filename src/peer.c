@@ -81,7 +81,7 @@ int fr_peers_coll_begin(struct fr_comm *c, uint32_t *seq)
 {
 	*seq = c->peer.seq++;
 	c->peer.in_coll = true;
-	c->peer.last_activity_ms = fr_now_ms();
+	c->peer.last_activity_ms = fr_coarse_ms();
 	/* an ABORT for this collective (or an earlier one) arrived while an
 	 * earlier one ran: it fails now */
 	if (c->fail.abort_pending && (int32_t)(*seq - c->fail.abort_seq) >= 0) {
@@ -350,7 +350,7 @@ int fr_peer_need(struct fr_comm *c, int rank)
 		p->state = FR_PEER_CONNECTING;
 		p->next_active = c->peer.active;
 		c->peer.active = p;
-		c->peer.last_activity_ms = fr_now_ms();
+		c->peer.last_activity_ms = fr_coarse_ms();
 		/* fall through */
 	case FR_PEER_CONNECTING:
 		return peer_advance(c, p);
@@ -411,7 +411,7 @@ static int live_send(struct fr_comm *c, struct fr_peer *p, uint32_t imm)
 /* A PONG from p (on its connection or a probe): what it says, and when. */
 static void note_pong(struct fr_peer *p, uint32_t imm)
 {
-	p->pong_ms = fr_now_ms();
+	p->pong_ms = fr_coarse_ms();
 	p->pong_started = FR_IMM_PAYLOAD(imm) & LIVE_SEQ_MASK;
 	p->pong_level = (uint16_t)(FR_IMM_PAYLOAD(imm) >> LIVE_LEVEL_SHIFT);
 }
@@ -566,7 +566,7 @@ static int liveness(struct fr_comm *c, int rank, uint32_t seq, uint64_t idle_ms,
 		    unsigned int *level)
 {
 	struct fr_peer *p = &c->peer.peers[rank];
-	uint64_t now = fr_now_ms(), every = (uint64_t)ping_interval_ms(c);
+	uint64_t now = fr_coarse_ms(), every = (uint64_t)ping_interval_ms(c);
 	uint32_t d;
 
 	if (p->state == FR_PEER_CONNECTING && !p->conn && c->rank > rank) {
@@ -613,7 +613,7 @@ static void announce_late(struct fr_comm *c)
  */
 int fr_peers_watch(struct fr_comm *comm, const struct fr_request *req, int peer)
 {
-	uint64_t idle = fr_now_ms() - comm->peer.last_activity_ms;
+	uint64_t idle = fr_coarse_since(comm->peer.last_activity_ms);
 	unsigned int level = 0;
 	const char *name;
 	int lv = -1;
@@ -641,7 +641,7 @@ int fr_peers_watch(struct fr_comm *comm, const struct fr_request *req, int peer)
 		 * late does, not the rest of one that ran out meanwhile (its
 		 * data may first need a connection to us) */
 		comm->peer.waiting_late = false;
-		comm->peer.last_activity_ms = fr_now_ms();
+		comm->peer.last_activity_ms = fr_coarse_ms();
 		return 0;
 	}
 	if (idle < (uint64_t)comm->peer.timeout_ms ||
@@ -1163,7 +1163,7 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 
 	/* a PING or PONG is not progress of a collective */
 	if (!cqe_is_liveness(cqe)) {
-		c->peer.last_activity_ms = fr_now_ms();
+		c->peer.last_activity_ms = fr_coarse_ms();
 		c->peer.waiting_late = false;
 	}
 	if (cqe->kind == FR_CQE_SEND)

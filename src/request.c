@@ -25,6 +25,7 @@
 #include "util.h"
 
 #define CQE_BATCH 32
+#define FR_BUSY_WATCH 64 /* fr_engine_step: watch every 64th busy step */
 
 static void req_finish(struct fr_request *req, int result)
 {
@@ -280,6 +281,11 @@ bool fr_engine_step(struct fr_comm *comm, bool *did_work)
 	fr_progress_internal(comm, did_work);
 	if (!first_pending(comm))
 		return false;
+	/* A step that did work has just seen progress: no timeout is due, and
+	 * the watch (clock reads, liveness) is most of a small collective's
+	 * step; every FR_BUSY_WATCH-th busy step looks anyway. */
+	if (*did_work && (++comm->eng.busy_steps % FR_BUSY_WATCH))
+		return true;
 	if (!check_timeout(comm) && !*did_work)
 		check_gone(comm);
 	return first_pending(comm) != NULL;

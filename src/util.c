@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,33 @@ uint64_t fr_now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t fr_coarse_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+uint64_t fr_coarse_tick_ms(void)
+{
+	/* the clock's resolution, whole milliseconds rounded up, plus 1 for
+	 * the truncation to milliseconds; read once */
+	static _Atomic uint64_t tick;
+	uint64_t t = atomic_load_explicit(&tick, memory_order_relaxed);
+	struct timespec res;
+
+	if (t)
+		return t;
+	t = 1;
+	if (!clock_getres(CLOCK_MONOTONIC_COARSE, &res))
+		t += ((uint64_t)res.tv_sec * 1000000000u +
+		      (uint64_t)res.tv_nsec + 999999u) /
+		     1000000u;
+	atomic_store_explicit(&tick, t, memory_order_relaxed);
+	return t;
 }
 
 int fr_parse_long(const char *s, long min, long max, long *out)

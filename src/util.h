@@ -19,6 +19,23 @@
 /* Monotonic time in nanoseconds / milliseconds. */
 uint64_t fr_now_ns(void);
 static inline uint64_t fr_now_ms(void) { return fr_now_ns() / 1000000u; }
+/*
+ * The same clock in milliseconds as of the kernel's last tick
+ * (CLOCK_MONOTONIC_COARSE: a quarter of fr_now_ns()'s cost, for the peer
+ * layer's stamps on every message).  It lags by up to fr_coarse_tick_ms(),
+ * so a span between two readings may count a tick that has not passed:
+ * fr_coarse_since() takes it off, and a timeout on it fires at most a tick
+ * late, never early.
+ */
+uint64_t fr_coarse_ms(void);
+uint64_t fr_coarse_tick_ms(void);
+/* Milliseconds since the coarse reading t, less a tick (see above). */
+static inline uint64_t fr_coarse_since(uint64_t t)
+{
+	uint64_t now = fr_coarse_ms(), tick = fr_coarse_tick_ms();
+
+	return now > t + tick ? now - t - tick : 0;
+}
 
 /*
  * a[0..alen) == b[0..blen), in a time that depends on the lengths only,

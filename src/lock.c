@@ -142,7 +142,7 @@ int fr_sleep_ms(const struct fr_comm *comm, bool pending)
 		return 1000;
 	idle = fr_coarse_since(comm->peer.last_activity_ms);
 	/* patient with a late rank: keep pinging it, do not spin */
-	if (comm->peer.waiting_late)
+	if (comm->peer.late_level)
 		return 100;
 	if (idle >= (uint64_t)comm->peer.timeout_ms)
 		return 0;

@@ -418,10 +418,9 @@ static void note_pong(struct fr_peer *p, uint32_t imm)
 
 static uint32_t pong_imm(const struct fr_comm *c)
 {
-	uint32_t level = c->peer.waiting_late ? c->peer.late_level : 0;
-
-	return FR_IMM(FR_IMM_PONG, level << LIVE_LEVEL_SHIFT |
-					   (c->peer.seq & LIVE_SEQ_MASK));
+	return FR_IMM(FR_IMM_PONG,
+		      (uint32_t)c->peer.late_level << LIVE_LEVEL_SHIFT |
+			      (c->peer.seq & LIVE_SEQ_MASK));
 }
 
 static int ping_interval_ms(const struct fr_comm *c)
@@ -619,20 +618,20 @@ int fr_peers_watch(struct fr_comm *comm, const struct fr_request *req, int peer)
 	int lv = -1;
 
 	if (!req) {
-		comm->peer.waiting_late = false;
+		comm->peer.late_level = 0;
 		return 0;
 	}
 	if (peer >= 0 && peer < comm->nranks && peer != comm->rank)
 		lv = liveness(comm, peer, req->seq, idle, &level);
-	if (lv == 1)
+	if (lv == 1 && !comm->peer.late_level) {
 		comm->peer.late_level = (uint16_t)level;
-	if (lv == 1 && !comm->peer.waiting_late) {
 		fr_dbg("rank %d: collective #%u: rank %d is alive but late%s: waiting patiently",
 		       comm->rank, req->seq, peer,
 		       level > 1 ? " (it waits itself)" : "");
-		comm->peer.waiting_late = true;
 		announce_late(comm);
-	} else if (lv != 1 && comm->peer.waiting_late) {
+	} else if (lv == 1) {
+		comm->peer.late_level = (uint16_t)level;
+	} else if (comm->peer.late_level) {
 		fr_dbg("rank %d: collective #%u: rank %d %s", comm->rank,
 		       req->seq, peer,
 		       lv ? "stopped answering" : "is no longer late");
@@ -640,7 +639,7 @@ int fr_peers_watch(struct fr_comm *comm, const struct fr_request *req, int peer)
 		 * whole timeout from now to send, as a rank that was never
 		 * late does, not the rest of one that ran out meanwhile (its
 		 * data may first need a connection to us) */
-		comm->peer.waiting_late = false;
+		comm->peer.late_level = 0;
 		comm->peer.last_activity_ms = fr_coarse_ms();
 		return 0;
 	}
@@ -1164,7 +1163,7 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 	/* a PING or PONG is not progress of a collective */
 	if (!cqe_is_liveness(cqe)) {
 		c->peer.last_activity_ms = fr_coarse_ms();
-		c->peer.waiting_late = false;
+		c->peer.late_level = 0;
 	}
 	if (cqe->kind == FR_CQE_SEND)
 		send_done(c, cqe);

@@ -174,8 +174,9 @@ struct fr_peer_layer {
 	/* liveness ("Slow or dead" in peer.c) */
 	int timeout_ms;
 	long slow_timeout_ms; /* patience with a peer that is alive but late */
-	bool waiting_late;    /* what we wait on is alive but late */
-	uint16_t late_level;  /* ... directly (1) or through k - 1 ranks (k) */
+	/* what we wait on is alive but late: 0 no, 1 it has not entered our
+	 * collective, k it waits on a rank at level k - 1 (PONGs carry it) */
+	uint16_t late_level;
 	uint64_t last_activity_ms; /* last completion seen, for timeouts */
 	/* collectives as the peers see them: how many started (PONGs and
 	 * ABORTs carry it), and whether the last one still runs */

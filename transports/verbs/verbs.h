@@ -223,6 +223,7 @@ struct fr_tp {
 	int fatal;	       /* the endpoint itself failed */
 
 	struct rdma_event_channel *ec;
+	uint64_t cm_ms; /* fr_coarse_ms() of poll()'s last look at ec; 0: now */
 	struct rdma_cm_id *lid; /* listening */
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *cc;

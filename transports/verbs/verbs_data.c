@@ -757,6 +757,30 @@ int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 
 /* ---- poll and wait ------------------------------------------------------- */
 
+/*
+ * Does poll() look at the connection-manager channel now?  Each look is a
+ * system call (rdma_get_cm_event), which on the latency path costs as much
+ * as the message itself, and what the channel brings is not urgent for a
+ * rank that polls once its connections are up (a new peer's request, a
+ * peer's DISCONNECTED: timeouts are seconds).  So: on every pass while a
+ * connection is being set up, after a wait() (it may have woken for a cm
+ * event), else once per tick of the coarse clock (a few milliseconds).
+ * The shm transport does the same with its sockets.
+ */
+static bool verbs_cm_due(struct fr_tp *tp)
+{
+	uint64_t now;
+
+	for (const struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next)
+		if (c->b.state != VERBS_UP && c->b.state != VERBS_FAILED)
+			return true;
+	now = fr_coarse_ms();
+	if (now == tp->cm_ms)
+		return false;
+	tp->cm_ms = now;
+	return true;
+}
+
 int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 {
 	int n = 0, rc;
@@ -765,7 +789,8 @@ int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 		return FR_EINVAL;
 	if (tp->fatal)
 		return tp->fatal;
-	verbs_cm_drain(tp);
+	if (verbs_cm_due(tp))
+		verbs_cm_drain(tp);
 	verbs_timers(tp);
 	rc = verbs_cq_drain(tp);
 	if (rc < 0)
@@ -838,6 +863,7 @@ void verbs_wait_finish(struct fr_tp *tp)
 		}
 	}
 	fr_tpb_wake_drain(&tp->b);
+	tp->cm_ms = 0; /* the wake may have been a cm event */
 }
 
 int verbs_wait_fd(struct fr_tp *tp)

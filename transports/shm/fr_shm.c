@@ -1310,8 +1310,10 @@ static int shm_wait_prepare(struct fr_tp *tp, int *timeout_ms)
 
 static void shm_wait_finish(struct fr_tp *tp)
 {
-	if (tp)
-		shm_set_sleeping(tp, 0);
+	if (!tp)
+		return;
+	shm_set_sleeping(tp, 0);
+	tp->events_ms = 0; /* the next poll() looks at what woke us */
 }
 
 static int shm_wait(struct fr_tp *tp, int timeout_ms)

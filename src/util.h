@@ -36,6 +36,19 @@ static inline uint64_t fr_coarse_since(uint64_t t)
 
 	return now > t + tick ? now - t - tick : 0;
 }
+/* Has the coarse clock moved on since *last (0: never read)?  If so, it
+ * records the new reading: for work done at most once per tick on a
+ * polling path without a system call (the transports' socket and event
+ * channel looks). */
+static inline bool fr_coarse_tick_new(uint64_t *last)
+{
+	uint64_t now = fr_coarse_ms();
+
+	if (now == *last)
+		return false;
+	*last = now;
+	return true;
+}
 
 /*
  * a[0..alen) == b[0..blen), in a time that depends on the lengths only,

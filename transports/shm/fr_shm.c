@@ -879,7 +879,7 @@ static int shm_pull(struct fr_tp_conn *c, struct fr_tpb_mr *mr,
 }
 
 /* Take the peer's writes out of the ring, check and place them. */
-static bool shm_rx(struct fr_tp_conn *c)
+static void shm_rx(struct fr_tp_conn *c)
 {
 	struct fr_tp *tp = c->b.tp;
 	size_t budget = SHM_CMA_CHUNK;
@@ -887,7 +887,7 @@ static bool shm_rx(struct fr_tp_conn *c)
 	bool got = false;
 
 	if (c->b.state != SHM_UP) /* shm_tx may just have failed it */
-		return false;
+		return;
 	tail = atomic_load_explicit(&c->rx->tail, memory_order_acquire);
 
 	while (c->rx_head != tail && c->b.state == SHM_UP) {
@@ -963,7 +963,6 @@ static bool shm_rx(struct fr_tp_conn *c)
 				      memory_order_release);
 		shm_poke(c); /* a producer may wait for room, or a pull */
 	}
-	return got;
 }
 
 /* The socket of an established connection: wake bytes, or EOF. */
@@ -1052,14 +1051,14 @@ static void shm_timers(struct fr_tp *tp)
 static void shm_progress(struct fr_tp *tp, bool force_events)
 {
 	struct fr_tp_conn *c, *next;
-	bool busy = false, handshakes = false;
+	bool handshakes = false;
 
 	for (c = tp->b.conns; c; c = next) {
 		next = c->b.next;
 		if (c->b.state == SHM_UP && c->b.owned) {
 			if (c->b.sq.count)
 				shm_tx(c);
-			busy |= shm_rx(c);
+			shm_rx(c);
 		} else if (c->b.state == SHM_FAILED) {
 			if (c->b.owned)
 				fr_tpb_flush_failed(c);
@@ -1083,14 +1082,8 @@ static void shm_progress(struct fr_tp *tp, bool force_events)
 	 * otherwise once per tick of the coarse clock (fr_coarse_ms, a few
 	 * milliseconds, read without a system call).
 	 */
-	(void)busy;
-	if (!force_events && !handshakes) {
-		uint64_t now = fr_coarse_ms();
-
-		if (now == tp->events_ms)
-			return;
-		tp->events_ms = now;
-	}
+	if (!force_events && !handshakes && !fr_coarse_tick_new(&tp->events_ms))
+		return;
 	shm_events(tp);
 	if (handshakes || force_events)
 		shm_timers(tp);

@@ -769,16 +769,10 @@ int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
  */
 static bool verbs_cm_due(struct fr_tp *tp)
 {
-	uint64_t now;
-
 	for (const struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next)
 		if (c->b.state != VERBS_UP && c->b.state != VERBS_FAILED)
 			return true;
-	now = fr_coarse_ms();
-	if (now == tp->cm_ms)
-		return false;
-	tp->cm_ms = now;
-	return true;
+	return fr_coarse_tick_new(&tp->cm_ms);
 }
 
 int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)

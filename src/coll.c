@@ -81,7 +81,7 @@ static int check(fr_comm_t *comm, fr_request_t **out, enum fr_coll coll,
 		return refuse(comm, FR_EINVAL,
 			      "rank %d: %s: count %zu too large", comm->rank,
 			      name, count);
-	memset(req, 0, sizeof(*req));
+	memset(req, 0, FR_REQ_HEAD);
 	req->comm = comm;
 	req->coll = coll;
 	req->count = count;

@@ -34,6 +34,9 @@ struct fr_request;
 struct fr_engine {
 	struct fr_request *queue; /* FIFO; the head is the active one */
 	struct fr_request *tail;
+	/* one finished request kept for the next: a blocking collective
+	 * allocates nothing (request.c, req_new / req_unlink_free) */
+	struct fr_request *spare;
 	int last_algo; /* of the last collective started */
 	int spin_us;   /* busy-poll budget before blocking; -1: never block */
 	unsigned int busy_steps; /* fr_engine_step: steps that did work */
@@ -54,6 +57,9 @@ struct fr_threads {
 	pthread_mutex_t ev_lock;
 	pthread_cond_t ev_cv;
 	uint64_t ev_gen;
+	/* threads in fr_cond_wait(): fr_signal() has nobody to wake (and
+	 * costs nothing) when 0, the common case of one application thread */
+	atomic_int ev_waiters;
 	atomic_int lock_waiters; /* threads blocked in fr_lock() */
 	atomic_bool sleeping;	 /* the lock holder sleeps in tp wait() */
 	bool poller_busy;	 /* a thread drives the engine (leader) */

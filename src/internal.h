@@ -54,6 +54,7 @@ enum fr_req_state { FR_REQ_QUEUED, FR_REQ_ACTIVE, FR_REQ_DONE };
 
 struct fr_algo; /* algo/algo.h */
 
+#define FR_ALGO_INLINE 256
 struct fr_request {
 	struct fr_comm *comm;
 	struct fr_request *next; /* comm->queue */
@@ -72,7 +73,12 @@ struct fr_request {
 	float *residual; /* error feedback (count floats) or NULL */
 	const struct fr_algo *algo;
 	void *algo_state;
+	/* Last, and not copied from the template (fr_req_submit): where a
+	 * small algorithm state lives (fr_algo_state_new), so that a small
+	 * collective allocates nothing. */
+	_Alignas(16) unsigned char algo_inline[FR_ALGO_INLINE];
 };
+#define FR_REQ_HEAD offsetof(struct fr_request, algo_inline)
 
 /* The collective's name, for messages (errors.c). */
 const char *fr_coll_name(enum fr_coll coll);

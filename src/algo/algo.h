@@ -270,7 +270,11 @@ int fr_hc_run(struct fr_comm *comm, struct fr_request *req, fr_hc_body_fn body,
 	      bool *did_work);
 bool fr_hc_done(const struct fr_comm *comm, const struct fr_request *req);
 int fr_hc_waiting_on(const struct fr_comm *comm, const struct fr_request *req);
-/* free(req->algo_state) */
+/* req->algo_state = size zeroed bytes: inside the request when they fit
+ * (FR_ALGO_INLINE: a small collective allocates nothing), else from the
+ * heap.  NULL when out of memory. */
+void *fr_algo_state_new(struct fr_request *req, size_t size);
+/* Release what fr_algo_state_new gave (or a calloc'ed algo_state). */
 void fr_algo_free_state(struct fr_request *req);
 
 #endif

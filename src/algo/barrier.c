@@ -32,11 +32,10 @@ static int from(const struct fr_comm *c, int k)
 
 static int dis_start(struct fr_comm *comm, struct fr_request *req)
 {
-	struct dis_state *st = calloc(1, sizeof(*st));
+	struct dis_state *st = fr_algo_state_new(req, sizeof(*st));
 
 	if (!st)
 		return FR_ENOMEM;
-	req->algo_state = st;
 	while ((1 << st->rounds) < comm->nranks)
 		st->rounds++;
 	for (int k = 0; k < st->rounds; k++) {

@@ -42,12 +42,11 @@ static int real_rank(int q, int root, int n)
 static int bc_start_shape(struct fr_comm *comm, struct fr_request *req,
 			  bool chain)
 {
-	struct bc_state *st = calloc(1, sizeof(*st));
+	struct bc_state *st = fr_algo_state_new(req, sizeof(*st));
 	int n = comm->nranks, q = (comm->rank - req->root + n) % n;
 
 	if (!st)
 		return FR_ENOMEM;
-	req->algo_state = st;
 	st->buf = req->recvbuf;
 	st->bytes = req->count * fr_dtype_size(req->dtype);
 	st->parent = -1;

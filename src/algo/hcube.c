@@ -206,8 +206,20 @@ int fr_hc_waiting_on(const struct fr_comm *comm, const struct fr_request *req)
 				      : (comm->rank + 1) % comm->nranks;
 }
 
+void *fr_algo_state_new(struct fr_request *req, size_t size)
+{
+	void *st = size <= sizeof(req->algo_inline) ? req->algo_inline
+						    : malloc(size);
+
+	if (st)
+		memset(st, 0, size);
+	req->algo_state = st;
+	return st;
+}
+
 void fr_algo_free_state(struct fr_request *req)
 {
-	free(req->algo_state);
+	if (req->algo_state != (void *)req->algo_inline)
+		free(req->algo_state);
 	req->algo_state = NULL;
 }

@@ -52,12 +52,11 @@ struct oneshot_state {
 static int oneshot_start(struct fr_comm *comm, struct fr_request *req)
 {
 	int n = comm->nranks;
-	struct oneshot_state *st =
-		calloc(1, sizeof(*st) + (size_t)n * sizeof(st->tx[0]));
+	struct oneshot_state *st = fr_algo_state_new(
+		req, sizeof(*st) + (size_t)n * sizeof(st->tx[0]));
 
 	if (!st)
 		return FR_ENOMEM;
-	req->algo_state = st;
 	st->es = fr_dtype_size(req->dtype);
 	st->bytes = req->count * st->es;
 	st->buf = req->recvbuf;
@@ -201,8 +200,7 @@ static void oneshot_free(struct fr_request *req)
 
 	if (st)
 		free(st->copy);
-	free(st);
-	req->algo_state = NULL;
+	fr_algo_free_state(req);
 }
 
 const struct fr_algo fr_algo_oneshot = {

@@ -46,13 +46,12 @@ struct rab_state {
 
 static int rab_start(struct fr_comm *comm, struct fr_request *req)
 {
-	struct rab_state *st = calloc(1, sizeof(*st));
+	struct rab_state *st = fr_algo_state_new(req, sizeof(*st));
 	const struct fr_hcube *h;
 	int rc;
 
 	if (!st)
 		return FR_ENOMEM;
-	req->algo_state = st;
 	rc = fr_hc_start(comm, req, &st->hc);
 	h = &st->hc.h;
 	st->lo[0] = 0;

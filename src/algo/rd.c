@@ -41,11 +41,10 @@ struct rd_state {
 
 static int rd_start(struct fr_comm *comm, struct fr_request *req)
 {
-	struct rd_state *st = calloc(1, sizeof(*st));
+	struct rd_state *st = fr_algo_state_new(req, sizeof(*st));
 
 	if (!st)
 		return FR_ENOMEM;
-	req->algo_state = st;
 	return fr_hc_start(comm, req, &st->hc);
 }
 

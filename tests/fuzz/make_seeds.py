@@ -45,7 +45,8 @@ put("boot", "reject", b"\x03" + struct.pack("<i", -13) + s16(b"wrong job token\x
 
 # rkey: selector (0 tcp, 1 shm, 2 shm+tcp, 3 verbs, 4 address), then the blob
 tcp = struct.pack("<BBHIIQ", 0xFC, 1, 0, 3, 1, 4096)
-shm = struct.pack("<BBHIIQQ", 0xFE, 1, 0, 3, 1, 4096, 0x7F0000001000)
+# version: the shm transport's SHM_VERSION (fr_shm.c)
+shm = struct.pack("<BBHIIQQ", 0xFE, 3, 0, 3, 1, 4096, 0x7F0000001000)
 put("rkey", "tcp", b"\x00" + tcp)
 put("rkey", "shm", b"\x01" + shm)
 put("rkey", "mux", b"\x02" + bytes([len(tcp)]) + tcp + shm)

@@ -50,6 +50,7 @@
  * comm): 1 is a perfect overlap, (compute + comm) / max none.  Overlap
  * needs a progress thread (--progress thread or FR_PROGRESS=thread).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -105,7 +106,8 @@ enum {
 	OPT_OVERLAP,
 	OPT_COMPUTE,
 	OPT_PROGRESS,
-	OPT_STAT
+	OPT_STAT,
+	OPT_CALLS
 };
 
 /* --stat: the statistic of the time column, over the timed calls. */
@@ -137,6 +139,7 @@ struct opts {
 	int compute;	   /* COMPUTE_* */
 	int progress;	   /* fr_progress_t for fr_config_t */
 	int stat;	   /* STAT_*: what time_us is */
+	const char *calls; /* --calls: rank 0 writes every call's time here */
 };
 
 struct row {
@@ -179,6 +182,7 @@ struct ctx {
 	fr_coll_opts_t zopts; /* -Z, --ef */
 	float *residual;      /* --ef: one per element of the buffer */
 	float *acc;	      /* --ef: sum of the check's results */
+	FILE *calls;	      /* --calls, on rank 0 */
 };
 
 static bool is_float(fr_dtype_t dt)
@@ -1273,6 +1277,11 @@ static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 	st->mean = pc[n] / 1e3;
 	for (long i = 0; i < n; i++)
 		pc[i] /= 1e3;
+	/* in the order of the calls, before call_stats sorts them */
+	for (long i = 0; c->calls && i < n; i++)
+		fprintf(c->calls, "%zu\t%s\t%s\t%ld\t%.3f\n",
+			count * fr_dtype_size(dt), fr_dtype_name(dt),
+			op_label(c, op), i, pc[i]);
 	call_stats(pc, n, st);
 	*us = st->mean;
 	return 0;
@@ -1556,6 +1565,9 @@ static void usage(FILE *f)
 		"                           slowest rank's average, as nccl-tests), median,\n"
 		"                           p99 or min over the calls of the slowest rank's\n"
 		"                           time per call (the median, p99 and min columns)\n"
+		"      --calls FILE         rank 0 writes every timed call's time there, in\n"
+		"                           order: bytes, dtype, op, call, us (per call the\n"
+		"                           slowest rank)\n"
 		"  -d, --datatype TYPE      f32 (default), f64, f16, bf16, i8, u8, i32, u32,\n"
 		"                           i64, u64, or all\n"
 		"  -o, --op OP              sum (default), prod, min, max, avg, or all\n"
@@ -1618,6 +1630,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"compute", required_argument, NULL, OPT_COMPUTE},
 		{"progress", required_argument, NULL, OPT_PROGRESS},
 		{"stat", required_argument, NULL, OPT_STAT},
+		{"calls", required_argument, NULL, OPT_CALLS},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -1766,6 +1779,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 				return bad("--stat (mean, median, p99, min)",
 					   optarg);
 			break;
+		case OPT_CALLS:
+			o->calls = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -1909,6 +1925,29 @@ int main(int argc, char **argv)
 		}
 	}
 
+	if (o.calls) {
+		/* only rank 0 writes, and every rank stops if it cannot */
+		int32_t ok = 1;
+
+		if (c.rank == 0) {
+			c.calls = fopen(o.calls, "w");
+			if (c.calls)
+				fprintf(c.calls,
+					"# bytes\tdtype\top\tcall\tus\n");
+			else
+				fprintf(stderr,
+					"fr_allreduce_perf: --calls %s: %s\n",
+					o.calls, strerror(errno));
+			ok = c.calls != NULL;
+		}
+		rc = fr_broadcast(c.comm, &ok, 1, FR_I32, 0);
+		if (rc) {
+			lib_error(&c, "fr_broadcast", rc);
+			goto out;
+		}
+		if (!ok)
+			goto out;
+	}
 	if (c.rank == 0)
 		print_header(&c);
 	if (run_all(&c, &total_wrong))
@@ -1953,5 +1992,10 @@ out:
 	free(c.residual);
 	free(c.acc);
 	free(c.rows);
+	if (c.calls && fclose(c.calls)) {
+		fprintf(stderr, "fr_allreduce_perf: --calls %s: %s\n", o.calls,
+			strerror(errno));
+		ret = 1;
+	}
 	return ret;
 }

@@ -78,7 +78,40 @@ percall_stats() {
 		echo "$json" | grep -Eq '"time_us":([0-9.]+),.*"time_p99_us":\1,"time_min_us":' ||
 		{ echo "$json"; return 1; }
 	"$B/fr_allreduce_perf" --stat mode >/dev/null 2>&1
-	[ $? -eq 2 ]
+	[ $? -eq 2 ] || return 1
+	# --calls: every timed call in order, whose min and median are the row's
+	f=$(mktemp)
+	csv=$(frrun -n 2 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+		-b 8 -e 64K -f 64 -n 21 -w 1 --csv --calls "$f" 2>&1) || { echo "$csv"; rm -f "$f"; return 1; }
+	echo "$csv" | awk -F, -v f="$f" '
+		NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+		{ min[$1] = $col["time_min_us"]; med[$1] = $col["time_median_us"] }
+		END {
+			ok = 1
+			while ((getline l < f) > 0) {
+				if (l ~ /^#/) continue
+				split(l, x, "\t"); n++
+				if (x[4] != (n - 1) % 21 || x[2] != "f32" || x[3] != "sum") ok = 0
+				t[x[1], x[4]] = x[5]; sizes[x[1]] = 1
+			}
+			if (n != 63) ok = 0
+			for (s in sizes) {
+				lo = -1; k = 0
+				for (i = 0; i < 21; i++) { v[i] = t[s, i] + 0; if (lo < 0 || v[i] < lo) lo = v[i] }
+				# the median of 21: the value with 10 below and 10 above
+				m = -1
+				for (i = 0; i < 21; i++) { b = 0; a = 0
+					for (j = 0; j < 21; j++) { if (v[j] < v[i]) b++; if (v[j] > v[i]) a++ }
+					if (b <= 10 && a <= 10) m = v[i] }
+				if (!(s in min) || lo - min[s] > 0.01 || min[s] - lo > 0.01 ||
+				    m - med[s] > 0.01 || med[s] - m > 0.01) ok = 0
+			}
+			exit !ok
+		}' || { echo "$csv"; cat "$f"; rm -f "$f"; return 1; }
+	rm -f "$f"
+	# a file it cannot write stops every rank, with an error
+	! frrun -n 2 --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+		-b 8 -e 8 -n 2 -w 1 --calls /nonexistent/dir/calls.tsv >/dev/null 2>&1
 }
 transport_perf() {
 	out=$("$B/fr_transport_perf" -x "$TRANSPORT" -b 8 -e 64K -n 200 2>&1) || { echo "$out"; return 1; }
@@ -123,7 +156,7 @@ run "fr_tune writes a tune file that FR_TUNE_FILE reads" tune
 run "fr_allreduce_perf every dtype, 3 ranks" allreduce_table
 run "fr_allreduce_perf --csv / --json" allreduce_csv_json
 run "fr_allreduce_perf -C reduce_scatter/allgather/broadcast" allreduce_collectives
-run "fr_allreduce_perf per-call median / p99 / min, --stat" percall_stats
+run "fr_allreduce_perf per-call median / p99 / min, --stat, --calls" percall_stats
 run "fr_transport_perf bw + lat" transport_perf
 run "fr_reduce_perf" reduce_perf
 run "fr_allreduce_perf -Z / --ef / --overlap-ms" compress_overlap

@@ -12,7 +12,9 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 jobs=$(nproc 2>/dev/null || echo 2)
-step() { printf '\n=== %s ===\n' "$*"; }
+# Each stage says when it starts (seconds since this script began), so that
+# a CI log shows where the time went.
+step() { printf '\n=== %s === (at %d s)\n' "$*" "$SECONDS"; }
 
 step "bootstrap"
 ./autogen.sh >/dev/null 2>&1 || ./autogen.sh
@@ -84,3 +86,4 @@ tests/mp_matrix.sh tests/mp_example.sh tests/mp_perf_smoke.sh tests/mp_python.sh
 (cd build && FR_VM_TESTS=0 make -j"$jobs" distcheck TESTS="$dist_tests" >/dev/null) ||
 	{ echo "distcheck failed"; exit 1; }
 echo "distcheck: ok"
+step "all stages passed"

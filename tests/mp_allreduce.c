@@ -7,11 +7,14 @@
  *       every dtype x op x count x {out of place, in place}: the result must
  *       equal, bit for bit, a scalar reference that accumulates each chunk
  *       in the ring's order (tests/reference.h), must be bit-identical on
- *       all ranks, and must come out the same when run again;
+ *       all ranks, and must come out the same when run again (counts of
+ *       64 Ki elements or more: sum and avg only, unless --ops names the
+ *       ops or FR_TEST_FULL=1; see op_at_count());
  *   mp_allreduce colls [--counts a,b,..]
  *       reduce-scatter, all-gather, broadcast (every root) and barrier,
  *       checked against the reference (reduce-scatter bit for bit in the
- *       order of the ring or of the two-level one, whichever ran);
+ *       order of the ring or of the two-level one, whichever ran; its
+ *       ops at large counts as for matrix);
  *   mp_allreduce bigexit [--count C]
  *       one large All-Reduce, then destroy at once: no rank may fail;
  *   mp_allreduce regonce [--iters N] [--count C]
@@ -510,6 +513,28 @@ static int parse_list(const char *s, long *out, int max)
 	return n;
 }
 
+/*
+ * Large counts (FR_TEST_BIG_COUNT elements or more) exercise what depends on
+ * size - segments, pipelining, chunk and fragment boundaries, staging - and
+ * that path is the same for every op: only the kernel differs, and
+ * test_reduce checks every kernel at every length.  So, unless the caller
+ * named the ops (--ops) or asked for the long campaign (FR_TEST_FULL=1),
+ * a large count runs sum and avg (avg also divides at the end), the other
+ * ops run at the smaller counts.  This keeps the large count in every run
+ * at a third of the time.
+ */
+#define FR_TEST_BIG_COUNT 65536
+
+static bool op_at_count(int op, size_t count, bool ops_named)
+{
+	const char *full = getenv("FR_TEST_FULL");
+
+	if (ops_named || count < FR_TEST_BIG_COUNT ||
+	    (full && !strcmp(full, "1")))
+		return true;
+	return op == FR_SUM || op == FR_AVG;
+}
+
 static int run_matrix(fr_comm_t *comm, const char *counts_s,
 		      const char *dtypes_s, const char *ops_s)
 {
@@ -551,6 +576,9 @@ static int run_matrix(fr_comm_t *comm, const char *counts_s,
 			for (int ci = 0; ci < ncounts; ci++) {
 				size_t count = (size_t)counts[ci];
 
+				if (!op_at_count(op, count,
+						 ops_s && strcmp(ops_s, "all")))
+					continue;
 				for (int inplace = 0; inplace < 2; inplace++) {
 					uint32_t seed = (uint32_t)(dt * 131 + op * 17 + ci);
 					int rc, bad = 0;
@@ -679,7 +707,8 @@ static int run_colls(fr_comm_t *comm, const char *counts_s)
 			size_t es = fr_dtype_size((fr_dtype_t)dt);
 
 			for (int op = 0; op < FR_OP_COUNT; op++) {
-				if (op == FR_AVG && dt > FR_BF16)
+				if ((op == FR_AVG && dt > FR_BF16) ||
+				    !op_at_count(op, count, false))
 					continue;
 				for (int inplace = 0; inplace < 2; inplace++) {
 					uint32_t seed = (uint32_t)(dt * 31 + op * 7 + ci);

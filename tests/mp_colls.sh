@@ -8,8 +8,9 @@ for n in ${FR_TEST_RANKS:-1 2 3 4 5 6 7 8}; do
 		frrun -n "$n" --transport "$TRANSPORT" --timeout 1800 "$MP" colls \
 		${FR_TEST_COLL_COUNTS:+--counts "$FR_TEST_COLL_COUNTS"}
 done
+# FR_TEST_COLL_ALGO_RANKS: the rank counts of the forced runs
 for algo in ring tree; do
-	for n in 3 5 8; do
+	for n in ${FR_TEST_COLL_ALGO_RANKS:-3 5 8}; do
 		run "colls n=$n $algo ($TRANSPORT)" \
 			frrun -n "$n" -e FR_ALGO=$algo --transport "$TRANSPORT" \
 			--timeout 1800 "$MP" colls --counts 0,1,$((n - 1)),7919

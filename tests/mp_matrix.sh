@@ -10,8 +10,10 @@ for n in ${FR_TEST_RANKS:-1 2 3 4 5 6 7 8}; do
 		frrun -n "$n" --transport "$TRANSPORT" --timeout 1800 "$MP" matrix \
 		${FR_TEST_COUNTS:+--counts "$FR_TEST_COUNTS"}
 done
+# FR_TEST_ALGO_RANKS: the rank counts of the forced runs (default: those of
+# the automatic choice)
 for algo in ${FR_TEST_ALGOS:-ring rd rabenseifner oneshot}; do
-	for n in ${FR_TEST_RANKS:-1 2 3 4 5 6 7 8}; do
+	for n in ${FR_TEST_ALGO_RANKS:-${FR_TEST_RANKS:-1 2 3 4 5 6 7 8}}; do
 		run "matrix n=$n $algo ($TRANSPORT)" \
 			frrun -n "$n" -e FR_ALGO="$algo" --transport "$TRANSPORT" \
 			--timeout 1800 "$MP" matrix \

@@ -33,12 +33,12 @@ t0=$SECONDS
 echo "== single VM: conformance, matrix, registration, failures, perf =="
 bash "$run" --share "$src" --share "$B" --timeout "${FR_VM_TIMEOUT:-2400}" \
 	--log "$out/console.log" -- \
-	env FR_BUILDDIR="$B" FR_VM_OUT="$out" bash "$src/tests/verbs_guest.sh" || rc=1
+	env FR_BUILDDIR="$B" FR_VM_OUT="$out" FR_TEST_FULL="${FR_TEST_FULL:-0}" bash "$src/tests/verbs_guest.sh" || rc=1
 echo "== the single VM took $((SECONDS - t0)) s =="
 t0=$SECONDS
 echo "== 3 VMs on a wire: one rank each =="
 bash "$run" --nodes 3 --smp 1 --mem 1G --share "$src" --share "$B" \
 	--timeout "${FR_VM_TIMEOUT:-1200}" --log "$out/nodes.log" -- \
-	env FR_BUILDDIR="$B" FR_VM_OUT="$out" bash "$src/tests/verbs_nodes.sh" || rc=1
+	env FR_BUILDDIR="$B" FR_VM_OUT="$out" FR_TEST_FULL="${FR_TEST_FULL:-0}" bash "$src/tests/verbs_nodes.sh" || rc=1
 echo "== the 3 VMs took $((SECONDS - t0)) s =="
 exit $rc

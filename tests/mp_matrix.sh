@@ -26,7 +26,10 @@ run "matrix n=3 segment=256B slots=2" \
 	frrun -n 3 -e FR_SEGMENT_BYTES=256 -e FR_SLOTS=2 --transport "$TRANSPORT" \
 	--timeout 600 "$MP" matrix \
 	--counts 0,1,2,1000,7919 --dtypes f32,f16,i64,u8 --ops sum,max,avg
-for algo in rd rabenseifner oneshot; do
+# (FR_TEST_SHORT, lib.sh: not oneshot, whose fragments are rd's)
+eager_algos="rd rabenseifner oneshot"
+[ "$SHORT" = 1 ] && eager_algos="rd rabenseifner"
+for algo in $eager_algos; do
 	run "matrix n=5 $algo eager=128B" \
 		frrun -n 5 -e FR_ALGO=$algo -e FR_EAGER_BYTES=128 --transport "$TRANSPORT" \
 		--timeout 600 "$MP" matrix \

@@ -15,7 +15,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # Each stage says when it starts (seconds since this script began), so that
 # a CI log shows where the time went.
 step() { printf '\n=== %s === (at %d s)\n' "$*" "$SECONDS"; }
-# FR_TEST_FULL=1: the long campaign (about an hour and a half on two CPUs):
+# FR_TEST_FULL=1: the long campaign (about an hour on two CPUs):
 # every op at the large counts of the multi-process matrix, the ASan stage
 # on 8 ranks too, the Soft-RoCE VM's matrix on 1 to 5 ranks with every
 # algorithm forced on each, and distcheck's matrix on 1 to 8 ranks.  Without

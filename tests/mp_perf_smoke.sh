@@ -152,6 +152,25 @@ compress_overlap() {
 		echo "$csv" | grep -Eq '^65536,16384,f32,sum,0,.*,0,ring,allreduce,,[0-9.]+,[0-9.]+,[0-9.]+,int8,1,[0-9.e+-]+,[0-9.]+,3\.938[0-9]$' ||
 		{ echo "$csv"; return 1; }
 }
+# perf/bench/c2c_rtt.c (compare.sh's probe of the machine): a positive
+# round trip in ns on two CPUs, "-" when pinned to one (no hang); built
+# with the system's compiler, so not where there is none (the Soft-RoCE VM)
+c2c_probe() {
+	local d rc=0 one two
+	d=$(mktemp -d)
+	${CC:-cc} -std=c11 -O2 -pthread -o "$d/c2c" "$(dirname "$0")/../perf/bench/c2c_rtt.c" || rc=1
+	if [ $rc -eq 0 ]; then
+		two=$(timeout 60 "$d/c2c" 20000)
+		# the first CPU we may use, from "...: 0-1" or "...: 2,5"
+		one=$(timeout 60 taskset -c "$(taskset -pc $$ | sed 's/.*: //; s/[-,].*//')" "$d/c2c" 20000)
+		echo "two CPUs: $two ns; one CPU: $one"
+		[[ "$two" =~ ^[1-9][0-9]*$ ]] && [ "$one" = - ] || rc=1
+		timeout 10 "$d/c2c" 5 >/dev/null 2>&1
+		[ $? -eq 2 ] || { echo "c2c_rtt 5: not refused"; rc=1; }
+	fi
+	rm -rf "$d"
+	return $rc
+}
 run "fr_tune writes a tune file that FR_TUNE_FILE reads" tune
 run "fr_allreduce_perf every dtype, 3 ranks" allreduce_table
 run "fr_allreduce_perf --csv / --json" allreduce_csv_json
@@ -160,4 +179,8 @@ run "fr_allreduce_perf per-call median / p99 / min, --stat, --calls" percall_sta
 run "fr_transport_perf bw + lat" transport_perf
 run "fr_reduce_perf" reduce_perf
 run "fr_allreduce_perf -Z / --ef / --overlap-ms" compress_overlap
+if command -v "${CC:-cc}" >/dev/null && command -v taskset >/dev/null &&
+	[ "$(nproc)" -ge 2 ]; then
+	run "compare.sh's core-to-core probe (perf/bench/c2c_rtt.c)" c2c_probe
+fi
 finish

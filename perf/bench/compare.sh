@@ -306,6 +306,17 @@ if ((RUN_FR)); then
 	fi
 fi
 
+# ---- the machine's own drift ------------------------------------------------
+# c2c_rtt.c: the core-to-core round trip in ns, measured before every job
+# (about 60 ms): under a hypervisor it moves between runs seconds apart,
+# and with it every shared-memory collective.  "-" where it cannot run.
+C2C_BIN=$WORKDIR/c2c_rtt
+if ! ${CC:-cc} -std=c11 -O2 -pthread -o "$C2C_BIN" "$HERE/c2c_rtt.c" >"$WORKDIR/c2c_rtt.build.log" 2>&1; then
+	log "no core-to-core round trips: ${CC:-cc} cannot build c2c_rtt.c (see $WORKDIR/c2c_rtt.build.log)"
+	C2C_BIN=""
+fi
+c2c() { if [[ -n "$C2C_BIN" ]]; then "$C2C_BIN" 2>/dev/null || echo -; else echo -; fi; }
+
 # ---- the MPI benchmarks -----------------------------------------------------
 # One mpi_coll_bench per MPI, each built with that MPI's own wrapper.
 MPI_BIN=$WORKDIR/mpi_coll_bench.openmpi
@@ -585,7 +596,7 @@ LABELS=()
 for v in "${VARIANTS[@]}"; do LABELS+=("ompi:$v"); done
 for v in "${MPICH_VARS[@]}"; do LABELS+=("mpich:$v"); done
 RES=$WORKDIR/results.tsv
-printf 'round\tjob\tsize\tlabel\tsize_reported\tmean_us\tmedian_us\tp99_us\tmin_us\twrong\talgo\trc\tbusy_pct\tload_start\tload_end\n' >"$RES"
+printf 'round\tjob\tsize\tlabel\tsize_reported\tmean_us\tmedian_us\tp99_us\tmin_us\twrong\talgo\trc\tbusy_pct\tload_start\tload_end\tc2c_ns\n' >"$RES"
 GIT_REV=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$REPO" diff --quiet HEAD -- src include transports perf 2>/dev/null || GIT_REV="$GIT_REV+dirty"
 START=$(date +%s)
@@ -608,6 +619,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
 				RUN_NO=$((RUN_NO + 1))
 				base=$WORKDIR/r${round}j${job}_${size}_${lab//[^A-Za-z0-9_.-]/_}
 				busy=$(wait_idle)
+				rtt=$(c2c)
 				l0=$(load1)
 				case $lab in
 				fr)
@@ -635,9 +647,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
 					log "$lab size $size failed (rc $rc): see $base.err* ; last lines:"
 					tail -n 5 "$base".err* >&2 2>/dev/null
 				fi
-				printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$job" "$size" "$lab" \
-					"$rsize" "$tmean" "$tmed" "$tp99" "$tmin" "$w" "$al" "$rc" "$busy" "$l0" "$l1" >>"$RES"
-				log "round $round job $job size $size $lab: median ${tmed} us, p99 ${tp99} us, min ${tmin} us, mean ${tmean} us (iters $it, rc $rc, CPUs ${busy}% busy, load $l0 -> $l1)"
+				printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$job" "$size" "$lab" \
+					"$rsize" "$tmean" "$tmed" "$tp99" "$tmin" "$w" "$al" "$rc" "$busy" "$l0" "$l1" "$rtt" >>"$RES"
+				log "round $round job $job size $size $lab: median ${tmed} us, p99 ${tp99} us, min ${tmin} us, mean ${tmean} us (iters $it, rc $rc, CPUs ${busy}% busy, load $l0 -> $l1, core-to-core round trip $rtt ns)"
 			done
 		done
 	done
@@ -715,6 +727,7 @@ NR > 1 {
 	rs[key] = $5
 	if ($10 != "-" && $10 + 0 != 0) wrong[key] += $10
 	if ($11 != "-" && $11 != "" && index("/" algos[key] "/", "/" $11 "/") == 0) algos[key] = (algos[key] == "" ? "" : algos[key] "/") $11
+	if ($16 != "" && $16 != "-") rt[++nrt] = $16
 	for (j = 14; j <= 15; j++) if ($j != "") {
 		if (lmin == "" || $j + 0 < lmin + 0) lmin = $j
 		if (lmax == "" || $j + 0 > lmax + 0) lmax = $j
@@ -766,6 +779,9 @@ END {
 	}
 	if (notes != "") print "\nNotes:" notes
 	if (lmin != "") printf "\nLoad average (1 min) at the start and end of the jobs: between %s and %s.\n", lmin, lmax
+	if (nrt) { sortn(rt, nrt)
+		printf "\nThe machine: core-to-core round trip before each job (c2c_rtt.c) min %d, median %d, max %d ns (max/min %.2f): read a library'"'"'s spread over the jobs against it.\n", \
+			rt[1], rt[int((nrt + 1) / 2)], rt[nrt], rt[nrt] / rt[1] }
 }' "$RES" >>"$WORKDIR/results.md"
 {
 	echo

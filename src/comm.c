@@ -62,6 +62,7 @@ struct settings {
 	int cpu_mode; /* FR_PROGRESS_CPU: enum fr_cpu_mode */
 	cpu_set_t cpus;
 	bool ring_by_rank;
+	long ll; /* FR_LL: small messages by write_inline (peer.c) */
 };
 
 /* Fields of a caller's config that its size says it has. */
@@ -217,6 +218,12 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 			 s->eager_bytes);
 		return FR_EINVAL;
 	}
+	/* FR_LL=0: every message with the 64-byte header, by write_imm
+	 * (the low-latency path off, to compare); ranks may differ */
+	s->ll = 1;
+	rc = fr_env_long(get, NULL, "FR_LL", 0, 1, &s->ll, err, errlen);
+	if (rc < 0)
+		return rc;
 	rc = resolve_progress(cfg, s, err, errlen);
 	if (rc)
 		return rc;
@@ -630,6 +637,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	}
 	if (rc)
 		goto err_open;
+	c->peer.ll = s->ll && c->tp_ops->write_inline;
 	rc = fr_tune_load(&c->algo.tune, c->tp_ops->name, err, errlen);
 	if (rc)
 		goto err_areas;

@@ -88,6 +88,7 @@ struct fr_msg {
 	uint32_t len;	     /* payload bytes after the header */
 	int32_t err, origin; /* ABORT */
 	uint32_t aux;	     /* algorithm's own */
+	uint8_t hdr;	     /* header bytes before the payload */
 };
 
 enum fr_msg_type {
@@ -98,6 +99,9 @@ enum fr_msg_type {
 };
 
 #define FR_MSG_HDR 64
+/* The small messages' header, and their largest payload (peer.c). */
+#define FR_MSG_COMPACT 16
+#define FR_MSG_COMPACT_MAX (FR_TP_INLINE_MAX - FR_MSG_COMPACT)
 
 enum fr_peer_state {
 	FR_PEER_IDLE = 0, /* never needed */
@@ -169,6 +173,7 @@ struct fr_peer_layer {
 	struct fr_mem *out_mem;
 	uint64_t out_busy; /* bitmap: outbox slots awaiting completion */
 	uint32_t out_next;
+	bool ll; /* small messages by the transport's write_inline (FR_LL) */
 	int outstanding;      /* our writes without a SEND completion */
 	int user_outstanding; /* ... of them, writes from user buffers */
 	/* liveness ("Slow or dead" in peer.c) */
@@ -236,10 +241,15 @@ int fr_peers_watch(struct fr_comm *comm, const struct fr_request *req,
 int fr_peers_check_gone(struct fr_comm *comm, const struct fr_request *req,
 			int peer);
 
-/* The 64-byte wire header (layout in peer.c); decode checks the magic, the
- * type and len <= maxlen. */
+/* The 64-byte wire header (layout in peer.c); decode takes it or the
+ * 16-byte one of a small message (m->hdr says which) and checks the magic,
+ * the type and len <= maxlen. */
 void fr_msg_encode(const struct fr_msg *m, uint8_t *b);
 int fr_msg_decode(const uint8_t *b, size_t maxlen, struct fr_msg *m);
+/* A small message: m's 16-byte header and len bytes of payload at b, or
+ * false (nothing written) when m or len does not fit that header. */
+bool fr_msg_encode_compact(const struct fr_msg *m, const void *payload,
+			   size_t len, uint8_t *b);
 
 /* Largest payload of one message. */
 size_t fr_msg_payload_max(const struct fr_comm *comm);

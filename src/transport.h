@@ -37,6 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Most bytes of one write_inline. */
+#define FR_TP_INLINE_MAX 32
 /* Largest opaque address blob and remote key blob. */
 #define FR_TP_ADDR_MAX 128
 #define FR_TP_RKEY_MAX 52 /* the ring's READY (2 keys) fits 128 bytes */
@@ -137,6 +139,21 @@ struct fr_tp_ops {
 	int (*write_imm)(struct fr_tp_conn *conn, struct fr_tp_mr *lmr,
 			 size_t loff, const struct fr_tp_rkey *rkey,
 			 uint64_t roff, size_t len, uint32_t imm, uint64_t ctx);
+	/*
+	 * Optional (NULL): the small-message (low-latency) form of write_imm.
+	 * len (1 ..= FR_TP_INLINE_MAX) bytes are taken from buf, which need
+	 * not be registered, before the call returns, and no SEND completion
+	 * follows.  The receiver sees exactly what write_imm would give it
+	 * (the bytes in its region, then a RECV completion), in order with
+	 * the connection's other writes.  A transport sends them the cheapest
+	 * way it has: shm writes data, header and sequence word into one
+	 * cache line that the receiver polls.  FR_EAGAIN when they cannot go
+	 * at once (no room, or writes queued before them): the caller sends
+	 * them by write_imm instead, which keeps the order.
+	 */
+	int (*write_inline)(struct fr_tp_conn *conn, const void *buf,
+			    const struct fr_tp_rkey *rkey, uint64_t roff,
+			    size_t len, uint32_t imm);
 
 	/* Make progress and return up to max completions (>= 0), or a negative
 	 * code if the endpoint itself failed. */

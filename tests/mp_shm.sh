@@ -1,8 +1,9 @@
 #!/bin/bash
 # The shared-memory transport: the multi-process suites (matrix, other
 # collectives, kill/stall/exit, mismatches, register once) over shm; the
-# ring-only (FR_SHM_CMA_BYTES=0) and mostly cross-memory-attach paths; the
-# automatic choice; and that nothing is left in /dev/shm afterwards
+# ring-only (FR_SHM_CMA_BYTES=0) and mostly cross-memory-attach paths;
+# small messages with and without the low-latency header; the automatic
+# choice; and that nothing is left in /dev/shm afterwards
 # (segments are memfds, not names).  Its conformance suite is
 # tests/conform_shm.sh.
 . "$(dirname "$0")/lib.sh"
@@ -23,6 +24,16 @@ run "ring only (FR_SHM_CMA_BYTES=0) n=3" \
 run "cross-memory attach from 4 KiB n=4" \
 	frrun -n 4 -e FR_SHM_CMA_BYTES=4096 --transport shm --timeout 600 "$MP" matrix \
 	--counts 0,1,3,7919,300007 --dtypes f32,bf16,i64 --ops sum,min
+# small messages: the 16-byte header by write_inline (FR_LL=1, the
+# default, which every run above takes), the 64-byte one by write_imm
+# (FR_LL=0), and a job whose ranks differ (each decodes both)
+run "small messages by write_imm (FR_LL=0) n=3" \
+	frrun -n 3 -e FR_LL=0 --transport shm --timeout 600 "$MP" matrix \
+	--counts 0,1,2,3,4,5,17 --dtypes f32,f64,u8,bf16 --ops sum,max
+run "FR_LL=0 on odd ranks only n=4" \
+	frrun -n 4 --transport shm --timeout 600 bash -c \
+	'[ $((FR_RANK % 2)) = 1 ] && export FR_LL=0; exec "$0" "$@"' \
+	"$MP" colls --counts 0,1,2,3,5,17
 # auto: shm when the launcher puts every rank here; shm+tcp when FR_NODE
 # emulates separate nodes (shm to the ranks that share one)
 auto_is() {

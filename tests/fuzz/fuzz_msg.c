@@ -5,6 +5,7 @@
  * crash or read past the slot, must refuse a payload length beyond the
  * slot, and what it accepts must encode back to the same header bytes
  * (the codec is symmetric, so nothing is silently dropped or changed).
+ * The same for the 16-byte header of small messages (first byte 0xc1).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,6 +31,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (fr_msg_decode(hdr, maxlen, &m))
 		return 0;
 	if (m.len > maxlen || m.type < FR_MSG_DATA || m.type > FR_MSG_BYE)
+		abort();
+	if (m.hdr == FR_MSG_COMPACT) {
+		/* a small message's header: it must fit the compact form
+		 * again, with the same bytes */
+		if (m.len > FR_MSG_COMPACT_MAX ||
+		    !fr_msg_encode_compact(&m, hdr + FR_MSG_COMPACT, m.len,
+					   again) ||
+		    memcmp(hdr, again, FR_MSG_COMPACT + m.len))
+			abort();
+		return 0;
+	}
+	if (m.hdr != FR_MSG_HDR)
 		abort();
 	fr_msg_encode(&m, again);
 	/* byte 9 is padding and bytes 56.. are reserved: the rest must match */

@@ -28,6 +28,18 @@ for t in range(1, 5):
 put("msg", "abort", bytes([16]) + msg(3, ln=40, err=-1, origin=3))
 put("msg", "toolong", bytes([1]) + msg(1, ln=65))
 
+
+# the 16-byte header of a small message (peer.c), its payload behind it
+def compact(typ, credits=2, ln=8, root=0, seq=7, count=2):
+    h = struct.pack("<BBBBBBBBHHI", 0xC1, typ << 4 | credits, 1, 2, 9, 0, ln,
+                    root, 0, count, seq)
+    return h + bytes(range(ln))
+
+
+put("msg", "compact_data", bytes([16]) + compact(1))
+put("msg", "compact_ready", bytes([16]) + compact(2, ln=0))
+put("msg", "compact_toolong", bytes([16]) + compact(1, ln=17))
+
 # boot: selector, then the message
 hdr = struct.pack("<IHHI", 0x31425246, 1, 1, 40)
 put("boot", "header", b"\x00" + hdr)
@@ -46,7 +58,7 @@ put("boot", "reject", b"\x03" + struct.pack("<i", -13) + s16(b"wrong job token\x
 # rkey: selector (0 tcp, 1 shm, 2 shm+tcp, 3 verbs, 4 address), then the blob
 tcp = struct.pack("<BBHIIQ", 0xFC, 1, 0, 3, 1, 4096)
 # version: the shm transport's SHM_VERSION (fr_shm.c)
-shm = struct.pack("<BBHIIQQ", 0xFE, 3, 0, 3, 1, 4096, 0x7F0000001000)
+shm = struct.pack("<BBHIIQQ", 0xFE, 4, 0, 3, 1, 4096, 0x7F0000001000)
 put("rkey", "tcp", b"\x00" + tcp)
 put("rkey", "shm", b"\x01" + shm)
 put("rkey", "mux", b"\x02" + bytes([len(tcp)]) + tcp + shm)

@@ -190,8 +190,8 @@ static inline struct fr_tpb_mr *fr_tpb_mr(struct fr_tp_mr *mr)
  * The operations table of a transport of the base: its own operations
  * (probe_ ... finish_) and the base's.  dereg_ may be fr_tpb_dereg_mem.
  */
-#define FR_TPB_OPS(name_, probe_, open_, connect_, dereg_, write_, wait_,     \
-		   prepare_, finish_)                                         \
+#define FR_TPB_OPS(name_, probe_, open_, connect_, dereg_, write_, inline_,   \
+		   wait_, prepare_, finish_)                                  \
 	{                                                                     \
 		.size = sizeof(struct fr_tp_ops), .name = name_,              \
 		.probe = probe_, .open = open_, .connect = connect_,          \
@@ -199,10 +199,11 @@ static inline struct fr_tpb_mr *fr_tpb_mr(struct fr_tp_mr *mr)
 		.reg_mem = fr_tpb_reg_mem, .dereg_mem = dereg_,               \
 		.pack_rkey = fr_tpb_pack_rkey,                                \
 		.unpack_rkey = fr_tpb_unpack_rkey, .write_imm = write_,       \
-		.poll = fr_tpb_poll, .wait = wait_, .wait_prepare = prepare_, \
-		.wait_fd = fr_tpb_wait_fd, .wait_finish = finish_,            \
-		.wake = fr_tpb_wake, .close_conn = fr_tpb_close_conn,         \
-		.close = fr_tpb_close, .conn_peer = fr_tpb_conn_peer,         \
+		.write_inline = inline_, .poll = fr_tpb_poll, .wait = wait_,  \
+		.wait_prepare = prepare_, .wait_fd = fr_tpb_wait_fd,          \
+		.wait_finish = finish_, .wake = fr_tpb_wake,                  \
+		.close_conn = fr_tpb_close_conn, .close = fr_tpb_close,       \
+		.conn_peer = fr_tpb_conn_peer,                                \
 		.last_error = fr_tpb_last_error, .pending = fr_tpb_pending,   \
 	}
 

@@ -379,13 +379,24 @@ static int mux_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
 	return 0;
 }
 
+/* The shm side's key inside a mixed key. */
+static void mux_shm_key(const struct fr_tp_rkey *rkey, struct fr_tp_rkey *s)
+{
+	struct mux_key k;
+
+	memcpy(&k, rkey->raw + offsetof(struct fr_mux_rkey, shm), sizeof(k));
+	s->a = k.a;
+	s->b = k.b;
+	s->c = k.c;
+	s->d = k.d;
+}
+
 static int mux_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 			 size_t loff, const struct fr_tp_rkey *rkey,
 			 uint64_t roff, size_t len, uint32_t imm, uint64_t ctx)
 {
 	struct mux_mr *m = (struct mux_mr *)lmr;
 	struct fr_tp_rkey s = {0};
-	struct mux_key k;
 
 	if (!c)
 		return FR_EINVAL;
@@ -395,18 +406,31 @@ static int mux_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 		return c->b.tp->nops->write_imm(c->child, m ? m->net : NULL,
 						loff, rkey, roff, len, imm,
 						ctx);
-	if (rkey) {
-		memcpy(&k, rkey->raw + offsetof(struct fr_mux_rkey, shm),
-		       sizeof(k));
-		s.a = k.a;
-		s.b = k.b;
-		s.c = k.c;
-		s.d = k.d;
-	}
+	if (rkey)
+		mux_shm_key(rkey, &s);
 	if (len && !m->shm)
 		return FR_EINVAL;
 	return fr_shm_ops.write_imm(c->child, m ? m->shm : NULL, loff,
 				    rkey ? &s : NULL, roff, len, imm, ctx);
+}
+
+/* The side's own, where it has one; else FR_EAGAIN: the caller then uses
+ * write_imm, as transport.h allows. */
+static int mux_write_inline(struct fr_tp_conn *c, const void *buf,
+			    const struct fr_tp_rkey *rkey, uint64_t roff,
+			    size_t len, uint32_t imm)
+{
+	struct fr_tp_rkey s = {0};
+
+	if (!c || !buf || !rkey || !len || len > FR_TP_INLINE_MAX)
+		return FR_EINVAL;
+	if (!c->shm)
+		return c->b.tp->nops->write_inline
+			       ? c->b.tp->nops->write_inline(
+					 c->child, buf, rkey, roff, len, imm)
+			       : FR_EAGAIN;
+	mux_shm_key(rkey, &s);
+	return fr_shm_ops.write_inline(c->child, buf, &s, roff, len, imm);
 }
 
 static int mux_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
@@ -520,18 +544,18 @@ static int mux_locality(struct fr_tp *tp, cpu_set_t *cpus)
 	return tp->nops->locality(tp->net, cpus);
 }
 
-#define MUX_OPS(name_, probe_, open_)                                       \
-	{                                                                   \
-		.size = sizeof(struct fr_tp_ops), .name = name_,            \
-		.probe = probe_, .open = open_, .connect = mux_connect,     \
-		.accept = mux_accept, .connect_done = mux_connect_done,     \
-		.reg_mem = mux_reg_mem, .dereg_mem = mux_dereg_mem,         \
-		.pack_rkey = mux_pack_rkey, .unpack_rkey = mux_unpack_rkey, \
-		.write_imm = mux_write_imm, .poll = mux_poll,               \
-		.wait = mux_wait, .wake = fr_tpb_wake,                      \
-		.close_conn = mux_close_conn, .close = mux_close,           \
-		.conn_peer = fr_tpb_conn_peer, .pending = mux_pending,      \
-		.last_error = mux_last_error, .locality = mux_locality,     \
+#define MUX_OPS(name_, probe_, open_)                                         \
+	{                                                                     \
+		.size = sizeof(struct fr_tp_ops), .name = name_,              \
+		.probe = probe_, .open = open_, .connect = mux_connect,       \
+		.accept = mux_accept, .connect_done = mux_connect_done,       \
+		.reg_mem = mux_reg_mem, .dereg_mem = mux_dereg_mem,           \
+		.pack_rkey = mux_pack_rkey, .unpack_rkey = mux_unpack_rkey,   \
+		.write_imm = mux_write_imm, .write_inline = mux_write_inline, \
+		.poll = mux_poll, .wait = mux_wait, .wake = fr_tpb_wake,      \
+		.close_conn = mux_close_conn, .close = mux_close,             \
+		.conn_peer = fr_tpb_conn_peer, .pending = mux_pending,        \
+		.last_error = mux_last_error, .locality = mux_locality,       \
 	}
 
 const struct fr_tp_ops fr_mux_ops = MUX_OPS("shm+tcp", mux_probe, mux_open);

@@ -62,7 +62,7 @@
  *
  *   hello, connector -> acceptor, one SEQPACKET message of 24 bytes with
  *   the segment's descriptor attached (SCM_RIGHTS):
- *      0 u32 magic "FSHM"   4 u16 version (3)   6 u16 kind (1 = hello)
+ *      0 u32 magic "FSHM"   4 u16 version (4)   6 u16 kind (1 = hello)
  *      8 i32 connector's rank   12 u32 segment bytes   16 u64 job nonce
  *   reply, acceptor -> connector, 12 bytes:
  *      0 u32 magic   4 u16 version   6 u16 kind (2 = reply)   8 i32 status
@@ -74,14 +74,19 @@
  *   ring header, one cache line each: u64 head (consumer); u64 the
  *      ring's address in the producer's process and u32 closed
  *      (producer); u32 pull_ok (consumer); then 64 slots.
- *   slot (SHM_SLOT_BYTES): u32 imm, u32 flags (FIRST 1, LAST 2, PULL 4),
- *      u32 region id, u32 generation, u64 offset of this fragment in the
- *      region, u32 fragment bytes, u32 total bytes of the write, u64 source
- *      address in the writer's process (PULL only), u64 seq, payload.  seq
- *      is written last: the slot's index in the ring (counting every slot
- *      ever produced) plus one, so the consumer of index i waits for
+ *   slot (SHM_SLOT_BYTES): u64 seq, u32 imm, u32 flags (FIRST 1, LAST 2,
+ *      PULL 4, INLINE 8; an INLINE slot's byte count in bits 16-23), u32
+ *      region id, u32 generation, u64 offset of this fragment in the
+ *      region, then at 32 either u32 fragment bytes, u32 total bytes of the
+ *      write, u64 source address in the writer's process (PULL only), or an
+ *      INLINE slot's bytes (up to 32), then from 64 the payload.  seq is
+ *      written last: the slot's index in the ring (counting every slot ever
+ *      produced) plus one, so the consumer of index i waits for
  *      seq == i + 1 (the ring starts zeroed).  A PULL slot is FIRST | LAST
- *      with no payload: the receiver reads total bytes from the source.
+ *      with no payload: the receiver reads total bytes from the source.  An
+ *      INLINE slot (write_inline) is FIRST | LAST and carries the whole
+ *      write in the slot's first cache line, with seq: the consumer's one
+ *      miss brings it all (the low-latency path of small messages).
  *   address blob (SHM_ADDR_LEN): u8 magic 0xfd, u8 version, u16 0, u32 0,
  *      u64 node id (boot id + network namespace, or FR_NODE), then the
  *      abstract socket name (SHM_NAME_LEN bytes).
@@ -391,4 +396,5 @@ static int shm_wait(struct fr_tp *tp, int timeout_ms)
 
 const struct fr_tp_ops fr_shm_ops =
 	FR_TPB_OPS("shm", shm_probe, shm_tp_open, shm_connect, fr_tpb_dereg_mem,
-		   shm_write_imm, shm_wait, shm_wait_prepare, shm_wait_finish);
+		   shm_write_imm, shm_write_inline, shm_wait, shm_wait_prepare,
+		   shm_wait_finish);

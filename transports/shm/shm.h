@@ -33,8 +33,9 @@
 
 #define SHM_MAGIC 0x4d485346u /* "FSHM" */
 /* 2: PULL slots replaced writes placed by the writer; 3: the consumer
- * polls the slot's own sequence number instead of the ring's tail */
-#define SHM_VERSION 3
+ * polls the slot's own sequence number instead of the ring's tail; 4:
+ * seq first in the slot, INLINE slots (write_inline) */
+#define SHM_VERSION 4
 #define SHM_KIND_HELLO 1
 #define SHM_KIND_REPLY 2
 #define SHM_HELLO_LEN 24
@@ -42,12 +43,15 @@
 
 #define SHM_SLOTS 64u
 #define SHM_SLOT_BYTES 8192u
-#define SHM_SLOT_HDR 48u
+#define SHM_SLOT_HDR 64u
 #define SHM_SLOT_DATA (SHM_SLOT_BYTES - SHM_SLOT_HDR)
+#define SHM_SLOT_INLINE 32u /* bytes an INLINE slot carries */
 #define SLOT_FIRST 1u
 #define SLOT_LAST 2u
-#define SLOT_PULL 4u /* no payload: the receiver reads it from src */
-#define SLOT_FLAGS (SLOT_FIRST | SLOT_LAST | SLOT_PULL)
+#define SLOT_PULL 4u   /* no payload: the receiver reads it from src */
+#define SLOT_INLINE 8u /* the whole write in inl, in the line seq is in */
+#define SLOT_FLAGS (SLOT_FIRST | SLOT_LAST | SLOT_PULL | SLOT_INLINE)
+#define SLOT_INL_SHIFT 16 /* an INLINE slot's bytes: flags >> 16 */
 
 #define SHM_NAME_LEN 48
 #define SHM_ADDR_MAGIC 0xfd
@@ -65,16 +69,22 @@
 #define SHM_BACKOFF_MAX_MS 500
 
 struct shm_slot {
-	uint32_t imm, flags, region, gen;
-	uint64_t off;
-	uint32_t len, total;
-	uint64_t src; /* PULL: the source, in the writer's address space */
 	/* Written last (release): the slot's index in the ring plus one,
 	 * once the rest is in place.  The consumer polls this word, in the
 	 * line it reads next anyway, instead of a tail in a line of its own:
 	 * one cache miss between cores per message instead of two in a
-	 * row. */
+	 * row, and for an INLINE slot the only one. */
 	_Atomic uint64_t seq;
+	uint32_t imm, flags, region, gen;
+	uint64_t off;
+	union {
+		struct {
+			uint32_t len, total;
+			uint64_t src; /* PULL: the source, in the writer's
+				       * address space */
+		};
+		uint8_t inl[SHM_SLOT_INLINE]; /* INLINE: the bytes */
+	};
 	uint8_t data[SHM_SLOT_DATA];
 };
 
@@ -99,8 +109,11 @@ struct shm_seg {
 
 _Static_assert(sizeof(struct shm_slot) == SHM_SLOT_BYTES, "slot layout");
 _Static_assert(offsetof(struct shm_slot, data) == SHM_SLOT_HDR, "slot header");
-/* what shm_rx copies before judging it (seq is read on its own) */
-#define SHM_SLOT_FIELDS offsetof(struct shm_slot, seq)
+_Static_assert(SHM_SLOT_INLINE >= FR_TP_INLINE_MAX, "write_inline fits");
+/* what shm_rx copies before judging it (seq is read on its own): the
+ * header after seq */
+#define SHM_SLOT_FIELDS_AT offsetof(struct shm_slot, imm)
+#define SHM_SLOT_FIELDS (SHM_SLOT_HDR - SHM_SLOT_FIELDS_AT)
 
 /* A registered region is the base's (struct fr_tpb_mr, tp_base.h): its
  * slot in the region table is its remote key. */
@@ -182,6 +195,9 @@ void shm_timers(struct fr_tp *tp);
 
 /* shm_data.c */
 void shm_tx(struct fr_tp_conn *c);
+int shm_write_inline(struct fr_tp_conn *c, const void *buf,
+		     const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
+		     uint32_t imm);
 void shm_rx(struct fr_tp_conn *c);
 bool shm_ready(struct fr_tp_conn *c);
 

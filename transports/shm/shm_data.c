@@ -159,6 +159,45 @@ void shm_tx(struct fr_tp_conn *c)
 }
 
 /*
+ * write_inline: the whole write in one INLINE slot, whose first cache line
+ * holds the bytes with seq, so the consumer's one miss brings all of it.
+ * Only when nothing queued waits for the ring (the order of writes) and
+ * the ring has room; else FR_EAGAIN and the caller uses write_imm.  The
+ * bytes are copied now: no send queue entry, no SEND completion.
+ */
+int shm_write_inline(struct fr_tp_conn *c, const void *buf,
+		     const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
+		     uint32_t imm)
+{
+	struct shm_slot *s;
+
+	if (!c || !buf || !rkey || !rkey->d || !len || len > SHM_SLOT_INLINE)
+		return FR_EINVAL;
+	if (c->b.state == SHM_FAILED)
+		return c->b.error;
+	if (c->b.state != SHM_UP || c->sq_push != c->b.sq.count)
+		return FR_EAGAIN;
+	if (c->tx_tail - c->tx_head >= SHM_SLOTS) {
+		c->tx_head = atomic_load_explicit(&c->tx->head,
+						  memory_order_acquire);
+		if (c->tx_tail - c->tx_head >= SHM_SLOTS)
+			return FR_EAGAIN;
+	}
+	s = &c->tx->slot[c->tx_tail % SHM_SLOTS];
+	s->imm = imm;
+	s->flags = SLOT_FIRST | SLOT_LAST | SLOT_INLINE |
+		   (uint32_t)len << SLOT_INL_SHIFT;
+	s->region = rkey->c;
+	s->gen = rkey->d;
+	s->off = roff;
+	memcpy(s->inl, buf, len);
+	c->tx_tail++;
+	atomic_store_explicit(&s->seq, c->tx_tail, memory_order_release);
+	shm_poke(c);
+	return 0;
+}
+
+/*
  * Pull the next chunk of the PULL slot h (checked against mr) from the
  * writer's memory into ours, spending at most *budget bytes.  0 when the
  * write is all here, 1 when more remains, or an error (the connection has
@@ -235,23 +274,33 @@ void shm_rx(struct fr_tp_conn *c)
 		const struct shm_slot *s = &c->rx->slot[c->rx_head % SHM_SLOTS];
 		struct shm_slot h;
 		struct fr_tpb_mr *mr = NULL;
-		uint32_t n;
+		uint32_t n, total, fl, inl;
 		bool pull, bad;
 
 		if (fr_cqring_full(&tp->cq))
 			break;
 		/* The peer can rewrite the slot: judge a private copy. */
-		memcpy(&h, s, SHM_SLOT_FIELDS);
-		pull = h.flags & SLOT_PULL;
+		memcpy((uint8_t *)&h + SHM_SLOT_FIELDS_AT,
+		       (const uint8_t *)s + SHM_SLOT_FIELDS_AT,
+		       SHM_SLOT_FIELDS);
+		fl = h.flags & ((1u << SLOT_INL_SHIFT) - 1);
+		inl = h.flags >> SLOT_INL_SHIFT;
+		pull = fl & SLOT_PULL;
 		/* A pull has no payload, is its write's only slot, and one
-		 * begun in an earlier pass must still be there as it was. */
-		if (pull)
-			bad = h.len || h.total <= c->rx_pulled ||
-			      (h.flags & (SLOT_FIRST | SLOT_LAST)) !=
+		 * begun in an earlier pass must still be there as it was.  An
+		 * INLINE slot is a whole write of 1 to SHM_SLOT_INLINE bytes
+		 * (its len and total are its bytes: not read). */
+		if (fl & SLOT_INLINE)
+			bad = c->rx_pulled != 0 || !inl ||
+			      inl > SHM_SLOT_INLINE ||
+			      fl != (SLOT_FIRST | SLOT_LAST | SLOT_INLINE);
+		else if (pull)
+			bad = inl || h.len || h.total <= c->rx_pulled ||
+			      (fl & (SLOT_FIRST | SLOT_LAST)) !=
 				      (SLOT_FIRST | SLOT_LAST);
 		else
-			bad = c->rx_pulled != 0;
-		if (bad || h.len > SHM_SLOT_DATA || (h.flags & ~SLOT_FLAGS)) {
+			bad = inl || c->rx_pulled != 0 || h.len > SHM_SLOT_DATA;
+		if (bad || (fl & ~SLOT_FLAGS)) {
 			fr_tpb_conn_fail(c, FR_EPROTO, "malformed slot");
 			break;
 		}
@@ -263,8 +312,9 @@ void shm_rx(struct fr_tp_conn *c)
 		}
 		if (pull && !budget)
 			break; /* enough for this pass */
-		n = pull ? h.total : h.len;
-		if (h.total) {
+		n = inl ? inl : pull ? h.total : h.len;
+		total = inl ? inl : h.total;
+		if (total) {
 			uint64_t end = h.off + n;
 
 			/* A pull's whole range is checked now, before each of
@@ -287,13 +337,15 @@ void shm_rx(struct fr_tp_conn *c)
 				 * its completion (uses the bytes, returns
 				 * credits) before we copy the next one. */
 				budget = 0;
+			} else if (inl) {
+				memcpy(mr->base + h.off, h.inl, inl);
 			} else if (h.len) {
 				memcpy(mr->base + h.off, s->data, h.len);
 			}
 		}
-		if (h.flags & SLOT_LAST)
+		if (fl & SLOT_LAST)
 			fr_cqring_push(&tp->cq, FR_CQE_RECV, 0, c, 0, h.imm,
-				       h.total);
+				       total);
 		c->rx_head++;
 		got = true;
 	}

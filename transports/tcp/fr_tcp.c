@@ -453,6 +453,6 @@ static int tcp_wait(struct fr_tp *tp, int timeout_ms)
 	return 0;
 }
 
-const struct fr_tp_ops fr_tcp_ops =
-	FR_TPB_OPS("tcp", tcp_probe, tcp_open, tcp_connect, tcp_dereg_mem,
-		   tcp_write_imm, tcp_wait, tcp_wait_prepare, tcp_wait_finish);
+const struct fr_tp_ops fr_tcp_ops = FR_TPB_OPS(
+	"tcp", tcp_probe, tcp_open, tcp_connect, tcp_dereg_mem, tcp_write_imm,
+	NULL, tcp_wait, tcp_wait_prepare, tcp_wait_finish);

@@ -147,7 +147,8 @@ struct fr_tp_ops {
 	 * (the bytes in its region, then a RECV completion), in order with
 	 * the connection's other writes.  A transport sends them the cheapest
 	 * way it has: shm writes data, header and sequence word into one
-	 * cache line that the receiver polls.  FR_EAGAIN when they cannot go
+	 * cache line that the receiver polls, verbs posts them inline in an
+	 * unsignalled work request.  FR_EAGAIN when they cannot go
 	 * at once (no room, or writes queued before them): the caller sends
 	 * them by write_imm instead, which keeps the order.
 	 */

@@ -123,6 +123,16 @@ suite "matrix over verbs, FR_IB_QPS=3, 4 KiB stripes" bash -c '. "$0/tests/lib.s
 	echo "# ib_write_lat vs fr_transport_perf -x verbs --lat, 8 B"
 	perftest ib_write_lat 18516 't_min' -s 8 -n 1000
 	"$B/fr_transport_perf" -x verbs --ip "$RDMAVM_IP" --lat -s 8 -n 1000 2>&1 | tail -2
+	# small messages inline (FR_LL=1, the default) or as ordinary
+	# writes from the outbox (FR_LL=0), alternating; printed, not judged
+	for r in 1 2; do
+		for ll in 1 0; do
+			echo "# fr_allreduce_perf, 2 ranks, verbs, 8 B, FR_LL=$ll (round $r)"
+			"$B/frrun" -n 2 --host "$RDMAVM_IP" -x verbs -e FR_LL=$ll \
+				--timeout 300 "$B/fr_allreduce_perf" -b 8 -e 8 -n 2000 \
+				-w 100 -I 1 -c 0 2>&1 | grep -v '#' | tail -1
+		done
+	done
 	for t in verbs tcp; do
 		echo "# fr_allreduce_perf, 4 ranks, $t"
 		"$B/frrun" -n 4 --host "$RDMAVM_IP" -x "$t" --timeout 600 \

@@ -119,7 +119,13 @@
  *     gets a signalled zero-length RDMA WRITE.  It carries no immediate, so
  *     it consumes no receive at the peer and raises nothing there; its
  *     completion retires the tail.  A busy QP pays one fence per poll, an
- *     idle one none.
+ *     idle one none.  A tail of write_inline()s only owes none: nobody
+ *     waits for them, and a later signalled WR retires them.
+ *   - Small writes (write_inline, the core's small messages): one RDMA
+ *     WRITE WITH IMM on lane 0 whose bytes travel inside the work request
+ *     (IBV_SEND_INLINE, no DMA read, no registered source, no outbox), and
+ *     no FR_CQE_SEND.  Not while a notification waits (order), nor beyond
+ *     the device's inline size: FR_EAGAIN, and the core uses write_imm.
  *   - Completions: ibv_poll_cq in batches, into a ring of FR completions
  *     that poll() hands out.  One work completion retires at most 16
  *     writes, and the CQ is polled only while the ring has room for that,
@@ -566,6 +572,7 @@ const struct fr_tp_ops fr_verbs_ops = {
 	.pack_rkey = verbs_pack_rkey,
 	.unpack_rkey = verbs_unpack_rkey,
 	.write_imm = verbs_write_imm,
+	.write_inline = verbs_write_inline,
 	.poll = verbs_poll,
 	.wait = verbs_wait,
 	.wake = fr_tpb_wake,

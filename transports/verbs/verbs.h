@@ -101,10 +101,11 @@ struct fr_tp_mr {
 };
 
 enum verbs_sqe_kind {
-	VERBS_SQE_FENCE, /* a zero-length write that only signals the tail */
-	VERBS_SQE_PLAIN, /* QP 0's part of a write, the lanes-ready message */
-	VERBS_SQE_USER,	 /* the WR that completes a write_imm(): FR_CQE_SEND */
-	VERBS_SQE_PART,	 /* a part on QP 1..n-1: its notification waits */
+	VERBS_SQE_FENCE,  /* a zero-length write that only signals the tail */
+	VERBS_SQE_PLAIN,  /* QP 0's part of a write, the lanes-ready message */
+	VERBS_SQE_USER,	  /* the WR that completes a write_imm(): FR_CQE_SEND */
+	VERBS_SQE_PART,	  /* a part on QP 1..n-1: its notification waits */
+	VERBS_SQE_INLINE, /* a write_inline(): nobody waits for it */
 };
 
 /* A posted send WR, in posting order. */
@@ -125,6 +126,9 @@ struct verbs_lane {
 	uint64_t sq_head, sq_tail;
 	unsigned int nwr;	 /* WRs in the ring that are not fences */
 	unsigned int unsignaled; /* unsignalled WRs at the tail */
+	/* ... of them, those someone waits for (all but INLINE): while 0 the
+	 * tail needs no fence */
+	unsigned int unsig_owed;
 	unsigned int max_inline;
 	unsigned int cq_share; /* CQ entries reserved for this QP */
 	uint64_t last_raddr;   /* for fences: a remote address known valid */
@@ -322,6 +326,9 @@ void verbs_progress(struct fr_tp *tp, bool eager);
 int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 		    const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
 		    uint32_t imm, uint64_t ctx);
+int verbs_write_inline(struct fr_tp_conn *c, const void *buf,
+		       const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
+		       uint32_t imm);
 int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max);
 int verbs_wait_prepare(struct fr_tp *tp, int *timeout_ms);
 int verbs_wait_fd(struct fr_tp *tp);

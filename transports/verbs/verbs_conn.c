@@ -160,6 +160,7 @@ static void verbs_sq_release(struct fr_tp_conn *c, struct verbs_lane *l)
 	l->sq_head = l->sq_tail = 0;
 	l->nwr = 0;
 	l->unsignaled = 0;
+	l->unsig_owed = 0;
 }
 
 /* Destroy lane i's QP; lane 0's belongs to the cm id. */
@@ -408,6 +409,7 @@ static int verbs_rc_qp(struct fr_tp_conn *c, unsigned int i)
 	l->sq_head = l->sq_tail = 0;
 	l->nwr = 0;
 	l->unsignaled = 0;
+	l->unsig_owed = 0;
 	return 0;
 }
 

@@ -124,6 +124,7 @@ static int verbs_lane_post(struct fr_tp_conn *c, unsigned int i,
 	l->sq_tail++;
 	l->nwr++;
 	l->unsignaled = sig ? 0 : l->unsignaled + 1;
+	l->unsig_owed = sig ? 0 : l->unsig_owed + (kind != VERBS_SQE_INLINE);
 	return 0;
 }
 
@@ -202,7 +203,7 @@ static void verbs_sq_retire(struct fr_tp_conn *c, struct verbs_lane *l,
 		l->sq_head++;
 	}
 	if (l->sq_head == l->sq_tail)
-		l->unsignaled = 0;
+		l->unsignaled = l->unsig_owed = 0;
 }
 
 /*
@@ -469,7 +470,7 @@ static void verbs_post_fences(struct fr_tp *tp)
 	for (c = tp->b.conns; c; c = c->b.next) {
 		for (i = 0; i < c->nqps && c->b.state == VERBS_UP; i++) {
 			l = &c->lane[i];
-			if (!l->qp || !l->unsignaled ||
+			if (!l->qp || !l->unsig_owed ||
 			    l->sq_tail - l->sq_head +
 					    verbs_lane_reserved(c, l) >=
 				    c->sq_cap)
@@ -499,7 +500,7 @@ static void verbs_post_fences(struct fr_tp *tp)
 			memset(e, 0, sizeof(*e));
 			e->kind = VERBS_SQE_FENCE;
 			l->sq_tail++;
-			l->unsignaled = 0;
+			l->unsignaled = l->unsig_owed = 0;
 		}
 	}
 }
@@ -753,6 +754,50 @@ int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 	}
 	verbs_notes_post(c);
 	return 0;
+}
+
+/*
+ * write_inline: one RDMA WRITE WITH IMM whose bytes travel inside the work
+ * request (IBV_SEND_INLINE: copied at the post, no DMA read of the source,
+ * which may be any memory), unsignalled and raising no FR_CQE_SEND: a later
+ * signalled WR retires it (every VERBS_SIG_INTERVAL-th is), and it owes no
+ * fence.  Only on lane 0 with no notification waiting (the order of
+ * writes), and only as long as the device inlines that much; else
+ * FR_EAGAIN and the caller uses write_imm.
+ */
+int verbs_write_inline(struct fr_tp_conn *c, const void *buf,
+		       const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
+		       uint32_t imm)
+{
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+
+	if (!c || !buf || !rkey || !len || len > FR_TP_INLINE_MAX)
+		return FR_EINVAL;
+	if (c->b.state == VERBS_FAILED)
+		return c->was_up ? FR_EPEER : c->b.error;
+	if (c->b.state != VERBS_UP)
+		return FR_EAGAIN;
+	if (rkey->d != VERBS_RKEY_TAG)
+		return FR_EINVAL;
+	/* Overflow-safe; the peer's HCA checks again. */
+	if (roff > rkey->b || len > rkey->b - roff)
+		return FR_ERANGE;
+	if (len > c->lane[0].max_inline || c->note_head != c->note_tail ||
+	    !verbs_lane_room(c, &c->lane[0], 1))
+		return FR_EAGAIN;
+	memset(&wr, 0, sizeof(wr));
+	sge.addr = (uint64_t)(uintptr_t)buf;
+	sge.length = (uint32_t)len;
+	sge.lkey = 0; /* inline: not read by the device */
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+	wr.imm_data = htonl(imm);
+	wr.send_flags = IBV_SEND_INLINE;
+	wr.wr.rdma.remote_addr = rkey->a + roff;
+	wr.wr.rdma.rkey = rkey->c;
+	return verbs_lane_post(c, 0, &wr, VERBS_SQE_INLINE, 0, NULL, 0, false);
 }
 
 /* ---- poll and wait ------------------------------------------------------- */

@@ -3,13 +3,15 @@
  * peer.h - peers connected on first use, and the mailbox message layer.
  *
  * Every algorithm talks to other ranks through two things only:
- *   - messages (fr_msg_send / fr_msg_peek / fr_msg_consume): a header plus
+ *   - messages (fr_msg_send / fr_msg_get / fr_msg_consume): a header plus
  *     up to fr_msg_payload_max() bytes, written in one write-with-immediate
  *     into a slot of the receiver's mailbox (the eager protocol: no
- *     ready-to-receive round trip).  Slots are per sender, so flow control
- *     is per peer: a credit per slot, returned on later messages or, when
- *     half the slots are owed, by a zero-length write.  Messages from one
- *     peer are consumed in the order they were sent; a message for a
+ *     ready-to-receive round trip); a small one (FR_MSG_COMPACT_MAX bytes
+ *     or less) under a 16-byte header by the transport's write_inline, from
+ *     the stack, where it has one (FR_LL; peer.c says when).  Slots are per
+ * sender, so flow control is per peer: a credit per slot, returned on later
+ * messages or, when half the slots are owed, by a zero-length write.  Messages
+ * from one peer are consumed in the order they were sent; a message for a
  *     collective this rank has not reached yet stays in its slot until then.
  *   - one-sided writes into a peer's registered memory (fr_peer_write), for
  *     zero-copy algorithms that exchanged remote keys (the ring).

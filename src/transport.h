@@ -5,7 +5,10 @@
  * Algorithms see the network only through this table of function pointers.
  * Its one data operation is a one-sided write with immediate: copy len bytes
  * from a local registered region into a peer's registered region at an
- * offset, then deliver a 32-bit immediate to the peer as a completion.
+ * offset, then deliver a 32-bit immediate to the peer as a completion.  An
+ * optional inline form (write_inline, below) sends a few bytes from any
+ * memory with no SEND completion; the rules below hold for it too, but for
+ * the SEND completion it does not have.
  *
  * Semantics every transport honours (the conformance suite checks them):
  *   - a FR_CQE_RECV completion means the bytes are already in place in the

@@ -761,15 +761,18 @@ static void test_zero_length(void **state)
 /*
  * write_inline (optional; skipped where NULL): writes of 1 ..
  * FR_TP_INLINE_MAX bytes from unregistered memory, mixed with write_imm
- * writes of every size on one connection, land in place and complete in
- * the order posted, and only the write_imm ones give SEND completions.
- * One refused with FR_EAGAIN goes by write_imm, as the peer layer does.
- * Bad arguments are refused; one outside the receiver's region fails the
+ * writes on one connection (256 bytes, and 20 KiB: several shm slots, a
+ * striped write where FR_IB_STRIPE_BYTES is small), land in place and
+ * complete in the order posted, and only the write_imm ones give SEND
+ * completions (those with ctx 0 too: on verbs an unsignalled write
+ * followed only by inline writes still needs its fence).  One refused
+ * with FR_EAGAIN goes by write_imm, as the peer layer does.  Bad
+ * arguments are refused; one outside the receiver's region fails the
  * connection with FR_ERANGE and writes nothing; later ones fail.
  */
 static void test_write_inline(void **state)
 {
-	enum { N = 600, SLOT = 256 };
+	enum { N = 400, SLOT = 24 * 1024 };
 	struct ep *a, *b;
 	uint8_t *src = tbuf((size_t)N * SLOT), tmp[FR_TP_INLINE_MAX + 1];
 	struct gbuf dst = gbuf_new((size_t)N * SLOT, 0);
@@ -777,6 +780,7 @@ static void test_write_inline(void **state)
 	struct fr_tp_mr *smr, *dmr;
 	struct fr_tp_rkey rk;
 	size_t nimm = 0, ninl = 0, len[N];
+	uint64_t ctx[N];
 	int rc;
 
 	if (!ops->write_inline)
@@ -791,7 +795,9 @@ static void test_write_inline(void **state)
 	for (uint32_t i = 0; i < N; i++) {
 		uint8_t *p = src + (size_t)i * SLOT;
 
-		len[i] = i % 7 == 6 ? SLOT : i % FR_TP_INLINE_MAX + 1;
+		len[i] = i % 14 == 6	? 256
+			 : i % 14 == 13 ? 20 * 1024 + i
+					: i % FR_TP_INLINE_MAX + 1;
 		if (len[i] <= FR_TP_INLINE_MAX) {
 			/* from a copy on the stack: any memory will do */
 			memcpy(tmp, p, len[i]);
@@ -804,8 +810,9 @@ static void test_write_inline(void **state)
 			}
 			assert_int_equal(rc, FR_EAGAIN);
 		}
+		ctx[nimm] = nimm % 3 ? 5000u + nimm : 0;
 		post(ab, smr, (size_t)i * SLOT, &rk, (uint64_t)i * SLOT, len[i],
-		     i, 5000u + nimm);
+		     i, ctx[nimm]);
 		nimm++;
 		/* seldom enough that queues fill: inline writes then wait
 		 * their turn (FR_EAGAIN) behind queued ones */
@@ -829,7 +836,7 @@ static void test_write_inline(void **state)
 				      SLOT - len[i], 0));
 	}
 	for (size_t k = 0; k < nimm; k++)
-		assert_int_equal(nth_ok(a, ab, FR_CQE_SEND, k)->ctx, 5000u + k);
+		assert_int_equal(nth_ok(a, ab, FR_CQE_SEND, k)->ctx, ctx[k]);
 	pump_for(20);
 	assert_int_equal(n_ok(a, ab, FR_CQE_SEND), nimm);
 	check_guards(&dst);
@@ -845,6 +852,25 @@ static void test_write_inline(void **state)
 	assert_int_equal(ops->write_inline(NULL, tmp, &rk, 0, 4, 1), FR_EINVAL);
 	if (!ninl)
 		return; /* it never takes inline writes on this connection */
+
+	/* a write with ctx 0, then inline writes only, then idle: its SEND
+	 * completion still comes, and every write lands */
+	post(ab, smr, 0, &rk, 0, 64, 7777, 0);
+	for (uint32_t k = 0; k < 3; k++)
+		PUMP_UNTIL((rc = ops->write_inline(ab, src + 64 + 8 * k, &rk,
+						   64 + 8 * k, 8, 7778 + k)) !=
+			   FR_EAGAIN);
+	assert_int_equal(rc, 0);
+	PUMP_UNTIL(n_ok(a, ab, FR_CQE_SEND) == nimm + 1 &&
+		   n_ok(b, ba, FR_CQE_RECV) == N + 4);
+	assert_int_equal(nth_ok(a, ab, FR_CQE_SEND, nimm)->ctx, 0);
+	for (uint32_t k = 0; k < 4; k++)
+		assert_int_equal(nth_ok(b, ba, FR_CQE_RECV, N + k)->imm,
+				 7777 + k);
+	assert_memory_equal(dst.p, src, 88);
+	pump_for(20);
+	assert_int_equal(n_ok(a, ab, FR_CQE_SEND), nimm + 1);
+
 	/* past the end of the receiver's region: nothing written */
 	memset(tmp, 0x77, sizeof(tmp));
 	PUMP_UNTIL((rc = ops->write_inline(ab, tmp, &rk, dst.len - 4, 8, 9)) !=
@@ -858,7 +884,7 @@ static void test_write_inline(void **state)
 		/* the key carries the length: refused before posting */
 		assert_int_equal(rc, FR_ERANGE);
 	}
-	assert_int_equal(n_ok(b, ba, FR_CQE_RECV), N);
+	assert_int_equal(n_ok(b, ba, FR_CQE_RECV), N + 4);
 	check_guards(&dst);
 	assert_true(all_bytes(dst.p + dst.len - 4, 4, 0));
 	if (!over_verbs()) {

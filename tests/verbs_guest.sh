@@ -59,6 +59,15 @@ suite "matrix 1Mi+1 over verbs" bash -c '. "$0/tests/lib.sh"
 	run "matrix n=3 count 1048577" frrun -n 3 --transport verbs --timeout 900 \
 		"$MP" matrix --counts 1048577 --dtypes f32,bf16 --ops sum
 	finish' "$src"
+# small messages inline (FR_LL=1, every run above) and the ordinary way
+# (FR_LL=0), and a job whose ranks differ
+suite "small messages over verbs, FR_LL=0 and mixed" bash -c '. "$0/tests/lib.sh"
+	run "matrix n=3 FR_LL=0" frrun -n 3 -e FR_LL=0 --transport verbs \
+		--timeout 600 "$MP" matrix --counts 0,1,2,5,17 --dtypes f32,u8 --ops sum,max
+	run "colls n=3, FR_LL=0 on rank 1 only" frrun -n 3 --transport verbs \
+		--timeout 600 bash -c "[ \$FR_RANK = 1 ] && export FR_LL=0; exec \"\$0\" \"\$@\"" \
+		"$MP" colls --counts 0,1,2,5
+	finish' "$src"
 suite "register once over verbs" bash "$src/tests/mp_regonce.sh"
 suite "dead and stalled peers over verbs" bash "$src/tests/mp_kill.sh"
 suite "mismatched arguments over verbs" bash "$src/tests/mp_mismatch.sh"

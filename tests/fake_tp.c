@@ -57,7 +57,9 @@ struct fake_region {
 };
 
 struct fake_sqe {
-	struct fr_tp_mr *lmr; /* NULL for a zero-length write */
+	struct fr_tp_mr *lmr; /* NULL for a zero-length or inline write */
+	bool inl;	      /* write_inline: the bytes are in inl[] */
+	uint8_t inl_bytes[FR_TP_INLINE_MAX];
 	size_t loff;
 	uint32_t rid, rgen;
 	uint64_t roff;
@@ -322,9 +324,11 @@ conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
 	if (was_up && c->owned) {
 		cq_push(c->tp, FR_CQE_RECV, err, c, 0, 0, 0);
 		for (unsigned int i = 0; i < c->sq_count; i++)
-			cq_push(c->tp, FR_CQE_SEND, err, c,
-				c->sq[(c->sq_head + i) % c->sq_depth].ctx, 0,
-				0);
+			if (!c->sq[(c->sq_head + i) % c->sq_depth].inl)
+				cq_push(c->tp, FR_CQE_SEND, err, c,
+					c->sq[(c->sq_head + i) % c->sq_depth]
+						.ctx,
+					0, 0);
 	}
 	sq_release(c);
 	c->sq_count = 0;
@@ -487,7 +491,8 @@ static bool deliver_one(struct fr_tp_conn *c)
 				mr->len);
 			return false;
 		}
-		memcpy(mr->base + roff, e->lmr->base + e->loff, e->len);
+		memcpy(mr->base + roff,
+		       e->inl ? e->inl_bytes : e->lmr->base + e->loff, e->len);
 		if (hit && fault.kind == FAKE_CORRUPT)
 			mr->base[roff + fault.offset] ^= fault.xor_mask;
 	}
@@ -496,7 +501,8 @@ sent:
 	if (e->lmr)
 		e->lmr->inflight--;
 	e->lmr = NULL;
-	cq_push(c->tp, FR_CQE_SEND, 0, c, e->ctx, 0, 0);
+	if (!e->inl) /* an inline write has no SEND completion */
+		cq_push(c->tp, FR_CQE_SEND, 0, c, e->ctx, 0, 0);
 	c->sq_head = (c->sq_head + 1) % c->sq_depth;
 	c->sq_count--;
 	return true;
@@ -803,7 +809,7 @@ static void log_write(const struct fr_tp_conn *c, const struct fake_sqe *e)
 	l->len = (uint32_t)e->len;
 	memset(l->head, 0, sizeof(l->head));
 	if (e->len)
-		memcpy(l->head, e->lmr->base + e->loff,
+		memcpy(l->head, e->inl ? e->inl_bytes : e->lmr->base + e->loff,
 		       e->len < FAKE_HEAD ? e->len : FAKE_HEAD);
 }
 
@@ -842,6 +848,7 @@ static int fake_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 		goto out;
 	}
 	e = &c->sq[(c->sq_head + c->sq_count) % c->sq_depth];
+	e->inl = false;
 	e->lmr = len ? lmr : NULL;
 	e->loff = loff;
 	e->rid = rkey ? rkey->c : 0;
@@ -861,6 +868,59 @@ static int fake_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 out:
 	pthread_mutex_unlock(&G);
 	return rc;
+}
+
+/* fake_tp_inline(): 1 takes every write_inline, 0 none, 2 every other */
+static int inline_mode = 1;
+static unsigned int inline_calls;
+
+/* write_inline: queued like any write, with its bytes copied in now, and
+ * no SEND completion when it lands (in order with the other writes). */
+static int fake_write_inline(struct fr_tp_conn *c, const void *buf,
+			     const struct fr_tp_rkey *rkey, uint64_t roff,
+			     size_t len, uint32_t imm)
+{
+	struct fake_sqe *e;
+	int rc = 0;
+
+	if (!c || !buf || !rkey || !rkey->d || !len || len > FR_TP_INLINE_MAX)
+		return FR_EINVAL;
+	pthread_mutex_lock(&G);
+	if (c->state == FK_FAILED) {
+		rc = c->error;
+		goto out;
+	}
+	if (c->state != FK_UP || !inline_mode ||
+	    (inline_mode == 2 && inline_calls++ % 2) ||
+	    c->sq_count + c->unreaped >= c->sq_depth) {
+		rc = FR_EAGAIN;
+		goto out;
+	}
+	e = &c->sq[(c->sq_head + c->sq_count) % c->sq_depth];
+	e->inl = true;
+	memcpy(e->inl_bytes, buf, len);
+	e->lmr = NULL;
+	e->loff = 0;
+	e->rid = rkey->c;
+	e->rgen = rkey->d;
+	e->roff = roff;
+	e->len = len;
+	e->imm = imm;
+	e->ctx = 0;
+	c->sq_count++;
+	log_write(c, e);
+	deliver(c);
+out:
+	pthread_mutex_unlock(&G);
+	return rc;
+}
+
+void fake_tp_inline(int mode)
+{
+	pthread_mutex_lock(&G);
+	inline_mode = mode;
+	inline_calls = 0;
+	pthread_mutex_unlock(&G);
 }
 
 static int fake_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
@@ -1009,6 +1069,7 @@ const struct fr_tp_ops fake_tp_ops = {
 	.pack_rkey = fake_pack_rkey,
 	.unpack_rkey = fake_unpack_rkey,
 	.write_imm = fake_write_imm,
+	.write_inline = fake_write_inline,
 	.poll = fake_poll,
 	.wait = fake_wait,
 	.wake = fake_wake,
@@ -1043,6 +1104,8 @@ void fake_tp_reset(void)
 	wlog = NULL;
 	wlog_n = wlog_cap = 0;
 	memset(&fault, 0, sizeof(fault));
+	inline_mode = 1;
+	inline_calls = 0;
 	for (struct fr_tp *tp = endpoints; tp; tp = tp->next) {
 		tp->frozen = false;
 		tp->refuse = 0;

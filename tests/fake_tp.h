@@ -10,7 +10,8 @@
  * endpoint.  Writes leave their connection's send queue (sq_depth deep, so
  * FR_EAGAIN is real back-pressure) when the writing endpoint polls: the
  * receiver then gets FR_CQE_RECV with the immediate and length, the writer
- * FR_CQE_SEND.  One process-wide lock makes it safe for a thread per
+ * FR_CQE_SEND (none for write_inline, whose bytes are copied into the queue
+ * at once; fake_tp_inline() makes it refuse some or all).  One process-wide lock makes it safe for a thread per
  * endpoint (blocking collectives, the progress thread); wait() sleeps on an
  * eventfd that deliveries, accept() and wake() write.
  *
@@ -50,6 +51,10 @@ extern const struct fr_tp_ops fake_tp_ops;
 void fake_tp_install(void);
 /* Clear counters, the write log and every fault; live endpoints stay. */
 void fake_tp_reset(void);
+/* write_inline (the small-message path, FR_LL): 1 takes every one (the
+ * default, and after fake_tp_reset), 0 refuses every one with FR_EAGAIN,
+ * 2 every other one (the caller then sends by write_imm). */
+void fake_tp_inline(int mode);
 /* Endpoints open now (0 after every communicator is destroyed). */
 int fake_tp_endpoints(void);
 

@@ -503,17 +503,18 @@ static void test_write_outside_memory(void **state)
 	assert_contains(fr_comm_last_error(comms[0]), "peer rank 1");
 }
 
-/* One message header of rank 0's recursive-doubling exchange, damaged on
- * the way: byte `off` xor'ed with `x` (or the message lost). */
-static void damaged(enum fake_fault kind, size_t off, uint8_t x, int want1,
-		    const char *what1)
+/* One message header of rank 0's recursive-doubling exchange of `count`
+ * floats (64: the 64-byte header; up to 4: the small one), damaged on the
+ * way: byte `off` xor'ed with `x` (or the message lost). */
+static void damaged_n(size_t count, enum fake_fault kind, size_t off, uint8_t x,
+		      int want1, const char *what1)
 {
 	fr_config_t cfg = config(20000, FR_ALGO_RD);
 	int rc0, rc1;
 
 	job(2, &cfg);
 	fake_tp_fault(0, 1, FR_IMM_MSG, 0, kind, off, x);
-	two_rank_round(64, kind == FAKE_DROP ? 2 : 1, &rc0, &rc1);
+	two_rank_round(count, kind == FAKE_DROP ? 2 : 1, &rc0, &rc1);
 	assert_true(fake_tp_fault_fired());
 	if (rc1 != want1)
 		fail_msg("rank 1: %s, not %s (%s)", fr_errname(rc1),
@@ -537,6 +538,12 @@ static void damaged(enum fake_fault kind, size_t off, uint8_t x, int want1,
 		assert_contains(fr_comm_last_error(comms[0]),
 				"rank 1 failed first");
 	}
+}
+
+static void damaged(enum fake_fault kind, size_t off, uint8_t x, int want1,
+		    const char *what1)
+{
+	damaged_n(64, kind, off, x, want1, what1);
 }
 
 static void test_corrupt_magic(void **state)
@@ -577,6 +584,71 @@ static void test_lost_message(void **state)
 	 * wrong slot */
 	damaged(FAKE_DROP, 0, 0, FR_EPROTO,
 		"malformed or out-of-order message from rank 0 (slot 1");
+}
+
+/* The small header (peer.c): its magic, its length, its count. */
+static void test_corrupt_compact(void **state)
+{
+	(void)state;
+	damaged_n(
+		2, FAKE_CORRUPT, 0, 0x5a, FR_EPROTO,
+		"rank 1: malformed or out-of-order message from rank 0 (slot 0");
+	teardown(NULL);
+	setup(NULL);
+	/* 8 bytes become 40: more than the small header carries */
+	damaged_n(2, FAKE_CORRUPT, 6, 0x20, FR_EPROTO,
+		  "malformed or out-of-order message from rank 0");
+	teardown(NULL);
+	setup(NULL);
+	/* count 2 becomes 66: well-formed, but a mismatch */
+	damaged_n(2, FAKE_CORRUPT, 10, 0x40, FR_EMISMATCH,
+		  "rank 0 called allreduce(count=66");
+}
+
+/*
+ * Small messages (FR_LL): an 8-byte sum goes under the 16-byte header by
+ * write_inline; when the transport takes only every other one, the others
+ * go by write_imm under the 64-byte header, in order, through the same
+ * slots and credits; when it takes none, every message has the 64-byte
+ * header.  The sums are right every way, on 2 and on 3 ranks (where
+ * recursive doubling folds a rank in and out).
+ */
+static void test_small_messages(void **state)
+{
+	fr_config_t cfg = config(20000, FR_ALGO_RD);
+	uint8_t head[FR_MSG_HDR + 16];
+	struct fr_msg m;
+
+	(void)state;
+	job(2, &cfg);
+	allreduce_all(2, 2);
+	assert_int_equal(fake_tp_write_head(0, 1, FR_IMM(FR_IMM_MSG, 0), 0,
+					    head, sizeof(head)),
+			 FR_MSG_COMPACT + 8);
+	assert_int_equal(fr_msg_decode(head, 1u << 20, &m), 0);
+	assert_int_equal(m.hdr, FR_MSG_COMPACT);
+	assert_int_equal(m.len, 8);
+	assert_int_equal(m.count, 2);
+	assert_int_equal(m.coll, FR_COLL_ALLREDUCE);
+	fake_tp_inline(2);
+	for (int k = 1; k < 2 * FR_MBX_SLOTS; k++)
+		allreduce_all(2, 1 + (size_t)k % 4);
+	fake_tp_inline(0);
+	allreduce_all(2, 2); /* collective #16: slot 0 again */
+	/* (the log keeps a write's first FR_MSG_HDR bytes) */
+	assert_int_equal(fake_tp_write_head(0, 1, FR_IMM(FR_IMM_MSG, 0), 2,
+					    head, sizeof(head)),
+			 FR_MSG_HDR);
+	assert_int_equal(fr_msg_decode(head, 1u << 20, &m), 0);
+	assert_int_equal(m.hdr, FR_MSG_HDR);
+	assert_int_equal(m.len, 8);
+	assert_int_equal(m.seq, 2 * FR_MBX_SLOTS);
+	teardown(NULL);
+	setup(NULL);
+	job(3, &cfg);
+	fake_tp_inline(2);
+	for (int k = 0; k < 3 * FR_MBX_SLOTS; k++)
+		allreduce_all(3, 1 + (size_t)k % 4);
 }
 
 /*
@@ -634,7 +706,8 @@ int main(void)
 		T(test_write_outside_memory), T(test_corrupt_magic),
 		T(test_corrupt_type),	      T(test_corrupt_length),
 		T(test_corrupt_count),	      T(test_lost_message),
-		T(test_no_patience_circle),
+		T(test_no_patience_circle),   T(test_corrupt_compact),
+		T(test_small_messages),
 #undef T
 	};
 

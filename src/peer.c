@@ -877,6 +877,22 @@ void fr_msg_for(const struct fr_request *req, uint8_t type, struct fr_msg *m)
 	m->root = req->root;
 }
 
+/* A message of wire bytes is on its way to p: the slot and credit it took
+ * (data only: ABORT and BYE have their own slots), the credits it carried
+ * back, the counters. */
+static void msg_sent(struct fr_comm *c, struct fr_peer *p, bool special,
+		     size_t wire)
+{
+	if (!special) {
+		p->credits_owed = 0;
+		p->credits--;
+		p->send_seq++;
+	}
+	c->stats.writes++;
+	c->stats.bytes_sent += wire;
+	c->stats.wire_bytes += wire;
+}
+
 int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 		const void *payload, size_t len)
 {
@@ -902,12 +918,7 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 						     FR_MSG_COMPACT + len,
 						     FR_IMM(FR_IMM_MSG, rslot));
 			if (!rc) {
-				p->credits_owed = 0;
-				p->credits--;
-				p->send_seq++;
-				c->stats.writes++;
-				c->stats.bytes_sent += FR_MSG_COMPACT + len;
-				c->stats.wire_bytes += FR_MSG_COMPACT + len;
+				msg_sent(c, p, false, FR_MSG_COMPACT + len);
 				return 0;
 			}
 			/* FR_EAGAIN: not at once; write_imm keeps the order */
@@ -949,15 +960,8 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 		return special ? rc : write_failed(c, p, rc);
 	c->peer.out_busy |= 1ull << slot;
 	c->peer.out_next = slot + 1;
-	if (!special) {
-		p->credits_owed = 0;
-		p->credits--;
-		p->send_seq++;
-	}
 	c->peer.outstanding++;
-	c->stats.writes++;
-	c->stats.bytes_sent += FR_MSG_HDR + len;
-	c->stats.wire_bytes += FR_MSG_HDR + len;
+	msg_sent(c, p, special, FR_MSG_HDR + len);
 	return 0;
 }
 

@@ -813,6 +813,25 @@ static void log_write(const struct fr_tp_conn *c, const struct fake_sqe *e)
 		       e->len < FAKE_HEAD ? e->len : FAKE_HEAD);
 }
 
+/* Queue e (its source set by the caller) at the tail of c's send queue,
+ * log it and put it on the wire at once where the other end lets it (TCP
+ * sends when its queue was empty): a failing rank's last ABORT must not
+ * wait for a poll that never comes.  Called with G held. */
+static void sq_post(struct fr_tp_conn *c, struct fake_sqe *e,
+		    const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
+		    uint32_t imm, uint64_t ctx)
+{
+	e->rid = rkey ? rkey->c : 0;
+	e->rgen = rkey ? rkey->d : 0;
+	e->roff = roff;
+	e->len = len;
+	e->imm = imm;
+	e->ctx = ctx;
+	c->sq_count++;
+	log_write(c, e);
+	deliver(c);
+}
+
 static int fake_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 			  size_t loff, const struct fr_tp_rkey *rkey,
 			  uint64_t roff, size_t len, uint32_t imm, uint64_t ctx)
@@ -851,20 +870,9 @@ static int fake_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr,
 	e->inl = false;
 	e->lmr = len ? lmr : NULL;
 	e->loff = loff;
-	e->rid = rkey ? rkey->c : 0;
-	e->rgen = rkey ? rkey->d : 0;
-	e->roff = roff;
-	e->len = len;
-	e->imm = imm;
-	e->ctx = ctx;
 	if (e->lmr)
 		e->lmr->inflight++;
-	c->sq_count++;
-	log_write(c, e);
-	/* on the wire at once where the other end lets it (TCP sends when
-	 * its queue was empty): a failing rank's last ABORT must not wait
-	 * for a poll that never comes */
-	deliver(c);
+	sq_post(c, e, rkey, roff, len, imm, ctx);
 out:
 	pthread_mutex_unlock(&G);
 	return rc;
@@ -901,15 +909,7 @@ static int fake_write_inline(struct fr_tp_conn *c, const void *buf,
 	memcpy(e->inl_bytes, buf, len);
 	e->lmr = NULL;
 	e->loff = 0;
-	e->rid = rkey->c;
-	e->rgen = rkey->d;
-	e->roff = roff;
-	e->len = len;
-	e->imm = imm;
-	e->ctx = 0;
-	c->sq_count++;
-	log_write(c, e);
-	deliver(c);
+	sq_post(c, e, rkey, roff, len, imm, 0);
 out:
 	pthread_mutex_unlock(&G);
 	return rc;

@@ -81,6 +81,17 @@ static bool shm_pull_eligible(struct fr_tp_conn *c, const struct shm_sqe *e)
 	return c->pull_tx;
 }
 
+/* Room for one more slot in the ring?  *head is the consumer's head as
+ * last read; it is read again (a cache miss) only when the ring looks
+ * full. */
+static bool shm_ring_room(struct fr_tp_conn *c, uint64_t *head)
+{
+	if (c->tx_tail - *head < SHM_SLOTS)
+		return true;
+	*head = atomic_load_explicit(&c->tx->head, memory_order_acquire);
+	return c->tx_tail - *head < SHM_SLOTS;
+}
+
 /* Push queued writes into the ring while it has room, and retire those
  * that are done. */
 void shm_tx(struct fr_tp_conn *c)
@@ -110,12 +121,8 @@ void shm_tx(struct fr_tp_conn *c)
 		struct shm_slot *s;
 		uint32_t flags = 0, n = 0;
 
-		if (c->tx_tail - head >= SHM_SLOTS) {
-			head = atomic_load_explicit(&c->tx->head,
-						    memory_order_acquire);
-			if (c->tx_tail - head >= SHM_SLOTS)
-				break;
-		}
+		if (!shm_ring_room(c, &head))
+			break;
 		s = &c->tx->slot[c->tx_tail % SHM_SLOTS];
 		if (shm_pull_eligible(c, e)) {
 			flags = SLOT_FIRST | SLOT_LAST | SLOT_PULL;
@@ -177,12 +184,8 @@ int shm_write_inline(struct fr_tp_conn *c, const void *buf,
 		return c->b.error;
 	if (c->b.state != SHM_UP || c->sq_push != c->b.sq.count)
 		return FR_EAGAIN;
-	if (c->tx_tail - c->tx_head >= SHM_SLOTS) {
-		c->tx_head = atomic_load_explicit(&c->tx->head,
-						  memory_order_acquire);
-		if (c->tx_tail - c->tx_head >= SHM_SLOTS)
-			return FR_EAGAIN;
-	}
+	if (!shm_ring_room(c, &c->tx_head))
+		return FR_EAGAIN;
 	s = &c->tx->slot[c->tx_tail % SHM_SLOTS];
 	s->imm = imm;
 	s->flags = SLOT_FIRST | SLOT_LAST | SLOT_INLINE |

@@ -637,6 +637,25 @@ static unsigned int verbs_parts(const struct fr_tp_conn *c, size_t len,
 	return (unsigned int)((len + k - 1) / k);
 }
 
+/* Can c take a write now: 0, FR_EAGAIN (not up yet) or its failure. */
+static int verbs_conn_writable(const struct fr_tp_conn *c)
+{
+	if (c->b.state == VERBS_FAILED)
+		return c->was_up ? FR_EPEER : c->b.error;
+	return c->b.state == VERBS_UP ? 0 : FR_EAGAIN;
+}
+
+/* len bytes at roff of the peer's region rkey: FR_EINVAL for a key not
+ * ours, FR_ERANGE past its end (overflow-safe; the peer's HCA checks
+ * again). */
+static int verbs_remote_check(const struct fr_tp_rkey *rkey, uint64_t roff,
+			      size_t len)
+{
+	if (rkey->d != VERBS_RKEY_TAG)
+		return FR_EINVAL;
+	return roff > rkey->b || len > rkey->b - roff ? FR_ERANGE : 0;
+}
+
 int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 		    const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
 		    uint32_t imm, uint64_t ctx)
@@ -653,10 +672,9 @@ int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 	if (!c)
 		return FR_EINVAL;
 	tp = c->b.tp;
-	if (c->b.state == VERBS_FAILED)
-		return c->was_up ? FR_EPEER : c->b.error;
-	if (c->b.state != VERBS_UP)
-		return FR_EAGAIN;
+	rc = verbs_conn_writable(c);
+	if (rc)
+		return rc;
 	/*
 	 * One message as far as the port goes: the single-WR path (before
 	 * the extra QPs are ready, below the stripe size) must work for
@@ -675,9 +693,9 @@ int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 			return FR_EINVAL;
 		if (loff > lmr->len || len > lmr->len - loff)
 			return FR_ERANGE;
-		/* Overflow-safe; the peer's HCA checks again. */
-		if (roff > rkey->b || len > rkey->b - roff)
-			return FR_ERANGE;
+		rc = verbs_remote_check(rkey, roff, len);
+		if (rc)
+			return rc;
 	}
 	if (c->user_inflight >= tp->b.sq_depth)
 		return FR_EAGAIN;
@@ -771,18 +789,15 @@ int verbs_write_inline(struct fr_tp_conn *c, const void *buf,
 {
 	struct ibv_send_wr wr;
 	struct ibv_sge sge;
+	int rc;
 
 	if (!c || !buf || !rkey || !len || len > FR_TP_INLINE_MAX)
 		return FR_EINVAL;
-	if (c->b.state == VERBS_FAILED)
-		return c->was_up ? FR_EPEER : c->b.error;
-	if (c->b.state != VERBS_UP)
-		return FR_EAGAIN;
-	if (rkey->d != VERBS_RKEY_TAG)
-		return FR_EINVAL;
-	/* Overflow-safe; the peer's HCA checks again. */
-	if (roff > rkey->b || len > rkey->b - roff)
-		return FR_ERANGE;
+	rc = verbs_conn_writable(c);
+	if (!rc)
+		rc = verbs_remote_check(rkey, roff, len);
+	if (rc)
+		return rc;
 	if (len > c->lane[0].max_inline || c->note_head != c->note_tail ||
 	    !verbs_lane_room(c, &c->lane[0], 1))
 		return FR_EAGAIN;

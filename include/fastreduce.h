@@ -163,6 +163,14 @@ FR_API int fr_op_from_name(const char *name, fr_op_t *op);
  *   oneshot       every rank sends its vector to every other and reduces
  *                 all of them itself: All-Reduce in one step (small
  *                 vectors, few ranks, long links)
+ *   pairwise      all-to-all (and all-to-allv): every rank exchanges its
+ *                 block with every other directly, rank + k and rank - k
+ *                 at step k (large blocks)
+ *   bruck         all-to-all in ceil(lg n) steps, blocks forwarded through
+ *                 intermediate ranks (small blocks, many ranks)
+ * Reduce to a root runs the binomial tree (tree, small vectors) or a
+ * pipelined chain (ring, large ones); all-gatherv and reduce-scatterv the
+ * ring.
  */
 typedef enum fr_algorithm {
 	FR_ALGO_AUTO = 0,
@@ -173,11 +181,13 @@ typedef enum fr_algorithm {
 	FR_ALGO_DISSEMINATION = 5,
 	FR_ALGO_HIER = 6,
 	FR_ALGO_ONESHOT = 7,
+	FR_ALGO_PAIRWISE = 8,
+	FR_ALGO_BRUCK = 9,
 	FR_ALGO_COUNT
 } fr_algo_t;
 
 /* "auto", "ring", "rd", "rabenseifner", "tree", "dissemination", "hier",
- * "oneshot" ("?"). */
+ * "oneshot", "pairwise", "bruck" ("?"). */
 FR_API const char *fr_algo_name(int algo);
 /* Parse such a name (also "recursive_doubling"); 0 or FR_EINVAL. */
 FR_API int fr_algo_from_name(const char *name, fr_algo_t *algo);
@@ -415,6 +425,78 @@ FR_API int fr_broadcast(fr_comm_t *comm, void *buf, size_t count,
 			fr_dtype_t dtype, int root);
 FR_API int fr_ibroadcast(fr_comm_t *comm, void *buf, size_t count,
 			 fr_dtype_t dtype, int root, fr_request_t **req);
+
+/*
+ * Reduce to one rank: recvbuf (count elements) on rank root = op over all
+ * ranks of sendbuf.  recvbuf matters on the root only (NULL elsewhere is
+ * fine).  In place on the root: sendbuf == recvbuf or FR_IN_PLACE.
+ */
+FR_API int fr_reduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		     size_t count, fr_dtype_t dtype, fr_op_t op, int root);
+FR_API int fr_ireduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		      size_t count, fr_dtype_t dtype, fr_op_t op, int root,
+		      fr_request_t **req);
+
+/*
+ * All-to-all: count elements to and from every rank; block r of sendbuf
+ * (nranks * count elements) goes to rank r, and block r of recvbuf comes
+ * from rank r.  In place: sendbuf == recvbuf or FR_IN_PLACE (recvbuf
+ * holds the blocks to send).  dtype only sizes the elements.
+ */
+FR_API int fr_alltoall(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		       size_t count, fr_dtype_t dtype);
+FR_API int fr_ialltoall(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+			size_t count, fr_dtype_t dtype, fr_request_t **req);
+
+/*
+ * All-to-all with a count per pair: sendcounts[r] elements from
+ * sendbuf + sdispls[r] elements go to rank r, which receives them at
+ * its recvbuf + rdispls[this rank]; recvcounts[r] must equal what rank r
+ * sends here (else FR_EMISMATCH on both).  Counts may be 0.  The arrays
+ * (nranks entries each) are copied: they may change once the call
+ * returns.  Blocks of recvbuf must not overlap; in place (sendbuf ==
+ * recvbuf or FR_IN_PLACE) the blocks to send are read from recvbuf at
+ * rdispls with recvcounts.
+ */
+FR_API int fr_alltoallv(fr_comm_t *comm, const void *sendbuf,
+			const size_t *sendcounts, const size_t *sdispls,
+			void *recvbuf, const size_t *recvcounts,
+			const size_t *rdispls, fr_dtype_t dtype);
+FR_API int fr_ialltoallv(fr_comm_t *comm, const void *sendbuf,
+			 const size_t *sendcounts, const size_t *sdispls,
+			 void *recvbuf, const size_t *recvcounts,
+			 const size_t *rdispls, fr_dtype_t dtype,
+			 fr_request_t **req);
+
+/*
+ * All-gather with a count per rank: rank r's sendbuf (sendcount ==
+ * recvcounts[r] elements) lands at recvbuf + displs[r] elements on every
+ * rank.  In place: sendbuf == recvbuf + displs[rank] or FR_IN_PLACE.
+ * recvcounts must be the same on every rank (FR_EMISMATCH otherwise);
+ * displs may differ.  The arrays are copied.
+ */
+FR_API int fr_allgatherv(fr_comm_t *comm, const void *sendbuf, size_t sendcount,
+			 void *recvbuf, const size_t *recvcounts,
+			 const size_t *displs, fr_dtype_t dtype);
+FR_API int fr_iallgatherv(fr_comm_t *comm, const void *sendbuf,
+			  size_t sendcount, void *recvbuf,
+			  const size_t *recvcounts, const size_t *displs,
+			  fr_dtype_t dtype, fr_request_t **req);
+
+/*
+ * Reduce-scatter with a count per rank: recvbuf (recvcounts[r] elements)
+ * on rank r = op over all ranks of the r-th block of sendbuf, the blocks
+ * lying back to back in rank order (block r starts at the sum of
+ * recvcounts[0 .. r-1]).  In place: recvbuf == sendbuf + that offset.
+ * recvcounts must be the same on every rank.  The array is copied.
+ */
+FR_API int fr_reduce_scatterv(fr_comm_t *comm, const void *sendbuf,
+			      void *recvbuf, const size_t *recvcounts,
+			      fr_dtype_t dtype, fr_op_t op);
+FR_API int fr_ireduce_scatterv(fr_comm_t *comm, const void *sendbuf,
+			       void *recvbuf, const size_t *recvcounts,
+			       fr_dtype_t dtype, fr_op_t op,
+			       fr_request_t **req);
 
 /* Barrier: returns once every rank has entered it. */
 FR_API int fr_barrier(fr_comm_t *comm);

@@ -6,9 +6,11 @@
  * and creates its communicator with fr_comm_create_from_env() so the same
  * binary runs under frrun, mpirun, srun, torchrun or one rank per host.
  *
- * -C picks the collective: allreduce (default), reduce_scatter, allgather or
- * broadcast, measured as nccl-tests' all_reduce_perf, reduce_scatter_perf,
- * all_gather_perf and broadcast_perf do.  For every datatype x operation x
+ * -C picks the collective: allreduce (default), reduce_scatter, allgather,
+ * broadcast, reduce, alltoall or allgatherv, measured as nccl-tests'
+ * all_reduce_perf, reduce_scatter_perf, all_gather_perf, broadcast_perf,
+ * reduce_perf and alltoall_perf do (allgatherv as allgather, every block
+ * the same size).  For every datatype x operation x
  * size it runs -w warm-up and -n timed collectives; each rank averages its
  * own time per iteration and the slowest rank's average is reported (a
  * collective is as fast as its last rank).  Every timed call is also timed
@@ -19,13 +21,14 @@
  * busbw columns use; the mean by default, as nccl-tests).  The columns are
  * those of nccl-tests so numbers can be compared directly:
  *
- *   size  = the largest buffer of the call: count elements for allreduce
- *           and broadcast, nranks * count for reduce_scatter (send) and
- *           allgather (receive), count being the call's count argument
+ *   size  = the largest buffer of the call: count elements for allreduce,
+ *           broadcast and reduce, nranks * count for reduce_scatter (send),
+ *           allgather(v) (receive) and alltoall (each), count being the
+ *           call's count argument
  *   algbw = size / time
  *   busbw = algbw * 2(n-1)/n   allreduce
- *           algbw * (n-1)/n    reduce_scatter, allgather
- *           algbw              broadcast
+ *           algbw * (n-1)/n    reduce_scatter, allgather(v), alltoall
+ *           algbw              broadcast, reduce
  *           (what each link carries in a bandwidth-optimal algorithm; it
  *           is comparable across rank counts)
  *   algo  = the algorithm the library ran (fr_comm_last_algo())
@@ -89,14 +92,19 @@ enum coll {
 	COLL_REDUCE_SCATTER,
 	COLL_ALLGATHER,
 	COLL_BROADCAST,
+	COLL_REDUCE,
+	COLL_ALLTOALL,
+	COLL_ALLGATHERV,
 	COLL_COUNT
 };
 
 static const char *const coll_names[COLL_COUNT] = {
-	"allreduce", "reduce_scatter", "allgather", "broadcast"};
+	"allreduce", "reduce_scatter", "allgather", "broadcast",
+	"reduce",    "alltoall",       "allgatherv"};
 /* The library function each one calls, for error messages. */
 static const char *const coll_funcs[COLL_COUNT] = {
-	"fr_allreduce", "fr_reduce_scatter", "fr_allgather", "fr_broadcast"};
+	"fr_allreduce", "fr_reduce_scatter", "fr_allgather", "fr_broadcast",
+	"fr_reduce",	"fr_alltoall",	     "fr_allgatherv"};
 
 /* Long options without a short letter. */
 enum {
@@ -171,6 +179,7 @@ struct ctx {
 	struct opts *o;
 	fr_comm_t *comm;
 	int rank, nranks;
+	size_t *vcounts, *vdispls;  /* allgatherv's arrays, nranks each */
 	unsigned char *send, *recv; /* send == recv when in place; broadcast
 				     * uses recv only (it is always in place) */
 	size_t buflen;		    /* usable bytes, guard not included */
@@ -505,14 +514,22 @@ static uint64_t hash_bytes(const void *p, size_t len)
 /* Whether the collective reduces (takes an operation). */
 static bool coll_reduces(int coll)
 {
-	return coll == COLL_ALLREDUCE || coll == COLL_REDUCE_SCATTER;
+	return coll == COLL_ALLREDUCE || coll == COLL_REDUCE_SCATTER ||
+	       coll == COLL_REDUCE;
+}
+
+/* Whether the size is the whole buffer of nranks blocks of count. */
+static bool coll_blocks(int coll)
+{
+	return coll == COLL_REDUCE_SCATTER || coll == COLL_ALLGATHER ||
+	       coll == COLL_ALLTOALL || coll == COLL_ALLGATHERV;
 }
 
 /* Elements in the largest buffer of a call with this count: what nccl-tests
  * reports as the size (send for reduce_scatter, receive for allgather). */
 static size_t coll_elems(const struct ctx *c, size_t count)
 {
-	if (c->o->coll == COLL_REDUCE_SCATTER || c->o->coll == COLL_ALLGATHER)
+	if (coll_blocks(c->o->coll))
 		return count * (size_t)c->nranks;
 	return count;
 }
@@ -527,6 +544,8 @@ static double coll_busbw_factor(int coll, int nranks)
 		return 2.0 * (n - 1) / n;
 	case COLL_REDUCE_SCATTER:
 	case COLL_ALLGATHER:
+	case COLL_ALLTOALL:
+	case COLL_ALLGATHERV:
 		return (n - 1) / n;
 	default:
 		return 1.0;
@@ -555,10 +574,21 @@ static void coll_result(const struct ctx *c, size_t count, size_t esz,
 		}
 		break;
 	case COLL_ALLGATHER:
+	case COLL_ALLGATHERV:
+	case COLL_ALLTOALL:
 		*rlen = *gstart = blk * (size_t)c->nranks;
 		break;
 	default:
 		break;
+	}
+}
+
+/* allgatherv's counts and displacements: every block count elements. */
+static void vblocks(struct ctx *c, size_t count)
+{
+	for (int q = 0; q < c->nranks; q++) {
+		c->vcounts[q] = count;
+		c->vdispls[q] = (size_t)q * count;
 	}
 }
 
@@ -586,6 +616,16 @@ static int coll_call(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count)
 		/* In place as NCCL: sendbuf == recvbuf + rank * sendcount. */
 		return fr_allgather(c->comm, o->inplace ? own : c->send,
 				    c->recv, count, dt);
+	case COLL_REDUCE:
+		return fr_reduce(c->comm, o->inplace ? FR_IN_PLACE : c->send,
+				 c->recv, count, dt, op, (int)o->root);
+	case COLL_ALLTOALL:
+		return fr_alltoall(c->comm, o->inplace ? FR_IN_PLACE : c->send,
+				   c->recv, count, dt);
+	case COLL_ALLGATHERV:
+		vblocks(c, count);
+		return fr_allgatherv(c->comm, o->inplace ? own : c->send, count,
+				     c->recv, c->vcounts, c->vdispls, dt);
 	default:
 		return fr_broadcast(c->comm, c->recv, count, dt, (int)o->root);
 	}
@@ -615,6 +655,17 @@ static int coll_start(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 	case COLL_ALLGATHER:
 		return fr_iallgather(c->comm, o->inplace ? own : c->send,
 				     c->recv, count, dt, req);
+	case COLL_REDUCE:
+		return fr_ireduce(c->comm, o->inplace ? FR_IN_PLACE : c->send,
+				  c->recv, count, dt, op, (int)o->root, req);
+	case COLL_ALLTOALL:
+		return fr_ialltoall(c->comm, o->inplace ? FR_IN_PLACE : c->send,
+				    c->recv, count, dt, req);
+	case COLL_ALLGATHERV:
+		vblocks(c, count);
+		return fr_iallgatherv(c->comm, o->inplace ? own : c->send,
+				      count, c->recv, c->vcounts, c->vdispls,
+				      dt, req);
 	default:
 		return fr_ibroadcast(c->comm, c->recv, count, dt, (int)o->root,
 				     req);
@@ -635,10 +686,18 @@ static void prepare_check(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 	coll_result(c, count, esz, &roff, &rlen, &gstart);
 	switch (c->o->coll) {
 	case COLL_ALLREDUCE:
+	case COLL_REDUCE:
 		if (c->o->inplace)
 			fill(dt, op, c->rank, c->recv, count);
 		else
 			memset(c->recv, SENTINEL, blk);
+		break;
+	case COLL_ALLTOALL:
+		if (c->o->inplace)
+			fill(dt, op, c->rank, c->recv,
+			     count * (size_t)c->nranks);
+		else
+			memset(c->recv, SENTINEL, rlen);
 		break;
 	case COLL_REDUCE_SCATTER:
 		if (c->o->inplace)
@@ -648,6 +707,7 @@ static void prepare_check(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 			memset(c->recv, SENTINEL, blk);
 		break;
 	case COLL_ALLGATHER:
+	case COLL_ALLGATHERV:
 		memset(c->recv, SENTINEL, rlen);
 		if (c->o->inplace)
 			fill(dt, op, c->rank, c->recv + (size_t)c->rank * blk,
@@ -694,6 +754,7 @@ static long long count_wrong(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 	coll_result(c, count, esz, &roff, &rlen, &gstart);
 	switch (coll) {
 	case COLL_ALLREDUCE:
+	case COLL_REDUCE:
 		nsend = count;
 		break;
 	case COLL_REDUCE_SCATTER:
@@ -701,14 +762,20 @@ static long long count_wrong(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 		nsend = count * (size_t)c->nranks;
 		break;
 	case COLL_ALLGATHER:
+	case COLL_ALLGATHERV:
 		nsend = count;
+		break;
+	case COLL_ALLTOALL:
+		nsend = count * (size_t)c->nranks;
 		break;
 	default:
 		k0 = (int)(c->o->root % PATTERN);
 		break;
 	}
 
-	if (coll_reduces(coll)) {
+	if (coll == COLL_REDUCE && c->rank != c->o->root) {
+		/* no result here */
+	} else if (coll_reduces(coll)) {
 		k = k0;
 		for (size_t i = 0; i < count; i++) {
 			const unsigned char *p = c->recv + roff + i * esz;
@@ -723,10 +790,16 @@ static long long count_wrong(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 	} else {
 		/* Allgather: block b holds rank b's input; broadcast: the
 		 * root's (k0).  Exact data, bit for bit. */
-		size_t nblk = coll == COLL_ALLGATHER ? (size_t)c->nranks : 1;
+		size_t nblk = coll == COLL_BROADCAST ? 1 : (size_t)c->nranks;
 
 		for (size_t b = 0; b < nblk; b++) {
-			k = coll == COLL_ALLGATHER ? (int)(b % PATTERN) : k0;
+			/* alltoall: block b is elements rank * count.. of
+			 * rank b's send buffer */
+			k = coll == COLL_BROADCAST ? k0
+			    : coll == COLL_ALLTOALL
+				    ? (int)((b + (size_t)c->rank * count) %
+					    PATTERN)
+				    : (int)(b % PATTERN);
 			for (size_t i = 0; i < count; i++) {
 				if (memcmp(c->recv + b * blk + i * esz, in[k],
 					   esz))
@@ -738,6 +811,7 @@ static long long count_wrong(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 	}
 	/* The send buffer of an out-of-place call must be left alone. */
 	if (!c->o->inplace && coll != COLL_BROADCAST) {
+		/* element j of our send buffer, from the start */
 		k = c->rank % PATTERN;
 		for (size_t j = 0; j < nsend; j++) {
 			if (memcmp(c->send + j * esz, in[k], esz))
@@ -834,7 +908,7 @@ static void print_header(struct ctx *c)
 	printf("# fr_allreduce_perf: libfastreduce %s, transport %s, nranks %d\n",
 	       fr_version(), fr_comm_transport(c->comm), c->nranks);
 	printf("#  collective: %s", coll_names[o->coll]);
-	if (o->coll == COLL_BROADCAST)
+	if (o->coll == COLL_BROADCAST || o->coll == COLL_REDUCE)
 		printf("  root: %ld", o->root);
 	printf("  algorithm: %s (FR_ALGO)\n", forced_algo());
 	if (o->step)
@@ -896,7 +970,7 @@ static void print_row(struct ctx *c, const struct row *r)
 	if (c->o->fmt == FMT_CSV) {
 		char root[24] = "";
 
-		if (c->o->coll == COLL_BROADCAST)
+		if (c->o->coll == COLL_BROADCAST || c->o->coll == COLL_REDUCE)
 			snprintf(root, sizeof(root), "%ld", c->o->root);
 		printf("%zu,%zu,%s,%s,%d,%.3f,%.4f,%.4f,%.3f,%.3f,%.3f,%.3f,%s,%s,%s,%s",
 		       r->bytes, r->count, fr_dtype_name(r->dtype),
@@ -972,7 +1046,7 @@ static void print_footer(struct ctx *c, long long total_wrong)
 		       "\"collective\":\"%s\",",
 		       fr_version(), fr_comm_transport(c->comm), c->nranks,
 		       coll_names[c->o->coll]);
-		if (c->o->coll == COLL_BROADCAST)
+		if (c->o->coll == COLL_BROADCAST || c->o->coll == COLL_REDUCE)
 			printf("\"root\":%ld,", c->o->root);
 		else
 			printf("\"root\":null,");
@@ -1119,6 +1193,12 @@ static const char *coll_func(const struct ctx *c, bool nonblocking)
 		return "fr_ireduce_scatter/fr_wait";
 	case COLL_ALLGATHER:
 		return "fr_iallgather/fr_wait";
+	case COLL_REDUCE:
+		return "fr_ireduce/fr_wait";
+	case COLL_ALLTOALL:
+		return "fr_ialltoall/fr_wait";
+	case COLL_ALLGATHERV:
+		return "fr_iallgatherv/fr_wait";
 	default:
 		return "fr_ibroadcast/fr_wait";
 	}
@@ -1520,8 +1600,7 @@ static int run_all(struct ctx *c, long long *total_wrong)
 				 * whose size is the whole buffer. */
 				size_t count = size / esz;
 
-				if (o->coll == COLL_REDUCE_SCATTER ||
-				    o->coll == COLL_ALLGATHER)
+				if (coll_blocks(o->coll))
 					count /= (size_t)c->nranks;
 				if (count &&
 				    run_size(c, dt, op, count, total_wrong))
@@ -1552,9 +1631,11 @@ static void usage(FILE *f)
 		"Usage: fr_allreduce_perf [OPTIONS]\n"
 		"Measure libfastreduce collectives (run it under frrun, mpirun, srun, torchrun).\n"
 		"\n"
-		"  -C, --collective COLL    allreduce (default), reduce_scatter, allgather or\n"
-		"                           broadcast (sizes and busbw as nccl-tests)\n"
-		"  -r, --root RANK          the root of broadcast (default 0)\n"
+		"  -C, --collective COLL    allreduce (default), reduce_scatter, allgather,\n"
+		"                           broadcast, reduce, alltoall or allgatherv\n"
+		"                           (sizes and busbw as nccl-tests; allgatherv\n"
+		"                           as allgather, with equal blocks)\n"
+		"  -r, --root RANK          the root of broadcast and reduce (default 0)\n"
 		"  -b, --minbytes SIZE      smallest message (default 8; K/M/G suffixes)\n"
 		"  -e, --maxbytes SIZE      largest message (default 64M)\n"
 		"  -f, --stepfactor F       multiply the size by F (default 2)\n"
@@ -1643,6 +1724,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"reducescatter", COLL_REDUCE_SCATTER},
 		{"all_gather", COLL_ALLGATHER},
 		{"bcast", COLL_BROADCAST},
+		{"all_to_all", COLL_ALLTOALL},
 	};
 	const char *dname = "f32", *oname = "sum";
 	int ch;
@@ -1875,7 +1957,8 @@ int main(int argc, char **argv)
 	}
 	c.rank = fr_comm_rank(c.comm);
 	c.nranks = fr_comm_size(c.comm);
-	if (o.coll == COLL_BROADCAST && o.root >= c.nranks) {
+	if ((o.coll == COLL_BROADCAST || o.coll == COLL_REDUCE) &&
+	    o.root >= c.nranks) {
 		if (c.rank == 0)
 			fprintf(stderr,
 				"fr_allreduce_perf: invalid root rank '%ld' (there are %d ranks)\n",
@@ -1888,6 +1971,12 @@ int main(int argc, char **argv)
 	c.buflen = o.maxb < 64 ? 64 : o.maxb;
 	c.recv = alloc_buf(c.buflen);
 	c.send = o.inplace ? c.recv : alloc_buf(c.buflen);
+	c.vcounts = calloc((size_t)c.nranks, sizeof(size_t));
+	c.vdispls = calloc((size_t)c.nranks, sizeof(size_t));
+	if (!c.vcounts || !c.vdispls) {
+		fprintf(stderr, "fr_allreduce_perf: out of memory\n");
+		return 1;
+	}
 	c.meta = alloc_buf(sizeof(*c.meta));
 	/* Per-call times of a row, and its mean, for one All-Reduce (max). */
 	c.percall = alloc_buf(((size_t)o.iters + 1) * sizeof(double));
@@ -1987,6 +2076,8 @@ out:
 	if (c.send != c.recv)
 		free(c.send);
 	free(c.recv);
+	free(c.vcounts);
+	free(c.vdispls);
 	free(c.meta);
 	free(c.percall);
 	free(c.residual);

@@ -21,6 +21,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "algo/algo.h"
@@ -259,6 +260,287 @@ static int ibroadcast(fr_comm_t *comm, void *buf, size_t count,
 	return fr_req_submit(comm, &r, out);
 }
 
+/* The v-collectives' arrays, copied into the request (FR_VEC_*). */
+static size_t *vec_new(fr_comm_t *comm, const char *name)
+{
+	size_t *v = calloc(4 * (size_t)comm->nranks, sizeof(size_t));
+
+	if (!v)
+		refuse(comm, FR_ENOMEM,
+		       "rank %d: %s: out of memory for %d counts", comm->rank,
+		       name, comm->nranks);
+	return v;
+}
+
+/* Elements counts[0..n) (at displs, when given) of es bytes each: their
+ * total and the extent they span, or FR_EINVAL when either overflows. */
+static int span(const size_t *counts, const size_t *displs, int n, size_t es,
+		size_t *total, size_t *extent)
+{
+	size_t max = SIZE_MAX / es / 2;
+
+	*total = *extent = 0;
+	for (int r = 0; r < n; r++) {
+		size_t d = displs ? displs[r] : *total;
+
+		if (counts[r] > max || d > max - counts[r] ||
+		    *total > max - counts[r])
+			return FR_EINVAL;
+		*total += counts[r];
+		*extent = FR_MAX(*extent, d + counts[r]);
+	}
+	return 0;
+}
+
+static int ireduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		   size_t count, fr_dtype_t dtype, fr_op_t op, int root,
+		   fr_request_t **out)
+{
+	struct fr_request r;
+	size_t bytes;
+	int rc;
+
+	rc = check(comm, out, FR_COLL_REDUCE, count, dtype, op, true, &r);
+	if (rc)
+		return rc;
+	if (root < 0 || root >= comm->nranks)
+		return refuse(comm, FR_EINVAL,
+			      "rank %d: reduce: root %d is not a rank of %d",
+			      comm->rank, root, comm->nranks);
+	bytes = count * fr_dtype_size(dtype);
+	if (recvbuf && sendbuf == recvbuf)
+		sendbuf = FR_IN_PLACE;
+	if (count && (!sendbuf || (sendbuf == FR_IN_PLACE && !recvbuf) ||
+		      (comm->rank == root && !recvbuf)))
+		return refuse(comm, FR_EINVAL,
+			      "rank %d: reduce: NULL buffer with count %zu%s",
+			      comm->rank, count,
+			      comm->rank == root ? " (the root needs recvbuf)"
+						 : "");
+	if (count && comm->rank == root && sendbuf != FR_IN_PLACE &&
+	    overlaps(sendbuf, bytes, recvbuf, bytes))
+		return refuse(
+			comm, FR_EINVAL,
+			"rank %d: reduce: send and receive buffers overlap without being equal",
+			comm->rank);
+	r.sendbuf = sendbuf;
+	r.recvbuf = recvbuf;
+	r.root = root;
+	return fr_req_submit(comm, &r, out);
+}
+
+static int ialltoall(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		     size_t count, fr_dtype_t dtype, fr_request_t **out)
+{
+	struct fr_request r;
+	size_t total;
+	int rc;
+
+	rc = check(comm, out, FR_COLL_ALLTOALL, count, dtype, FR_SUM, false,
+		   &r);
+	if (rc)
+		return rc;
+	total = count * fr_dtype_size(dtype) * (size_t)comm->nranks;
+	if (sendbuf == recvbuf)
+		sendbuf = FR_IN_PLACE;
+	if (count && (!recvbuf || !sendbuf))
+		return refuse(comm, FR_EINVAL,
+			      "rank %d: alltoall: NULL buffer with count %zu",
+			      comm->rank, count);
+	if (count && sendbuf != FR_IN_PLACE &&
+	    overlaps(sendbuf, total, recvbuf, total))
+		return refuse(
+			comm, FR_EINVAL,
+			"rank %d: alltoall: send and receive buffers overlap without being equal",
+			comm->rank);
+	r.sendbuf = sendbuf;
+	r.recvbuf = recvbuf;
+	return fr_req_submit(comm, &r, out);
+}
+
+static int ialltoallv(fr_comm_t *comm, const void *sendbuf,
+		      const size_t *scounts, const size_t *sdispls,
+		      void *recvbuf, const size_t *rcounts,
+		      const size_t *rdispls, fr_dtype_t dtype,
+		      fr_request_t **out)
+{
+	struct fr_request r;
+	int n, me, rc;
+	size_t es, stotal = 0, sext = 0, rtotal, rext;
+	size_t *v;
+
+	/* the header carries no count: each block's length is checked by
+	 * its receiver (alltoall.c) */
+	rc = check(comm, out, FR_COLL_ALLTOALLV, 0, dtype, FR_SUM, false, &r);
+	if (rc)
+		return rc;
+	n = comm->nranks;
+	me = comm->rank;
+	es = fr_dtype_size(dtype);
+	if (sendbuf == recvbuf)
+		sendbuf = FR_IN_PLACE;
+	if (!rcounts || !rdispls ||
+	    (sendbuf != FR_IN_PLACE && (!scounts || !sdispls)))
+		return refuse(
+			comm, FR_EINVAL,
+			"rank %d: alltoallv: NULL count or displacement array",
+			comm->rank);
+	if (span(rcounts, rdispls, n, es, &rtotal, &rext) ||
+	    (sendbuf != FR_IN_PLACE &&
+	     span(scounts, sdispls, n, es, &stotal, &sext)))
+		return refuse(
+			comm, FR_EINVAL,
+			"rank %d: alltoallv: counts or displacements too large",
+			comm->rank);
+	if (sendbuf != FR_IN_PLACE && scounts[me] != rcounts[me])
+		return refuse(
+			comm, FR_EINVAL,
+			"rank %d: alltoallv: sendcounts[%d] = %zu but recvcounts[%d] = %zu (what a rank sends itself)",
+			me, me, scounts[me], me, rcounts[me]);
+	if ((rtotal && !recvbuf) ||
+	    (stotal && sendbuf != FR_IN_PLACE && !sendbuf))
+		return refuse(comm, FR_EINVAL,
+			      "rank %d: alltoallv: NULL buffer with counts",
+			      comm->rank);
+	if (stotal && rtotal && sendbuf != FR_IN_PLACE &&
+	    overlaps(sendbuf, sext * es, recvbuf, rext * es))
+		return refuse(
+			comm, FR_EINVAL,
+			"rank %d: alltoallv: send and receive buffers overlap without being equal",
+			comm->rank);
+	v = vec_new(comm, "alltoallv");
+	if (!v)
+		return FR_ENOMEM;
+	if (sendbuf != FR_IN_PLACE) {
+		memcpy(v + FR_VEC_SCOUNTS * n, scounts, (size_t)n * sizeof(*v));
+		memcpy(v + FR_VEC_SDISPLS * n, sdispls, (size_t)n * sizeof(*v));
+	}
+	memcpy(v + FR_VEC_RCOUNTS * n, rcounts, (size_t)n * sizeof(*v));
+	memcpy(v + FR_VEC_RDISPLS * n, rdispls, (size_t)n * sizeof(*v));
+	r.vec = v;
+	r.sendbuf = sendbuf;
+	r.recvbuf = recvbuf;
+	return fr_req_submit(comm, &r, out);
+}
+
+static int iallgatherv(fr_comm_t *comm, const void *sendbuf, size_t sendcount,
+		       void *recvbuf, const size_t *rcounts,
+		       const size_t *displs, fr_dtype_t dtype,
+		       fr_request_t **out)
+{
+	struct fr_request r;
+	int n, me, rc;
+	size_t es, total = 0, ext = 0;
+	size_t *v;
+
+	if (!comm)
+		return FR_EINVAL;
+	n = comm->nranks;
+	me = comm->rank;
+	es = fr_dtype_size(dtype);
+	if (out)
+		*out = NULL;
+	if (!rcounts || !displs)
+		return refuse(
+			comm, FR_EINVAL,
+			"rank %d: allgatherv: NULL count or displacement array",
+			me);
+	if (es && span(rcounts, displs, n, es, &total, &ext))
+		return refuse(
+			comm, FR_EINVAL,
+			"rank %d: allgatherv: counts or displacements too large",
+			me);
+	/* the header carries the total, which every rank must agree on */
+	rc = check(comm, out, FR_COLL_ALLGATHERV, es ? total : 0, dtype, FR_SUM,
+		   false, &r);
+	if (rc)
+		return rc;
+	if (sendcount != rcounts[me])
+		return refuse(
+			comm, FR_EINVAL,
+			"rank %d: allgatherv: sendcount %zu but recvcounts[%d] = %zu",
+			me, sendcount, me, rcounts[me]);
+	if (sendcount &&
+	    (const uint8_t *)sendbuf == (uint8_t *)recvbuf + displs[me] * es)
+		sendbuf = FR_IN_PLACE;
+	if ((total && !recvbuf) || (sendcount && !sendbuf))
+		return refuse(comm, FR_EINVAL,
+			      "rank %d: allgatherv: NULL buffer with counts",
+			      me);
+	if (sendcount && sendbuf != FR_IN_PLACE &&
+	    overlaps(sendbuf, sendcount * es, recvbuf, ext * es))
+		return refuse(
+			comm, FR_EINVAL,
+			"rank %d: allgatherv: buffers overlap other than in place (sendbuf == recvbuf + displs[rank])",
+			me);
+	v = vec_new(comm, "allgatherv");
+	if (!v)
+		return FR_ENOMEM;
+	memcpy(v + FR_VEC_RCOUNTS * n, rcounts, (size_t)n * sizeof(*v));
+	memcpy(v + FR_VEC_RDISPLS * n, displs, (size_t)n * sizeof(*v));
+	r.vec = v;
+	r.sendbuf = sendbuf;
+	r.recvbuf = recvbuf;
+	return fr_req_submit(comm, &r, out);
+}
+
+static int ireduce_scatterv(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+			    const size_t *rcounts, fr_dtype_t dtype, fr_op_t op,
+			    fr_request_t **out)
+{
+	struct fr_request r;
+	int n, me, rc;
+	size_t es, total = 0, ext = 0, off = 0;
+	size_t *v;
+
+	if (!comm)
+		return FR_EINVAL;
+	n = comm->nranks;
+	me = comm->rank;
+	es = fr_dtype_size(dtype);
+	if (out)
+		*out = NULL;
+	if (!rcounts)
+		return refuse(comm, FR_EINVAL,
+			      "rank %d: reduce_scatterv: NULL recvcounts", me);
+	if (es && span(rcounts, NULL, n, es, &total, &ext))
+		return refuse(comm, FR_EINVAL,
+			      "rank %d: reduce_scatterv: counts too large", me);
+	rc = check(comm, out, FR_COLL_REDUCE_SCATTERV, es ? total : 0, dtype,
+		   op, true, &r);
+	if (rc)
+		return rc;
+	for (int i = 0; i < me; i++)
+		off += rcounts[i];
+	if (total &&
+	    (!sendbuf || sendbuf == FR_IN_PLACE || (rcounts[me] && !recvbuf)))
+		return refuse(
+			comm, FR_EINVAL,
+			"rank %d: reduce_scatterv: %s with counts (in place is recvbuf == sendbuf + the offset of this rank's block)",
+			me,
+			sendbuf == FR_IN_PLACE ? "FR_IN_PLACE" : "NULL buffer");
+	if (rcounts[me] &&
+	    (const uint8_t *)recvbuf != (const uint8_t *)sendbuf + off * es &&
+	    overlaps(sendbuf, total * es, recvbuf, rcounts[me] * es))
+		return refuse(
+			comm, FR_EINVAL,
+			"rank %d: reduce_scatterv: buffers overlap other than in place (recvbuf == sendbuf + the offset of this rank's block)",
+			me);
+	v = vec_new(comm, "reduce_scatterv");
+	if (!v)
+		return FR_ENOMEM;
+	memcpy(v + FR_VEC_RCOUNTS * n, rcounts, (size_t)n * sizeof(*v));
+	off = 0;
+	for (int i = 0; i < n; i++) {
+		v[FR_VEC_SDISPLS * n + i] = off;
+		off += rcounts[i];
+	}
+	r.vec = v;
+	r.sendbuf = sendbuf;
+	r.recvbuf = recvbuf;
+	return fr_req_submit(comm, &r, out);
+}
+
 static int ibarrier(fr_comm_t *comm, fr_request_t **out)
 {
 	struct fr_request r;
@@ -396,4 +678,81 @@ int fr_broadcast(fr_comm_t *comm, void *buf, size_t count, fr_dtype_t dtype,
 int fr_barrier(fr_comm_t *comm)
 {
 	LOCKED_WAIT(comm, ibarrier(comm, &req_));
+}
+
+int fr_ireduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+	       size_t count, fr_dtype_t dtype, fr_op_t op, int root,
+	       fr_request_t **out)
+{
+	LOCKED(comm,
+	       ireduce(comm, sendbuf, recvbuf, count, dtype, op, root, out));
+}
+
+int fr_reduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+	      fr_dtype_t dtype, fr_op_t op, int root)
+{
+	LOCKED_WAIT(comm, ireduce(comm, sendbuf, recvbuf, count, dtype, op,
+				  root, &req_));
+}
+
+int fr_ialltoall(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		 size_t count, fr_dtype_t dtype, fr_request_t **out)
+{
+	LOCKED(comm, ialltoall(comm, sendbuf, recvbuf, count, dtype, out));
+}
+
+int fr_alltoall(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		size_t count, fr_dtype_t dtype)
+{
+	LOCKED_WAIT(comm,
+		    ialltoall(comm, sendbuf, recvbuf, count, dtype, &req_));
+}
+
+int fr_ialltoallv(fr_comm_t *comm, const void *sendbuf,
+		  const size_t *sendcounts, const size_t *sdispls,
+		  void *recvbuf, const size_t *recvcounts,
+		  const size_t *rdispls, fr_dtype_t dtype, fr_request_t **out)
+{
+	LOCKED(comm, ialltoallv(comm, sendbuf, sendcounts, sdispls, recvbuf,
+				recvcounts, rdispls, dtype, out));
+}
+
+int fr_alltoallv(fr_comm_t *comm, const void *sendbuf, const size_t *sendcounts,
+		 const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+		 const size_t *rdispls, fr_dtype_t dtype)
+{
+	LOCKED_WAIT(comm,
+		    ialltoallv(comm, sendbuf, sendcounts, sdispls, recvbuf,
+			       recvcounts, rdispls, dtype, &req_));
+}
+
+int fr_iallgatherv(fr_comm_t *comm, const void *sendbuf, size_t sendcount,
+		   void *recvbuf, const size_t *recvcounts,
+		   const size_t *displs, fr_dtype_t dtype, fr_request_t **out)
+{
+	LOCKED(comm, iallgatherv(comm, sendbuf, sendcount, recvbuf, recvcounts,
+				 displs, dtype, out));
+}
+
+int fr_allgatherv(fr_comm_t *comm, const void *sendbuf, size_t sendcount,
+		  void *recvbuf, const size_t *recvcounts, const size_t *displs,
+		  fr_dtype_t dtype)
+{
+	LOCKED_WAIT(comm, iallgatherv(comm, sendbuf, sendcount, recvbuf,
+				      recvcounts, displs, dtype, &req_));
+}
+
+int fr_ireduce_scatterv(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+			const size_t *recvcounts, fr_dtype_t dtype, fr_op_t op,
+			fr_request_t **out)
+{
+	LOCKED(comm, ireduce_scatterv(comm, sendbuf, recvbuf, recvcounts, dtype,
+				      op, out));
+}
+
+int fr_reduce_scatterv(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
+		       const size_t *recvcounts, fr_dtype_t dtype, fr_op_t op)
+{
+	LOCKED_WAIT(comm, ireduce_scatterv(comm, sendbuf, recvbuf, recvcounts,
+					   dtype, op, &req_));
 }

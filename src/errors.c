@@ -135,10 +135,16 @@ int fr_op_from_name(const char *name, fr_op_t *op)
 }
 
 static const char *const algo_names[FR_ALGO_COUNT] = {
-	[FR_ALGO_AUTO] = "auto", [FR_ALGO_RING] = "ring",
-	[FR_ALGO_RD] = "rd",	 [FR_ALGO_RABENSEIFNER] = "rabenseifner",
-	[FR_ALGO_TREE] = "tree", [FR_ALGO_DISSEMINATION] = "dissemination",
-	[FR_ALGO_HIER] = "hier", [FR_ALGO_ONESHOT] = "oneshot",
+	[FR_ALGO_AUTO] = "auto",
+	[FR_ALGO_RING] = "ring",
+	[FR_ALGO_RD] = "rd",
+	[FR_ALGO_RABENSEIFNER] = "rabenseifner",
+	[FR_ALGO_TREE] = "tree",
+	[FR_ALGO_DISSEMINATION] = "dissemination",
+	[FR_ALGO_HIER] = "hier",
+	[FR_ALGO_ONESHOT] = "oneshot",
+	[FR_ALGO_PAIRWISE] = "pairwise",
+	[FR_ALGO_BRUCK] = "bruck",
 };
 
 const char *fr_algo_name(int algo)
@@ -175,6 +181,16 @@ const char *fr_coll_name(enum fr_coll coll)
 		return "broadcast";
 	case FR_COLL_BARRIER:
 		return "barrier";
+	case FR_COLL_REDUCE:
+		return "reduce";
+	case FR_COLL_ALLTOALL:
+		return "alltoall";
+	case FR_COLL_ALLTOALLV:
+		return "alltoallv";
+	case FR_COLL_ALLGATHERV:
+		return "allgatherv";
+	case FR_COLL_REDUCE_SCATTERV:
+		return "reduce_scatterv";
 	}
 	return "?";
 }

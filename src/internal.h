@@ -71,6 +71,9 @@ struct fr_request {
 	int forced;	 /* algorithm asked for (FR_ALGO_AUTO: choose) */
 	int compress;	 /* fr_compress_t of f32 All-Reduce data on the wire */
 	float *residual; /* error feedback (count floats) or NULL */
+	/* the v-collectives' counts and displacements in elements, copied
+	 * from the caller (FR_VEC_*: nranks each), owned by the request */
+	size_t *vec;
 	const struct fr_algo *algo;
 	void *algo_state;
 	/* Last, and not copied from the template (fr_req_submit): where a
@@ -79,6 +82,13 @@ struct fr_request {
 	_Alignas(16) unsigned char algo_inline[FR_ALGO_INLINE];
 };
 #define FR_REQ_HEAD offsetof(struct fr_request, algo_inline)
+/* The arrays in req->vec, nranks entries each. */
+enum { FR_VEC_SCOUNTS, FR_VEC_SDISPLS, FR_VEC_RCOUNTS, FR_VEC_RDISPLS };
+static inline const size_t *fr_req_vec(const struct fr_request *req, int which,
+				       int nranks)
+{
+	return req->vec + (size_t)which * (size_t)nranks;
+}
 
 /* The collective's name, for messages (errors.c). */
 const char *fr_coll_name(enum fr_coll coll);
@@ -106,8 +116,9 @@ struct fr_comm {
  * for reduce-scatter and all-gather: nranks blocks). */
 static inline size_t fr_coll_count_total(const struct fr_request *req)
 {
+	/* the v-collectives' count is already the total (coll.c) */
 	if (req->coll == FR_COLL_REDUCE_SCATTER ||
-	    req->coll == FR_COLL_ALLGATHER)
+	    req->coll == FR_COLL_ALLGATHER || req->coll == FR_COLL_ALLTOALL)
 		return req->count * (size_t)req->comm->nranks;
 	return req->count;
 }

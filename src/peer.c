@@ -1057,25 +1057,57 @@ void fr_peers_tell_all(struct fr_comm *c)
 /* ---- receiving
  * --------------------------------------------------------------- */
 
+/* The decoded head of p's unconsumed messages (p->peek), or the failure. */
+static int msg_peek(struct fr_comm *c, struct fr_peer *p, const uint8_t **b)
+{
+	*b = mbx_slot(c, p->rank,
+		      (int)(p->recv_taken % (uint32_t)c->peer.mbx_slots));
+	if (!p->have_peek) {
+		if (fr_msg_decode(*b, fr_msg_payload_max(c), &p->peek))
+			return fr_comm_fail(
+				c, FR_EPROTO,
+				"rank %d: malformed message from rank %d",
+				c->rank, p->rank);
+		p->have_peek = true;
+	}
+	return 0;
+}
+
+int fr_msg_leftover(struct fr_comm *c, const struct fr_request *req)
+{
+	for (struct fr_peer *p = c->peer.active; p; p = p->next_active) {
+		const uint8_t *b;
+		int rc;
+
+		if (p->recv_taken == p->recv_arrived)
+			continue;
+		rc = msg_peek(c, p, &b);
+		if (rc)
+			return rc;
+		if (p->peek.seq == req->seq)
+			return fr_comm_fail(
+				c, FR_EMISMATCH,
+				"rank %d: collective #%u (%s, root %d) is done here, but rank %d sent this rank a message for it that its schedule does not have (%s, root %d): the ranks called it with different roots or counts",
+				c->rank, req->seq, fr_coll_name(req->coll),
+				req->root, p->rank, fr_coll_name(p->peek.coll),
+				p->peek.root);
+	}
+	return 0;
+}
+
 int fr_msg_get(struct fr_comm *c, const struct fr_request *req, int rank,
 	       const struct fr_msg **mp, const uint8_t **payload)
 {
 	struct fr_peer *p = &c->peer.peers[rank];
 	const uint8_t *b;
 	struct fr_msg *m = &p->peek;
+	int rc;
 
 	if (p->recv_taken == p->recv_arrived)
 		return FR_EAGAIN;
-	b = mbx_slot(c, rank,
-		     (int)(p->recv_taken % (uint32_t)c->peer.mbx_slots));
-	if (!p->have_peek) {
-		if (fr_msg_decode(b, fr_msg_payload_max(c), m))
-			return fr_comm_fail(
-				c, FR_EPROTO,
-				"rank %d: malformed message from rank %d",
-				c->rank, rank);
-		p->have_peek = true;
-	}
+	rc = msg_peek(c, p, &b);
+	if (rc)
+		return rc;
 	if (m->seq != req->seq) {
 		/* A peer already in a later collective: keep it for then. */
 		if ((int32_t)(m->seq - req->seq) > 0)
@@ -1223,6 +1255,16 @@ static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
 	p->credits += (int)m.credits;
 	if (p->credits > c->peer.mbx_slots)
 		goto bad;
+	/* for a collective this rank has finished: its schedule had no
+	 * place for it (the ranks disagree on roots or counts); say so now,
+	 * not when this rank next reads from that peer, if it ever does */
+	if ((int32_t)(m.seq - (c->peer.seq - (c->peer.in_coll ? 1u : 0u))) < 0)
+		return fr_comm_fail(
+			c, FR_EMISMATCH,
+			"rank %d: rank %d sent a message of %s(count=%llu, root %d) for collective #%u, which this rank finished without it (now at #%u): the ranks called different collectives, roots or counts",
+			c->rank, p->rank, fr_coll_name(m.coll),
+			(unsigned long long)m.count, m.root, m.seq,
+			c->peer.seq);
 	return 0;
 bad:
 	return fr_comm_fail(
@@ -1284,6 +1326,14 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 			return 0;
 		}
 		p->state = FR_PEER_DOWN;
+		if (c->fail.abort_pending && !c->fail.failed) {
+			/* the job has failed elsewhere (its ABORT waits for
+			 * our collective to end): a peer that leaves now does
+			 * so because of it, and ours cannot end without it */
+			c->fail.fail_origin = c->fail.abort_origin;
+			return fr_comm_fail(c, c->fail.abort_err, "%s",
+					    c->fail.abort_msg);
+		}
 		return fr_comm_fail(
 			c, cqe->status == FR_ERANGE ? FR_EPROTO : FR_EPEER,
 			"rank %d: peer rank %d %s%s%s%s", c->rank, p->rank,

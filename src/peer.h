@@ -54,6 +54,11 @@ enum fr_coll {
 	FR_COLL_ALLGATHER = 3,
 	FR_COLL_BROADCAST = 4,
 	FR_COLL_BARRIER = 5,
+	FR_COLL_REDUCE = 6,
+	FR_COLL_ALLTOALL = 7,
+	FR_COLL_ALLTOALLV = 8,
+	FR_COLL_ALLGATHERV = 9,
+	FR_COLL_REDUCE_SCATTERV = 10,
 };
 
 /* Immediate: 4-bit type, 28-bit payload. */
@@ -270,6 +275,10 @@ void fr_msg_for(const struct fr_request *req, uint8_t type, struct fr_msg *m);
 int fr_msg_get(struct fr_comm *comm, const struct fr_request *req, int rank,
 	       const struct fr_msg **m, const uint8_t **payload);
 void fr_msg_consume(struct fr_comm *comm, int rank);
+/* A collective is done: a message for it from any peer that is still
+ * unconsumed means the ranks disagree on its schedule (roots, counts), and
+ * fails the communicator with FR_EMISMATCH; else 0. */
+int fr_msg_leftover(struct fr_comm *comm, const struct fr_request *req);
 
 /* A write from a registered buffer into a peer's; user marks writes whose
  * source is the caller's memory (a collective is not done before they

@@ -163,6 +163,8 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 		}
 		if (!req->algo->done(comm, req))
 			break;
+		if (comm->nranks > 1 && fr_msg_leftover(comm, req))
+			goto failed;
 		req_finish(req, 0);
 		*did_work = true;
 	}
@@ -216,8 +218,10 @@ int fr_req_submit(struct fr_comm *comm, struct fr_request *tmpl,
 
 	if (req)
 		comm->eng.spare = NULL;
-	else if (!(req = malloc(sizeof(*req))))
+	else if (!(req = malloc(sizeof(*req)))) {
+		free(tmpl->vec); /* the request owns it from here */
 		return FR_ENOMEM;
+	}
 	memcpy(req, tmpl, FR_REQ_HEAD);
 	req->state = FR_REQ_QUEUED;
 	req->next = NULL;
@@ -250,6 +254,8 @@ static void req_unlink_free(struct fr_request *req)
 		comm->eng.tail = prev;
 	if (req->algo)
 		req->algo->free(req);
+	free(req->vec);
+	req->vec = NULL;
 	if (comm->eng.spare)
 		free(req);
 	else
@@ -502,6 +508,7 @@ void fr_requests_abandon(struct fr_comm *comm)
 			fr_peers_coll_end(comm); /* a BYE now is expected */
 		if (req->algo)
 			req->algo->free(req);
+		free(req->vec);
 		free(req);
 	}
 	comm->eng.tail = NULL;

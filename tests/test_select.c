@@ -214,6 +214,43 @@ static void test_forced_and_others(void **state)
 			 &fr_algo_dissemination);
 }
 
+/*
+ * The collectives of the communicators issue: reduce takes the binomial
+ * tree for small vectors and the chain for large ones; all-to-all Bruck
+ * for small blocks on many ranks, pairwise for large blocks (Bruck
+ * forwards each block lg(n)/2 times); all-to-allv only pairwise, the
+ * v-collectives only their ring; a forced algorithm they lack is auto's.
+ */
+static void test_new_collectives(void **state)
+{
+	(void)state;
+	comm.nranks = 16;
+	assert_ptr_equal(choose(FR_COLL_REDUCE, 2, FR_F32, 0),
+			 &fr_algo_reduce_tree);
+	assert_ptr_equal(choose(FR_COLL_REDUCE, 1u << 26, FR_F32, 0),
+			 &fr_algo_reduce_chain);
+	assert_ptr_equal(choose(FR_COLL_REDUCE, 2, FR_F32, FR_ALGO_RING),
+			 &fr_algo_reduce_chain);
+	assert_ptr_equal(choose(FR_COLL_REDUCE, 2, FR_F32, FR_ALGO_PAIRWISE),
+			 &fr_algo_reduce_tree);
+	/* count is per block: 16 blocks */
+	assert_ptr_equal(choose(FR_COLL_ALLTOALL, 1, FR_F32, 0),
+			 &fr_algo_bruck);
+	assert_ptr_equal(choose(FR_COLL_ALLTOALL, 1u << 20, FR_F32, 0),
+			 &fr_algo_pairwise);
+	assert_ptr_equal(choose(FR_COLL_ALLTOALL, 1, FR_F32, FR_ALGO_PAIRWISE),
+			 &fr_algo_pairwise);
+	assert_ptr_equal(
+		choose(FR_COLL_ALLTOALL, 1u << 20, FR_F32, FR_ALGO_BRUCK),
+		&fr_algo_bruck);
+	assert_ptr_equal(choose(FR_COLL_ALLTOALLV, 0, FR_F32, FR_ALGO_BRUCK),
+			 &fr_algo_pairwise);
+	assert_ptr_equal(choose(FR_COLL_ALLGATHERV, 100, FR_F32, FR_ALGO_TREE),
+			 &fr_algo_vring);
+	assert_ptr_equal(choose(FR_COLL_REDUCE_SCATTERV, 100, FR_F32, 0),
+			 &fr_algo_vring);
+}
+
 /* Emulate nodes of k consecutive ranks, seen from rank 0. */
 static int local_ranks[64], cross_ranks[64];
 static void layout(int n, int k, bool regular)
@@ -464,6 +501,7 @@ int main(void)
 		cmocka_unit_test_setup(test_oneshot_long_link, setup),
 		cmocka_unit_test_setup(test_memo, setup),
 		cmocka_unit_test_setup(test_forced_and_others, setup),
+		cmocka_unit_test_setup(test_new_collectives, setup),
 		cmocka_unit_test_setup(test_hier_choice, setup),
 		cmocka_unit_test_setup(test_hier_rsag_choice, setup),
 		cmocka_unit_test_setup(test_tune_file, setup),

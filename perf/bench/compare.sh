@@ -41,7 +41,8 @@
 #                         slowest rank's time, over the calls of a job (mean:
 #                         the slowest rank's average), median over the jobs
 #   --coll C              allreduce (default), reduce_scatter, allgather,
-#                         broadcast: passed to every benchmark (to
+#                         broadcast, reduce, alltoall: passed to every
+#                         benchmark (to
 #                         fr_allreduce_perf with the option its --help names
 #                         for it, e.g. --collective C)
 #   --fr-args "ARGS"      extra arguments for fr_allreduce_perf (word-split)
@@ -169,7 +170,7 @@ default | 0 | 1) ;;
 esac
 [[ "$SHAPE" == both || "$SHAPE" == egress ]] || die "--shape: both or egress"
 [[ "$QUEUE_MS" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--queue-ms: milliseconds"
-case "$COLL" in allreduce | reduce_scatter | allgather | broadcast) ;; *) die "--coll: allreduce, reduce_scatter, allgather or broadcast" ;; esac
+case "$COLL" in allreduce | reduce_scatter | allgather | broadcast | reduce | alltoall) ;; *) die "--coll: allreduce, reduce_scatter, allgather, broadcast, reduce or alltoall" ;; esac
 DELAY_US=$(awk -v d="$DELAY_MS" 'BEGIN { if (d !~ /^[0-9]*\.?[0-9]+$/) exit 1; printf "%d", d * 1000 + 0.5 }') ||
 	die "--delay-ms: a number of milliseconds"
 USE_NS=1
@@ -235,6 +236,8 @@ allreduce) MPICH_COLL=ALLREDUCE MPICH_RING=ring ;;
 reduce_scatter) MPICH_COLL=REDUCE_SCATTER_BLOCK MPICH_RING="" ;;
 allgather) MPICH_COLL=ALLGATHER MPICH_RING=ring ;;
 broadcast) MPICH_COLL=BCAST MPICH_RING=scatter_ring_allgather ;;
+reduce) MPICH_COLL=REDUCE MPICH_RING="" ;;
+alltoall) MPICH_COLL=ALLTOALL MPICH_RING="" ;;
 esac
 for v in "${MPICH_VARS[@]}"; do
 	[[ "${v%%,*}" == ring && -z "$MPICH_RING" ]] &&
@@ -363,6 +366,7 @@ allreduce) RING_ALG=ring ;;
 reduce_scatter) RING_ALG=ring ;;
 allgather) RING_ALG=ring ;;
 broadcast) RING_ALG=scatter_allgather_ring ;;
+reduce | alltoall) RING_ALG="" ;; # no ring: the ring variant is refused
 esac
 OMPI_VERSION=$("$OMPI_RUN" --version 2>/dev/null | awk 'NR==1 {print $NF}')
 MPICH_VERSION=$(mpichversion 2>/dev/null | awk -F'\t' '/^MPICH Version:/ {print $NF}')
@@ -517,7 +521,10 @@ run_mpi() {
 	esac
 	case "$algname" in
 	default) ;;
-	ring) alg=$RING_ALG ;;
+	ring)
+		[[ -n "$RING_ALG" ]] || die "--mpi-variants: Open MPI has no ring for $COLL; name one of its algorithms"
+		alg=$RING_ALG
+		;;
 	*) alg=$algname ;;
 	esac
 	[[ -n "${alg:-}" ]] && mca+=(--mca coll_tuned_use_dynamic_rules 1 --mca "coll_tuned_${COLL}_algorithm" "$alg")
@@ -711,7 +718,7 @@ function hs(b) { if (b >= 1048576 && b % 1048576 == 0) return sprintf("%d MiB", 
 function name(l) { if (l == "fr") return "libfastreduce"; if (l ~ /^ompi:/) return "Open MPI " substr(l, 6); return "MPICH " substr(l, 7) }
 BEGIN {
 	n = nranks
-	factor = coll == "allreduce" ? 2 * (n - 1) / n : coll == "broadcast" ? 1 : (n - 1) / n
+	factor = coll == "allreduce" ? 2 * (n - 1) / n : coll == "broadcast" || coll == "reduce" ? 1 : (n - 1) / n
 	SI["mean"] = 6; SI["median"] = 7; SI["p99"] = 8; SI["min"] = 9
 }
 NR > 1 {

@@ -7,7 +7,8 @@
  * directory at run time, once with each MPI's own wrapper (mpicc for Open
  * MPI, mpicc.mpich for MPICH).
  *
- *   mpirun -np N mpi_coll_bench [-c allreduce|reduce_scatter|allgather|broadcast]
+ *   mpirun -np N mpi_coll_bench [-c
+ * allreduce|reduce_scatter|allgather|broadcast| reduce|alltoall]
  *                               [-n iters] [-w warmup] [--csv] SIZE...
  *
  * SIZE is in bytes (K/M/G suffixes = powers of 1024).  The data are f32 and
@@ -17,8 +18,12 @@
  *   reduce_scatter  MPI_Reduce_scatter_block, SIZE/4 in, SIZE/4/n out
  *   allgather       SIZE/4/n in, SIZE/4 out
  *   broadcast       SIZE/4 elements from rank 0
+ *   reduce          SIZE/4 elements in, the sum on rank 0
+ *   alltoall        SIZE/4/n elements to and from every rank (SIZE/4 in
+ *                   and out on every rank)
  * Sizes are rounded down to a whole number of elements (of n elements for
- * reduce_scatter and allgather); a size that rounds to 0 is skipped.
+ * reduce_scatter, allgather and alltoall); a size that rounds to 0 is
+ * skipped.
  *
  * Timing.  Per size: -w untimed calls, an MPI_Barrier, then -n calls back to
  * back (no barrier in between), each rank taking a timestamp after every
@@ -36,7 +41,8 @@
  *           smallest, i.e. the largest below 100 calls).  compare.sh compares
  *           these.
  * algbw = SIZE / time, busbw = algbw * factor with nccl-tests' factors:
- * allreduce 2(n-1)/n, reduce_scatter and allgather (n-1)/n, broadcast 1.
+ * allreduce 2(n-1)/n, reduce_scatter, allgather and alltoall (n-1)/n,
+ * broadcast and reduce 1.
  * Bandwidths are in GB/s (10^9 B/s).
  *
  * After the timed calls one more call runs on known inputs (element i of rank
@@ -50,9 +56,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum coll { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST };
+enum coll {
+	C_ALLREDUCE,
+	C_REDUCE_SCATTER,
+	C_ALLGATHER,
+	C_BROADCAST,
+	C_REDUCE,
+	C_ALLTOALL,
+	C_COUNT
+};
 static const char *coll_names[] = {"allreduce", "reduce_scatter", "allgather",
-				   "broadcast"};
+				   "broadcast", "reduce",	  "alltoall"};
 
 static int rank, nranks;
 
@@ -117,6 +131,16 @@ static void run_coll(enum coll c, const float *sbuf, float *rbuf, size_t count)
 	case C_BROADCAST:
 		MPI_Bcast(rbuf, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
 		break;
+	case C_REDUCE:
+		MPI_Reduce(sbuf, rbuf, (int)count, MPI_FLOAT, MPI_SUM, 0,
+			   MPI_COMM_WORLD);
+		break;
+	case C_ALLTOALL:
+		MPI_Alltoall(sbuf, (int)(count / n), MPI_FLOAT, rbuf,
+			     (int)(count / n), MPI_FLOAT, MPI_COMM_WORLD);
+		break;
+	default:
+		break;
 	}
 }
 
@@ -129,6 +153,8 @@ static long long check(enum coll c, float *sbuf, float *rbuf, size_t count)
 	switch (c) {
 	case C_ALLREDUCE:
 	case C_REDUCE_SCATTER:
+	case C_REDUCE:
+	case C_ALLTOALL:
 		for (i = 0; i < count; i++)
 			sbuf[i] = pat(rank, i);
 		break;
@@ -140,6 +166,8 @@ static long long check(enum coll c, float *sbuf, float *rbuf, size_t count)
 		for (i = 0; i < count; i++)
 			rbuf[i] = rank == 0 ? pat(0, i) : -99.0f;
 		break;
+	default:
+		break;
 	}
 	if (c != C_BROADCAST)
 		memset(rbuf, 0xff, count * sizeof(float));
@@ -148,6 +176,8 @@ static long long check(enum coll c, float *sbuf, float *rbuf, size_t count)
 		lo = (size_t)rank * per;
 		nout = per;
 	}
+	if (c == C_REDUCE && rank != 0)
+		nout = 0; /* no result here */
 	for (i = 0; i < nout; i++) {
 		size_t gi = lo + i; /* index in the whole vector */
 		float want = 0;
@@ -155,14 +185,22 @@ static long long check(enum coll c, float *sbuf, float *rbuf, size_t count)
 		switch (c) {
 		case C_ALLREDUCE:
 		case C_REDUCE_SCATTER:
+		case C_REDUCE:
 			for (int r = 0; r < nranks; r++)
 				want += pat(r, gi);
+			break;
+		case C_ALLTOALL:
+			/* block b: rank b's block for us */
+			want = pat((int)(gi / per),
+				   (size_t)rank * per + gi % per);
 			break;
 		case C_ALLGATHER:
 			want = pat((int)(gi / per), gi % per);
 			break;
 		case C_BROADCAST:
 			want = pat(0, gi);
+			break;
+		default:
 			break;
 		}
 		if (rbuf[i] != want)
@@ -189,11 +227,11 @@ int main(int argc, char **argv)
 			int k;
 
 			i++;
-			for (k = 0; k < 4; k++)
+			for (k = 0; k < C_COUNT; k++)
 				if (!strcmp(argv[i], coll_names[k]))
 					break;
-			if (k == 4)
-				die("-c: allreduce, reduce_scatter, allgather or broadcast");
+			if (k == C_COUNT)
+				die("-c: allreduce, reduce_scatter, allgather, broadcast, reduce or alltoall");
 			c = (enum coll)k;
 		} else if (!strcmp(argv[i], "-n") && i + 1 < argc) {
 			iters = atol(argv[++i]);
@@ -249,7 +287,8 @@ int main(int argc, char **argv)
 		long long wrong, wsum;
 		long k99 = (long)ceil(0.99 * (double)iters);
 
-		if (c == C_REDUCE_SCATTER || c == C_ALLGATHER)
+		if (c == C_REDUCE_SCATTER || c == C_ALLGATHER ||
+		    c == C_ALLTOALL)
 			count -= count % (size_t)nranks;
 		if (!count)
 			continue;
@@ -258,7 +297,10 @@ int main(int argc, char **argv)
 		bytes = count * sizeof(float);
 		switch (c) {
 		case C_ALLREDUCE: factor = 2 * (n - 1) / n; break;
-		case C_BROADCAST: factor = 1; break;
+		case C_BROADCAST:
+		case C_REDUCE:
+			factor = 1;
+			break;
 		default: factor = (n - 1) / n; break;
 		}
 		for (long i = 0; i < warmup; i++)

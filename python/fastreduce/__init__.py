@@ -551,7 +551,8 @@ class Comm:
 
 
 _ALGOS = {0: "auto", 1: "ring", 2: "rd", 3: "rabenseifner", 4: "tree",
-          5: "dissemination", 6: "hier", 7: "oneshot"}
+          5: "dissemination", 6: "hier", 7: "oneshot",
+          8: "pairwise", 9: "bruck"}
 
 
 def _algo(a) -> int:

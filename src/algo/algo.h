@@ -125,6 +125,11 @@ extern const struct fr_algo fr_algo_cring;	   /* compressed allreduce */
 extern const struct fr_algo fr_algo_hier;	   /* two-level allreduce  */
 extern const struct fr_algo fr_algo_hier_rsag;	   /* two-level RS, AG */
 extern const struct fr_algo fr_algo_oneshot;	   /* allreduce, one step */
+extern const struct fr_algo fr_algo_reduce_tree;   /* reduce (binomial) */
+extern const struct fr_algo fr_algo_reduce_chain;  /* reduce (chain)    */
+extern const struct fr_algo fr_algo_pairwise;	   /* alltoall(v)       */
+extern const struct fr_algo fr_algo_bruck;	   /* alltoall          */
+extern const struct fr_algo fr_algo_vring; /* allgatherv, reduce_scatterv */
 
 /* The table's hooks for the engine (select.c): an algorithm's completion,
  * every algorithm's progress, and their state freed. */
@@ -166,6 +171,26 @@ void fr_tune_get(const struct fr_comm *comm, struct fr_tune *t);
 void fr_tune_set(struct fr_comm *comm, const struct fr_tune *t);
 int fr_algo_force(struct fr_comm *comm, int algo);
 
+/* fr_peer_need() as a schedule with several peers wants it: 1 connected,
+ * 0 still connecting (go on with the others), or the error. */
+static inline int fr_algo_peer_ready(struct fr_comm *comm, int peer)
+{
+	int rc = fr_peer_need(comm, peer);
+
+	return rc == FR_EAGAIN ? 0 : rc ? rc : 1;
+}
+
+/*
+ * The trees of broadcast and reduce (bcast.c), rooted at root, over ranks
+ * relabelled q = (rank - root) mod n: binomial (q's parent is q with its
+ * lowest set bit cleared, its children q + 2^j for every 2^j below that
+ * bit, largest subtree first) or chain (q - 1 and q + 1).  *parent is -1
+ * at the root; child[] needs FR_TREE_MAX_CHILDREN entries.
+ */
+#define FR_TREE_MAX_CHILDREN 32
+void fr_tree_shape(int n, int rank, int root, bool chain, int *parent,
+		   int *child, int *nchild);
+
 /* Shared helpers for the hypercube algorithms (rd.c, rabenseifner.c). */
 struct fr_hcube {
 	int pof2, rem, steps; /* largest power of two <= n, n - pof2, lg */
@@ -189,8 +214,14 @@ struct fr_xfer {
 	uint32_t
 		nfrags; /* at least 1: an empty transfer is one empty message */
 	uint32_t done;	/* fragments sent / received */
+	/* carried in every fragment's aux and checked on receipt: 0, or
+	 * fr_xfer_len_tag(len) where the two sides size the transfer from
+	 * their own counts (the v-collectives), so that a disagreement is
+	 * FR_EMISMATCH, not a wait for fragments that never come */
+	uint32_t aux;
 };
 void fr_xfer_init(struct fr_xfer *x, const struct fr_comm *comm, size_t len);
+uint32_t fr_xfer_len_tag(size_t len);
 static inline bool fr_xfer_complete(const struct fr_xfer *x)
 {
 	return x->done >= x->nfrags;

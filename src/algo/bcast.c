@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bcast.c - broadcast down a tree: binomial (latency) or chain (bandwidth).
+ * The trees' shapes (fr_tree_shape) serve reduce too (reduce.c), upwards.
  *
  * Schedule (n ranks, q = (rank - root) mod n, the rank relative to root):
  *   binomial: q's parent is q with its lowest set bit cleared; its children
@@ -23,15 +24,13 @@
 #include "peer.h"
 #include "util.h"
 
-#define MAX_CHILDREN 32
-
 struct bc_state {
 	int parent; /* real rank, -1 at the root */
 	int nchild;
-	int child[MAX_CHILDREN];
+	int child[FR_TREE_MAX_CHILDREN];
 	uint8_t *buf;
 	size_t bytes;
-	struct fr_xfer rx, tx[MAX_CHILDREN];
+	struct fr_xfer rx, tx[FR_TREE_MAX_CHILDREN];
 };
 
 static int real_rank(int q, int root, int n)
@@ -39,38 +38,43 @@ static int real_rank(int q, int root, int n)
 	return (q + root) % n;
 }
 
+void fr_tree_shape(int n, int rank, int root, bool chain, int *parent,
+		   int *child, int *nchild)
+{
+	int q = (rank - root + n) % n, low = 1;
+
+	*parent = -1;
+	*nchild = 0;
+	if (chain) {
+		if (q > 0)
+			*parent = real_rank(q - 1, root, n);
+		if (q + 1 < n)
+			child[(*nchild)++] = real_rank(q + 1, root, n);
+		return;
+	}
+	if (q > 0) {
+		low = q & -q;
+		*parent = real_rank(q - low, root, n);
+	} else {
+		while (low < n)
+			low <<= 1;
+	}
+	for (int m = low >> 1; m >= 1; m >>= 1)
+		if (q + m < n)
+			child[(*nchild)++] = real_rank(q + m, root, n);
+}
+
 static int bc_start_shape(struct fr_comm *comm, struct fr_request *req,
 			  bool chain)
 {
 	struct bc_state *st = fr_algo_state_new(req, sizeof(*st));
-	int n = comm->nranks, q = (comm->rank - req->root + n) % n;
 
 	if (!st)
 		return FR_ENOMEM;
 	st->buf = req->recvbuf;
 	st->bytes = req->count * fr_dtype_size(req->dtype);
-	st->parent = -1;
-	if (chain) {
-		if (q > 0)
-			st->parent = real_rank(q - 1, req->root, n);
-		if (q + 1 < n)
-			st->child[st->nchild++] =
-				real_rank(q + 1, req->root, n);
-	} else {
-		int low = 1;
-
-		if (q > 0) {
-			low = q & -q;
-			st->parent = real_rank(q - low, req->root, n);
-		} else {
-			while (low < n)
-				low <<= 1;
-		}
-		for (int m = low >> 1; m >= 1; m >>= 1)
-			if (q + m < n)
-				st->child[st->nchild++] =
-					real_rank(q + m, req->root, n);
-	}
+	fr_tree_shape(comm->nranks, comm->rank, req->root, chain, &st->parent,
+		      st->child, &st->nchild);
 	fr_xfer_init(&st->rx, comm, st->bytes);
 	for (int i = 0; i < st->nchild; i++) {
 		fr_xfer_init(&st->tx[i], comm, st->bytes);

@@ -381,6 +381,42 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 	}
 	case FR_COLL_BARRIER:
 		return id == FR_ALGO_DISSEMINATION ? ceil(log2(p)) * a : -1;
+	case FR_COLL_REDUCE: {
+		/* broadcast's trees run upwards, reducing on the way */
+		double s = FR_MIN(n, (double)payload_max);
+		double k = s > 0 ? fmax(n / s, 1) : 1;
+
+		if (id == FR_ALGO_TREE)
+			return ceil(log2(p)) * (a + n * (b + c + g));
+		if (id == FR_ALGO_RING)
+			return (p - 2 + k) * (a + s * (b + c + g));
+		return -1;
+	}
+	case FR_COLL_ALLTOALL: {
+		/* bytes: the whole send buffer, p blocks; pairwise sends p - 1
+		 * blocks at once (a message each), Bruck lg p rounds of about
+		 * p / 2 blocks, copied in and out of its packs, plus two
+		 * rotations of all p */
+		double blk = n / p, lg = ceil(log2(p));
+
+		if (id == FR_ALGO_PAIRWISE)
+			return a + (p - 2) * t->msg_us +
+			       (p - 1) * blk * (b + c);
+		if (id == FR_ALGO_BRUCK)
+			return lg * (a + ceil(p / 2) * blk * (b + 3 * c)) +
+			       2 * p * blk * c;
+		return -1;
+	}
+	case FR_COLL_ALLTOALLV:
+		return id == FR_ALGO_PAIRWISE ? a + (p - 2) * t->msg_us : -1;
+	case FR_COLL_ALLGATHERV:
+		return id == FR_ALGO_RING
+			       ? (p - 1) * a + (p - 1) / p * n * (b + c)
+			       : -1;
+	case FR_COLL_REDUCE_SCATTERV:
+		return id == FR_ALGO_RING
+			       ? (p - 1) * a + (p - 1) / p * n * (b + c + g)
+			       : -1;
 	}
 	return -1;
 }
@@ -391,7 +427,8 @@ static const struct fr_algo *const algos[] = {
 	&fr_algo_ring,	     &fr_algo_rd,	   &fr_algo_rabenseifner,
 	&fr_algo_bcast_tree, &fr_algo_bcast_chain, &fr_algo_dissemination,
 	&fr_algo_cring,	     &fr_algo_hier,	   &fr_algo_hier_rsag,
-	&fr_algo_oneshot,
+	&fr_algo_oneshot,    &fr_algo_reduce_tree, &fr_algo_reduce_chain,
+	&fr_algo_pairwise,   &fr_algo_bruck,	   &fr_algo_vring,
 };
 
 int fr_algos_on_cqe(struct fr_comm *comm, struct fr_request *active, int peer,
@@ -451,6 +488,19 @@ static const struct fr_algo *impl(const struct fr_comm *comm, enum fr_coll coll,
 			       : NULL;
 	case FR_COLL_BARRIER:
 		return &fr_algo_dissemination;
+	case FR_COLL_REDUCE:
+		return id == FR_ALGO_RING   ? &fr_algo_reduce_chain
+		       : id == FR_ALGO_TREE ? &fr_algo_reduce_tree
+					    : NULL;
+	case FR_COLL_ALLTOALL:
+		return id == FR_ALGO_PAIRWISE ? &fr_algo_pairwise
+		       : id == FR_ALGO_BRUCK  ? &fr_algo_bruck
+					      : NULL;
+	case FR_COLL_ALLTOALLV:
+		return id == FR_ALGO_PAIRWISE ? &fr_algo_pairwise : NULL;
+	case FR_COLL_ALLGATHERV:
+	case FR_COLL_REDUCE_SCATTERV:
+		return id == FR_ALGO_RING ? &fr_algo_vring : NULL;
 	}
 	return NULL;
 }

@@ -23,6 +23,14 @@ void fr_xfer_init(struct fr_xfer *x, const struct fr_comm *comm, size_t len)
 	x->len = len;
 	x->nfrags = len ? (uint32_t)((len + maxp - 1) / maxp) : 1;
 	x->done = 0;
+	x->aux = 0;
+}
+
+uint32_t fr_xfer_len_tag(size_t len)
+{
+	uint64_t v = (uint64_t)len;
+
+	return (uint32_t)(v ^ (v >> 32)) | 1u; /* never 0: "no tag" */
 }
 
 size_t fr_xfer_bytes(const struct fr_comm *comm, const struct fr_xfer *x,
@@ -31,9 +39,9 @@ size_t fr_xfer_bytes(const struct fr_comm *comm, const struct fr_xfer *x,
 	return FR_MIN((size_t)frags * fr_msg_payload_max(comm), x->len);
 }
 
-int fr_xfer_send_frag(struct fr_comm *comm, const struct fr_request *req,
-		      int rank, uint16_t step, uint64_t off, const void *src,
-		      size_t len, uint32_t *done, bool *did_work)
+static int send_frag(struct fr_comm *comm, const struct fr_request *req,
+		     int rank, uint16_t step, uint64_t off, const void *src,
+		     size_t len, uint32_t aux, uint32_t *done, bool *did_work)
 {
 	struct fr_msg m;
 	int rc;
@@ -41,6 +49,7 @@ int fr_xfer_send_frag(struct fr_comm *comm, const struct fr_request *req,
 	fr_msg_for(req, FR_MSG_DATA, &m);
 	m.step = step;
 	m.offset = off;
+	m.aux = aux;
 	rc = fr_msg_send(comm, rank, &m, src, len);
 	if (rc == FR_EAGAIN)
 		return rc;
@@ -52,6 +61,14 @@ int fr_xfer_send_frag(struct fr_comm *comm, const struct fr_request *req,
 	(*done)++;
 	*did_work = true;
 	return 0;
+}
+
+int fr_xfer_send_frag(struct fr_comm *comm, const struct fr_request *req,
+		      int rank, uint16_t step, uint64_t off, const void *src,
+		      size_t len, uint32_t *done, bool *did_work)
+{
+	return send_frag(comm, req, rank, step, off, src, len, 0, done,
+			 did_work);
 }
 
 int fr_xfer_send(struct fr_comm *comm, const struct fr_request *req,
@@ -67,8 +84,8 @@ int fr_xfer_send(struct fr_comm *comm, const struct fr_request *req,
 
 		if (x->len && off + len > avail)
 			break; /* not there yet */
-		rc = fr_xfer_send_frag(comm, req, rank, step, off, src + off,
-				       len, &x->done, did_work);
+		rc = send_frag(comm, req, rank, step, off, src + off, len,
+			       x->aux, &x->done, did_work);
 		if (rc)
 			return rc == FR_EAGAIN ? 0 : rc;
 	}
@@ -90,6 +107,12 @@ int fr_xfer_recv(struct fr_comm *comm, const struct fr_request *req,
 		return rc;
 	*off = (size_t)x->done * maxp;
 	*len = FR_MIN(maxp, x->len - *off);
+	if (m->type == FR_MSG_DATA && m->aux != x->aux)
+		return fr_comm_fail(
+			comm, FR_EMISMATCH,
+			"rank %d: collective #%u (%s): rank %d sends a block of another size than the %zu bytes this rank expects from it (the counts differ between the ranks)",
+			comm->rank, req->seq, fr_coll_name(req->coll), rank,
+			x->len);
 	if (m->type != FR_MSG_DATA || m->step != step || m->offset != *off ||
 	    m->len != *len)
 		return fr_comm_fail(

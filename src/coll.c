@@ -218,13 +218,13 @@ static int iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		return rc;
 	blk = sendcount * fr_dtype_size(dtype);
 	total = blk * (size_t)comm->nranks;
-	if (sendcount && (uint8_t *)recvbuf + (size_t)comm->rank * blk ==
-				 (const uint8_t *)sendbuf)
-		sendbuf = FR_IN_PLACE;
 	if (sendcount && (!recvbuf || !sendbuf))
 		return refuse(comm, FR_EINVAL,
 			      "rank %d: allgather: NULL buffer with count %zu",
 			      comm->rank, sendcount);
+	if (sendcount && (uint8_t *)recvbuf + (size_t)comm->rank * blk ==
+				 (const uint8_t *)sendbuf)
+		sendbuf = FR_IN_PLACE;
 	if (sendcount && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, blk, recvbuf, total))
 		return refuse(
@@ -283,10 +283,14 @@ static int span(const size_t *counts, const size_t *displs, int n, size_t es,
 	for (int r = 0; r < n; r++) {
 		size_t d = displs ? displs[r] : *total;
 
-		if (counts[r] > max || d > max - counts[r] ||
-		    *total > max - counts[r])
+		if (counts[r] > max || *total > max - counts[r])
 			return FR_EINVAL;
 		*total += counts[r];
+		/* an empty block's displacement is anything: not an extent */
+		if (!counts[r])
+			continue;
+		if (d > max - counts[r])
+			return FR_EINVAL;
 		*extent = FR_MAX(*extent, d + counts[r]);
 	}
 	return 0;
@@ -460,13 +464,13 @@ static int iallgatherv(fr_comm_t *comm, const void *sendbuf, size_t sendcount,
 			comm, FR_EINVAL,
 			"rank %d: allgatherv: sendcount %zu but recvcounts[%d] = %zu",
 			me, sendcount, me, rcounts[me]);
-	if (sendcount &&
-	    (const uint8_t *)sendbuf == (uint8_t *)recvbuf + displs[me] * es)
-		sendbuf = FR_IN_PLACE;
 	if ((total && !recvbuf) || (sendcount && !sendbuf))
 		return refuse(comm, FR_EINVAL,
 			      "rank %d: allgatherv: NULL buffer with counts",
 			      me);
+	if (sendcount &&
+	    (const uint8_t *)sendbuf == (uint8_t *)recvbuf + displs[me] * es)
+		sendbuf = FR_IN_PLACE;
 	if (sendcount && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, sendcount * es, recvbuf, ext * es))
 		return refuse(

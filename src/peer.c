@@ -1075,6 +1075,9 @@ static int msg_peek(struct fr_comm *c, struct fr_peer *p, const uint8_t **b)
 
 int fr_msg_leftover(struct fr_comm *c, const struct fr_request *req)
 {
+	/* the common case, at no cost however many peers are connected */
+	if (!c->peer.unread)
+		return 0;
 	for (struct fr_peer *p = c->peer.active; p; p = p->next_active) {
 		const uint8_t *b;
 		int rc;
@@ -1151,6 +1154,7 @@ void fr_msg_consume(struct fr_comm *c, int rank)
 
 	p->have_peek = false;
 	p->recv_taken++;
+	c->peer.unread--;
 	p->credits_owed++;
 }
 
@@ -1250,6 +1254,7 @@ static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
 	    m.type > FR_MSG_READY || m.credits > (uint32_t)c->peer.mbx_slots)
 		goto bad;
 	p->recv_arrived++;
+	c->peer.unread++;
 	if (p->recv_arrived - p->recv_taken > (uint32_t)c->peer.mbx_slots)
 		goto bad;
 	p->credits += (int)m.credits;

@@ -181,6 +181,7 @@ struct fr_peer_layer {
 	uint64_t out_busy; /* bitmap: outbox slots awaiting completion */
 	uint32_t out_next;
 	bool ll; /* small messages by the transport's write_inline (FR_LL) */
+	uint32_t unread;      /* data messages landed, not yet consumed */
 	int outstanding;      /* our writes without a SEND completion */
 	int user_outstanding; /* ... of them, writes from user buffers */
 	/* liveness ("Slow or dead" in peer.c) */

@@ -13,7 +13,7 @@
  *       for bit; data movement must put every block in place and leave the
  *       gaps between blocks alone; then several non-blocking calls of
  *       different kinds in flight at once, waited in reverse order;
- *   mp_xcolls mismatch --victim R --what a2av|agv|root|refuse
+ *   mp_xcolls mismatch --victim R --what a2av|a2av1|agv|root|refuse
  *       rank R calls with counts (or a root) that disagree with the
  *       others': every rank gets FR_EMISMATCH from the call or, where its
  *       own part of the call went through, from a barrier after it; no
@@ -314,14 +314,24 @@ static void check_a2av(fr_comm_t *comm, fr_dtype_t dt, size_t count,
 	memset(want, SENTINEL, rext * es);
 	memset(out, SENTINEL, rext * es);
 	for (int j = 0; j < nranks; j++) {
-		ref_fill(dt, in + sd[j] * es, sc[j], rank * nranks + j, seed);
-		ref_fill(dt, want + rd[j] * es, rcn[j], j * nranks + rank,
-			 seed);
+		/* an empty block's displacement may be anything, far outside
+		 * the buffer too: nothing may be read or written there */
+		if (!sc[j])
+			sd[j] = (size_t)1 << 40;
+		if (!rcn[j])
+			rd[j] = (size_t)1 << 40;
+		if (sc[j])
+			ref_fill(dt, in + sd[j] * es, sc[j], rank * nranks + j,
+				 seed);
+		if (rcn[j])
+			ref_fill(dt, want + rd[j] * es, rcn[j],
+				 j * nranks + rank, seed);
 	}
 	if (inplace) {
 		for (int j = 0; j < nranks; j++)
-			ref_fill(dt, out + rd[j] * es, rcn[j],
-				 rank * nranks + j, seed);
+			if (rcn[j])
+				ref_fill(dt, out + rd[j] * es, rcn[j],
+					 rank * nranks + j, seed);
 		rc = fr_alltoallv(comm, FR_IN_PLACE, NULL, NULL, out, rcn, rd,
 				  dt);
 	} else {
@@ -412,6 +422,29 @@ static void check_inflight(fr_comm_t *comm, size_t count, uint32_t seed)
 	free(a_want);
 }
 
+/* Every call with nothing to move, NULL buffers and all. */
+static void check_empty(fr_comm_t *comm)
+{
+	size_t zero[64] = {0}, far[64];
+	int rc;
+
+	for (int r = 0; r < nranks; r++)
+		far[r] = (size_t)1 << 40; /* displacements of empty blocks */
+	rc = fr_alltoall(comm, NULL, NULL, 0, FR_F32);
+	CHECK(rc == 0, "alltoall(NULL, 0): %s", fr_strerror(rc));
+	rc = fr_alltoallv(comm, NULL, zero, far, NULL, zero, far, FR_U8);
+	CHECK(rc == 0, "alltoallv(NULL, 0): %s", fr_strerror(rc));
+	rc = fr_alltoallv(comm, FR_IN_PLACE, NULL, NULL, NULL, zero, far,
+			  FR_U8);
+	CHECK(rc == 0, "alltoallv(in place, NULL, 0): %s", fr_strerror(rc));
+	rc = fr_allgatherv(comm, NULL, 0, NULL, zero, far, FR_F64);
+	CHECK(rc == 0, "allgatherv(NULL, 0): %s", fr_strerror(rc));
+	rc = fr_reduce_scatterv(comm, NULL, NULL, zero, FR_F32, FR_SUM);
+	CHECK(rc == 0, "reduce_scatterv(NULL, 0): %s", fr_strerror(rc));
+	rc = fr_reduce(comm, NULL, NULL, 0, FR_F32, FR_SUM, nranks - 1);
+	CHECK(rc == 0, "reduce(NULL, 0): %s", fr_strerror(rc));
+}
+
 static int parse_counts(const char *s, size_t *out, int max)
 {
 	char *copy = strdup(s), *save = NULL, *tok;
@@ -472,6 +505,7 @@ static void run_check(fr_comm_t *comm, const char *counts_s)
 						     count, root, ip, seed++);
 		check_inflight(comm, count, seed++);
 	}
+	check_empty(comm);
 }
 
 /* ---- mismatches --------------------------------------------------------- */
@@ -493,6 +527,11 @@ static void run_mismatch(fr_comm_t *comm, int victim, const char *what)
 		if (rank == victim)
 			sc[(victim + 1) % nranks] = 5;
 		rc = fr_alltoallv(comm, buf, sc, sd, out, rcn, rd, FR_I32);
+	} else if (!strcmp(what, "a2av1")) {
+		/* one byte more: the length tags must tell 3 from 4 */
+		if (rank == victim)
+			sc[(victim + 1) % nranks] = 4;
+		rc = fr_alltoallv(comm, buf, sc, sd, out, rcn, rd, FR_U8);
 	} else if (!strcmp(what, "agv")) {
 		if (rank == victim)
 			counts[(victim + 1) % nranks] = 3;

@@ -32,7 +32,7 @@ run "xcolls n=5 eager=128B (many fragments)" \
 	frrun -n 5 -e FR_EAGER_BYTES=128 --transport "$TRANSPORT" \
 	--timeout 900 "$X" check --counts 0,3,1001
 for n in 2 3 5; do
-	for what in a2av agv root refuse; do
+	for what in a2av a2av1 agv root refuse; do
 		# ranks that wait for each other in a circle (two that each
 		# take themselves for the root, a chain) send nothing: only
 		# the timeout ends that (fr_reduce(3)); the binomial tree's

@@ -84,8 +84,9 @@ static int pw_start(struct fr_comm *comm, struct fr_request *req)
 		st->scounts = st->rcounts;
 		st->sdispls = st->rdispls;
 		for (int r = 0; r < n; r++)
-			extent =
-				FR_MAX(extent, st->rdispls[r] + st->rcounts[r]);
+			if (st->rcounts[r]) /* an empty block is nowhere */
+				extent = FR_MAX(extent, st->rdispls[r] +
+								st->rcounts[r]);
 		extent *= st->es;
 		if (extent) {
 			st->copy = malloc(extent);
@@ -229,7 +230,7 @@ static void bruck_pack(struct bruck_state *st, uint8_t *pack, bool out)
 {
 	size_t i = 0;
 
-	for (int j = 1; j < st->n; j++) {
+	for (int j = 1; j < st->n && st->blk; j++) {
 		if (!(j & st->k))
 			continue;
 		if (out)
@@ -271,13 +272,14 @@ static int bruck_start(struct fr_comm *comm, struct fr_request *req)
 			memcpy(req->recvbuf, src, st->blk);
 		return 0;
 	}
+	/* empty blocks: empty messages only (the buffers may be NULL) */
 	st->tmp = malloc((size_t)n * st->blk +
 			 2 * ((size_t)n / 2 + 1) * st->blk + 1);
 	if (!st->tmp)
 		return FR_ENOMEM;
 	st->spack = st->tmp + (size_t)n * st->blk;
 	st->rpack = st->spack + ((size_t)n / 2 + 1) * st->blk;
-	for (int j = 0; j < n; j++)
+	for (int j = 0; j < n && st->blk; j++)
 		memcpy(st->tmp + (size_t)j * st->blk,
 		       src + (size_t)((me + j) % n) * st->blk, st->blk);
 	bruck_round(comm, st);
@@ -324,7 +326,7 @@ static int bruck_advance(struct fr_comm *comm, struct fr_request *req,
 			continue;
 		}
 		/* tmp[j] came from rank r - j */
-		for (int j = 0; j < st->n; j++)
+		for (int j = 0; j < st->n && st->blk; j++)
 			memcpy((uint8_t *)req->recvbuf +
 				       (size_t)((comm->rank - j + st->n) %
 						st->n) *

@@ -29,8 +29,10 @@ void fr_xfer_init(struct fr_xfer *x, const struct fr_comm *comm, size_t len)
 uint32_t fr_xfer_len_tag(size_t len)
 {
 	uint64_t v = (uint64_t)len;
+	uint32_t t = (uint32_t)(v ^ (v >> 32));
 
-	return (uint32_t)(v ^ (v >> 32)) | 1u; /* never 0: "no tag" */
+	/* every bit of a length below 4 GiB counts; never 0 ("no tag") */
+	return t ? t : 0x80000000u;
 }
 
 size_t fr_xfer_bytes(const struct fr_comm *comm, const struct fr_xfer *x,

@@ -477,6 +477,193 @@ class Comm:
         self._check(L.fr_allgather(h, sp, r.ptr, k, d))
         return recv
 
+    def reduce(self, send, root: int = 0, op: Union[str, int] = "sum", *,
+               out=None, dtype=None):
+        """Reduce to rank root: on root, out (or send itself when out is
+        None) = op over all ranks of send; elsewhere nothing is written.
+        Returns the result on root, None elsewhere."""
+        return self._reduce(send, root, op, out, dtype, False)
+
+    def ireduce(self, send, root: int = 0, op: Union[str, int] = "sum", *,
+                out=None, dtype=None) -> Request:
+        """Non-blocking :meth:`reduce`."""
+        return self._reduce(send, root, op, out, dtype, True)
+
+    def _reduce(self, send, root, op, out, dtype, nb):
+        h = self._live()
+        v = view(send, dtype, "send")
+        if out is not None:
+            o = view(out, v.dtype, "out")
+            if o.count != v.count:
+                raise ValueError("fastreduce: out has %d elements, send %d"
+                                 % (o.count, v.count))
+            sp, rp, keep = v.ptr, o.ptr, (v, o)
+        else:
+            sp, rp, keep = _lib.IN_PLACE, v.ptr, (v,)
+        result = (out if out is not None else send) if self.rank == root else None
+        if nb:
+            req = ctypes.c_void_p()
+            self._check(L.fr_ireduce(h, sp, rp, v.count, v.dtype, _op(op), root,
+                                     ctypes.byref(req)))
+            return Request(self, req, result, keep)
+        self._check(L.fr_reduce(h, sp, rp, v.count, v.dtype, _op(op), root))
+        return result
+
+    def alltoall(self, send, recv=None, *, dtype=None):
+        """All-to-all: block q of send (len(send) / size elements) goes to
+        rank q, block r of recv comes from rank r.  recv=None allocates it
+        (like send); send=None (IN_PLACE): the blocks to send are in recv
+        and are replaced.  Returns recv."""
+        return self._alltoall(send, recv, dtype, False)
+
+    def ialltoall(self, send, recv=None, *, dtype=None) -> Request:
+        """Non-blocking :meth:`alltoall`."""
+        return self._alltoall(send, recv, dtype, True)
+
+    def _alltoall(self, send, recv, dtype, nb):
+        h = self._live()
+        n = self.size
+        if send is None:
+            if recv is None:
+                raise ValueError("fastreduce: in-place alltoall needs recv")
+            r = view(recv, dtype, "recv")
+            sp, keep = _lib.IN_PLACE, (r,)
+        else:
+            s = view(send, dtype, "send")
+            if recv is None:
+                recv = empty_like(send, s.count, s.dtype)
+            r = view(recv, s.dtype, "recv")
+            if r.count != s.count:
+                raise ValueError("fastreduce: recv has %d elements, send %d"
+                                 % (r.count, s.count))
+            sp, keep = s.ptr, (s, r)
+        if r.count % n:
+            raise ValueError("fastreduce: alltoall needs a length divisible by "
+                             "size (%d elements, %d ranks)" % (r.count, n))
+        k = r.count // n
+        if nb:
+            req = ctypes.c_void_p()
+            self._check(L.fr_ialltoall(h, sp, r.ptr, k, r.dtype, ctypes.byref(req)))
+            return Request(self, req, recv, keep)
+        self._check(L.fr_alltoall(h, sp, r.ptr, k, r.dtype))
+        return recv
+
+    def _counts(self, counts, what):
+        n = self.size
+        c = [int(x) for x in counts]
+        if len(c) != n or min(c, default=0) < 0:
+            raise ValueError("fastreduce: %s needs %d counts >= 0, got %r"
+                             % (what, n, counts))
+        arr = (ctypes.c_size_t * n)(*c)
+        displs, at = (ctypes.c_size_t * n)(), 0
+        for i, x in enumerate(c):
+            displs[i] = at
+            at += x
+        return arr, displs, at
+
+    def alltoallv(self, send, send_counts, recv_counts, recv=None, *,
+                  dtype=None):
+        """All-to-all with a count per pair: send holds send_counts[q]
+        elements for each rank q, back to back in rank order; recv (or a
+        new array like send) gets recv_counts[r] elements from each rank r,
+        back to back.  send_counts[q] on this rank must equal recv_counts[this
+        rank] on rank q.  Returns recv."""
+        return self._alltoallv(send, send_counts, recv_counts, recv, dtype, False)
+
+    def ialltoallv(self, send, send_counts, recv_counts, recv=None, *,
+                   dtype=None) -> Request:
+        """Non-blocking :meth:`alltoallv`."""
+        return self._alltoallv(send, send_counts, recv_counts, recv, dtype, True)
+
+    def _alltoallv(self, send, scounts, rcounts, recv, dtype, nb):
+        h = self._live()
+        sc, sd, stotal = self._counts(scounts, "send_counts")
+        rc, rd, rtotal = self._counts(rcounts, "recv_counts")
+        s = view(send, dtype, "send")
+        if s.count != stotal:
+            raise ValueError("fastreduce: send has %d elements, the counts say %d"
+                             % (s.count, stotal))
+        if recv is None:
+            recv = empty_like(send, rtotal, s.dtype)
+        r = view(recv, s.dtype, "recv")
+        if r.count != rtotal:
+            raise ValueError("fastreduce: recv has %d elements, the counts say %d"
+                             % (r.count, rtotal))
+        keep = (s, r, sc, sd, rc, rd)
+        if nb:
+            req = ctypes.c_void_p()
+            self._check(L.fr_ialltoallv(h, s.ptr, sc, sd, r.ptr, rc, rd, s.dtype,
+                                        ctypes.byref(req)))
+            return Request(self, req, recv, keep)
+        self._check(L.fr_alltoallv(h, s.ptr, sc, sd, r.ptr, rc, rd, s.dtype))
+        return recv
+
+    def allgatherv(self, send, recv_counts, recv=None, *, dtype=None):
+        """All-gather with a count per rank: recv (or a new array like send)
+        = every rank's send back to back in rank order, rank r's
+        recv_counts[r] elements long (the same list on every rank; len(send)
+        == recv_counts[rank]).  Returns recv."""
+        return self._allgatherv(send, recv_counts, recv, dtype, False)
+
+    def iallgatherv(self, send, recv_counts, recv=None, *, dtype=None) -> Request:
+        """Non-blocking :meth:`allgatherv`."""
+        return self._allgatherv(send, recv_counts, recv, dtype, True)
+
+    def _allgatherv(self, send, rcounts, recv, dtype, nb):
+        h = self._live()
+        rc, rd, total = self._counts(rcounts, "recv_counts")
+        s = view(send, dtype, "send")
+        if recv is None:
+            recv = empty_like(send, total, s.dtype)
+        r = view(recv, s.dtype, "recv")
+        if r.count != total:
+            raise ValueError("fastreduce: recv has %d elements, the counts say %d"
+                             % (r.count, total))
+        keep = (s, r, rc, rd)
+        if nb:
+            req = ctypes.c_void_p()
+            self._check(L.fr_iallgatherv(h, s.ptr, s.count, r.ptr, rc, rd, s.dtype,
+                                         ctypes.byref(req)))
+            return Request(self, req, recv, keep)
+        self._check(L.fr_allgatherv(h, s.ptr, s.count, r.ptr, rc, rd, s.dtype))
+        return recv
+
+    def reduce_scatterv(self, send, recv_counts, recv=None,
+                        op: Union[str, int] = "sum", *, dtype=None):
+        """Reduce-scatter with a count per rank: send holds the blocks back
+        to back in rank order (block r has recv_counts[r] elements, the
+        same list on every rank); recv (or a new array like send) = op over
+        all ranks of block ``rank``.  Returns recv."""
+        return self._reduce_scatterv(send, recv_counts, recv, op, dtype, False)
+
+    def ireduce_scatterv(self, send, recv_counts, recv=None,
+                         op: Union[str, int] = "sum", *, dtype=None) -> Request:
+        """Non-blocking :meth:`reduce_scatterv`."""
+        return self._reduce_scatterv(send, recv_counts, recv, op, dtype, True)
+
+    def _reduce_scatterv(self, send, rcounts, recv, op, dtype, nb):
+        h = self._live()
+        rc, _, total = self._counts(rcounts, "recv_counts")
+        s = view(send, dtype, "send")
+        if s.count != total:
+            raise ValueError("fastreduce: send has %d elements, the counts say %d"
+                             % (s.count, total))
+        mine = rc[self.rank]
+        if recv is None:
+            recv = empty_like(send, mine, s.dtype)
+        r = view(recv, s.dtype, "recv")
+        if r.count != mine:
+            raise ValueError("fastreduce: recv has %d elements, needs %d"
+                             % (r.count, mine))
+        keep = (s, r, rc)
+        if nb:
+            req = ctypes.c_void_p()
+            self._check(L.fr_ireduce_scatterv(h, s.ptr, r.ptr, rc, s.dtype, _op(op),
+                                              ctypes.byref(req)))
+            return Request(self, req, recv, keep)
+        self._check(L.fr_reduce_scatterv(h, s.ptr, r.ptr, rc, s.dtype, _op(op)))
+        return recv
+
     def broadcast(self, buf, root: int = 0, *, dtype=None):
         """Broadcast buf of rank root to every rank's buf; returns buf."""
         v = view(buf, dtype, "buf")

@@ -188,6 +188,67 @@ def test_other_collectives(c):
         sys.exit("FAIL bytearray allreduce")
 
 
+def test_new_collectives(c):
+    """reduce, alltoall(v), allgatherv, reduce_scatterv (numpy and torch)."""
+    rank, n = c.rank, c.size
+    for dt in ("float32", "int32", "bfloat16", "uint8"):
+        kw = {"dtype": "bfloat16"} if dt == "bfloat16" else {}
+        for k in (0, 1, 7, 4099):
+            for root in (0, n - 1):
+                x = inp(rank, k, dt, "sum")
+                ref = reference(n, k, dt, "sum")
+                out = np.empty_like(x)
+                got = c.reduce(x, root, "sum", out=out, **kw) if root % 2 == 0 else \
+                    c.ireduce(x, root, "sum", out=out, **kw).wait()
+                if rank == root:
+                    check("reduce %s k=%d root=%d" % (dt, k, root), got, dt, ref, same=False)
+                elif got is not None:
+                    sys.exit("FAIL reduce returned %r off the root" % (got,))
+            # alltoall: block q of rank r is inp(r * n + q)
+            send = np.concatenate([inp(rank * n + q, k, dt, "max") for q in range(n)]) \
+                if n else np.zeros(0)
+            want = np.concatenate([as_f64(inp(r * n + rank, k, dt, "max"), dt) for r in range(n)])
+            check("alltoall %s k=%d" % (dt, k), c.alltoall(send, **kw), dt, want, same=False)
+            buf = send.copy()
+            c.ialltoall(fr.IN_PLACE, buf, **kw).wait()
+            check("alltoall in place %s k=%d" % (dt, k), buf, dt, want, same=False)
+            # uneven: rank r sends (r + q + k) % 4 elements to rank q
+            sc = [(rank + q + k) % 4 for q in range(n)]
+            rc = [(r + rank + k) % 4 for r in range(n)]
+            send = np.concatenate([inp(rank * n + q, sc[q], dt, "max") for q in range(n)])
+            want = np.concatenate([as_f64(inp(r * n + rank, rc[r], dt, "max"), dt)
+                                   for r in range(n)])
+            check("alltoallv %s k=%d" % (dt, k), c.alltoallv(send, sc, rc, **kw), dt, want,
+                  same=False)
+            # allgatherv: rank r contributes (r + k) % 3 + k elements
+            cnt = [(r + k) % 3 + k for r in range(n)]
+            want = np.concatenate([as_f64(inp(r, cnt[r], dt, "min"), dt) for r in range(n)])
+            got = c.iallgatherv(inp(rank, cnt[rank], dt, "min"), cnt, **kw).wait()
+            check("allgatherv %s k=%d" % (dt, k), got, dt, want)
+            # reduce_scatterv over those blocks
+            total = sum(cnt)
+            full = reference(n, total, dt, "sum")
+            lo = sum(cnt[:rank])
+            got = c.reduce_scatterv(inp(rank, total, dt, "sum"), cnt, **kw)
+            check("reduce_scatterv %s k=%d" % (dt, k), got, dt, full[lo:lo + cnt[rank]],
+                  same=False)
+    if torch is not None:
+        t = torch.arange(2 * n, dtype=torch.float32) + 100 * rank
+        got = c.alltoall(t)
+        want = [float(100 * r + 2 * rank + j) for r in range(n) for j in range(2)]
+        if not isinstance(got, torch.Tensor) or got.tolist() != want:
+            sys.exit("FAIL torch alltoall %s" % got)
+    for bad in (lambda: c.alltoallv(np.ones(3, np.float32), [1] * (n + 1), [1] * n),
+                lambda: c.allgatherv(np.ones(2, np.float32), [-1] * n),
+                lambda: c.alltoall(np.ones(n + 1, np.float32)) if n > 1 else
+                c.alltoall(np.ones(3, np.float32), np.ones(2, np.float32))):
+        try:
+            bad()
+            sys.exit("FAIL bad counts accepted")
+        except ValueError:
+            pass
+
+
 def test_registration_and_stats(c):
     arena = np.zeros(1 << 16, np.float32)
     mem = c.register(arena)
@@ -271,6 +332,7 @@ def main():
         test_errors(c)
         test_allreduce(c)
         test_other_collectives(c)
+        test_new_collectives(c)
         test_torch(c)
         test_registration_and_stats(c)
         test_compression(c)

@@ -498,6 +498,27 @@ FR_API int fr_ireduce_scatterv(fr_comm_t *comm, const void *sendbuf,
 			       fr_dtype_t dtype, fr_op_t op,
 			       fr_request_t **req);
 
+/*
+ * Point-to-point: count elements from buf to rank peer, which receives
+ * them with fr_recv / fr_irecv of the same count, dtype and tag (>= 0).
+ * Messages between two ranks with the same tag are received in the order
+ * they were sent; tags let a receiver take them in another order.  Any
+ * size: small messages go eagerly into the peer's mailbox, large ones by
+ * a rendezvous straight into the receive buffer (zero copy; register the
+ * buffers with fr_mem_register to make that free).  A send to this rank
+ * itself works.  fr_send returns once buf may be reused, fr_recv once buf
+ * holds the message; the fr_i* forms return a request (fr_wait, fr_test)
+ * and proceed independently of collectives started meanwhile.
+ */
+FR_API int fr_send(fr_comm_t *comm, const void *buf, size_t count,
+		   fr_dtype_t dtype, int peer, int tag);
+FR_API int fr_recv(fr_comm_t *comm, void *buf, size_t count, fr_dtype_t dtype,
+		   int peer, int tag);
+FR_API int fr_isend(fr_comm_t *comm, const void *buf, size_t count,
+		    fr_dtype_t dtype, int peer, int tag, fr_request_t **req);
+FR_API int fr_irecv(fr_comm_t *comm, void *buf, size_t count, fr_dtype_t dtype,
+		    int peer, int tag, fr_request_t **req);
+
 /* Barrier: returns once every rank has entered it. */
 FR_API int fr_barrier(fr_comm_t *comm);
 FR_API int fr_ibarrier(fr_comm_t *comm, fr_request_t **req);

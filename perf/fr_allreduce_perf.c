@@ -7,16 +7,17 @@
  * binary runs under frrun, mpirun, srun, torchrun or one rank per host.
  *
  * -C picks the collective: allreduce (default), reduce_scatter, allgather,
- * broadcast, reduce, alltoall or allgatherv, measured as nccl-tests'
+ * broadcast, reduce, alltoall, allgatherv or sendrecv, measured as nccl-tests'
  * all_reduce_perf, reduce_scatter_perf, all_gather_perf, broadcast_perf,
- * reduce_perf and alltoall_perf do (allgatherv as allgather, every block
- * the same size).  For every datatype x operation x
- * size it runs -w warm-up and -n timed collectives; each rank averages its
- * own time per iteration and the slowest rank's average is reported (a
- * collective is as fast as its last rank).  Every timed call is also timed
- * on its own on every rank; after the loop one more small All-Reduce (max)
- * of those per-call times gives, per call, the slowest rank's time (what a
- * training step waits for), and median, p99 and min over the calls are
+ * reduce_perf, alltoall_perf and sendrecv_perf do (allgatherv as
+ * allgather, every block the same size; sendrecv: fr_isend to the next
+ * rank, fr_irecv from the previous, busbw = algbw).  For every datatype x
+ * operation x size it runs -w warm-up and -n timed collectives; each rank
+ * averages its own time per iteration and the slowest rank's average is
+ * reported (a collective is as fast as its last rank).  Every timed call is
+ * also timed on its own on every rank; after the loop one more small All-Reduce
+ * (max) of those per-call times gives, per call, the slowest rank's time (what
+ * a training step waits for), and median, p99 and min over the calls are
  * reported next to the mean (--stat picks which one the time, algbw and
  * busbw columns use; the mean by default, as nccl-tests).  The columns are
  * those of nccl-tests so numbers can be compared directly:
@@ -95,16 +96,18 @@ enum coll {
 	COLL_REDUCE,
 	COLL_ALLTOALL,
 	COLL_ALLGATHERV,
+	COLL_SENDRECV,
 	COLL_COUNT
 };
 
 static const char *const coll_names[COLL_COUNT] = {
-	"allreduce", "reduce_scatter", "allgather", "broadcast",
-	"reduce",    "alltoall",       "allgatherv"};
+	"allreduce", "reduce_scatter", "allgather",  "broadcast",
+	"reduce",    "alltoall",       "allgatherv", "sendrecv"};
 /* The library function each one calls, for error messages. */
 static const char *const coll_funcs[COLL_COUNT] = {
-	"fr_allreduce", "fr_reduce_scatter", "fr_allgather", "fr_broadcast",
-	"fr_reduce",	"fr_alltoall",	     "fr_allgatherv"};
+	"fr_allreduce",	 "fr_reduce_scatter", "fr_allgather",
+	"fr_broadcast",	 "fr_reduce",	      "fr_alltoall",
+	"fr_allgatherv", "fr_send/fr_recv"};
 
 /* Long options without a short letter. */
 enum {
@@ -626,6 +629,24 @@ static int coll_call(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count)
 		vblocks(c, count);
 		return fr_allgatherv(c->comm, o->inplace ? own : c->send, count,
 				     c->recv, c->vcounts, c->vdispls, dt);
+	case COLL_SENDRECV: {
+		/* as nccl-tests' sendrecv_perf: to the next rank, from the
+		 * previous, at once */
+		int n = c->nranks, rc, rc2;
+		fr_request_t *rr, *sr;
+
+		rc = fr_irecv(c->comm, c->recv, count, dt,
+			      (c->rank + n - 1) % n, 0, &rr);
+		if (rc)
+			return rc;
+		rc = fr_isend(c->comm, c->send, count, dt, (c->rank + 1) % n, 0,
+			      &sr);
+		if (!rc)
+			rc = fr_wait(&sr);
+		/* a failed send failed the communicator: this ends too */
+		rc2 = fr_wait(&rr);
+		return rc ? rc : rc2;
+	}
 	default:
 		return fr_broadcast(c->comm, c->recv, count, dt, (int)o->root);
 	}
@@ -706,6 +727,9 @@ static void prepare_check(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 		else
 			memset(c->recv, SENTINEL, blk);
 		break;
+	case COLL_SENDRECV:
+		memset(c->recv, SENTINEL, blk);
+		break;
 	case COLL_ALLGATHER:
 	case COLL_ALLGATHERV:
 		memset(c->recv, SENTINEL, rlen);
@@ -768,6 +792,11 @@ static long long count_wrong(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 	case COLL_ALLTOALL:
 		nsend = count * (size_t)c->nranks;
 		break;
+	case COLL_SENDRECV:
+		/* the previous rank's input */
+		k0 = (c->rank + c->nranks - 1) % c->nranks % PATTERN;
+		nsend = count;
+		break;
 	default:
 		k0 = (int)(c->o->root % PATTERN);
 		break;
@@ -790,12 +819,13 @@ static long long count_wrong(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 	} else {
 		/* Allgather: block b holds rank b's input; broadcast: the
 		 * root's (k0).  Exact data, bit for bit. */
-		size_t nblk = coll == COLL_BROADCAST ? 1 : (size_t)c->nranks;
+		bool one = coll == COLL_BROADCAST || coll == COLL_SENDRECV;
+		size_t nblk = one ? 1 : (size_t)c->nranks;
 
 		for (size_t b = 0; b < nblk; b++) {
 			/* alltoall: block b is elements rank * count.. of
 			 * rank b's send buffer */
-			k = coll == COLL_BROADCAST ? k0
+			k = one ? k0
 			    : coll == COLL_ALLTOALL
 				    ? (int)((b + (size_t)c->rank * count) %
 					    PATTERN)
@@ -828,6 +858,12 @@ static long long count_wrong(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 }
 
 /* ---- reporting ----------------------------------------------------------- */
+
+/* The algorithm column: point-to-point has none. */
+static const char *row_algo(const struct ctx *c, const struct row *r)
+{
+	return c->o->coll == COLL_SENDRECV ? "p2p" : fr_algo_name(r->algo);
+}
 
 static void lib_error(struct ctx *c, const char *what, int rc)
 {
@@ -976,7 +1012,7 @@ static void print_row(struct ctx *c, const struct row *r)
 		       r->bytes, r->count, fr_dtype_name(r->dtype),
 		       op_label(c, r->op), c->o->inplace, r->time_us, r->algbw,
 		       r->busbw, r->mean_us, r->median_us, r->p99_us, r->min_us,
-		       r->wrong < 0 ? "" : w, fr_algo_name(r->algo),
+		       r->wrong < 0 ? "" : w, row_algo(c, r),
 		       coll_names[c->o->coll], root);
 		if (c->o->overlap_ms > 0)
 			printf(",%.3f,%.3f,%.4f", r->compute_us, r->wall_us,
@@ -993,8 +1029,7 @@ static void print_row(struct ctx *c, const struct row *r)
 		printf(" %11zu %13zu %7s %6s %10.2f %8.3f %8.3f %10.2f %10.2f %10.2f %7s %13s",
 		       r->bytes, r->count, fr_dtype_name(r->dtype),
 		       op_label(c, r->op), r->time_us, r->algbw, r->busbw,
-		       r->median_us, r->p99_us, r->min_us, w,
-		       fr_algo_name(r->algo));
+		       r->median_us, r->p99_us, r->min_us, w, row_algo(c, r));
 		if (c->o->overlap_ms > 0)
 			printf(" %10.2f %10.2f %8.3f", r->compute_us,
 			       r->wall_us, overlap_ratio(r));
@@ -1084,7 +1119,7 @@ static void print_footer(struct ctx *c, long long total_wrong)
 				printf("\"wrong\":null,");
 			else
 				printf("\"wrong\":%lld,", r->wrong);
-			printf("\"algo\":\"%s\"", fr_algo_name(r->algo));
+			printf("\"algo\":\"%s\"", row_algo(c, r));
 			if (c->o->overlap_ms > 0)
 				printf(",\"compute_us\":%.3f,\"wall_us\":%.3f,"
 				       "\"overlap\":%.4f",
@@ -1199,6 +1234,8 @@ static const char *coll_func(const struct ctx *c, bool nonblocking)
 		return "fr_ialltoall/fr_wait";
 	case COLL_ALLGATHERV:
 		return "fr_iallgatherv/fr_wait";
+	case COLL_SENDRECV:
+		return "fr_isend/fr_irecv/fr_wait";
 	default:
 		return "fr_ibroadcast/fr_wait";
 	}
@@ -1632,7 +1669,8 @@ static void usage(FILE *f)
 		"Measure libfastreduce collectives (run it under frrun, mpirun, srun, torchrun).\n"
 		"\n"
 		"  -C, --collective COLL    allreduce (default), reduce_scatter, allgather,\n"
-		"                           broadcast, reduce, alltoall or allgatherv\n"
+		"                           broadcast, reduce, alltoall, allgatherv or\n"
+		"                           sendrecv (to the next rank, from the previous)\n"
 		"                           (sizes and busbw as nccl-tests; allgatherv\n"
 		"                           as allgather, with equal blocks)\n"
 		"  -r, --root RANK          the root of broadcast and reduce (default 0)\n"
@@ -1911,6 +1949,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	/* Broadcast has one buffer: it is in place by nature. */
 	if (o->coll == COLL_BROADCAST)
 		o->inplace = true;
+	/* A send and a receive: two buffers by nature. */
+	if (o->coll == COLL_SENDRECV)
+		o->inplace = false;
+	if (o->coll == COLL_SENDRECV && o->overlap_ms > 0)
+		return bad("collective for --overlap-ms (one request per call)",
+			   "sendrecv");
 	/* An explicit avg on an integer type is a mistake, not a skip. */
 	if (coll_reduces(o->coll) && o->ndtypes == 1 && o->nops == 1 &&
 	    o->ops[0] == FR_AVG && !is_float(o->dtypes[0]))

@@ -36,8 +36,10 @@ LAYERS = [
     ("memory", ["src/mem.c"]),
     ("peers", ["src/peer.c"]),
     ("algorithms", ["src/algo/"]),
-    ("engine", ["src/lock.c", "src/request.c", "src/progress.c"]),
-    ("entry points", ["src/comm.c", "src/coll.c", "src/buckets.c"]),
+    ("engine", ["src/lock.c", "src/request.c", "src/progress.c",
+                "src/p2p.c"]),
+    ("entry points", ["src/comm.c", "src/coll.c", "src/buckets.c",
+                      "src/sendrecv.c"]),
 ]
 
 

@@ -13,7 +13,8 @@
  * Layer: engine.  Calls the algorithms only through the table's hooks
  * (fr_algo_select, fr_algos_*: algo/algo.h), the peers, the memory layer
  * and the transport's poll/wait/wake; called by the entry points.  Within
- * the layer progress.c calls request.c, which calls lock.c.  Owns struct
+ * the layer progress.c calls request.c, which calls lock.c and p2p.c
+ * (point-to-point requests, which p2p.c says how they travel).  Owns struct
  * fr_engine and struct fr_threads.
  */
 #ifndef FR_ENGINE_H
@@ -29,6 +30,21 @@
 
 struct fr_comm;
 struct fr_request;
+struct fr_mem;
+struct fr_p2p_unexp;
+
+/* A point-to-point request's state (req->p2p, p2p.c). */
+struct fr_p2p_req {
+	bool on;   /* this request is a send or a receive, not a collective */
+	bool send; /* else a receive */
+	int peer, tag;
+	int stage;		 /* p2p.c's enum p2p_stage */
+	uint32_t psn;		 /* the sender's number of the message */
+	uint32_t id;		 /* receive: the rendezvous write's id */
+	struct fr_mem *mem;	 /* the registration of the buffer */
+	size_t moff;		 /* the buffer's offset in it */
+	struct fr_request *next; /* comm->eng.p2p, in the order posted */
+};
 
 /* The request queue (comm->eng). */
 struct fr_engine {
@@ -38,6 +54,11 @@ struct fr_engine {
 	 * allocates nothing (request.c, req_new / req_unlink_free) */
 	struct fr_request *spare;
 	int last_algo; /* of the last collective started */
+	/* point-to-point (p2p.c): sends and receives in the order posted,
+	 * messages that arrived before their receive, the numbers given */
+	struct fr_request *p2p, *p2p_tail;
+	struct fr_p2p_unexp *unexp, *unexp_tail;
+	uint32_t p2p_psn, p2p_id;
 	int spin_us;   /* busy-poll budget before blocking; -1: never block */
 	unsigned int busy_steps; /* fr_engine_step: steps that did work */
 	/* a spin that finds its core shared (request.c, shared_core()) */
@@ -91,6 +112,24 @@ void fr_lock_fini(struct fr_comm *comm);
 /* progress.c */
 int fr_progress_thread_start(struct fr_comm *comm, char *err, size_t errlen);
 void fr_progress_thread_stop(struct fr_comm *comm);
+
+/* p2p.c: point-to-point sends and receives */
+/* Queue a send (send) or receive of count elements with peer and tag;
+ * the checks are the caller's.  0 or an error; *out the request. */
+int fr_p2p_submit(struct fr_comm *comm, bool send, void *buf, size_t count,
+		  fr_dtype_t dtype, int peer, int tag, fr_request_t **out);
+/* Every engine round: take point-to-point messages, post what can go. */
+int fr_p2p_progress(struct fr_comm *comm, bool *did_work);
+/* A rendezvous write landed (FR_IMM_P2P). */
+int fr_p2p_on_cqe(struct fr_comm *comm, int peer, uint32_t imm, uint32_t len);
+/* The peer the oldest unfinished request waits on, or -1. */
+int fr_p2p_waiting_on(const struct fr_comm *comm);
+/* The communicator failed: finish every request with its error. */
+void fr_p2p_fail_all(struct fr_comm *comm);
+/* Take req out of the list (it is finished and being freed). */
+void fr_p2p_unlink(struct fr_request *req);
+/* Destroy: free every request and unexpected message. */
+void fr_p2p_abandon(struct fr_comm *comm);
 
 /* request.c */
 /* One round of the engine with the checks a waiter makes (timeout, peer

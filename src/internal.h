@@ -7,7 +7,9 @@
  * from the objects' symbols that no two files call each other):
  *
  *   entry points   comm.c coll.c buckets.c      the public API, the lock taken
- *   engine         progress.c request.c lock.c  requests, progress, the lock
+ *                  sendrecv.c
+ *   engine         progress.c request.c lock.c  requests, progress, the lock,
+ *                  p2p.c                        point-to-point
  *   algorithms     src/algo/                    schedules behind struct fr_algo
  *   peers          peer.c                       connections, mailboxes,
  *                                               liveness, failure and abort
@@ -74,6 +76,9 @@ struct fr_request {
 	/* the v-collectives' counts and displacements in elements, copied
 	 * from the caller (FR_VEC_*: nranks each), owned by the request */
 	size_t *vec;
+	/* a point-to-point send or receive (p2p.c), not a collective:
+	 * kept in comm->eng.p2p, not the collectives' queue */
+	struct fr_p2p_req p2p;
 	const struct fr_algo *algo;
 	void *algo_state;
 	/* Last, and not copied from the template (fr_req_submit): where a

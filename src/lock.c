@@ -157,6 +157,11 @@ int fr_sleep_ms(const struct fr_comm *comm, bool pending)
 	/* patient with a late rank: keep pinging it, do not spin */
 	if (comm->peer.late_level)
 		return 100;
+	/* only point-to-point waits: a peer that answers PINGs may take as
+	 * long as it likes to send (p2p.c); keep pinging, do not spin */
+	if (idle >= (uint64_t)comm->peer.timeout_ms && !comm->eng.queue &&
+	    comm->eng.p2p)
+		return 100;
 	if (idle >= (uint64_t)comm->peer.timeout_ms)
 		return 0;
 	return (int)FR_MIN((uint64_t)comm->peer.timeout_ms - idle,

@@ -198,7 +198,7 @@ int fr_msg_decode(const uint8_t *b, size_t maxlen, struct fr_msg *m)
 	m->err = (int32_t)fr_get_le32(b + 44);
 	m->origin = (int32_t)fr_get_le32(b + 48);
 	m->aux = fr_get_le32(b + 52);
-	if (m->type < FR_MSG_DATA || m->type > FR_MSG_BYE || m->len > maxlen)
+	if (m->type < FR_MSG_DATA || m->type > FR_MSG_CTS || m->len > maxlen)
 		return FR_EPROTO;
 	return 0;
 }
@@ -279,8 +279,17 @@ err_mbx:
 void fr_peers_fini(struct fr_comm *c)
 {
 	if (c->peer.peers)
-		for (int r = 0; r < c->nranks; r++)
-			probe_close(c, &c->peer.peers[r]);
+		for (int r = 0; r < c->nranks; r++) {
+			struct fr_peer *p = &c->peer.peers[r];
+
+			probe_close(c, p);
+			while (p->stash) {
+				struct fr_stashed *s = p->stash;
+
+				p->stash = s->next;
+				free(s);
+			}
+		}
 	if (c->peer.peers)
 		for (struct fr_peer *p = c->peer.active; p; p = p->next_active)
 			if (p->conn)
@@ -746,6 +755,23 @@ int fr_peers_watch(struct fr_comm *comm, const struct fr_request *req, int peer)
 	return FR_ETIMEDOUT;
 }
 
+int fr_peers_watch_p2p(struct fr_comm *comm, int peer)
+{
+	uint64_t idle = fr_coarse_since(comm->peer.last_activity_ms);
+	unsigned int level = 0;
+
+	if (peer < 0 || peer >= comm->nranks || peer == comm->rank)
+		return 0;
+	/* it answers PINGs: alive, and free to send when it likes */
+	if (liveness(comm, peer, comm->peer.seq, idle, &level) >= 0 ||
+	    idle < (uint64_t)comm->peer.timeout_ms)
+		return 0;
+	return fr_comm_fail(
+		comm, FR_ETIMEDOUT,
+		"rank %d: point-to-point with rank %d: no progress for %llu ms and rank %d does not answer (dead, hung, unreachable, or busy outside the library without a progress thread)",
+		comm->rank, peer, (unsigned long long)idle, peer);
+}
+
 /*
  * A peer we wait on said goodbye and left nothing unread: it will never
  * send what we wait for, so fail now instead of at the timeout.  Not while
@@ -1082,35 +1108,110 @@ int fr_msg_leftover(struct fr_comm *c, const struct fr_request *req)
 		const uint8_t *b;
 		int rc;
 
-		if (p->recv_taken == p->recv_arrived)
-			continue;
-		rc = msg_peek(c, p, &b);
-		if (rc)
-			return rc;
-		if (p->peek.seq == req->seq)
+		const struct fr_msg *m = &p->peek;
+
+		if (p->stash) {
+			m = &p->stash->m;
+		} else {
+			if (p->recv_taken == p->recv_arrived)
+				continue;
+			rc = msg_peek(c, p, &b);
+			if (rc)
+				return rc;
+			if (FR_MSG_IS_P2P(m->type))
+				continue; /* not a collective's */
+		}
+		if (m->seq == req->seq)
 			return fr_comm_fail(
 				c, FR_EMISMATCH,
 				"rank %d: collective #%u (%s, root %d) is done here, but rank %d sent this rank a message for it that its schedule does not have (%s, root %d): the ranks called it with different roots or counts",
 				c->rank, req->seq, fr_coll_name(req->coll),
-				req->root, p->rank, fr_coll_name(p->peek.coll),
-				p->peek.root);
+				req->root, p->rank, fr_coll_name(m->coll),
+				m->root);
 	}
 	return 0;
+}
+
+/* The head of p's slots is consumed: its slot will be written again. */
+static void slot_consume(struct fr_comm *c, struct fr_peer *p)
+{
+	p->have_peek = false;
+	p->recv_taken++;
+	c->peer.unread--;
+	p->credits_owed++;
+}
+
+int fr_msg_p2p_next(struct fr_comm *c, int rank, const struct fr_msg **mp,
+		    const uint8_t **payload)
+{
+	struct fr_peer *p = &c->peer.peers[rank];
+
+	while (p->recv_taken != p->recv_arrived) {
+		struct fr_stashed *s;
+		const uint8_t *b;
+		int rc = msg_peek(c, p, &b);
+
+		if (rc)
+			return rc;
+		if (FR_MSG_IS_P2P(p->peek.type)) {
+			*mp = &p->peek;
+			*payload = b + p->peek.hdr;
+			return 0;
+		}
+		/* a collective's message ahead of it: a copy waits for its
+		 * collective, the slot goes back to the sender */
+		s = malloc(sizeof(*s) + p->peek.len);
+		if (!s)
+			return fr_comm_fail(
+				c, FR_ENOMEM,
+				"rank %d: out of memory keeping a message of rank %d",
+				c->rank, rank);
+		s->next = NULL;
+		s->m = p->peek;
+		memcpy(s->data, b + p->peek.hdr, p->peek.len);
+		if (p->stash_tail)
+			p->stash_tail->next = s;
+		else
+			p->stash = s;
+		p->stash_tail = s;
+		slot_consume(c, p);
+	}
+	return FR_EAGAIN;
+}
+
+void fr_msg_p2p_consume(struct fr_comm *c, int rank)
+{
+	struct fr_peer *p = &c->peer.peers[rank];
+
+	slot_consume(c, p);
+	p->p2p_unread--;
+	c->peer.p2p_unread--;
 }
 
 int fr_msg_get(struct fr_comm *c, const struct fr_request *req, int rank,
 	       const struct fr_msg **mp, const uint8_t **payload)
 {
 	struct fr_peer *p = &c->peer.peers[rank];
-	const uint8_t *b;
-	struct fr_msg *m = &p->peek;
+	const uint8_t *b, *pl;
+	const struct fr_msg *m = &p->peek;
 	int rc;
 
-	if (p->recv_taken == p->recv_arrived)
-		return FR_EAGAIN;
-	rc = msg_peek(c, p, &b);
-	if (rc)
-		return rc;
+	if (p->stash) {
+		/* moved out of the way of a point-to-point message: older
+		 * than anything still in a slot */
+		m = &p->stash->m;
+		pl = p->stash->data;
+	} else {
+		if (p->recv_taken == p->recv_arrived)
+			return FR_EAGAIN;
+		rc = msg_peek(c, p, &b);
+		if (rc)
+			return rc;
+		/* point-to-point: the engine moves it on (fr_msg_p2p_next) */
+		if (FR_MSG_IS_P2P(m->type))
+			return FR_EAGAIN;
+		pl = b + m->hdr;
+	}
 	if (m->seq != req->seq) {
 		/* A peer already in a later collective: keep it for then. */
 		if ((int32_t)(m->seq - req->seq) > 0)
@@ -1144,18 +1245,24 @@ int fr_msg_get(struct fr_comm *c, const struct fr_request *req, int rank,
 			fr_algo_name(wire_algo(req) & 15),
 			fr_compress_name(req->compress));
 	*mp = m;
-	*payload = b + m->hdr;
+	*payload = pl;
 	return 0;
 }
 
 void fr_msg_consume(struct fr_comm *c, int rank)
 {
 	struct fr_peer *p = &c->peer.peers[rank];
+	struct fr_stashed *s = p->stash;
 
-	p->have_peek = false;
-	p->recv_taken++;
-	c->peer.unread--;
-	p->credits_owed++;
+	if (s) {
+		/* its slot went back when it was stashed */
+		p->stash = s->next;
+		if (!p->stash)
+			p->stash_tail = NULL;
+		free(s);
+		return;
+	}
+	slot_consume(c, p);
 }
 
 static int on_abort(struct fr_comm *c, struct fr_peer *p,
@@ -1251,7 +1358,8 @@ static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
 		return 0;
 	}
 	if (slot != p->recv_arrived % (uint32_t)c->peer.mbx_slots ||
-	    m.type > FR_MSG_READY || m.credits > (uint32_t)c->peer.mbx_slots)
+	    (m.type > FR_MSG_READY && !FR_MSG_IS_P2P(m.type)) ||
+	    m.credits > (uint32_t)c->peer.mbx_slots)
 		goto bad;
 	p->recv_arrived++;
 	c->peer.unread++;
@@ -1260,6 +1368,11 @@ static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
 	p->credits += (int)m.credits;
 	if (p->credits > c->peer.mbx_slots)
 		goto bad;
+	if (FR_MSG_IS_P2P(m.type)) {
+		p->p2p_unread++;
+		c->peer.p2p_unread++;
+		return 0;
+	}
 	/* for a collective this rank has finished: its schedule had no
 	 * place for it (the ranks disagree on roots or counts); say so now,
 	 * not when this rank next reads from that peer, if it ever does */

@@ -76,6 +76,8 @@ enum fr_imm_type {
 	FR_IMM_RCREDIT = 5, /* ring: staging slots freed             */
 	FR_IMM_PING = 6,    /* are you alive?                        */
 	FR_IMM_PONG = 7,    /* yes: late level << 16 | started mod 2^16 */
+	/* the engine's point-to-point (p2p.c), not an algorithm's */
+	FR_IMM_P2P = 8, /* rendezvous write: payload = the receiver's id */
 };
 /* The types the peer layer reads itself. */
 #define FR_IMM_PEER_TYPES                                             \
@@ -103,6 +105,19 @@ enum fr_msg_type {
 	FR_MSG_READY = 2, /* ring: ready to receive, names the buffer */
 	FR_MSG_ABORT = 3, /* the job failed (special slot, sent once) */
 	FR_MSG_BYE = 4,	  /* the communicator is destroyed (special slot) */
+	/* point-to-point (p2p.c): aux = tag, seq = the sender's number */
+	FR_MSG_P2P = 5, /* eager data, all of it */
+	FR_MSG_RTS = 6, /* ready to send count elements (rendezvous) */
+	FR_MSG_CTS = 7, /* clear to send: aux = id, offset, payload = key */
+};
+#define FR_MSG_IS_P2P(t) ((t) >= FR_MSG_P2P && (t) <= FR_MSG_CTS)
+
+/* A collective's message moved out of its mailbox slot because a
+ * point-to-point message behind it was wanted (fr_msg_p2p_next). */
+struct fr_stashed {
+	struct fr_stashed *next;
+	struct fr_msg m;
+	uint8_t data[];
 };
 
 #define FR_MSG_HDR 64
@@ -137,6 +152,10 @@ struct fr_peer {
 	int credits_owed;      /* consumed, not yet returned */
 	bool have_peek;	       /* msg below is the decoded head */
 	struct fr_msg peek;
+	/* collectives' messages taken out of the slots, oldest first: they
+	 * come before anything still in a slot */
+	struct fr_stashed *stash, *stash_tail;
+	uint32_t p2p_unread; /* point-to-point messages in its slots */
 	bool bye; /* it destroyed its communicator */
 	/* liveness (peer.c, "Slow or dead"): our last PING to it, its last
 	 * PONG, and what that said: how many collectives it had started, and
@@ -182,6 +201,7 @@ struct fr_peer_layer {
 	uint32_t out_next;
 	bool ll; /* small messages by the transport's write_inline (FR_LL) */
 	uint32_t unread;      /* data messages landed, not yet consumed */
+	uint32_t p2p_unread;  /* ... of them point-to-point ones */
 	int outstanding;      /* our writes without a SEND completion */
 	int user_outstanding; /* ... of them, writes from user buffers */
 	/* liveness ("Slow or dead" in peer.c) */
@@ -276,6 +296,23 @@ void fr_msg_for(const struct fr_request *req, uint8_t type, struct fr_msg *m);
 int fr_msg_get(struct fr_comm *comm, const struct fr_request *req, int rank,
 	       const struct fr_msg **m, const uint8_t **payload);
 void fr_msg_consume(struct fr_comm *comm, int rank);
+/*
+ * Point-to-point messages (FR_MSG_IS_P2P) are not a collective's: the next
+ * one from rank, 0 with *m and *payload, or FR_EAGAIN.  Collectives'
+ * messages ahead of it move to the peer's stash, where fr_msg_get finds
+ * them first, so that both kinds flow whatever order the application
+ * calls them in.  fr_msg_p2p_consume() frees its slot.
+ */
+int fr_msg_p2p_next(struct fr_comm *comm, int rank, const struct fr_msg **m,
+		    const uint8_t **payload);
+void fr_msg_p2p_consume(struct fr_comm *comm, int rank);
+/*
+ * The engine waits for a point-to-point message or write from peer: PING it
+ * now and then; fail the communicator (FR_ETIMEDOUT) once it has answered
+ * nothing for the timeout.  A peer that answers may take as long as it
+ * likes to send.
+ */
+int fr_peers_watch_p2p(struct fr_comm *comm, int peer);
 /* A collective is done: a message for it from any peer that is still
  * unconsumed means the ranks disagree on its schedule (roots, counts), and
  * fails the communicator with FR_EMISMATCH; else 0. */

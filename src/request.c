@@ -60,6 +60,7 @@ static void fail_all(struct fr_comm *comm)
 	for (struct fr_request *q = comm->eng.queue; q; q = q->next)
 		if (q->state != FR_REQ_DONE)
 			req_finish(q, comm->fail.failed);
+	fr_p2p_fail_all(comm);
 	/* nothing holds them now: no late write may land in them */
 	fr_mem_cache_drop_idle(comm);
 }
@@ -110,8 +111,13 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 			for (int i = 0; i < n; i++) {
 				int from;
 
-				if (fr_peers_on_cqe(comm, &cqe[i], &from) ==
+				if (fr_peers_on_cqe(comm, &cqe[i], &from) !=
 				    FR_PEERS_FOR_ALGO)
+					continue;
+				if (FR_IMM_TYPE(cqe[i].imm) == FR_IMM_P2P)
+					fr_p2p_on_cqe(comm, from, cqe[i].imm,
+						      cqe[i].len);
+				else
 					fr_algos_on_cqe(comm,
 							fr_active_req(comm),
 							from, &cqe[i]);
@@ -123,6 +129,10 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 		    fr_algos_progress(comm, did_work))
 			goto failed;
 	}
+	/* point-to-point: what arrived, what can go */
+	if ((comm->eng.p2p || comm->peer.p2p_unread) &&
+	    fr_p2p_progress(comm, did_work))
+		goto failed;
 	/* Run collectives back to back while they complete. */
 	while ((req = first_pending(comm))) {
 		if (req->state == FR_REQ_QUEUED) {
@@ -189,7 +199,13 @@ static int check_timeout(struct fr_comm *comm)
 	int peer = req && req->algo && req->state == FR_REQ_ACTIVE
 			   ? req->algo->waiting_on(comm, req)
 			   : -1;
-	int rc = fr_peers_watch(comm, req, peer);
+	int rc;
+
+	/* only point-to-point waits: a peer that answers may take its time */
+	if (!req && comm->eng.p2p)
+		rc = fr_peers_watch_p2p(comm, fr_p2p_waiting_on(comm));
+	else
+		rc = fr_peers_watch(comm, req, peer);
 
 	if (rc)
 		fail_all(comm);
@@ -246,6 +262,11 @@ static void req_unlink_free(struct fr_request *req)
 	struct fr_comm *comm = req->comm;
 	struct fr_request **pp, *prev = NULL;
 
+	if (req->p2p.on) {
+		fr_p2p_unlink(req);
+		req->p2p.on = false;
+		goto free;
+	}
 	for (pp = &comm->eng.queue; *pp && *pp != req; pp = &(*pp)->next)
 		prev = *pp;
 	if (*pp)
@@ -256,6 +277,7 @@ static void req_unlink_free(struct fr_request *req)
 		req->algo->free(req);
 	free(req->vec);
 	req->vec = NULL;
+free:
 	if (comm->eng.spare)
 		free(req);
 	else
@@ -293,7 +315,7 @@ int fr_test(fr_request_t **reqp, int *done)
 static bool engine_step(struct fr_comm *comm, bool *did_work, bool watch_idle)
 {
 	fr_progress_internal(comm, did_work);
-	if (!first_pending(comm))
+	if (!first_pending(comm) && !comm->eng.p2p)
 		return false;
 	/* A step that did work has just seen progress: no timeout is due, and
 	 * the watch (clock reads, liveness) is most of a small collective's
@@ -306,7 +328,7 @@ static bool engine_step(struct fr_comm *comm, bool *did_work, bool watch_idle)
 		return true;
 	if (!check_timeout(comm) && !*did_work)
 		check_gone(comm);
-	return first_pending(comm) != NULL;
+	return first_pending(comm) != NULL || comm->eng.p2p;
 }
 
 bool fr_engine_step(struct fr_comm *comm, bool *did_work)
@@ -512,6 +534,7 @@ void fr_requests_abandon(struct fr_comm *comm)
 		free(req);
 	}
 	comm->eng.tail = NULL;
+	fr_p2p_abandon(comm);
 	free(comm->eng.spare);
 	comm->eng.spare = NULL;
 }

@@ -13,7 +13,20 @@
  *       for bit; data movement must put every block in place and leave the
  *       gaps between blocks alone; then several non-blocking calls of
  *       different kinds in flight at once, waited in reverse order;
- *   mp_xcolls mismatch --victim R --what a2av|a2av1|agv|root|refuse
+ *   mp_xcolls p2p
+ *       point-to-point: around the ring at every size (eager, just past
+ *       a mailbox slot, large: the rendezvous), several dtypes; tags
+ *       received out of order and in order within a tag (small and large
+ *       messages unexpected); a message that crosses an All-Reduce's;
+ *       sends to this rank itself; registered buffers registered once;
+ *   mp_xcolls mismatch --victim R --what a2av|a2av1|agv|root|refuse|
+ *                                        p2pcount|p2pdie|p2pstall|p2plate
+ *       (p2pcount: a receive of another count: FR_EMISMATCH everywhere;
+ *       p2pdie, p2pstall: after one message rank R leaves, or stays
+ *       alive without calling the library for 8 s; rank 0 waits for its
+ *       next message and must fail within FR_TIMEOUT_MS plus a margin;
+ *       p2plate: rank R, alive, sends 5 s late: the receive waits for it,
+ *       whatever FR_TIMEOUT_MS)
  *       rank R calls with counts (or a root) that disagree with the
  *       others': every rank gets FR_EMISMATCH from the call or, where its
  *       own part of the call went through, from a barrier after it; no
@@ -30,6 +43,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "fastreduce.h"
 #include "reference.h"
@@ -51,6 +66,14 @@ static bool chain; /* the last reduce ran the chain, not the tree */
 	} while (0)
 
 #define SENTINEL 0xa5
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static void *xmalloc(size_t n)
 {
@@ -508,6 +531,192 @@ static void run_check(fr_comm_t *comm, const char *counts_s)
 	check_empty(comm);
 }
 
+/* ---- point-to-point ------------------------------------------------------ */
+
+/* The data of message (from, tag): every rank can build it. */
+static void msg_fill(fr_dtype_t dt, void *buf, size_t count, int from, int tag)
+{
+	ref_fill(dt, buf, count, from * 1000 + tag, 77);
+}
+
+static void check_msg(fr_dtype_t dt, const void *got, size_t count, int from,
+		      int tag, const char *what)
+{
+	size_t bytes = count * ref_dtype_size(dt);
+	void *want = xmalloc(bytes);
+
+	msg_fill(dt, want, count, from, tag);
+	CHECK(!memcmp(got, want, bytes),
+	      "%s: message (%d, tag %d, %zu %s) differs", what, from, tag,
+	      count, fr_dtype_name(dt));
+	free(want);
+}
+
+static void run_p2p(fr_comm_t *comm)
+{
+	static const size_t counts[] = {0, 1, 7, 8192, 8193, 100003};
+	static const fr_dtype_t dts[] = {FR_F32, FR_U8, FR_F64};
+	int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+	fr_request_t *rq[8];
+	int rc;
+
+	/* 1. around the ring, every size (eager, just past it, large) */
+	for (size_t d = 0; d < 3; d++)
+		for (size_t c = 0; c < 6; c++) {
+			fr_dtype_t dt = dts[d];
+			size_t n = counts[c], bytes = n * ref_dtype_size(dt);
+			void *out = xmalloc(bytes), *in = xmalloc(bytes);
+			int tag = (int)(d * 10 + c);
+
+			msg_fill(dt, out, n, rank, tag);
+			memset(in, SENTINEL, bytes);
+			rc = fr_irecv(comm, in, n, dt, prev, tag, &rq[0]);
+			if (!rc)
+				rc = fr_isend(comm, out, n, dt, next, tag,
+					      &rq[1]);
+			if (!rc)
+				rc = fr_wait(&rq[1]);
+			if (!rc)
+				rc = fr_wait(&rq[0]);
+			CHECK(rc == 0, "ring %zu %s: %s: %s", n,
+			      fr_dtype_name(dt), fr_strerror(rc),
+			      fr_comm_last_error(comm));
+			if (!rc)
+				check_msg(dt, in, n, prev, tag, "ring");
+			free(in);
+			free(out);
+		}
+
+	/* 2. tags out of order, in order within a tag: small and large
+	 * messages wait unexpected, or as their RTS, until their receive */
+	if (nranks > 1 && rank < 2) {
+		static const int tags[] = {7, 7, 3, 3};
+		static const size_t sz[] = {5, 50000, 6, 40000};
+		static const int order[] = {2, 3, 0, 1}; /* tag 3 first */
+		float *buf[4];
+
+		for (int i = 0; i < 4; i++) {
+			buf[i] = xmalloc(sz[i] * 4);
+			if (rank == 0)
+				msg_fill(FR_F32, buf[i], sz[i], 0,
+					 tags[i] * 100 + i);
+		}
+		rc = 0;
+		for (int k = 0; k < 4 && !rc; k++) {
+			int i = rank == 0 ? k : order[k];
+
+			rc = rank == 0 ? fr_isend(comm, buf[i], sz[i], FR_F32,
+						  1, tags[i], &rq[i])
+				       : fr_irecv(comm, buf[i], sz[i], FR_F32,
+						  0, tags[i], &rq[i]);
+		}
+		for (int k = 0; k < 4 && !rc; k++) {
+			int i = rank == 0 ? k : order[k];
+
+			rc = fr_wait(&rq[i]);
+			if (!rc && rank == 1)
+				check_msg(FR_F32, buf[i], sz[i], 0,
+					  tags[i] * 100 + i, "tags");
+		}
+		CHECK(rc == 0, "tags: %s: %s", fr_strerror(rc),
+		      fr_comm_last_error(comm));
+		for (int i = 0; i < 4; i++)
+			free(buf[i]);
+	}
+
+	/* 3. a point-to-point message and a collective cross: rank 1 waits
+	 * for rank 0's message while rank 0's All-Reduce message to it comes
+	 * first; then the All-Reduce (its message kept aside meanwhile) */
+	if (nranks > 1) {
+		float v = (float)rank, got = -1;
+		int32_t x = rank + 1;
+		fr_request_t *ar = NULL;
+
+		if (rank == 0) {
+			rc = fr_iallreduce(comm, FR_IN_PLACE, &x, 1, FR_I32,
+					   FR_SUM, &ar);
+			if (!rc)
+				rc = fr_send(comm, &v, 1, FR_F32, 1, 42);
+			if (!rc)
+				rc = fr_wait(&ar);
+		} else if (rank == 1) {
+			rc = fr_recv(comm, &got, 1, FR_F32, 0, 42);
+			CHECK(!rc && got == 0.0f, "cross: got %g", (double)got);
+			if (!rc)
+				rc = fr_allreduce(comm, FR_IN_PLACE, &x, 1,
+						  FR_I32, FR_SUM);
+		} else {
+			rc = fr_allreduce(comm, FR_IN_PLACE, &x, 1, FR_I32,
+					  FR_SUM);
+		}
+		CHECK(rc == 0 && x == nranks * (nranks + 1) / 2,
+		      "cross: %s, sum %d", fr_strerror(rc), (int)x);
+	}
+
+	/* 4. to ourselves, receive before and after the send */
+	{
+		float a[3] = {1, 2, 3}, b[3] = {0};
+		float *big = xmalloc(50000 * 4), *bigr = xmalloc(50000 * 4);
+
+		msg_fill(FR_F32, big, 50000, rank, 9);
+		rc = fr_send(comm, a, 3, FR_F32, rank, 1);
+		if (!rc)
+			rc = fr_recv(comm, b, 3, FR_F32, rank, 1);
+		CHECK(!rc && !memcmp(a, b, sizeof(a)), "self small: %s",
+		      fr_strerror(rc));
+		rc = fr_irecv(comm, bigr, 50000, FR_F32, rank, 9, &rq[0]);
+		if (!rc)
+			rc = fr_send(comm, big, 50000, FR_F32, rank, 9);
+		if (!rc)
+			rc = fr_wait(&rq[0]);
+		CHECK(!rc && !memcmp(big, bigr, 50000 * 4), "self large: %s",
+		      fr_strerror(rc));
+		free(big);
+		free(bigr);
+	}
+
+	/* 5. registered buffers: zero copy, registered once */
+	if (nranks > 1) {
+		size_t n = 1 << 18;
+		float *s = xmalloc(n * 4), *r = xmalloc(n * 4);
+		fr_mem_t *ms = NULL, *mr = NULL;
+		fr_stats_t st0 = {.size = sizeof(st0)}, st1 = st0;
+
+		rc = fr_mem_register(comm, s, n * 4, &ms);
+		if (!rc)
+			rc = fr_mem_register(comm, r, n * 4, &mr);
+		CHECK(rc == 0, "register: %s", fr_strerror(rc));
+		for (int it = 0; it < 4 && !rc; it++) {
+			if (it == 1)
+				fr_comm_stats(comm, &st0);
+			msg_fill(FR_F32, s, n, rank, 100 + it);
+			rc = fr_irecv(comm, r, n, FR_F32, prev, 100 + it,
+				      &rq[0]);
+			if (!rc)
+				rc = fr_send(comm, s, n, FR_F32, next,
+					     100 + it);
+			if (!rc)
+				rc = fr_wait(&rq[0]);
+			CHECK(rc == 0, "registered %d: %s", it,
+			      fr_strerror(rc));
+			if (!rc)
+				check_msg(FR_F32, r, n, prev, 100 + it,
+					  "registered");
+		}
+		fr_comm_stats(comm, &st1);
+		CHECK(st1.mem_registrations == st0.mem_registrations,
+		      "registered buffers were registered again (%llu -> %llu)",
+		      (unsigned long long)st0.mem_registrations,
+		      (unsigned long long)st1.mem_registrations);
+		fr_mem_deregister(ms);
+		fr_mem_deregister(mr);
+		free(s);
+		free(r);
+	}
+	rc = fr_barrier(comm);
+	CHECK(rc == 0, "barrier after p2p: %s", fr_strerror(rc));
+}
+
 /* ---- mismatches --------------------------------------------------------- */
 
 static void run_mismatch(fr_comm_t *comm, int victim, const char *what)
@@ -541,6 +750,63 @@ static void run_mismatch(fr_comm_t *comm, int victim, const char *what)
 		/* the victim names root 1, the others root 0 */
 		rc = fr_reduce(comm, buf, out, 4, FR_I32, FR_SUM,
 			       rank == victim ? 1 : 0);
+	} else if (!strcmp(what, "p2pcount")) {
+		/* a receive of another count than the message's */
+		if (rank == 0)
+			rc = fr_send(comm, buf, 4, FR_I32, 1, 5);
+		else if (rank == 1)
+			rc = fr_recv(comm, out, 5, FR_I32, 0, 5);
+		else
+			rc = 0;
+	} else if (!strcmp(what, "p2pdie") || !strcmp(what, "p2pstall")) {
+		/* after one message the victim leaves without a word (die),
+		 * or stays alive but never calls the library again (stall);
+		 * rank 0 waits for its next message and must get an error
+		 * within the timeout, not hang */
+		double t0;
+
+		if (rank == victim) {
+			/* one message each way: nothing is in flight when
+			 * it goes (a close can overtake unread data) */
+			rc = fr_send(comm, buf, 4, FR_I32, 0, 0);
+			if (!rc)
+				rc = fr_recv(comm, out, 4, FR_I32, 0, 2);
+			if (!strcmp(what, "p2pstall"))
+				sleep(8);
+			fflush(stdout);
+			_exit(rc ? 1 : 0);
+		}
+		if (rank != 0)
+			return;
+		rc = fr_recv(comm, out, 4, FR_I32, victim, 0);
+		if (!rc)
+			rc = fr_send(comm, buf, 4, FR_I32, victim, 2);
+		CHECK(rc == 0, "p2pdie: first messages: %s", fr_errname(rc));
+		t0 = now_s();
+		rc = fr_recv(comm, out, 4, FR_I32, victim, 1);
+		CHECK(rc != 0 && now_s() - t0 < 40, "p2pdie: %s after %.1f s",
+		      fr_errname(rc), now_s() - t0);
+		printf("rank 0: p2pdie: %s after %.1f s: %s\n", fr_errname(rc),
+		       now_s() - t0, fr_comm_last_error(comm));
+		return;
+	} else if (!strcmp(what, "p2plate")) {
+		/* the victim is alive (its progress thread answers PINGs)
+		 * but sends only after longer than FR_TIMEOUT_MS: the receive
+		 * waits for it */
+		double t0 = now_s();
+
+		if (rank == victim) {
+			sleep(5);
+			rc = fr_send(comm, buf, 4, FR_I32, 0, 1);
+		} else if (rank == 0) {
+			rc = fr_recv(comm, out, 4, FR_I32, victim, 1);
+			CHECK(rc == 0 && now_s() - t0 > 4.0,
+			      "p2plate: %s after %.1f s: %s", fr_errname(rc),
+			      now_s() - t0, fr_comm_last_error(comm));
+		} else {
+			rc = 0;
+		}
+		want = 0;
 	} else if (!strcmp(what, "refuse")) {
 		want = rank == victim ? FR_EINVAL : FR_EPEER;
 		rc = fr_allgatherv(comm, buf, rank == victim ? 1 : counts[rank],
@@ -608,6 +874,8 @@ int main(int argc, char **argv)
 		run_check(comm, counts);
 	else if (!strcmp(argv[1], "mismatch"))
 		run_mismatch(comm, victim, what);
+	else if (!strcmp(argv[1], "p2p"))
+		run_p2p(comm);
 	else
 		CHECK(0, "unknown mode %s", argv[1]);
 	fr_comm_destroy(comm);

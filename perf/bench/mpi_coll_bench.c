@@ -7,9 +7,11 @@
  * directory at run time, once with each MPI's own wrapper (mpicc for Open
  * MPI, mpicc.mpich for MPICH).
  *
- *   mpirun -np N mpi_coll_bench [-c
- * allreduce|reduce_scatter|allgather|broadcast| reduce|alltoall]
+ *   mpirun -np N mpi_coll_bench [-c COLL]
  *                               [-n iters] [-w warmup] [--csv] SIZE...
+ *
+ * COLL: allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall or
+ * sendrecv.
  *
  * SIZE is in bytes (K/M/G suffixes = powers of 1024).  The data are f32 and
  * the reduction is a sum, as fr_allreduce_perf's defaults.  Sizes follow
@@ -21,6 +23,8 @@
  *   reduce          SIZE/4 elements in, the sum on rank 0
  *   alltoall        SIZE/4/n elements to and from every rank (SIZE/4 in
  *                   and out on every rank)
+ *   sendrecv        SIZE/4 elements to the next rank, from the previous
+ *                   (MPI_Sendrecv)
  * Sizes are rounded down to a whole number of elements (of n elements for
  * reduce_scatter, allgather and alltoall); a size that rounds to 0 is
  * skipped.
@@ -42,7 +46,7 @@
  *           these.
  * algbw = SIZE / time, busbw = algbw * factor with nccl-tests' factors:
  * allreduce 2(n-1)/n, reduce_scatter, allgather and alltoall (n-1)/n,
- * broadcast and reduce 1.
+ * broadcast, reduce and sendrecv 1.
  * Bandwidths are in GB/s (10^9 B/s).
  *
  * After the timed calls one more call runs on known inputs (element i of rank
@@ -63,10 +67,12 @@ enum coll {
 	C_BROADCAST,
 	C_REDUCE,
 	C_ALLTOALL,
+	C_SENDRECV,
 	C_COUNT
 };
 static const char *coll_names[] = {"allreduce", "reduce_scatter", "allgather",
-				   "broadcast", "reduce",	  "alltoall"};
+				   "broadcast", "reduce",	  "alltoall",
+				   "sendrecv"};
 
 static int rank, nranks;
 
@@ -139,6 +145,13 @@ static void run_coll(enum coll c, const float *sbuf, float *rbuf, size_t count)
 		MPI_Alltoall(sbuf, (int)(count / n), MPI_FLOAT, rbuf,
 			     (int)(count / n), MPI_FLOAT, MPI_COMM_WORLD);
 		break;
+	case C_SENDRECV:
+		/* as nccl-tests' sendrecv_perf: to the next, from the previous
+		 */
+		MPI_Sendrecv(sbuf, (int)count, MPI_FLOAT, (rank + 1) % n, 0,
+			     rbuf, (int)count, MPI_FLOAT, (rank + n - 1) % n, 0,
+			     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+		break;
 	default:
 		break;
 	}
@@ -155,6 +168,7 @@ static long long check(enum coll c, float *sbuf, float *rbuf, size_t count)
 	case C_REDUCE_SCATTER:
 	case C_REDUCE:
 	case C_ALLTOALL:
+	case C_SENDRECV:
 		for (i = 0; i < count; i++)
 			sbuf[i] = pat(rank, i);
 		break;
@@ -188,6 +202,9 @@ static long long check(enum coll c, float *sbuf, float *rbuf, size_t count)
 		case C_REDUCE:
 			for (int r = 0; r < nranks; r++)
 				want += pat(r, gi);
+			break;
+		case C_SENDRECV:
+			want = pat((rank + nranks - 1) % nranks, gi);
 			break;
 		case C_ALLTOALL:
 			/* block b: rank b's block for us */
@@ -231,7 +248,7 @@ int main(int argc, char **argv)
 				if (!strcmp(argv[i], coll_names[k]))
 					break;
 			if (k == C_COUNT)
-				die("-c: allreduce, reduce_scatter, allgather, broadcast, reduce or alltoall");
+				die("-c: allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall or sendrecv");
 			c = (enum coll)k;
 		} else if (!strcmp(argv[i], "-n") && i + 1 < argc) {
 			iters = atol(argv[++i]);
@@ -299,6 +316,7 @@ int main(int argc, char **argv)
 		case C_ALLREDUCE: factor = 2 * (n - 1) / n; break;
 		case C_BROADCAST:
 		case C_REDUCE:
+		case C_SENDRECV:
 			factor = 1;
 			break;
 		default: factor = (n - 1) / n; break;

@@ -477,6 +477,36 @@ class Comm:
         self._check(L.fr_allgather(h, sp, r.ptr, k, d))
         return recv
 
+    def send(self, buf, peer: int, tag: int = 0, *, dtype=None) -> None:
+        """Send buf to rank peer (point-to-point); returns once buf may be
+        reused.  The receiver calls :meth:`recv` with the same size, type
+        and tag."""
+        v = view(buf, dtype, "buf")
+        self._check(L.fr_send(self._live(), v.ptr, v.count, v.dtype, peer, tag))
+
+    def isend(self, buf, peer: int, tag: int = 0, *, dtype=None) -> Request:
+        """Non-blocking :meth:`send`."""
+        v = view(buf, dtype, "buf")
+        req = ctypes.c_void_p()
+        self._check(L.fr_isend(self._live(), v.ptr, v.count, v.dtype, peer, tag,
+                               ctypes.byref(req)))
+        return Request(self, req, None, (v,))
+
+    def recv(self, buf, peer: int, tag: int = 0, *, dtype=None):
+        """Receive into buf the message rank peer sent with tag; returns
+        buf."""
+        v = view(buf, dtype, "buf")
+        self._check(L.fr_recv(self._live(), v.ptr, v.count, v.dtype, peer, tag))
+        return buf
+
+    def irecv(self, buf, peer: int, tag: int = 0, *, dtype=None) -> Request:
+        """Non-blocking :meth:`recv`; wait() returns buf."""
+        v = view(buf, dtype, "buf")
+        req = ctypes.c_void_p()
+        self._check(L.fr_irecv(self._live(), v.ptr, v.count, v.dtype, peer, tag,
+                               ctypes.byref(req)))
+        return Request(self, req, buf, (v,))
+
     def reduce(self, send, root: int = 0, op: Union[str, int] = "sum", *,
                out=None, dtype=None):
         """Reduce to rank root: on root, out (or send itself when out is

@@ -232,6 +232,18 @@ def test_new_collectives(c):
             got = c.reduce_scatterv(inp(rank, total, dt, "sum"), cnt, **kw)
             check("reduce_scatterv %s k=%d" % (dt, k), got, dt, full[lo:lo + cnt[rank]],
                   same=False)
+    # point-to-point around the ring, eager and rendezvous sizes
+    for k in (0, 3, 100000):
+        out = np.arange(k, dtype=np.float32) + rank
+        got = np.empty(k, np.float32)
+        req = c.irecv(got, (rank - 1) % n, tag=k % 7)
+        c.send(out, (rank + 1) % n, tag=k % 7)
+        req.wait()
+        if not np.array_equal(got, np.arange(k, dtype=np.float32) + (rank - 1) % n):
+            sys.exit("FAIL p2p k=%d" % k)
+    c.isend(np.ones(2, np.int64) * rank, rank, tag=3).wait()
+    if c.recv(np.empty(2, np.int64), rank, tag=3).tolist() != [rank, rank]:
+        sys.exit("FAIL p2p to itself")
     if torch is not None:
         t = torch.arange(2 * n, dtype=torch.float32) + 100 * rank
         got = c.alltoall(t)

@@ -11,7 +11,9 @@
  * all_reduce_perf, reduce_scatter_perf, all_gather_perf, broadcast_perf,
  * reduce_perf, alltoall_perf and sendrecv_perf do (allgatherv as
  * allgather, every block the same size; sendrecv: fr_isend to the next
- * rank, fr_irecv from the previous, busbw = algbw).  For every datatype x
+ * rank, fr_irecv from the previous, busbw = algbw; pingpong: fr_send from
+ * rank 0 to rank 1 and back, the time a round trip, busbw 2 size / time:
+ * the one-way rate).  For every datatype x
  * operation x size it runs -w warm-up and -n timed collectives; each rank
  * averages its own time per iteration and the slowest rank's average is
  * reported (a collective is as fast as its last rank).  Every timed call is
@@ -97,17 +99,18 @@ enum coll {
 	COLL_ALLTOALL,
 	COLL_ALLGATHERV,
 	COLL_SENDRECV,
+	COLL_PINGPONG,
 	COLL_COUNT
 };
 
 static const char *const coll_names[COLL_COUNT] = {
-	"allreduce", "reduce_scatter", "allgather",  "broadcast",
-	"reduce",    "alltoall",       "allgatherv", "sendrecv"};
+	"allreduce", "reduce_scatter", "allgather", "broadcast", "reduce",
+	"alltoall",  "allgatherv",     "sendrecv",  "pingpong"};
 /* The library function each one calls, for error messages. */
 static const char *const coll_funcs[COLL_COUNT] = {
 	"fr_allreduce",	 "fr_reduce_scatter", "fr_allgather",
 	"fr_broadcast",	 "fr_reduce",	      "fr_alltoall",
-	"fr_allgatherv", "fr_send/fr_recv"};
+	"fr_allgatherv", "fr_send/fr_recv",   "fr_send/fr_recv"};
 
 /* Long options without a short letter. */
 enum {
@@ -550,6 +553,8 @@ static double coll_busbw_factor(int coll, int nranks)
 	case COLL_ALLTOALL:
 	case COLL_ALLGATHERV:
 		return (n - 1) / n;
+	case COLL_PINGPONG:
+		return 2.0; /* the message crosses twice per round trip */
 	default:
 		return 1.0;
 	}
@@ -629,6 +634,22 @@ static int coll_call(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count)
 		vblocks(c, count);
 		return fr_allgatherv(c->comm, o->inplace ? own : c->send, count,
 				     c->recv, c->vcounts, c->vdispls, dt);
+	case COLL_PINGPONG: {
+		/* rank 0 sends to rank 1, which sends back: a round trip */
+		int rc;
+
+		if (c->rank == 0) {
+			rc = fr_send(c->comm, c->send, count, dt, 1, 0);
+			return rc ? rc
+				  : fr_recv(c->comm, c->recv, count, dt, 1, 0);
+		}
+		if (c->rank == 1) {
+			rc = fr_recv(c->comm, c->recv, count, dt, 0, 0);
+			return rc ? rc
+				  : fr_send(c->comm, c->send, count, dt, 0, 0);
+		}
+		return 0;
+	}
 	case COLL_SENDRECV: {
 		/* as nccl-tests' sendrecv_perf: to the next rank, from the
 		 * previous, at once */
@@ -728,6 +749,7 @@ static void prepare_check(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 			memset(c->recv, SENTINEL, blk);
 		break;
 	case COLL_SENDRECV:
+	case COLL_PINGPONG:
 		memset(c->recv, SENTINEL, blk);
 		break;
 	case COLL_ALLGATHER:
@@ -797,6 +819,13 @@ static long long count_wrong(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 		k0 = (c->rank + c->nranks - 1) % c->nranks % PATTERN;
 		nsend = count;
 		break;
+	case COLL_PINGPONG:
+		/* the other one's input; ranks past 1 take no part */
+		k0 = (1 - c->rank) % PATTERN;
+		nsend = count;
+		if (c->rank > 1)
+			count = 0;
+		break;
 	default:
 		k0 = (int)(c->o->root % PATTERN);
 		break;
@@ -819,7 +848,8 @@ static long long count_wrong(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 	} else {
 		/* Allgather: block b holds rank b's input; broadcast: the
 		 * root's (k0).  Exact data, bit for bit. */
-		bool one = coll == COLL_BROADCAST || coll == COLL_SENDRECV;
+		bool one = coll == COLL_BROADCAST || coll == COLL_SENDRECV ||
+			   coll == COLL_PINGPONG;
 		size_t nblk = one ? 1 : (size_t)c->nranks;
 
 		for (size_t b = 0; b < nblk; b++) {
@@ -862,7 +892,9 @@ static long long count_wrong(struct ctx *c, fr_dtype_t dt, fr_op_t op,
 /* The algorithm column: point-to-point has none. */
 static const char *row_algo(const struct ctx *c, const struct row *r)
 {
-	return c->o->coll == COLL_SENDRECV ? "p2p" : fr_algo_name(r->algo);
+	return c->o->coll == COLL_SENDRECV || c->o->coll == COLL_PINGPONG
+		       ? "p2p"
+		       : fr_algo_name(r->algo);
 }
 
 static void lib_error(struct ctx *c, const char *what, int rc)
@@ -1236,6 +1268,8 @@ static const char *coll_func(const struct ctx *c, bool nonblocking)
 		return "fr_iallgatherv/fr_wait";
 	case COLL_SENDRECV:
 		return "fr_isend/fr_irecv/fr_wait";
+	case COLL_PINGPONG:
+		return "fr_send/fr_recv";
 	default:
 		return "fr_ibroadcast/fr_wait";
 	}
@@ -1670,7 +1704,9 @@ static void usage(FILE *f)
 		"\n"
 		"  -C, --collective COLL    allreduce (default), reduce_scatter, allgather,\n"
 		"                           broadcast, reduce, alltoall, allgatherv or\n"
-		"                           sendrecv (to the next rank, from the previous)\n"
+		"                           sendrecv (to the next rank, from the previous),\n"
+		"                           or pingpong (rank 0 to 1 and back; the time is\n"
+		"                           the round trip, busbw = 2 size / time)\n"
 		"                           (sizes and busbw as nccl-tests; allgatherv\n"
 		"                           as allgather, with equal blocks)\n"
 		"  -r, --root RANK          the root of broadcast and reduce (default 0)\n"
@@ -1950,9 +1986,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	if (o->coll == COLL_BROADCAST)
 		o->inplace = true;
 	/* A send and a receive: two buffers by nature. */
-	if (o->coll == COLL_SENDRECV)
+	if (o->coll == COLL_SENDRECV || o->coll == COLL_PINGPONG)
 		o->inplace = false;
-	if (o->coll == COLL_SENDRECV && o->overlap_ms > 0)
+	if ((o->coll == COLL_SENDRECV || o->coll == COLL_PINGPONG) &&
+	    o->overlap_ms > 0)
 		return bad("collective for --overlap-ms (one request per call)",
 			   "sendrecv");
 	/* An explicit avg on an integer type is a mistake, not a skip. */

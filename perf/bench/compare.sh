@@ -41,7 +41,9 @@
 #                         slowest rank's time, over the calls of a job (mean:
 #                         the slowest rank's average), median over the jobs
 #   --coll C              allreduce (default), reduce_scatter, allgather,
-#                         broadcast, reduce, alltoall, sendrecv: passed to every
+#                         broadcast, reduce, alltoall, sendrecv, pingpong
+#                         (rank 0 to 1 and back: the time is the round trip,
+#                         busbw 2 size / time): passed to every
 #                         benchmark (to
 #                         fr_allreduce_perf with the option its --help names
 #                         for it, e.g. --collective C)
@@ -170,7 +172,7 @@ default | 0 | 1) ;;
 esac
 [[ "$SHAPE" == both || "$SHAPE" == egress ]] || die "--shape: both or egress"
 [[ "$QUEUE_MS" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--queue-ms: milliseconds"
-case "$COLL" in allreduce | reduce_scatter | allgather | broadcast | reduce | alltoall | sendrecv) ;; *) die "--coll: allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall or sendrecv" ;; esac
+case "$COLL" in allreduce | reduce_scatter | allgather | broadcast | reduce | alltoall | sendrecv | pingpong) ;; *) die "--coll: allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, sendrecv or pingpong" ;; esac
 DELAY_US=$(awk -v d="$DELAY_MS" 'BEGIN { if (d !~ /^[0-9]*\.?[0-9]+$/) exit 1; printf "%d", d * 1000 + 0.5 }') ||
 	die "--delay-ms: a number of milliseconds"
 USE_NS=1
@@ -238,7 +240,7 @@ allgather) MPICH_COLL=ALLGATHER MPICH_RING=ring ;;
 broadcast) MPICH_COLL=BCAST MPICH_RING=scatter_ring_allgather ;;
 reduce) MPICH_COLL=REDUCE MPICH_RING="" ;;
 alltoall) MPICH_COLL=ALLTOALL MPICH_RING="" ;;
-sendrecv) MPICH_COLL=SENDRECV MPICH_RING="" ;;
+sendrecv | pingpong) MPICH_COLL=SENDRECV MPICH_RING="" ;;
 esac
 for v in "${MPICH_VARS[@]}"; do
 	[[ "${v%%,*}" == ring && -z "$MPICH_RING" ]] &&
@@ -367,7 +369,7 @@ allreduce) RING_ALG=ring ;;
 reduce_scatter) RING_ALG=ring ;;
 allgather) RING_ALG=ring ;;
 broadcast) RING_ALG=scatter_allgather_ring ;;
-reduce | alltoall | sendrecv) RING_ALG="" ;; # no ring: the ring variant is refused
+reduce | alltoall | sendrecv | pingpong) RING_ALG="" ;; # no ring: the ring variant is refused
 esac
 OMPI_VERSION=$("$OMPI_RUN" --version 2>/dev/null | awk 'NR==1 {print $NF}')
 MPICH_VERSION=$(mpichversion 2>/dev/null | awk -F'\t' '/^MPICH Version:/ {print $NF}')
@@ -719,7 +721,7 @@ function hs(b) { if (b >= 1048576 && b % 1048576 == 0) return sprintf("%d MiB", 
 function name(l) { if (l == "fr") return "libfastreduce"; if (l ~ /^ompi:/) return "Open MPI " substr(l, 6); return "MPICH " substr(l, 7) }
 BEGIN {
 	n = nranks
-	factor = coll == "allreduce" ? 2 * (n - 1) / n : coll == "broadcast" || coll == "reduce" || coll == "sendrecv" ? 1 : (n - 1) / n
+	factor = coll == "allreduce" ? 2 * (n - 1) / n : coll == "pingpong" ? 2 : coll == "broadcast" || coll == "reduce" || coll == "sendrecv" ? 1 : (n - 1) / n
 	SI["mean"] = 6; SI["median"] = 7; SI["p99"] = 8; SI["min"] = 9
 }
 NR > 1 {

@@ -10,8 +10,8 @@
  *   mpirun -np N mpi_coll_bench [-c COLL]
  *                               [-n iters] [-w warmup] [--csv] SIZE...
  *
- * COLL: allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall or
- * sendrecv.
+ * COLL: allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall,
+ * sendrecv or pingpong.
  *
  * SIZE is in bytes (K/M/G suffixes = powers of 1024).  The data are f32 and
  * the reduction is a sum, as fr_allreduce_perf's defaults.  Sizes follow
@@ -25,6 +25,8 @@
  *                   and out on every rank)
  *   sendrecv        SIZE/4 elements to the next rank, from the previous
  *                   (MPI_Sendrecv)
+ *   pingpong        SIZE/4 elements from rank 0 to rank 1 and back
+ *                   (MPI_Send, MPI_Recv): the time is the round trip
  * Sizes are rounded down to a whole number of elements (of n elements for
  * reduce_scatter, allgather and alltoall); a size that rounds to 0 is
  * skipped.
@@ -46,7 +48,7 @@
  *           these.
  * algbw = SIZE / time, busbw = algbw * factor with nccl-tests' factors:
  * allreduce 2(n-1)/n, reduce_scatter, allgather and alltoall (n-1)/n,
- * broadcast, reduce and sendrecv 1.
+ * broadcast, reduce and sendrecv 1, pingpong 2 (the one-way rate).
  * Bandwidths are in GB/s (10^9 B/s).
  *
  * After the timed calls one more call runs on known inputs (element i of rank
@@ -68,11 +70,12 @@ enum coll {
 	C_REDUCE,
 	C_ALLTOALL,
 	C_SENDRECV,
+	C_PINGPONG,
 	C_COUNT
 };
 static const char *coll_names[] = {"allreduce", "reduce_scatter", "allgather",
 				   "broadcast", "reduce",	  "alltoall",
-				   "sendrecv"};
+				   "sendrecv",	"pingpong"};
 
 static int rank, nranks;
 
@@ -145,6 +148,20 @@ static void run_coll(enum coll c, const float *sbuf, float *rbuf, size_t count)
 		MPI_Alltoall(sbuf, (int)(count / n), MPI_FLOAT, rbuf,
 			     (int)(count / n), MPI_FLOAT, MPI_COMM_WORLD);
 		break;
+	case C_PINGPONG:
+		/* rank 0 to rank 1 and back: a round trip */
+		if (rank == 0) {
+			MPI_Send(sbuf, (int)count, MPI_FLOAT, 1, 0,
+				 MPI_COMM_WORLD);
+			MPI_Recv(rbuf, (int)count, MPI_FLOAT, 1, 0,
+				 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+		} else if (rank == 1) {
+			MPI_Recv(rbuf, (int)count, MPI_FLOAT, 0, 0,
+				 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			MPI_Send(sbuf, (int)count, MPI_FLOAT, 0, 0,
+				 MPI_COMM_WORLD);
+		}
+		break;
 	case C_SENDRECV:
 		/* as nccl-tests' sendrecv_perf: to the next, from the previous
 		 */
@@ -169,6 +186,7 @@ static long long check(enum coll c, float *sbuf, float *rbuf, size_t count)
 	case C_REDUCE:
 	case C_ALLTOALL:
 	case C_SENDRECV:
+	case C_PINGPONG:
 		for (i = 0; i < count; i++)
 			sbuf[i] = pat(rank, i);
 		break;
@@ -190,7 +208,7 @@ static long long check(enum coll c, float *sbuf, float *rbuf, size_t count)
 		lo = (size_t)rank * per;
 		nout = per;
 	}
-	if (c == C_REDUCE && rank != 0)
+	if ((c == C_REDUCE && rank != 0) || (c == C_PINGPONG && rank > 1))
 		nout = 0; /* no result here */
 	for (i = 0; i < nout; i++) {
 		size_t gi = lo + i; /* index in the whole vector */
@@ -205,6 +223,9 @@ static long long check(enum coll c, float *sbuf, float *rbuf, size_t count)
 			break;
 		case C_SENDRECV:
 			want = pat((rank + nranks - 1) % nranks, gi);
+			break;
+		case C_PINGPONG:
+			want = pat(1 - rank, gi);
 			break;
 		case C_ALLTOALL:
 			/* block b: rank b's block for us */
@@ -248,7 +269,7 @@ int main(int argc, char **argv)
 				if (!strcmp(argv[i], coll_names[k]))
 					break;
 			if (k == C_COUNT)
-				die("-c: allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall or sendrecv");
+				die("-c: allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, sendrecv or pingpong");
 			c = (enum coll)k;
 		} else if (!strcmp(argv[i], "-n") && i + 1 < argc) {
 			iters = atol(argv[++i]);
@@ -318,6 +339,9 @@ int main(int argc, char **argv)
 		case C_REDUCE:
 		case C_SENDRECV:
 			factor = 1;
+			break;
+		case C_PINGPONG:
+			factor = 2; /* the message crosses twice per call */
 			break;
 		default: factor = (n - 1) / n; break;
 		}

@@ -29,10 +29,7 @@
 #include "peer.h"
 #include "reduce.h"
 
-static int refuse(fr_comm_t *comm, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int refuse(fr_comm_t *comm, int err, const char *fmt, ...)
+int fr_refuse(struct fr_comm *comm, int err, const char *fmt, ...)
 {
 	char msg[FR_ERRMSG_MAX];
 	va_list ap;
@@ -65,23 +62,23 @@ static int check(fr_comm_t *comm, fr_request_t **out, enum fr_coll coll,
 	if (!comm)
 		return FR_EINVAL;
 	if (!out)
-		return refuse(comm, FR_EINVAL, "rank %d: NULL request pointer",
-			      comm->rank);
+		return fr_refuse(comm, FR_EINVAL,
+				 "rank %d: NULL request pointer", comm->rank);
 	*out = NULL;
 	if (comm->fail.failed)
 		return comm->fail.failed;
 	es = fr_dtype_size(dtype);
 	if (!es || (reduces && fr_reduce_check(dtype, op)))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: %s: invalid datatype/operation (%d, %d)%s",
 			comm->rank, name, (int)dtype, (int)op,
 			es && op == FR_AVG ? ": avg needs a floating type"
 					   : "");
 	if (count > SIZE_MAX / es / 2 / (size_t)comm->nranks)
-		return refuse(comm, FR_EINVAL,
-			      "rank %d: %s: count %zu too large", comm->rank,
-			      name, count);
+		return fr_refuse(comm, FR_EINVAL,
+				 "rank %d: %s: count %zu too large", comm->rank,
+				 name, count);
 	memset(req, 0, FR_REQ_HEAD);
 	req->comm = comm;
 	req->coll = coll;
@@ -102,25 +99,25 @@ static int take_opts(fr_comm_t *comm, const fr_coll_opts_t *opts,
 		return 0;
 	if (opts->size < sizeof(size_t) ||
 	    opts->size < offsetof(fr_coll_opts_t, residual) + sizeof(float *))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: allreduce: fr_coll_opts_t.size %zu is not set (fr_coll_opts_init)",
 			comm->rank, opts->size);
 	if (opts->compress < 0 || opts->compress >= FR_COMPRESS_COUNT)
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: allreduce: compress %d is not an fr_compress_t",
 			comm->rank, opts->compress);
 	if (opts->compress == FR_COMPRESS_NONE) {
 		if (opts->residual)
-			return refuse(
+			return fr_refuse(
 				comm, FR_EINVAL,
 				"rank %d: allreduce: a residual (error feedback) needs compression",
 				comm->rank);
 		return 0;
 	}
 	if (r->dtype != FR_F32)
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: allreduce: %s compression is for f32 data, not %s",
 			comm->rank, fr_compress_name(opts->compress),
@@ -130,7 +127,7 @@ static int take_opts(fr_comm_t *comm, const fr_coll_opts_t *opts,
 	    (overlaps(opts->residual, rbytes, r->recvbuf, bytes) ||
 	     (r->sendbuf != FR_IN_PLACE &&
 	      overlaps(opts->residual, rbytes, r->sendbuf, bytes))))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: allreduce: the residual overlaps the data",
 			comm->rank);
@@ -154,12 +151,13 @@ static int iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	if (sendbuf == recvbuf)
 		sendbuf = FR_IN_PLACE;
 	if (count && (!recvbuf || !sendbuf))
-		return refuse(comm, FR_EINVAL,
-			      "rank %d: allreduce: NULL buffer with count %zu",
-			      comm->rank, count);
+		return fr_refuse(
+			comm, FR_EINVAL,
+			"rank %d: allreduce: NULL buffer with count %zu",
+			comm->rank, count);
 	if (count && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, bytes, recvbuf, bytes))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: allreduce: send and receive buffers overlap without being equal",
 			comm->rank);
@@ -186,7 +184,7 @@ static int ireduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	blk = recvcount * fr_dtype_size(dtype);
 	total = blk * (size_t)comm->nranks;
 	if (recvcount && (!recvbuf || !sendbuf || sendbuf == FR_IN_PLACE))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: reduce_scatter: %s with count %zu (in place is recvbuf == sendbuf + rank * recvcount)",
 			comm->rank,
@@ -196,7 +194,7 @@ static int ireduce_scatter(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	    (const uint8_t *)recvbuf !=
 		    (const uint8_t *)sendbuf + (size_t)comm->rank * blk &&
 	    overlaps(sendbuf, total, recvbuf, blk))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: reduce_scatter: buffers overlap other than in place (recvbuf == sendbuf + rank * recvcount)",
 			comm->rank);
@@ -219,15 +217,16 @@ static int iallgather(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	blk = sendcount * fr_dtype_size(dtype);
 	total = blk * (size_t)comm->nranks;
 	if (sendcount && (!recvbuf || !sendbuf))
-		return refuse(comm, FR_EINVAL,
-			      "rank %d: allgather: NULL buffer with count %zu",
-			      comm->rank, sendcount);
+		return fr_refuse(
+			comm, FR_EINVAL,
+			"rank %d: allgather: NULL buffer with count %zu",
+			comm->rank, sendcount);
 	if (sendcount && (uint8_t *)recvbuf + (size_t)comm->rank * blk ==
 				 (const uint8_t *)sendbuf)
 		sendbuf = FR_IN_PLACE;
 	if (sendcount && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, blk, recvbuf, total))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: allgather: buffers overlap other than in place (sendbuf == recvbuf + rank * sendcount)",
 			comm->rank);
@@ -247,13 +246,15 @@ static int ibroadcast(fr_comm_t *comm, void *buf, size_t count,
 	if (rc)
 		return rc;
 	if (root < 0 || root >= comm->nranks)
-		return refuse(comm, FR_EINVAL,
-			      "rank %d: broadcast: root %d is not a rank of %d",
-			      comm->rank, root, comm->nranks);
+		return fr_refuse(
+			comm, FR_EINVAL,
+			"rank %d: broadcast: root %d is not a rank of %d",
+			comm->rank, root, comm->nranks);
 	if (count && !buf)
-		return refuse(comm, FR_EINVAL,
-			      "rank %d: broadcast: NULL buffer with count %zu",
-			      comm->rank, count);
+		return fr_refuse(
+			comm, FR_EINVAL,
+			"rank %d: broadcast: NULL buffer with count %zu",
+			comm->rank, count);
 	r.sendbuf = FR_IN_PLACE;
 	r.recvbuf = buf;
 	r.root = root;
@@ -266,9 +267,9 @@ static size_t *vec_new(fr_comm_t *comm, const char *name)
 	size_t *v = calloc(4 * (size_t)comm->nranks, sizeof(size_t));
 
 	if (!v)
-		refuse(comm, FR_ENOMEM,
-		       "rank %d: %s: out of memory for %d counts", comm->rank,
-		       name, comm->nranks);
+		fr_refuse(comm, FR_ENOMEM,
+			  "rank %d: %s: out of memory for %d counts",
+			  comm->rank, name, comm->nranks);
 	return v;
 }
 
@@ -308,22 +309,22 @@ static int ireduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	if (rc)
 		return rc;
 	if (root < 0 || root >= comm->nranks)
-		return refuse(comm, FR_EINVAL,
-			      "rank %d: reduce: root %d is not a rank of %d",
-			      comm->rank, root, comm->nranks);
+		return fr_refuse(comm, FR_EINVAL,
+				 "rank %d: reduce: root %d is not a rank of %d",
+				 comm->rank, root, comm->nranks);
 	bytes = count * fr_dtype_size(dtype);
 	if (recvbuf && sendbuf == recvbuf)
 		sendbuf = FR_IN_PLACE;
 	if (count && (!sendbuf || (sendbuf == FR_IN_PLACE && !recvbuf) ||
 		      (comm->rank == root && !recvbuf)))
-		return refuse(comm, FR_EINVAL,
-			      "rank %d: reduce: NULL buffer with count %zu%s",
-			      comm->rank, count,
-			      comm->rank == root ? " (the root needs recvbuf)"
-						 : "");
+		return fr_refuse(
+			comm, FR_EINVAL,
+			"rank %d: reduce: NULL buffer with count %zu%s",
+			comm->rank, count,
+			comm->rank == root ? " (the root needs recvbuf)" : "");
 	if (count && comm->rank == root && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, bytes, recvbuf, bytes))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: reduce: send and receive buffers overlap without being equal",
 			comm->rank);
@@ -348,12 +349,13 @@ static int ialltoall(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	if (sendbuf == recvbuf)
 		sendbuf = FR_IN_PLACE;
 	if (count && (!recvbuf || !sendbuf))
-		return refuse(comm, FR_EINVAL,
-			      "rank %d: alltoall: NULL buffer with count %zu",
-			      comm->rank, count);
+		return fr_refuse(
+			comm, FR_EINVAL,
+			"rank %d: alltoall: NULL buffer with count %zu",
+			comm->rank, count);
 	if (count && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, total, recvbuf, total))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: alltoall: send and receive buffers overlap without being equal",
 			comm->rank);
@@ -385,30 +387,30 @@ static int ialltoallv(fr_comm_t *comm, const void *sendbuf,
 		sendbuf = FR_IN_PLACE;
 	if (!rcounts || !rdispls ||
 	    (sendbuf != FR_IN_PLACE && (!scounts || !sdispls)))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: alltoallv: NULL count or displacement array",
 			comm->rank);
 	if (span(rcounts, rdispls, n, es, &rtotal, &rext) ||
 	    (sendbuf != FR_IN_PLACE &&
 	     span(scounts, sdispls, n, es, &stotal, &sext)))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: alltoallv: counts or displacements too large",
 			comm->rank);
 	if (sendbuf != FR_IN_PLACE && scounts[me] != rcounts[me])
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: alltoallv: sendcounts[%d] = %zu but recvcounts[%d] = %zu (what a rank sends itself)",
 			me, me, scounts[me], me, rcounts[me]);
 	if ((rtotal && !recvbuf) ||
 	    (stotal && sendbuf != FR_IN_PLACE && !sendbuf))
-		return refuse(comm, FR_EINVAL,
-			      "rank %d: alltoallv: NULL buffer with counts",
-			      comm->rank);
+		return fr_refuse(comm, FR_EINVAL,
+				 "rank %d: alltoallv: NULL buffer with counts",
+				 comm->rank);
 	if (stotal && rtotal && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, sext * es, recvbuf, rext * es))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: alltoallv: send and receive buffers overlap without being equal",
 			comm->rank);
@@ -445,12 +447,12 @@ static int iallgatherv(fr_comm_t *comm, const void *sendbuf, size_t sendcount,
 	if (out)
 		*out = NULL;
 	if (!rcounts || !displs)
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: allgatherv: NULL count or displacement array",
 			me);
 	if (es && span(rcounts, displs, n, es, &total, &ext))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: allgatherv: counts or displacements too large",
 			me);
@@ -460,20 +462,20 @@ static int iallgatherv(fr_comm_t *comm, const void *sendbuf, size_t sendcount,
 	if (rc)
 		return rc;
 	if (sendcount != rcounts[me])
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: allgatherv: sendcount %zu but recvcounts[%d] = %zu",
 			me, sendcount, me, rcounts[me]);
 	if ((total && !recvbuf) || (sendcount && !sendbuf))
-		return refuse(comm, FR_EINVAL,
-			      "rank %d: allgatherv: NULL buffer with counts",
-			      me);
+		return fr_refuse(comm, FR_EINVAL,
+				 "rank %d: allgatherv: NULL buffer with counts",
+				 me);
 	if (sendcount &&
 	    (const uint8_t *)sendbuf == (uint8_t *)recvbuf + displs[me] * es)
 		sendbuf = FR_IN_PLACE;
 	if (sendcount && sendbuf != FR_IN_PLACE &&
 	    overlaps(sendbuf, sendcount * es, recvbuf, ext * es))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: allgatherv: buffers overlap other than in place (sendbuf == recvbuf + displs[rank])",
 			me);
@@ -505,11 +507,13 @@ static int ireduce_scatterv(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	if (out)
 		*out = NULL;
 	if (!rcounts)
-		return refuse(comm, FR_EINVAL,
-			      "rank %d: reduce_scatterv: NULL recvcounts", me);
+		return fr_refuse(comm, FR_EINVAL,
+				 "rank %d: reduce_scatterv: NULL recvcounts",
+				 me);
 	if (es && span(rcounts, NULL, n, es, &total, &ext))
-		return refuse(comm, FR_EINVAL,
-			      "rank %d: reduce_scatterv: counts too large", me);
+		return fr_refuse(comm, FR_EINVAL,
+				 "rank %d: reduce_scatterv: counts too large",
+				 me);
 	rc = check(comm, out, FR_COLL_REDUCE_SCATTERV, es ? total : 0, dtype,
 		   op, true, &r);
 	if (rc)
@@ -518,7 +522,7 @@ static int ireduce_scatterv(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		off += rcounts[i];
 	if (total &&
 	    (!sendbuf || sendbuf == FR_IN_PLACE || (rcounts[me] && !recvbuf)))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: reduce_scatterv: %s with counts (in place is recvbuf == sendbuf + the offset of this rank's block)",
 			me,
@@ -526,7 +530,7 @@ static int ireduce_scatterv(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	if (rcounts[me] &&
 	    (const uint8_t *)recvbuf != (const uint8_t *)sendbuf + off * es &&
 	    overlaps(sendbuf, total * es, recvbuf, rcounts[me] * es))
-		return refuse(
+		return fr_refuse(
 			comm, FR_EINVAL,
 			"rank %d: reduce_scatterv: buffers overlap other than in place (recvbuf == sendbuf + the offset of this rank's block)",
 			me);

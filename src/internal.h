@@ -132,6 +132,11 @@ static inline size_t fr_coll_count_total(const struct fr_request *req)
 int fr_comm_seterr(struct fr_comm *comm, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* coll.c: refuse this rank's call (coll.c's top comment says why the
+ * communicator fails on every rank); returns err. */
+int fr_refuse(struct fr_comm *comm, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* coll.c: fr_iallreduce_ex() with the lock held (buckets.c). */
 int fr_iallreduce_locked(struct fr_comm *comm, const void *sendbuf,
 			 void *recvbuf, size_t count, fr_dtype_t dtype,

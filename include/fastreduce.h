@@ -292,6 +292,23 @@ FR_API int fr_comm_create_from_env(const fr_config_t *cfg, fr_comm_t **comm);
  */
 FR_API int fr_comm_destroy(fr_comm_t *comm);
 
+/*
+ * Sub-communicators.  fr_comm_split is collective over comm: the ranks that
+ * pass the same color (>= 0) form a new communicator, ordered by (key,
+ * rank in comm); a rank passing FR_UNDEFINED gets *newcomm = NULL.
+ * fr_comm_dup is fr_comm_split(comm, 0, rank).  A new communicator shares
+ * comm's endpoint and connections (no new rendezvous), and has its own
+ * sequence numbers, mismatch checks, progress, lock and error state;
+ * communicators may be destroyed in any order, comm first included.  Ranks
+ * in the same communicator must not split or dup two communicators at
+ * once from two threads (collectives on different communicators may run
+ * at once from different threads).  See fr_comm_split(3).
+ */
+#define FR_UNDEFINED (-1)
+FR_API int fr_comm_split(fr_comm_t *comm, int color, int key,
+			 fr_comm_t **newcomm);
+FR_API int fr_comm_dup(fr_comm_t *comm, fr_comm_t **newcomm);
+
 FR_API int fr_comm_rank(const fr_comm_t *comm);
 FR_API int fr_comm_size(const fr_comm_t *comm);
 /* "tcp", "shm" or "verbs". */

@@ -39,7 +39,7 @@ LAYERS = [
     ("engine", ["src/lock.c", "src/request.c", "src/progress.c",
                 "src/p2p.c"]),
     ("entry points", ["src/comm.c", "src/coll.c", "src/buckets.c",
-                      "src/sendrecv.c"]),
+                      "src/sendrecv.c", "src/split.c"]),
 ]
 
 

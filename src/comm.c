@@ -365,8 +365,8 @@ static int card_build(struct fr_comm *c, const void *addr, size_t addrlen,
  * ranks reported), the same number on every rank since every rank sees
  * the same cards.
  */
-static int nodes_take(struct fr_comm *c, const uint64_t *ids,
-		      const uint16_t *cpus)
+int fr_comm_nodes_take(struct fr_comm *c, const uint64_t *ids,
+		       const uint16_t *cpus)
 {
 	int n = c->nranks;
 	size_t sz = n > 0 ? (size_t)n : 1;
@@ -482,7 +482,7 @@ static int cards_take(struct fr_comm *c, const struct fr_boot_card *cards)
 		    (!c->topo.rtt_us || rtt < c->topo.rtt_us))
 			c->topo.rtt_us = rtt;
 	}
-	rc = nodes_take(c, ids, cpus);
+	rc = fr_comm_nodes_take(c, ids, cpus);
 out:
 	free(cpus);
 	free(ids);
@@ -537,7 +537,7 @@ static void copy_msg(char *dst, size_t len, const char *src)
 }
 
 /* What cards_take() made of the rendezvous: addresses and the layout. */
-static void free_cards(struct fr_comm *c)
+void fr_comm_free_cards(struct fr_comm *c)
 {
 	free(c->peer.addrlens);
 	free(c->topo.local);
@@ -637,6 +637,17 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	}
 	if (rc)
 		goto err_open;
+	/* every communicator talks through a view of the endpoint, which
+	 * the ones split from this one share (transports/share) */
+	rc = fr_share_new(c->tp_ops, c->tp, c->rank, c->nranks, &c->tp_ops,
+			  &c->tp);
+	if (rc) {
+		snprintf(err, errlen, "rank %d: cannot share the endpoint: %s",
+			 c->rank, fr_strerror(rc));
+		c->tp_ops->close(c->tp);
+		goto err_open;
+	}
+	c->peer.shared = true;
 	c->peer.ll = s->ll && c->tp_ops->write_inline;
 	rc = fr_tune_load(&c->algo.tune, c->tp_ops->name, err, errlen);
 	if (rc)
@@ -676,6 +687,10 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 		rc = FR_EPROTO;
 		goto err_connect;
 	}
+	rc = fr_share_set_addrs(fr_share_of(c->tp), c->peer.addrs,
+				c->peer.addrlens);
+	if (rc)
+		goto err_connect;
 	free(cards);
 	cards = NULL;
 	fr_tune_oversub(c);
@@ -695,7 +710,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 
 err_thread:
 err_connect:
-	free_cards(c);
+	fr_comm_free_cards(c);
 err_exchange:
 	free(cards);
 err_cards:
@@ -786,19 +801,22 @@ int fr_comm_create_from_env(const fr_config_t *cfg, fr_comm_t **comm)
 
 int fr_comm_destroy(fr_comm_t *comm)
 {
+	bool clean;
+
 	if (!comm)
 		return 0;
 	/* from here on single-threaded again */
 	fr_progress_thread_stop(comm);
 	fr_requests_abandon(comm);
-	if (comm->nranks > 1)
-		fr_peers_goodbye(comm);
+	clean = comm->nranks == 1 || fr_peers_goodbye(comm);
+	/* before the mailbox goes: whether a late write may still need it */
+	fr_share_closing(comm->tp, clean);
 	fr_algos_comm_free(comm);
 	fr_scratch_free(comm);
 	fr_mem_cache_flush(comm);
 	fr_peers_fini(comm);
 	comm->tp_ops->close(comm->tp);
-	free_cards(comm);
+	fr_comm_free_cards(comm);
 	fr_lock_fini(comm);
 	free(comm);
 	return 0;

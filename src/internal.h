@@ -137,6 +137,12 @@ int fr_comm_seterr(struct fr_comm *comm, int err, const char *fmt, ...)
 int fr_refuse(struct fr_comm *comm, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* comm.c: the layout of the nodes (struct fr_topo) from each rank's node
+ * id and online CPUs (0: unknown); what the rendezvous filled in, freed. */
+int fr_comm_nodes_take(struct fr_comm *c, const uint64_t *ids,
+		       const uint16_t *cpus);
+void fr_comm_free_cards(struct fr_comm *c);
+
 /* coll.c: fr_iallreduce_ex() with the lock held (buckets.c). */
 int fr_iallreduce_locked(struct fr_comm *comm, const void *sendbuf,
 			 void *recvbuf, size_t count, fr_dtype_t dtype,

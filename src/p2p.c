@@ -73,7 +73,7 @@ struct fr_p2p_unexp {
 	uint8_t data[];
 };
 
-#define P2P_ID_MASK 0x0fffffffu
+#define P2P_ID_MASK FR_IMM_PAYLOAD_MASK
 
 static size_t req_bytes(const struct fr_request *req)
 {
@@ -236,7 +236,8 @@ static int on_p2p_msg(struct fr_comm *comm, int src, const struct fr_msg *m,
 		req->p2p.stage = P2P_WRITING;
 		return 0;
 	}
-	if (!es || tag < 0 || m->count > SIZE_MAX / es ||
+	if (!es || (tag < 0 && tag != FR_P2P_TAG_SPLIT) ||
+	    m->count > SIZE_MAX / es ||
 	    (m->type == FR_MSG_P2P && m->len != m->count * es))
 		return fr_comm_fail(
 			comm, FR_EPROTO,

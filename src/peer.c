@@ -50,12 +50,12 @@
 #define MSG_MAGIC 0x314d5246u	  /* "FRM1" */
 #define MSG_COMPACT_MAGIC 0xc1u	  /* first byte of a small message */
 #define CTX_OUT (1ull << 63)	  /* SEND ctx of an outbox message: | slot */
-#define CTX_USER (1ull << 62)	  /* SEND ctx of a write from user memory */
+#define CTX_USER FR_TP_CTX_USER	  /* SEND ctx of a write from user memory */
 #define CTX_LIVE (1ull << 61)	  /* SEND ctx of a PING or PONG */
-/* PONG payload: level << 16 | collectives started (low 16 bits) */
-#define LIVE_SEQ_MASK 0xffffu /* collectives started, low bits */
-#define LIVE_LEVEL_SHIFT 16   /* 0, or waiting for a late rank at that level */
-#define LIVE_LEVEL_MAX 0xfffu
+/* PONG payload: level << 12 | collectives started (low 12 bits) */
+#define LIVE_SEQ_MASK 0xfffu /* collectives started, low bits */
+#define LIVE_LEVEL_SHIFT 12  /* 0, or waiting for a late rank at that level */
+#define LIVE_LEVEL_MAX 0xffu
 
 static void probe_close(struct fr_comm *c, struct fr_peer *p);
 
@@ -575,7 +575,11 @@ static void accept_early(struct fr_comm *c, bool *did_work)
 		if (q[i] < 0 || q[i] >= c->nranks || q[i] == c->rank)
 			continue;
 		p = &c->peer.peers[q[i]];
-		if (q[i] < c->rank) {
+		/* over the shared endpoint (every communicator's) a pending
+		 * connection is one whose peer has written to us: a data
+		 * connection whichever rank is lower; a raw transport's from
+		 * a higher rank is its liveness probe */
+		if (q[i] < c->rank || c->peer.shared) {
 			/* its data connection: as fr_peer_need would */
 			if (p->state != FR_PEER_IDLE)
 				continue;
@@ -657,7 +661,7 @@ static int liveness(struct fr_comm *c, int rank, uint32_t seq, uint64_t idle_ms,
 	/* an answer to one of the last few PINGs, not an old one */
 	if (!p->pong_ms || now - p->pong_ms > 3 * every)
 		return -1;
-	/* has it started collective #seq?  (started counts them, mod 2^16) */
+	/* has it started collective #seq?  (started counts them, mod 2^12) */
 	d = (p->pong_started - (seq & LIVE_SEQ_MASK)) & LIVE_SEQ_MASK;
 	if (d == 0 || d > LIVE_SEQ_MASK / 2) {
 		*level = 1;
@@ -1549,7 +1553,7 @@ void fr_peers_quiesce(struct fr_comm *c)
  * writes still in flight.  A failed communicator waits less: its peers are
  * failing too, or dead.
  */
-void fr_peers_goodbye(struct fr_comm *c)
+bool fr_peers_goodbye(struct fr_comm *c)
 {
 	uint64_t wait_ms =
 		(uint64_t)(c->fail.failed ? FR_MIN(c->peer.timeout_ms, 2000)
@@ -1558,7 +1562,7 @@ void fr_peers_goodbye(struct fr_comm *c)
 	struct fr_tp_cqe cqe[32];
 
 	if (!c->peer.peers)
-		return;
+		return true;
 	while (fr_now_ms() < deadline) {
 		bool all = true;
 		int n;
@@ -1599,7 +1603,7 @@ void fr_peers_goodbye(struct fr_comm *c)
 				all = false;
 		}
 		if (all && c->peer.outstanding <= 0)
-			return;
+			return true;
 		n = c->tp_ops->poll(c->tp, cqe, 32);
 		if (n < 0)
 			break;
@@ -1637,4 +1641,5 @@ void fr_peers_goodbye(struct fr_comm *c)
 			c->tp_ops->wait(c->tp, 20);
 	}
 	fr_dbg("rank %d: goodbye incomplete", c->rank);
+	return false;
 }

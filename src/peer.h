@@ -61,11 +61,13 @@ enum fr_coll {
 	FR_COLL_REDUCE_SCATTERV = 10,
 };
 
-/* Immediate: 4-bit type, 28-bit payload. */
+/* Immediate: 4-bit type, 20-bit payload; bits 20..27 are the shared
+ * endpoint's (the communicator's id, transport.h), 0 here. */
+#define FR_IMM_PAYLOAD_MASK 0x000fffffu
 #define FR_IMM_TYPE(imm) ((imm) >> 28)
-#define FR_IMM_PAYLOAD(imm) ((imm)&0x0fffffffu)
+#define FR_IMM_PAYLOAD(imm) ((imm)&FR_IMM_PAYLOAD_MASK)
 #define FR_IMM(type, payload) \
-	(((uint32_t)(type) << 28) | ((payload)&0x0fffffffu))
+	(((uint32_t)(type) << 28) | ((payload)&FR_IMM_PAYLOAD_MASK))
 enum fr_imm_type {
 	FR_IMM_MSG = 1,	   /* payload: mailbox slot                 */
 	FR_IMM_CREDIT = 2, /* payload: mailbox slots freed          */
@@ -75,7 +77,7 @@ enum fr_imm_type {
 	FR_IMM_AG = 4,	    /* ring: segment index in the collective */
 	FR_IMM_RCREDIT = 5, /* ring: staging slots freed             */
 	FR_IMM_PING = 6,    /* are you alive?                        */
-	FR_IMM_PONG = 7,    /* yes: late level << 16 | started mod 2^16 */
+	FR_IMM_PONG = 7,    /* yes: late level << 12 | started mod 2^12 */
 	/* the engine's point-to-point (p2p.c), not an algorithm's */
 	FR_IMM_P2P = 8, /* rendezvous write: payload = the receiver's id */
 };
@@ -200,6 +202,9 @@ struct fr_peer_layer {
 	uint64_t out_busy; /* bitmap: outbox slots awaiting completion */
 	uint32_t out_next;
 	bool ll; /* small messages by the transport's write_inline (FR_LL) */
+	/* the transport is a view of a shared endpoint (transports/share):
+	 * connections are the endpoint's, one per peer, no probes */
+	bool shared;
 	uint32_t unread;      /* data messages landed, not yet consumed */
 	uint32_t p2p_unread;  /* ... of them point-to-point ones */
 	int outstanding;      /* our writes without a SEND completion */
@@ -329,8 +334,9 @@ int fr_peer_write(struct fr_comm *comm, int rank, struct fr_mem *lmem,
 void fr_peers_send_abort(struct fr_comm *comm, int err, int origin);
 /* A failed rank's ABORT to every rank, connecting as needed (bounded). */
 void fr_peers_tell_all(struct fr_comm *comm);
-/* BYE to every connected peer, wait (bounded) for theirs, close. */
-void fr_peers_goodbye(struct fr_comm *comm);
+/* BYE to every connected peer, wait (bounded) for theirs: true if all came
+ * (nothing more can come from them). */
+bool fr_peers_goodbye(struct fr_comm *comm);
 /* A failed communicator whose sends still read the application's buffers:
  * let them finish for a moment, then cut every connection (see peer.c). */
 void fr_peers_quiesce(struct fr_comm *comm);

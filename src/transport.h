@@ -37,6 +37,7 @@
 #define FR_TRANSPORT_H
 
 #include <sched.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -213,6 +214,56 @@ struct fr_tp_ops {
 	 * says nothing (a software device). */
 	int (*locality)(struct fr_tp *tp, cpu_set_t *cpus);
 };
+
+/*
+ * The shared endpoint (transports/share): several communicators over one
+ * endpoint and its connections (fr_comm_split, fr_comm_dup).  Each
+ * communicator gets a view, an endpoint of its own behind the same
+ * interface, numbered by its ranks, with an id (0..FR_SHARE_IDS - 1) equal
+ * on all its ranks.  A view's writes carry the id in the bits of the
+ * immediate (and the SEND ctx) below, which the core therefore never sets:
+ * an immediate's own payload is 20 bits (peer.h), a ctx's own bits are
+ * 0..47 and 56..63.
+ */
+#define FR_SHARE_IDS 256
+#define FR_TP_IMM_ID_SHIFT 20
+#define FR_TP_IMM_ID_MASK (0xffu << FR_TP_IMM_ID_SHIFT)
+#define FR_TP_CTX_ID_SHIFT 48
+#define FR_TP_CTX_ID_MASK (0xffull << FR_TP_CTX_ID_SHIFT)
+/* A write whose source is the caller's memory (the core's user buffers):
+ * a view closing a connection with such writes still queued closes the
+ * real one, so that nothing reads that memory afterwards. */
+#define FR_TP_CTX_USER (1ull << 62)
+
+struct fr_share;
+/* Share the endpoint tp of ops (this process is rank of nranks): its first
+ * view, of every rank with id 0, in *vops / *view.  From then on the views
+ * own tp, and the last one closed closes it; on failure the caller still
+ * does. */
+int fr_share_new(const struct fr_tp_ops *ops, struct fr_tp *tp, int rank,
+		 int nranks, const struct fr_tp_ops **vops,
+		 struct fr_tp **view);
+/* The endpoint's peers' address blobs ([nranks][FR_TP_ADDR_MAX]), copied. */
+int fr_share_set_addrs(struct fr_share *s, const uint8_t *addrs,
+		       const uint8_t *addrlens);
+/* A view for a communicator whose rank i is the endpoint's rank
+ * members[i] (n of them), with the operations it is driven by; its id is
+ * set later (fr_share_set_id) and it receives nothing before.  The caller
+ * holds the lock of a communicator already on s, if there is one. */
+int fr_share_view(struct fr_share *s, const int *members, int n,
+		  const struct fr_tp_ops **ops, struct fr_tp **view);
+/* 0, or FR_EBUSY if id is taken. */
+int fr_share_set_id(struct fr_tp *view, int id);
+/* The ids in use (bit i of used[i / 8]). */
+void fr_share_ids_used(struct fr_share *s, uint8_t used[FR_SHARE_IDS / 8]);
+struct fr_share *fr_share_of(struct fr_tp *view);
+/* The endpoint rank of the view's rank i, or -1. */
+int fr_share_member(struct fr_tp *view, int i);
+/* The view is about to close: clean says every peer it talked to has said
+ * goodbye, so nothing more can come for its id; otherwise the id is kept
+ * from reuse, and the regions deregistered from now on stay registered
+ * until the endpoint closes (a late write must find them). */
+void fr_share_closing(struct fr_tp *view, bool clean);
 
 extern const struct fr_tp_ops fr_tcp_ops;
 extern const struct fr_tp_ops fr_shm_ops;

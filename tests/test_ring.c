@@ -300,8 +300,8 @@ static void test_nsegs(void **state)
 
 static void test_imm(void **state)
 {
-	static const uint32_t payloads[] = { 0, 1, 0x7f, 0x12345, 0x0ffffff,
-					     0x0fffffff };
+	static const uint32_t payloads[] = {0,	     1,	      0x7f,
+					    0x12345, 0x0ffff, 0x0fffff};
 
 	(void)state;
 	for (uint32_t t = 0; t < 16; t++)
@@ -311,12 +311,16 @@ static void test_imm(void **state)
 
 			assert_int_equal(FR_IMM_TYPE(imm), t);
 			assert_int_equal(FR_IMM_PAYLOAD(imm), payloads[i]);
+			/* the shared endpoint's id bits stay clear */
+			assert_int_equal(imm & FR_TP_IMM_ID_MASK, 0);
 		}
-	/* A payload wider than 28 bits never leaks into the type. */
+	/* A payload wider than 20 bits never leaks into the id or the type. */
 	assert_int_equal(FR_IMM_TYPE(FR_IMM(FR_IMM_CREDIT, 0xffffffffu)),
 			 FR_IMM_CREDIT);
 	assert_int_equal(FR_IMM_PAYLOAD(FR_IMM(FR_IMM_CREDIT, 0xffffffffu)),
-			 0x0fffffffu);
+			 0x000fffffu);
+	assert_int_equal(FR_IMM(FR_IMM_CREDIT, 0xffffffffu) & FR_TP_IMM_ID_MASK,
+			 0);
 	assert_int_equal(FR_IMM_TYPE(FR_IMM(FR_IMM_AG, 0x10000005u)),
 			 FR_IMM_AG);
 	assert_int_equal(FR_IMM_PAYLOAD(FR_IMM(FR_IMM_AG, 0x10000005u)), 5);
@@ -328,8 +332,8 @@ static void test_imm(void **state)
 		for (int j = i + 1; j < 5; j++)
 			assert_int_not_equal(types[i], types[j]);
 	}
-	/* A reduce-scatter immediate: 20-bit serial, 8-bit slot. */
-	for (uint32_t serial = 0; serial <= 0xfffff; serial += 0x3333)
+	/* A reduce-scatter immediate: 12-bit serial, 8-bit slot. */
+	for (uint32_t serial = 0; serial <= 0xfff; serial += 0x133)
 		for (uint32_t slot = 0; slot < 64; slot += 7) {
 			uint32_t imm = FR_IMM(FR_IMM_RS, serial << 8 | slot);
 
@@ -337,10 +341,10 @@ static void test_imm(void **state)
 			assert_int_equal(FR_IMM_PAYLOAD(imm) >> 8, serial);
 			assert_int_equal(FR_IMM_PAYLOAD(imm) & 0xff, slot);
 		}
-	uint32_t imm = FR_IMM(FR_IMM_RS, 0xfffffu << 8 | 0xffu);
+	uint32_t imm = FR_IMM(FR_IMM_RS, 0xfffu << 8 | 0xffu);
 
 	assert_int_equal(FR_IMM_TYPE(imm), FR_IMM_RS);
-	assert_int_equal(FR_IMM_PAYLOAD(imm), 0x0fffffffu);
+	assert_int_equal(FR_IMM_PAYLOAD(imm), 0x000fffffu);
 }
 
 /* ---- mailbox message headers ------------------------------------------------------ */

@@ -611,7 +611,7 @@ static int send_rs(struct fr_comm *comm, struct fr_ring_state *st,
 		struct cursor *c = &st->cur[RS_SEND];
 		uint32_t slot =
 			(uint32_t)(rc->rs_sent % (uint64_t)comm->algo.slots);
-		uint32_t serial = (uint32_t)(rc->rs_sent & 0xfffff);
+		uint32_t serial = (uint32_t)(rc->rs_sent & 0xfff);
 		struct fr_mem *src;
 		size_t off, len, loff;
 		int err;
@@ -845,7 +845,7 @@ static int on_rs(struct fr_comm *comm, struct fr_request *req, uint32_t payload,
 	struct fr_ring_comm *rc = ring_of(comm);
 	uint32_t slot =
 		(uint32_t)(rc->rs_received % (uint64_t)comm->algo.slots);
-	uint32_t serial = (uint32_t)(rc->rs_received & 0xfffff);
+	uint32_t serial = (uint32_t)(rc->rs_received & 0xfff);
 	size_t off, n;
 	const uint8_t *in;
 	uint8_t *dst;
@@ -898,7 +898,7 @@ static int on_ag(struct fr_comm *comm, struct fr_request *req, uint32_t payload,
 	size_t off, n;
 
 	if (!st || cur_done(st, AG_RECV) ||
-	    payload != (st->ag_recvd & 0x0fffffffu))
+	    payload != (st->ag_recvd & FR_IMM_PAYLOAD_MASK))
 		return fr_comm_fail(
 			comm, FR_EPROTO,
 			"rank %d: unexpected all-gather segment from rank %d",

@@ -1,0 +1,1152 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fr_share.c - the shared endpoint: several communicators over one
+ * transport endpoint and its connections.
+ *
+ * A job opens one endpoint (tcp, shm, verbs or a mix) and connects its
+ * ranks once; every communicator split from it (fr_comm_split,
+ * fr_comm_dup) talks over the same endpoint and the same connections,
+ * with no listener or rendezvous of its own.  Each communicator sees a
+ * view: an endpoint behind the same interface (transport.h), numbered by
+ * its own ranks, so that the core above runs unchanged.
+ *
+ * Design
+ *   - Links.  The real connections to one rank of the endpoint.  The lower
+ *     rank connects as soon as a view wants the link; the higher one waits
+ *     SHR_GRACE_MS for it, then connects too (the lower rank may be late,
+ *     and a waiting rank must reach it to tell late from dead).  Incoming
+ *     connections are taken at once.  So a link may have two connections,
+ *     one each way; each side writes on the first that came up and keeps
+ *     it, so writes between two ranks stay in order (FIFO per sender).
+ *   - Ids.  A communicator has an id, 0..255 and equal on all its ranks
+ *     (the split chooses the lowest free on all of them; the job's first
+ *     communicator is 0).  A view's writes carry it in bits 20..27 of the
+ *     immediate and 48..55 of the SEND ctx; poll() reads them back, strips
+ *     them, and puts the completion on the view's queue with the view's
+ *     connection.  Completions for an id with no view yet (a peer that
+ *     finished the split first) wait, unclaimed, for the view that takes
+ *     the id; those for a view that has no connection to the sender yet
+ *     wait for it (pending() names them, as a transport names connections
+ *     not yet accepted).
+ *   - A view's connect() and accept() give a connection at once, which
+ *     connect_done() completes when the link is up; they may be called in
+ *     any order by either side.  Closing one closes nothing real, unless
+ *     writes from the caller's memory are still queued on it (a failed
+ *     communicator cutting its peers off): then the link goes, so that
+ *     nothing reads that memory afterwards.
+ *   - A dead link fails every view's connection over it; a view with no
+ *     connection to that rank learns it when it asks for one.  So a rank's
+ *     death fails the communicators that need it, and no other.
+ *   - A closed view's id is free again only if its peers said goodbye
+ *     (nothing more can come for it); else it is kept from reuse, writes
+ *     for it are dropped, and the regions it deregisters after that stay
+ *     registered until the endpoint closes, so that a late write never
+ *     finds unregistered memory (which would fail the whole link).
+ *   - Threads.  With one view (the common case) every call goes straight
+ *     through.  With more, a mutex serialises the real endpoint, which is
+ *     single-threaded: one view's thread sleeps in its wait() while the
+ *     others sleep on a condition variable, and a thread that needs the
+ *     endpoint wakes the sleeper and waits until it has left, then polls
+ *     for everyone (completions go to their views' queues).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fastreduce.h"
+#include "log.h"
+#include "transport.h"
+#include "util.h"
+
+#define SHR_BATCH 64
+/* how long the higher rank of a link waits for the lower to connect */
+#define SHR_GRACE_MS 300
+/* completions kept for ids with no view yet, at most */
+#define SHR_UNCLAIMED_MAX 65536
+
+enum { ID_FREE, ID_LIVE, ID_QUARANTINE };
+
+struct shr_link {
+	struct fr_tp_conn *out, *in; /* we opened / it opened */
+	bool out_up, in_up;
+	struct fr_tp_conn *send; /* the first up: our writes take it */
+	int err;		 /* dead: the error */
+	uint64_t want_ms;	 /* a view first asked for it (0: none) */
+	bool busy;		 /* a handshake in progress (in s->busy) */
+};
+
+struct shr_held {
+	struct shr_held *next;
+	int id, wpeer;
+	struct fr_tp_cqe cqe;
+};
+
+struct shr_view;
+
+struct shr_conn {
+	struct shr_view *v;
+	int peer, wpeer;
+	int user_out; /* writes from the caller's memory not completed */
+	bool up;      /* connect_done() said so: completions flow from then */
+};
+
+struct shr_view {
+	struct fr_share *s;
+	int id; /* -1 until set */
+	int n;
+	int *members;		 /* [n]: endpoint rank of each rank */
+	int *crank;		 /* [s->nranks]: our rank of it, or -1 */
+	struct shr_conn **conns; /* [n] */
+	struct fr_tp_cqe *q;	 /* completions for it, a ring */
+	unsigned qcap, qhead, qlen;
+	struct shr_held *held, *held_tail; /* from peers not yet connected */
+	atomic_bool woken;
+	bool closing, quarantine;
+	struct shr_view *next; /* s->views */
+};
+
+struct fr_share {
+	const struct fr_tp_ops *ops;
+	struct fr_tp *tp;
+	int rank, nranks;
+	struct fr_tp_ops view_ops; /* the real one's name and options */
+	struct shr_link *links;	   /* [nranks] */
+	uint8_t *addrs, *addrlens;
+	int *busy, nbusy; /* links with a handshake in progress */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	atomic_int nviews;
+	bool in_wait; /* a view's thread sleeps in the real wait() */
+	struct shr_view *waiter;
+	struct shr_view *ids[FR_SHARE_IDS];
+	uint8_t idstate[FR_SHARE_IDS];
+	struct shr_view *views;
+	struct shr_held *unclaimed, *unclaimed_tail;
+	int nunclaimed;
+	bool warned;
+	struct fr_tp_mr **zombies;
+	int nzombies, zcap;
+};
+
+static struct shr_view *V(struct fr_tp *tp)
+{
+	return (struct shr_view *)tp;
+}
+
+static struct shr_conn *C(struct fr_tp_conn *c)
+{
+	return (struct shr_conn *)c;
+}
+
+/* ---- locking ------------------------------------------------------------ */
+
+/* Take the endpoint: with more than one view, the mutex, and no thread
+ * inside the real wait(). */
+static bool enter(struct fr_share *s)
+{
+	if (atomic_load_explicit(&s->nviews, memory_order_acquire) <= 1)
+		return false;
+	pthread_mutex_lock(&s->mu);
+	while (s->in_wait) {
+		s->ops->wake(s->tp);
+		pthread_cond_wait(&s->cv, &s->mu);
+	}
+	return true;
+}
+
+static void leave(struct fr_share *s, bool locked)
+{
+	if (locked)
+		pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- queues ------------------------------------------------------------- */
+
+static void q_push(struct shr_view *v, const struct fr_tp_cqe *c)
+{
+	if (v->qlen == v->qcap) {
+		unsigned cap = v->qcap ? 2 * v->qcap : 64;
+		struct fr_tp_cqe *q = malloc(cap * sizeof(*q));
+
+		if (!q) {
+			fr_err("shared endpoint: out of memory; a completion is lost");
+			return;
+		}
+		for (unsigned i = 0; i < v->qlen; i++)
+			q[i] = v->q[(v->qhead + i) % v->qcap];
+		free(v->q);
+		v->q = q;
+		v->qcap = cap;
+		v->qhead = 0;
+	}
+	v->q[(v->qhead + v->qlen) % v->qcap] = *c;
+	v->qlen++;
+}
+
+static struct shr_held *held_new(int id, int wpeer, const struct fr_tp_cqe *c)
+{
+	struct shr_held *h = malloc(sizeof(*h));
+
+	if (!h) {
+		fr_err("shared endpoint: out of memory; a completion is lost");
+		return NULL;
+	}
+	h->next = NULL;
+	h->id = id;
+	h->wpeer = wpeer;
+	h->cqe = *c;
+	return h;
+}
+
+static void held_append(struct shr_held **head, struct shr_held **tail,
+			struct shr_held *h)
+{
+	if (!h)
+		return;
+	if (*tail)
+		(*tail)->next = h;
+	else
+		*head = h;
+	*tail = h;
+}
+
+/* Completions held for peer q of v (it has a connection now): queue them,
+ * in order. */
+static void held_release(struct shr_view *v, int q)
+{
+	struct shr_held **pp = &v->held, *prev = NULL;
+
+	while (*pp) {
+		struct shr_held *h = *pp;
+
+		if (v->crank[h->wpeer] != q) {
+			prev = h;
+			pp = &h->next;
+			continue;
+		}
+		*pp = h->next;
+		if (v->held_tail == h)
+			v->held_tail = prev;
+		h->cqe.conn = (struct fr_tp_conn *)v->conns[q];
+		q_push(v, &h->cqe);
+		free(h);
+	}
+}
+
+static void held_free(struct shr_held *h)
+{
+	while (h) {
+		struct shr_held *n = h->next;
+
+		free(h);
+		h = n;
+	}
+}
+
+/* ---- links -------------------------------------------------------------- */
+
+static void busy_add(struct fr_share *s, int w)
+{
+	if (s->links[w].busy)
+		return;
+	s->links[w].busy = true;
+	s->busy[s->nbusy++] = w;
+}
+
+/* The link to w is dead: every view's connection over it fails. */
+static void link_fail(struct fr_share *s, int w, int err)
+{
+	struct shr_link *l = &s->links[w];
+
+	if (l->err)
+		return;
+	l->err = err ? err : FR_EPEER;
+	l->send = NULL;
+	fr_dbg("rank %d: shared link to rank %d failed: %s", s->rank, w,
+	       fr_strerror(l->err));
+	for (struct shr_view *v = s->views; v; v = v->next) {
+		int q = v->crank[w];
+		struct fr_tp_cqe c = {.kind = FR_CQE_RECV, .status = l->err};
+
+		if (v->id < 0 || v->closing || q < 0 || !v->conns[q] ||
+		    !v->conns[q]->up)
+			continue; /* it learns from connect_done() */
+		c.conn = (struct fr_tp_conn *)v->conns[q];
+		q_push(v, &c);
+	}
+}
+
+/* Advance a real connection's handshake: the first one up carries our
+ * writes; one that fails ends the link only if it was all we had. */
+static void conn_advance(struct fr_share *s, int w, struct fr_tp_conn **cp,
+			 bool *up)
+{
+	struct shr_link *l = &s->links[w];
+	int rc;
+
+	if (!*cp || *up)
+		return;
+	rc = s->ops->connect_done(*cp);
+	if (rc == FR_EAGAIN)
+		return;
+	if (!rc) {
+		*up = true;
+		if (!l->send && !l->err)
+			l->send = *cp;
+		fr_dbg("rank %d: link to rank %d: %s connection up", s->rank, w,
+		       cp == &l->out ? "outgoing" : "incoming");
+		return;
+	}
+	s->ops->close_conn(*cp);
+	*cp = NULL;
+	if (!l->send && !(l->out && cp != &l->out) &&
+	    !(l->in && cp != &l->in) && (s->rank < w || cp == &l->in))
+		link_fail(s, w, rc);
+}
+
+static void busy_advance(struct fr_share *s)
+{
+	for (int i = 0; i < s->nbusy;) {
+		int w = s->busy[i];
+		struct shr_link *l = &s->links[w];
+
+		conn_advance(s, w, &l->out, &l->out_up);
+		conn_advance(s, w, &l->in, &l->in_up);
+		if ((l->out && !l->out_up) || (l->in && !l->in_up)) {
+			i++;
+			continue;
+		}
+		l->busy = false;
+		s->busy[i] = s->busy[--s->nbusy];
+	}
+}
+
+/* Take the connections peers opened to us. */
+static void accept_new(struct fr_share *s)
+{
+	int w[32], n;
+
+	if (!s->ops->pending)
+		return;
+	n = s->ops->pending(s->tp, w, 32);
+	for (int i = 0; i < n; i++) {
+		struct fr_tp_conn *c;
+
+		if (w[i] < 0 || w[i] >= s->nranks || w[i] == s->rank)
+			continue;
+		if (s->ops->accept(s->tp, w[i], &c))
+			continue;
+		if (s->links[w[i]].in || s->links[w[i]].err) {
+			/* a second one, or from a rank we gave up on */
+			s->ops->close_conn(c);
+			continue;
+		}
+		s->links[w[i]].in = c;
+		busy_add(s, w[i]);
+	}
+}
+
+/* 0 once the link to w carries writes, FR_EAGAIN before, or its error. */
+static int link_need(struct fr_share *s, int w)
+{
+	struct shr_link *l = &s->links[w];
+	uint64_t now;
+	int rc;
+
+	if (l->err)
+		return l->err;
+	if (l->send)
+		return 0;
+	now = fr_coarse_ms();
+	if (!l->want_ms)
+		l->want_ms = now;
+	if (!l->out && (s->rank < w || now - l->want_ms >= SHR_GRACE_MS)) {
+		if (!s->addrlens || !s->addrlens[w])
+			return FR_EPROTO;
+		rc = s->ops->connect(s->tp, w,
+				     s->addrs + (size_t)w * FR_TP_ADDR_MAX,
+				     s->addrlens[w], &l->out);
+		if (rc) {
+			l->out = NULL;
+			if (s->rank < w) {
+				link_fail(s, w, rc);
+				return rc;
+			}
+			l->want_ms = now; /* the next attempt after a grace */
+		} else {
+			l->out_up = false;
+			busy_add(s, w);
+		}
+	}
+	busy_advance(s);
+	return l->err ? l->err : l->send ? 0 : FR_EAGAIN;
+}
+
+/* ---- completions -------------------------------------------------------- */
+
+static void route(struct fr_share *s, struct fr_tp_cqe *c)
+{
+	int w = s->ops->conn_peer(c->conn), id, q;
+	struct shr_link *l;
+	struct shr_view *v;
+
+	if (w < 0 || w >= s->nranks || w == s->rank)
+		return;
+	l = &s->links[w];
+	if (c->conn != l->out && c->conn != l->in)
+		return; /* one we closed */
+	if (c->status) {
+		link_fail(s, w, c->status);
+		return;
+	}
+	if (c->kind == FR_CQE_SEND) {
+		id = (int)((c->ctx & FR_TP_CTX_ID_MASK) >> FR_TP_CTX_ID_SHIFT);
+		c->ctx &= ~FR_TP_CTX_ID_MASK;
+		v = s->ids[id];
+		if (!v || s->idstate[id] != ID_LIVE || (q = v->crank[w]) < 0 ||
+		    !v->conns[q])
+			return;
+		if (c->ctx & FR_TP_CTX_USER)
+			v->conns[q]->user_out--;
+		c->conn = (struct fr_tp_conn *)v->conns[q];
+		q_push(v, c);
+		return;
+	}
+	id = (int)((c->imm & FR_TP_IMM_ID_MASK) >> FR_TP_IMM_ID_SHIFT);
+	c->imm &= ~FR_TP_IMM_ID_MASK;
+	if (s->idstate[id] == ID_QUARANTINE)
+		return;
+	if (s->idstate[id] == ID_FREE) {
+		if (s->nunclaimed >= SHR_UNCLAIMED_MAX) {
+			if (!s->warned)
+				fr_warn("rank %d: writes for communicator id %d, which this rank does not have, are dropped",
+					s->rank, id);
+			s->warned = true;
+			return;
+		}
+		held_append(&s->unclaimed, &s->unclaimed_tail,
+			    held_new(id, w, c));
+		s->nunclaimed++;
+		return;
+	}
+	v = s->ids[id];
+	q = v->crank[w];
+	if (q < 0)
+		return; /* not a member: nothing of ours */
+	if (!v->conns[q] || !v->conns[q]->up) {
+		/* as a transport delivers nothing on a connection before
+		 * it is established */
+		held_append(&v->held, &v->held_tail, held_new(id, w, c));
+		return;
+	}
+	c->conn = (struct fr_tp_conn *)v->conns[q];
+	q_push(v, c);
+}
+
+/* Poll the real endpoint once and hand out what came: how many, or its
+ * error. */
+static int drain(struct fr_share *s)
+{
+	struct fr_tp_cqe c[SHR_BATCH];
+	int n;
+
+	accept_new(s);
+	if (s->nbusy)
+		busy_advance(s);
+	n = s->ops->poll(s->tp, c, SHR_BATCH);
+	for (int i = 0; i < n; i++)
+		route(s, &c[i]);
+	if (n > 0 && atomic_load(&s->nviews) > 1)
+		pthread_cond_broadcast(&s->cv);
+	return n;
+}
+
+/* ---- the view's operations ---------------------------------------------- */
+
+static int v_open(const struct fr_tp_params *p, struct fr_tp **tp, void *addr,
+		  size_t *addrlen)
+{
+	(void)p;
+	(void)tp;
+	(void)addr;
+	(void)addrlen;
+	return FR_EINVAL; /* views come from fr_share_view */
+}
+
+static int v_conn(struct fr_tp *tp, int peer, struct fr_tp_conn **conn)
+{
+	struct shr_view *v = V(tp);
+	struct fr_share *s;
+	struct shr_conn *c;
+	bool lk;
+
+	if (!v || !conn || peer < 0 || peer >= v->n)
+		return FR_EINVAL;
+	s = v->s;
+	if (v->members[peer] == s->rank)
+		return FR_EINVAL;
+	lk = enter(s);
+	if (v->conns[peer]) {
+		/* one connection a peer: a second (a liveness probe) has
+		 * nothing to add over a shared link */
+		leave(s, lk);
+		return FR_EBUSY;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		leave(s, lk);
+		return FR_ENOMEM;
+	}
+	c->v = v;
+	c->peer = peer;
+	c->wpeer = v->members[peer];
+	v->conns[peer] = c;
+	link_need(s, c->wpeer);
+	leave(s, lk);
+	*conn = (struct fr_tp_conn *)c;
+	return 0;
+}
+
+static int v_connect(struct fr_tp *tp, int peer, const void *addr,
+		     size_t addrlen, struct fr_tp_conn **conn)
+{
+	(void)addr;
+	(void)addrlen;
+	return v_conn(tp, peer, conn);
+}
+
+static int v_accept(struct fr_tp *tp, int peer, struct fr_tp_conn **conn)
+{
+	return v_conn(tp, peer, conn);
+}
+
+static int v_connect_done(struct fr_tp_conn *conn)
+{
+	struct shr_conn *c = C(conn);
+	struct fr_share *s;
+	bool lk;
+	int rc;
+
+	if (!c)
+		return FR_EINVAL;
+	s = c->v->s;
+	lk = enter(s);
+	rc = link_need(s, c->wpeer);
+	if (!rc && !c->up) {
+		c->up = true;
+		held_release(c->v, c->peer);
+	}
+	leave(s, lk);
+	return rc;
+}
+
+static int v_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
+		     struct fr_tp_mr **mr)
+{
+	struct fr_share *s = V(tp)->s;
+	bool lk = enter(s);
+	int rc = s->ops->reg_mem(s->tp, buf, len, access, mr);
+
+	leave(s, lk);
+	return rc;
+}
+
+static int v_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
+{
+	struct shr_view *v = V(tp);
+	struct fr_share *s = v->s;
+	bool lk = enter(s);
+	int rc = 0;
+
+	if (v->quarantine && mr) {
+		/* a late write may still come for it: keep it registered */
+		if (s->nzombies == s->zcap) {
+			int cap = s->zcap ? 2 * s->zcap : 16;
+			struct fr_tp_mr **z =
+				realloc(s->zombies, (size_t)cap * sizeof(*z));
+
+			if (z) {
+				s->zombies = z;
+				s->zcap = cap;
+			}
+		}
+		if (s->nzombies < s->zcap) {
+			s->zombies[s->nzombies++] = mr;
+			leave(s, lk);
+			return 0;
+		}
+	}
+	rc = s->ops->dereg_mem(s->tp, mr);
+	leave(s, lk);
+	return rc;
+}
+
+static int v_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
+			 struct fr_tp_rkey *rkey)
+{
+	struct fr_share *s = V(tp)->s;
+
+	/* decoding a blob touches no state of the endpoint's */
+	return s->ops->unpack_rkey(s->tp, blob, len, rkey);
+}
+
+static int v_write_imm(struct fr_tp_conn *conn, struct fr_tp_mr *lmr,
+		       size_t loff, const struct fr_tp_rkey *rkey,
+		       uint64_t roff, size_t len, uint32_t imm, uint64_t ctx)
+{
+	struct shr_conn *c = C(conn);
+	struct fr_share *s;
+	struct shr_link *l;
+	bool lk;
+	int rc;
+
+	if (!c || (imm & FR_TP_IMM_ID_MASK) || (ctx & FR_TP_CTX_ID_MASK))
+		return FR_EINVAL;
+	s = c->v->s;
+	lk = enter(s);
+	l = &s->links[c->wpeer];
+	/* a dead link's error completion is on the queue of an established
+	 * connection: the caller learns it there, as from a transport */
+	if (l->err)
+		rc = c->up ? FR_EAGAIN : l->err;
+	else if (!l->send)
+		rc = FR_EAGAIN;
+	else
+		rc = s->ops->write_imm(
+			l->send, lmr, loff, rkey, roff, len,
+			imm | (uint32_t)c->v->id << FR_TP_IMM_ID_SHIFT,
+			ctx | (uint64_t)c->v->id << FR_TP_CTX_ID_SHIFT);
+	if (!rc && (ctx & FR_TP_CTX_USER))
+		c->user_out++;
+	leave(s, lk);
+	return rc;
+}
+
+static int v_write_inline(struct fr_tp_conn *conn, const void *buf,
+			  const struct fr_tp_rkey *rkey, uint64_t roff,
+			  size_t len, uint32_t imm)
+{
+	struct shr_conn *c = C(conn);
+	struct fr_share *s;
+	struct shr_link *l;
+	bool lk;
+	int rc;
+
+	if (!c || (imm & FR_TP_IMM_ID_MASK))
+		return FR_EINVAL;
+	s = c->v->s;
+	lk = enter(s);
+	l = &s->links[c->wpeer];
+	if (l->err)
+		rc = c->up ? FR_EAGAIN : l->err;
+	else if (!l->send)
+		rc = FR_EAGAIN;
+	else
+		rc = s->ops->write_inline(
+			l->send, buf, rkey, roff, len,
+			imm | (uint32_t)c->v->id << FR_TP_IMM_ID_SHIFT);
+	leave(s, lk);
+	return rc;
+}
+
+static int q_pop(struct shr_view *v, struct fr_tp_cqe *out, int max)
+{
+	int n = 0;
+
+	while (v->qlen && n < max) {
+		out[n++] = v->q[v->qhead];
+		v->qhead = (v->qhead + 1) % v->qcap;
+		v->qlen--;
+	}
+	return n;
+}
+
+static int v_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
+{
+	struct shr_view *v = V(tp);
+	struct fr_share *s;
+	bool lk;
+	int n;
+
+	if (!v || max < 0 || (max && !cqe))
+		return FR_EINVAL;
+	s = v->s;
+	lk = enter(s);
+	/* what is queued, then what the endpoint has, as a transport gives
+	 * all it has (a caller stops at a short batch) */
+	n = q_pop(v, cqe, max);
+	while (n < max) {
+		int d = drain(s);
+
+		if (d < 0 && !n) {
+			leave(s, lk);
+			return d;
+		}
+		n += q_pop(v, cqe + n, max - n);
+		if (d < SHR_BATCH)
+			break;
+	}
+	leave(s, lk);
+	return n;
+}
+
+static void deadline_after(struct timespec *ts, int ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+static int v_wait(struct fr_tp *tp, int timeout_ms)
+{
+	struct shr_view *v = V(tp);
+	struct fr_share *s;
+	struct timespec ts;
+	int rc, n;
+
+	if (!v)
+		return FR_EINVAL;
+	s = v->s;
+	if (atomic_load_explicit(&s->nviews, memory_order_acquire) <= 1) {
+		atomic_store(&v->woken, false);
+		if (v->qlen)
+			return 0;
+		return s->ops->wait(s->tp, timeout_ms);
+	}
+	pthread_mutex_lock(&s->mu);
+	if (v->qlen || atomic_exchange(&v->woken, false)) {
+		pthread_mutex_unlock(&s->mu);
+		return 0;
+	}
+	if (!s->in_wait) {
+		/* the real wait() comes right after a poll() that found
+		 * nothing */
+		n = drain(s);
+		if (n || v->qlen) {
+			pthread_mutex_unlock(&s->mu);
+			return n < 0 ? n : 0;
+		}
+		s->in_wait = true;
+		s->waiter = v;
+		pthread_mutex_unlock(&s->mu);
+		rc = s->ops->wait(s->tp, timeout_ms);
+		pthread_mutex_lock(&s->mu);
+		s->in_wait = false;
+		s->waiter = NULL;
+		n = drain(s);
+		pthread_cond_broadcast(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+		return rc ? rc : n < 0 ? n : 0;
+	}
+	/* another view's thread sleeps in the endpoint: it hands us what
+	 * comes for us */
+	deadline_after(&ts,
+		       timeout_ms < 0 || timeout_ms > 100 ? 100 : timeout_ms);
+	pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+	atomic_store(&v->woken, false);
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+static void v_wake(struct fr_tp *tp)
+{
+	struct shr_view *v = V(tp);
+	struct fr_share *s;
+
+	if (!v)
+		return;
+	s = v->s;
+	atomic_store(&v->woken, true);
+	if (atomic_load_explicit(&s->nviews, memory_order_acquire) <= 1) {
+		s->ops->wake(s->tp);
+		return;
+	}
+	pthread_mutex_lock(&s->mu);
+	if (s->waiter == v)
+		s->ops->wake(s->tp);
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void v_close_conn(struct fr_tp_conn *conn)
+{
+	struct shr_conn *c = C(conn);
+	struct fr_share *s;
+	struct shr_link *l;
+	bool lk;
+
+	if (!c)
+		return;
+	s = c->v->s;
+	lk = enter(s);
+	l = &s->links[c->wpeer];
+	c->v->conns[c->peer] = NULL;
+	if (c->user_out > 0 && !l->err) {
+		/* the caller's memory may still be read: the link goes */
+		fr_info("rank %d: closing the link to rank %d: %d writes from the application's memory still queued",
+			s->rank, c->wpeer, c->user_out);
+		link_fail(s, c->wpeer, FR_EPEER);
+		if (l->out)
+			s->ops->close_conn(l->out);
+		if (l->in)
+			s->ops->close_conn(l->in);
+		l->out = l->in = NULL;
+	}
+	leave(s, lk);
+	free(c);
+}
+
+static void share_free(struct fr_share *s)
+{
+	for (int w = 0; w < s->nranks; w++) {
+		if (s->links[w].out)
+			s->ops->close_conn(s->links[w].out);
+		if (s->links[w].in)
+			s->ops->close_conn(s->links[w].in);
+	}
+	for (int i = 0; i < s->nzombies; i++)
+		s->ops->dereg_mem(s->tp, s->zombies[i]);
+	s->ops->close(s->tp);
+	held_free(s->unclaimed);
+	free(s->zombies);
+	free(s->busy);
+	free(s->links);
+	free(s->addrs);
+	free(s->addrlens);
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+static void v_close(struct fr_tp *tp)
+{
+	struct shr_view *v = V(tp);
+	struct fr_share *s;
+	bool lk, last;
+
+	if (!v)
+		return;
+	s = v->s;
+	lk = enter(s);
+	for (int q = 0; q < v->n; q++)
+		free(v->conns[q]);
+	if (v->id >= 0) {
+		s->ids[v->id] = NULL;
+		s->idstate[v->id] =
+			v->quarantine || v->held ? ID_QUARANTINE : ID_FREE;
+	}
+	for (struct shr_view **pp = &s->views; *pp; pp = &(*pp)->next)
+		if (*pp == v) {
+			*pp = v->next;
+			break;
+		}
+	last = atomic_fetch_sub(&s->nviews, 1) == 1;
+	if (lk)
+		pthread_cond_broadcast(&s->cv);
+	leave(s, lk);
+	held_free(v->held);
+	free(v->q);
+	free(v->conns);
+	free(v->crank);
+	free(v->members);
+	free(v);
+	if (last)
+		share_free(s);
+}
+
+static int v_conn_peer(const struct fr_tp_conn *conn)
+{
+	return conn ? ((const struct shr_conn *)conn)->peer : -1;
+}
+
+static const char *v_last_error(struct fr_tp *tp)
+{
+	struct fr_share *s = V(tp)->s;
+
+	return s->ops->last_error ? s->ops->last_error(s->tp) : "";
+}
+
+/* The ranks whose writes wait for a connection of ours. */
+static int v_pending(struct fr_tp *tp, int *peers, int max)
+{
+	struct shr_view *v = V(tp);
+	struct fr_share *s = v->s;
+	bool lk;
+	int n = 0;
+
+	if (!v->held)
+		return 0;
+	lk = enter(s);
+	for (struct shr_held *h = v->held; h && n < max; h = h->next) {
+		int q = v->crank[h->wpeer], k;
+
+		if (v->conns[q])
+			continue; /* its connection is coming up */
+		for (k = 0; k < n && peers[k] != q; k++)
+			;
+		if (k == n)
+			peers[n++] = q;
+	}
+	leave(s, lk);
+	return n;
+}
+
+static int v_locality(struct fr_tp *tp, cpu_set_t *cpus)
+{
+	struct fr_share *s = V(tp)->s;
+
+	return s->ops->locality ? s->ops->locality(s->tp, cpus) : FR_ENODEV;
+}
+
+static int v_probe(char *errbuf, size_t errlen)
+{
+	(void)errbuf;
+	(void)errlen;
+	return 0;
+}
+
+/* ---- the interface of transport.h ---------------------------------------- */
+
+int fr_share_new(const struct fr_tp_ops *ops, struct fr_tp *tp, int rank,
+		 int nranks, const struct fr_tp_ops **vops, struct fr_tp **view)
+{
+	struct fr_share *s;
+	pthread_condattr_t ca;
+	const struct fr_tp_ops *vo;
+	struct fr_tp *vw;
+	int *all = NULL, rc;
+
+	if (!ops || !tp || !vops || !view || nranks < 1 || rank < 0 ||
+	    rank >= nranks)
+		return FR_EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return FR_ENOMEM;
+	s->links = calloc((size_t)nranks, sizeof(*s->links));
+	s->busy = calloc((size_t)nranks, sizeof(*s->busy));
+	if (!s->links || !s->busy)
+		goto nomem;
+	if (pthread_mutex_init(&s->mu, NULL))
+		goto nomem;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (pthread_cond_init(&s->cv, &ca)) {
+		pthread_condattr_destroy(&ca);
+		pthread_mutex_destroy(&s->mu);
+		goto nomem;
+	}
+	pthread_condattr_destroy(&ca);
+	s->ops = ops;
+	s->tp = tp;
+	s->rank = rank;
+	s->nranks = nranks;
+	s->view_ops = (struct fr_tp_ops){
+		.size = sizeof(struct fr_tp_ops),
+		.name = ops->name,
+		.probe = v_probe,
+		.open = v_open,
+		.connect = v_connect,
+		.accept = v_accept,
+		.connect_done = v_connect_done,
+		.reg_mem = v_reg_mem,
+		.dereg_mem = v_dereg_mem,
+		.pack_rkey = ops->pack_rkey,
+		.unpack_rkey = v_unpack_rkey,
+		.write_imm = v_write_imm,
+		.write_inline = ops->write_inline ? v_write_inline : NULL,
+		.poll = v_poll,
+		.wait = v_wait,
+		.wake = v_wake,
+		.close_conn = v_close_conn,
+		.close = v_close,
+		.conn_peer = v_conn_peer,
+		.last_error = v_last_error,
+		.pending = v_pending,
+		.locality = ops->locality ? v_locality : NULL,
+	};
+	all = malloc((size_t)nranks * sizeof(int));
+	if (!all)
+		goto nomem_locks;
+	for (int r = 0; r < nranks; r++)
+		all[r] = r;
+	rc = fr_share_view(s, all, nranks, &vo, &vw);
+	free(all);
+	if (rc)
+		goto nomem_locks;
+	rc = fr_share_set_id(vw, 0);
+	if (!rc) {
+		*vops = vo;
+		*view = vw;
+		return 0;
+	}
+	/* cannot happen (a new endpoint's ids are free); undo by hand, the
+	 * endpoint staying the caller's */
+	s->views = NULL;
+	free(V(vw)->members);
+	free(V(vw)->crank);
+	free(V(vw)->conns);
+	free(V(vw));
+nomem_locks:
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+nomem:
+	free(s->busy);
+	free(s->links);
+	free(s);
+	return FR_ENOMEM;
+}
+
+int fr_share_set_addrs(struct fr_share *s, const uint8_t *addrs,
+		       const uint8_t *addrlens)
+{
+	uint8_t *a = malloc((size_t)s->nranks * FR_TP_ADDR_MAX),
+		*l = malloc((size_t)s->nranks);
+
+	if (!a || !l) {
+		free(a);
+		free(l);
+		return FR_ENOMEM;
+	}
+	memcpy(a, addrs, (size_t)s->nranks * FR_TP_ADDR_MAX);
+	memcpy(l, addrlens, (size_t)s->nranks);
+	free(s->addrs);
+	free(s->addrlens);
+	s->addrs = a;
+	s->addrlens = l;
+	return 0;
+}
+
+int fr_share_view(struct fr_share *s, const int *members, int n,
+		  const struct fr_tp_ops **ops, struct fr_tp **view)
+{
+	struct shr_view *v;
+	bool lk;
+
+	if (!s || !members || n < 1 || !ops || !view)
+		return FR_EINVAL;
+	v = calloc(1, sizeof(*v));
+	if (!v)
+		return FR_ENOMEM;
+	v->s = s;
+	v->id = -1;
+	v->n = n;
+	v->members = malloc((size_t)n * sizeof(int));
+	v->crank = malloc((size_t)s->nranks * sizeof(int));
+	v->conns = calloc((size_t)n, sizeof(*v->conns));
+	if (!v->members || !v->crank || !v->conns)
+		goto nomem;
+	for (int w = 0; w < s->nranks; w++)
+		v->crank[w] = -1;
+	for (int i = 0; i < n; i++) {
+		if (members[i] < 0 || members[i] >= s->nranks ||
+		    v->crank[members[i]] >= 0) {
+			free(v->members);
+			free(v->crank);
+			free(v->conns);
+			free(v);
+			return FR_EINVAL;
+		}
+		v->members[i] = members[i];
+		v->crank[members[i]] = i;
+	}
+	lk = enter(s);
+	v->next = s->views;
+	s->views = v;
+	atomic_fetch_add(&s->nviews, 1);
+	leave(s, lk);
+	*ops = &s->view_ops;
+	*view = (struct fr_tp *)v;
+	return 0;
+nomem:
+	free(v->members);
+	free(v->crank);
+	free(v->conns);
+	free(v);
+	return FR_ENOMEM;
+}
+
+int fr_share_set_id(struct fr_tp *tp, int id)
+{
+	struct shr_view *v = V(tp);
+	struct fr_share *s;
+	struct shr_held **pp, *prev = NULL;
+	bool lk;
+
+	if (!v || id < 0 || id >= FR_SHARE_IDS || v->id >= 0)
+		return FR_EINVAL;
+	s = v->s;
+	lk = enter(s);
+	if (s->idstate[id] != ID_FREE) {
+		leave(s, lk);
+		return FR_EBUSY;
+	}
+	v->id = id;
+	s->ids[id] = v;
+	s->idstate[id] = ID_LIVE;
+	/* what came for the id before us, in order */
+	pp = &s->unclaimed;
+	while (*pp) {
+		struct shr_held *h = *pp;
+
+		if (h->id != id) {
+			prev = h;
+			pp = &h->next;
+			continue;
+		}
+		*pp = h->next;
+		if (s->unclaimed_tail == h)
+			s->unclaimed_tail = prev;
+		s->nunclaimed--;
+		h->next = NULL;
+		if (v->crank[h->wpeer] < 0)
+			free(h);
+		else
+			held_append(&v->held, &v->held_tail, h);
+	}
+	leave(s, lk);
+	return 0;
+}
+
+void fr_share_ids_used(struct fr_share *s, uint8_t used[FR_SHARE_IDS / 8])
+{
+	bool lk = enter(s);
+
+	memset(used, 0, FR_SHARE_IDS / 8);
+	for (int i = 0; i < FR_SHARE_IDS; i++)
+		if (s->idstate[i] != ID_FREE)
+			used[i / 8] |= (uint8_t)(1u << (i % 8));
+	leave(s, lk);
+}
+
+struct fr_share *fr_share_of(struct fr_tp *tp)
+{
+	return tp ? V(tp)->s : NULL;
+}
+
+int fr_share_member(struct fr_tp *tp, int i)
+{
+	struct shr_view *v = V(tp);
+
+	return v && i >= 0 && i < v->n ? v->members[i] : -1;
+}
+
+void fr_share_closing(struct fr_tp *tp, bool clean)
+{
+	struct shr_view *v = V(tp);
+	bool lk;
+
+	if (!v)
+		return;
+	lk = enter(v->s);
+	v->closing = true;
+	v->quarantine = !clean || v->held;
+	leave(v->s, lk);
+}

@@ -59,6 +59,7 @@ struct opts {
 	bool ef;
 	bool buckets;
 	size_t bucket_bytes;
+	int tp; /* tensor-parallel group size; 1: data parallel only */
 };
 
 /* The data set: x[i] has NIN inputs scaled to [0, 1], y[i] its digit. */
@@ -475,6 +476,268 @@ static void evaluate(fr_comm_t *comm, const struct layout *l, const float *w,
 	*acc = sums[1] / n;
 }
 
+/* ---- tensor parallel x data parallel (--tp T) ------------------------------
+ *
+ * The ranks form groups of T consecutive ranks (fr_comm_split by rank / T):
+ * inside a group, tensor parallelism in the Megatron style; across groups,
+ * data parallelism (split by rank % T: the ranks holding the same slice).
+ * Rank t of a group owns hidden units [t h / T, (t + 1) h / T):
+ *   - layer 1 is column-parallel: its rows of W1 and b1, so it computes its
+ *     own hidden units from the whole input, with no communication;
+ *   - layer 2 is row-parallel: its columns of W2, so it computes a partial
+ *     sum of the logits, which one All-Reduce (SUM) over the group
+ *     completes; b2 is added after, on every rank alike;
+ *   - backward needs no communication inside the group: the logits'
+ *     gradient is the same on every rank of it, and layer 1's input (the
+ *     data) has no gradient;
+ *   - the gradients are averaged over the data-parallel group (FR_AVG),
+ *     each group on its own shard of the global minibatch.
+ * At the end the group assembles the whole model (an All-Reduce of the
+ * slices) and every rank compares it with the same training in one process
+ * (the plain code above, the whole minibatch each step): equal within
+ * float tolerance (sums in another order), and bit-identical on all ranks.
+ */
+struct tp_ctx {
+	fr_comm_t *world, *tp, *dp;
+	int T, t, g, ndp;
+	int j0, j1; /* our hidden units */
+};
+
+/* Keep only what rank t owns (b2: rank 0 of the group). */
+static void tp_mask(const struct layout *l, const struct tp_ctx *c, float *w)
+{
+	for (int j = 0; j < l->h; j++)
+		if (j < c->j0 || j >= c->j1) {
+			memset(w + l->w1 + (size_t)j * NIN, 0,
+			       sizeof(float) * NIN);
+			w[l->b1 + j] = 0.0f;
+			for (int k = 0; k < NOUT; k++)
+				w[l->w2 + (size_t)k * l->h + j] = 0.0f;
+		}
+	if (c->t)
+		memset(w + l->b2, 0, sizeof(float) * NOUT);
+}
+
+/* One step on this group's shard idx[0..m) of gb samples: the group's
+ * gradients of our slice into grad, the shard's summed loss returned. */
+static double tp_step(const struct layout *l, const struct tp_ctx *c,
+		      const float *w, float *grad, const struct data *d,
+		      const int *idx, int m, int gb, struct scratch *sc,
+		      float *z)
+{
+	float scale = (float)c->ndp / (float)gb;
+	double loss = 0.0;
+	int h = l->h, err;
+
+	for (int s = 0; s < m; s++) {
+		const float *x = d->x + (size_t)idx[s] * NIN;
+		float *hid = sc->hid + (size_t)s * h;
+
+		for (int j = c->j0; j < c->j1; j++) {
+			const float *row = w + l->w1 + (size_t)j * NIN;
+			float a = w[l->b1 + j];
+
+			for (int i = 0; i < NIN; i++)
+				a += row[i] * x[i];
+			hid[j] = a > 0.0f ? a : 0.0f;
+		}
+		for (int k = 0; k < NOUT; k++) {
+			const float *row = w + l->w2 + (size_t)k * h;
+			float a = 0.0f;
+
+			for (int j = c->j0; j < c->j1; j++)
+				a += row[j] * hid[j];
+			z[s * NOUT + k] = a;
+		}
+	}
+	/* the row-parallel layer's partial logits, summed over the group */
+	err = fr_allreduce(c->tp, FR_IN_PLACE, z, (size_t)m * NOUT, FR_F32,
+			   FR_SUM);
+	if (err)
+		die("fr_allreduce (tensor parallel)", c->tp, err);
+	memset(grad, 0, sizeof(float) * l->n);
+	for (int s = 0; s < m; s++) {
+		const float *x = d->x + (size_t)idx[s] * NIN;
+		const float *hid = sc->hid + (size_t)s * h;
+		float *p = z + s * NOUT, mx = -INFINITY, sum = 0.0f;
+		int y = d->y[idx[s]];
+
+		for (int k = 0; k < NOUT; k++) {
+			p[k] += w[l->b2 + k];
+			mx = fmaxf(mx, p[k]);
+		}
+		for (int k = 0; k < NOUT; k++) {
+			p[k] = expf(p[k] - mx);
+			sum += p[k];
+		}
+		for (int k = 0; k < NOUT; k++)
+			p[k] /= sum;
+		loss += -logf(fmaxf(p[y], 1e-30f));
+		for (int k = 0; k < NOUT; k++) {
+			float gk = (p[k] - (k == y ? 1.0f : 0.0f)) * scale;
+			float *row = grad + l->w2 + (size_t)k * h;
+
+			for (int j = c->j0; j < c->j1; j++)
+				row[j] += gk * hid[j];
+			grad[l->b2 + k] += gk;
+			p[k] = gk;
+		}
+		for (int j = c->j0; j < c->j1; j++) {
+			float a = 0.0f, *row;
+
+			if (hid[j] <= 0.0f)
+				continue;
+			for (int k = 0; k < NOUT; k++)
+				a += w[l->w2 + (size_t)k * h + j] * p[k];
+			row = grad + l->w1 + (size_t)j * NIN;
+			for (int i = 0; i < NIN; i++)
+				row[i] += a * x[i];
+			grad[l->b1 + j] += a;
+		}
+	}
+	return loss;
+}
+
+static int train_tp(const struct opts *o, fr_comm_t *world,
+		    const struct data *d, const int *order, int *perm,
+		    int ntrain)
+{
+	struct tp_ctx c = {.world = world, .T = o->tp};
+	struct layout l;
+	struct scratch sc;
+	struct reducer none = {0};
+	int rank = fr_comm_rank(world), nranks = fr_comm_size(world), pos, err,
+	    ok;
+	float *w, *vel, *grad, *ref, *rvel, *rgrad, *z;
+	double loss, train_loss, train_acc, test_loss, test_acc, diff = 0,
+								 big = 0;
+	uint64_t s, hash, *hashes;
+	bool same = true;
+
+	if (nranks % o->tp || o->hidden % o->tp) {
+		if (rank == 0)
+			fprintf(stderr,
+				"train_mlp: --tp %d must divide the %d ranks and the %d hidden units\n",
+				o->tp, nranks, o->hidden);
+		return 2;
+	}
+	c.t = rank % c.T;
+	c.g = rank / c.T;
+	c.ndp = nranks / c.T;
+	if (o->batch < c.ndp) {
+		if (rank == 0)
+			fprintf(stderr,
+				"train_mlp: --batch %d is smaller than the %d data-parallel groups\n",
+				o->batch, c.ndp);
+		return 2;
+	}
+	err = fr_comm_split(world, c.g, c.t, &c.tp);
+	if (err)
+		die("fr_comm_split (tensor parallel)", world, err);
+	err = fr_comm_split(world, c.t, c.g, &c.dp);
+	if (err)
+		die("fr_comm_split (data parallel)", world, err);
+	layout_init(&l, o->hidden);
+	c.j0 = o->hidden * c.t / c.T;
+	c.j1 = o->hidden * (c.t + 1) / c.T;
+	w = calloc(l.n, sizeof(float));
+	vel = calloc(l.n, sizeof(float));
+	grad = calloc(l.n, sizeof(float));
+	ref = calloc(l.n, sizeof(float));
+	rvel = calloc(l.n, sizeof(float));
+	rgrad = calloc(l.n, sizeof(float));
+	z = malloc(sizeof(float) * (size_t)o->batch * NOUT);
+	sc.hid = malloc(sizeof(float) * (size_t)o->batch * o->hidden);
+	sc.dout = malloc(sizeof(float) * (size_t)o->batch * NOUT);
+	sc.dhid = malloc(sizeof(float) * o->hidden);
+	hashes = calloc((size_t)nranks, sizeof(uint64_t));
+	if (!w || !vel || !grad || !ref || !rvel || !rgrad || !z || !sc.hid ||
+	    !sc.dout || !sc.dhid || !hashes)
+		die("allocation", world, FR_ENOMEM);
+	init_params(&l, w, o->seed);
+	memcpy(ref, w, sizeof(float) * l.n);
+	if (rank == 0)
+		printf("train_mlp: %d ranks as %d data-parallel groups of %d tensor-parallel ranks, %d-%d-%d MLP, batch %d, %d steps\n",
+		       nranks, c.ndp, c.T, NIN, o->hidden, NOUT, o->batch,
+		       o->steps);
+
+	/* the same minibatches as the plain mode, on every rank */
+	s = o->seed ^ 0xda7a;
+	pos = ntrain;
+	for (int step = 0; step < o->steps; step++) {
+		int lo = (int)((long)o->batch * c.g / c.ndp);
+		int hi = (int)((long)o->batch * (c.g + 1) / c.ndp);
+
+		if (pos + o->batch > ntrain) {
+			shuffle(perm, ntrain, &s);
+			pos = 0;
+		}
+		loss = tp_step(&l, &c, w, grad, d, perm + pos + lo, hi - lo,
+			       o->batch, &sc, z);
+		err = fr_allreduce(c.dp, FR_IN_PLACE, grad, l.n, FR_F32,
+				   FR_AVG);
+		if (err)
+			die("fr_allreduce (data parallel)", c.dp, err);
+		err = fr_allreduce(c.dp, FR_IN_PLACE, &loss, 1, FR_F64, FR_SUM);
+		if (err)
+			die("fr_allreduce (loss)", c.dp, err);
+		for (size_t i = 0; i < l.n; i++) {
+			vel[i] = (float)o->momentum * vel[i] + grad[i];
+			w[i] -= (float)o->lr * vel[i];
+		}
+		/* the reference: one process, the whole minibatch */
+		train_shard(&l, ref, rgrad, d, perm + pos, o->batch, o->batch,
+			    1, &sc, &none);
+		for (size_t i = 0; i < l.n; i++) {
+			rvel[i] = (float)o->momentum * rvel[i] + rgrad[i];
+			ref[i] -= (float)o->lr * rvel[i];
+		}
+		pos += o->batch;
+	}
+	/* the whole model from the group's slices */
+	tp_mask(&l, &c, w);
+	err = fr_allreduce(c.tp, FR_IN_PLACE, w, l.n, FR_F32, FR_SUM);
+	if (err)
+		die("fr_allreduce (assemble)", c.tp, err);
+	for (size_t i = 0; i < l.n; i++) {
+		diff = fmax(diff, fabs((double)w[i] - ref[i]));
+		big = fmax(big, fabs((double)ref[i]));
+	}
+	/* float sums in another order drift apart slowly: a thousandth of
+	 * the largest weight after the run is far beyond what that gives,
+	 * and far below what a wrong slice or sum would */
+	ok = diff <= 1e-3 * big;
+	evaluate(world, &l, w, d, order, ntrain, sc.hid, &train_loss,
+		 &train_acc);
+	evaluate(world, &l, w, d, order + ntrain, o->ntest, sc.hid, &test_loss,
+		 &test_acc);
+	hash = fnv1a64(w, sizeof(float) * l.n);
+	err = fr_allgather(world, &hash, hashes, 1, FR_U64);
+	if (err)
+		die("fr_allgather (hashes)", world, err);
+	for (int r = 0; r < nranks; r++)
+		same &= hashes[r] == hash;
+	printf("final mode=tp%dxdp%d ranks=%d steps=%d train_loss=%.8g train_acc=%.4f test_loss=%.8g test_acc=%.4f hash=%016" PRIx64
+	       " identical=%s max_diff=%.3g max_weight=%.3g reference=%s\n",
+	       c.T, c.ndp, nranks, o->steps, train_loss, train_acc, test_loss,
+	       test_acc, hash, same ? "yes" : "NO", diff, big,
+	       ok ? "match" : "DIFFERS");
+	fr_comm_destroy(c.tp);
+	fr_comm_destroy(c.dp);
+	free(hashes);
+	free(sc.dhid);
+	free(sc.dout);
+	free(sc.hid);
+	free(z);
+	free(rgrad);
+	free(rvel);
+	free(ref);
+	free(grad);
+	free(vel);
+	free(w);
+	return same && ok ? 0 : 1;
+}
+
 static void usage(int rc)
 {
 	fprintf(rc ? stderr : stdout,
@@ -490,7 +753,11 @@ static void usage(int rc)
 		"  --lr X --momentum X   SGD (0.05, 0.9)\n"
 		"  --seed S              initial weights and order (1)\n"
 		"  --test N              held-out samples (297)\n"
-		"  --csv FILE            rank 0 writes step,loss\n",
+		"  --csv FILE            rank 0 writes step,loss\n"
+		"  --tp T                tensor parallel in groups of T ranks (a\n"
+		"                        column- then a row-parallel layer), data\n"
+		"                        parallel across the groups; checked against\n"
+		"                        the single-process reference\n",
 		EXAMPLE_DATA);
 	exit(rc);
 }
@@ -538,6 +805,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		{"seed", required_argument, NULL, 'S'},
 		{"test", required_argument, NULL, 't'},
 		{"csv", required_argument, NULL, 'o'},
+		{"tp", required_argument, NULL, 'T'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -555,6 +823,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		.seed = 1,
 		.compress = FR_COMPRESS_NONE,
 		.bucket_bytes = 4096,
+		.tp = 1,
 	};
 	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (ch) {
@@ -604,6 +873,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case 'o':
 			o->csv = optarg;
 			break;
+		case 'T':
+			o->tp = num_arg("--tp", optarg, 1, 1 << 16);
+			break;
 		case 'h':
 			usage(0);
 			break;
@@ -613,6 +885,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	}
 	if (optind != argc)
 		usage(2);
+	if (o->tp > 1 && (o->compress != FR_COMPRESS_NONE || o->buckets)) {
+		fprintf(stderr,
+			"train_mlp: --tp goes without --compress and --buckets\n");
+		exit(2);
+	}
 	if (o->ef && o->compress == FR_COMPRESS_NONE) {
 		/* nothing is dropped, so there is nothing to feed back */
 		fprintf(stderr, "train_mlp: --ef needs --compress\n");
@@ -684,6 +961,22 @@ int main(int argc, char **argv)
 	shuffle(order, d.n, &s);
 	memcpy(perm, order, sizeof(int) * ntrain);
 
+	if (o.tp > 1) {
+		err = train_tp(&o, comm, &d, order, perm, ntrain);
+		fr_comm_destroy(comm);
+		free(hashes);
+		free(sc.dhid);
+		free(sc.dout);
+		free(sc.hid);
+		free(grad);
+		free(vel);
+		free(w);
+		free(perm);
+		free(order);
+		free(d.x);
+		free(d.y);
+		return err;
+	}
 	init_params(&l, w, o.seed);
 	reducer_init(&red, comm, &l, grad, &o);
 	if (rank == 0 && o.csv) {

@@ -7,7 +7,7 @@
  * from the objects' symbols that no two files call each other):
  *
  *   entry points   comm.c coll.c buckets.c      the public API, the lock taken
- *                  sendrecv.c
+ *                  sendrecv.c split.c
  *   engine         progress.c request.c lock.c  requests, progress, the lock,
  *                  p2p.c                        point-to-point
  *   algorithms     src/algo/                    schedules behind struct fr_algo

@@ -3,7 +3,9 @@
 # hundred steps of the digits MLP on 3 ranks, uncompressed and compressed
 # (bf16, fp16, int8; error feedback), one call and buckets.  Every mode
 # must keep the weights bit-identical on all ranks, and the modes with
-# error feedback must end within 1 % of the uncompressed training loss.  (examples/train.sh is the
+# error feedback must end within 1 % of the uncompressed training loss.
+# Tensor parallel x data parallel (--tp) must match the single-process
+# reference within float tolerance.  (examples/train.sh is the
 # full version, with the plot.)
 . "$(dirname "$0")/lib.sh"
 EX="$B/examples/train_mlp"
@@ -54,4 +56,19 @@ run "example n=$n int8+ef, buckets" train int8+ef+buckets --buckets \
 for m in bf16+ef int8+ef fp16+ef bf16+ef+buckets int8+ef+buckets; do
 	run "example $m loss within 1 % of none" within "$m"
 done
+# tensor parallel x data parallel (--tp): sub-communicators; the weights
+# match the single-process reference within float tolerance
+tp() {
+	n=$1
+	shift
+	frrun -n "$n" --transport "$TRANSPORT" --timeout 120 "$EX" \
+		--data "$DATA" --steps "$steps" "$@" >"$tmp/tp.out" 2>&1 ||
+		{ cat "$tmp/tp.out"; return 1; }
+	cat "$tmp/tp.out"
+	[ "$(grep -c '^\[[0-9]*\] final .*identical=yes .*reference=match' \
+		"$tmp/tp.out")" -eq "$n" ]
+}
+run "example n=4 tp=2 x dp=2" tp 4 --tp 2
+run "example n=6 tp=2 x dp=3" tp 6 --tp 2
+run "example n=4 tp=4 (no data parallel)" tp 4 --tp 4 --hidden 64
 finish

@@ -613,6 +613,137 @@ static void test_corrupt_compact(void **state)
  * header.  The sums are right every way, on 2 and on 3 ranks (where
  * recursive doubling folds a rank in and out).
  */
+/* ---- sub-communicators over the shared endpoint ----------------------------
+ */
+
+struct splitter {
+	fr_comm_t *comm, *sub;
+	int color, rc;
+};
+
+static void *split_main(void *arg)
+{
+	struct splitter *sp = arg;
+
+	sp->rc = fr_comm_split(sp->comm, sp->color, 0, &sp->sub);
+	return NULL;
+}
+
+/* Split comms[0..n) by color_of[r], one thread a rank (a split blocks). */
+static void split_all(int n, const int *color_of, fr_comm_t **subs)
+{
+	struct splitter sp[MAXN];
+	pthread_t t[MAXN];
+
+	for (int r = 0; r < n; r++) {
+		sp[r] = (struct splitter){.comm = comms[r],
+					  .color = color_of[r]};
+		assert_int_equal(
+			pthread_create(&t[r], NULL, split_main, &sp[r]), 0);
+	}
+	for (int r = 0; r < n; r++) {
+		assert_int_equal(pthread_join(t[r], NULL), 0);
+		if (sp[r].rc)
+			fail_msg("rank %d: split: %s (%s)", r,
+				 fr_strerror(sp[r].rc),
+				 fr_comm_last_error(comms[r]));
+		subs[r] = sp[r].sub;
+	}
+}
+
+/*
+ * Two halves of a 4-rank job, split once every pair is connected: their
+ * All-Reduces open no connection (they share the job's), every write they
+ * make carries their id in bits 20..27 of the immediate (1: the lowest free
+ * after the job's 0), the job's own carry 0, and the results are right on
+ * both at once.  A dead rank then fails its half, naming it, and the other
+ * half goes on.
+ */
+static void test_split_shares_connections(void **state)
+{
+	enum { N = 4 };
+	static const int halves[N] = {0, 0, 1, 1};
+	fr_comm_t *sub[N], *saved[N];
+	fr_request_t *rq[N];
+	int rc[N], got, n;
+	uint32_t imms[4096];
+	float *b[N];
+
+	(void)state;
+	job(N, NULL);
+	/* every pair connected: a one-shot All-Reduce talks to everyone */
+	setenv("FR_ALGO", "oneshot", 1);
+	fake_job_destroy(N, comms);
+	job(N, NULL);
+	unsetenv("FR_ALGO");
+	allreduce_all(N, 64);
+	split_all(N, halves, sub);
+	memcpy(saved, comms, sizeof(saved));
+	memcpy(comms, sub, sizeof(sub));
+	fake_tp_reset();
+	/* both halves at once, driven together */
+	for (int r = 0; r < N; r++) {
+		assert_int_equal(fr_comm_size(sub[r]), 2);
+		assert_int_equal(fr_comm_rank(sub[r]), r % 2);
+		b[r] = tbuf(4096 * sizeof(float));
+		for (size_t i = 0; i < 4096; i++)
+			b[r][i] = val(r, i);
+		rc[r] = 1;
+		assert_int_equal(fr_iallreduce(sub[r], b[r], b[r], 4096, FR_F32,
+					       FR_SUM, &rq[r]),
+				 0);
+	}
+	assert_int_equal(fake_job_drive(sub, N, rq, rc, N, DRIVE_MS), 0);
+	for (int r = 0; r < N; r++) {
+		int o = r ^ 1;
+
+		assert_int_equal(rc[r], 0);
+		for (size_t i = 0; i < 4096; i += 97)
+			assert_true(b[r][i] == val(r, i) + val(o, i));
+	}
+	/* not one connection more than the job had */
+	assert_int_equal(fake_tp_connects_total(), 0);
+	/* on the wire: the halves' id, and only between their ranks */
+	got = 0;
+	for (int r = 0; r < N; r++)
+		for (int q = 0; q < N; q++) {
+			n = (int)fake_tp_imms(r, q, -1, imms, 4096);
+			if ((r ^ q) != 1) {
+				assert_int_equal(n, 0);
+				continue;
+			}
+			for (int k = 0; k < n; k++)
+				assert_int_equal(imms[k] & FR_TP_IMM_ID_MASK,
+						 1u << FR_TP_IMM_ID_SHIFT);
+			got += n;
+		}
+	assert_true(got > 0);
+	/* the job's own writes still carry id 0 */
+	memcpy(comms, saved, sizeof(saved));
+	fake_tp_reset();
+	allreduce_all(N, 16);
+	n = (int)fake_tp_imms(0, 1, -1, imms, 4096);
+	assert_true(n > 0);
+	for (int k = 0; k < n; k++)
+		assert_int_equal(imms[k] & FR_TP_IMM_ID_MASK, 0);
+	/* rank 3 dies: its half fails naming it, the other half works */
+	fake_tp_kill(3);
+	for (int r = 0; r < 3; r++) {
+		b[r] = tbuf(8 * sizeof(float));
+		rc[r] = 1;
+		assert_int_equal(fr_iallreduce(sub[r], b[r], b[r], 8, FR_F32,
+					       FR_SUM, &rq[r]),
+				 0);
+	}
+	assert_int_equal(fake_job_drive(sub, 3, rq, rc, 3, DRIVE_MS), 0);
+	assert_int_equal(rc[0], 0);
+	assert_int_equal(rc[1], 0);
+	assert_int_equal(rc[2], FR_EPEER);
+	assert_contains(fr_comm_last_error(sub[2]), "rank 1");
+	/* destroyed before their parent, which then goes as usual */
+	fake_job_destroy(N, sub);
+}
+
 static void test_small_messages(void **state)
 {
 	fr_config_t cfg = config(20000, FR_ALGO_RD);
@@ -707,7 +838,7 @@ int main(void)
 		T(test_corrupt_type),	      T(test_corrupt_length),
 		T(test_corrupt_count),	      T(test_lost_message),
 		T(test_no_patience_circle),   T(test_corrupt_compact),
-		T(test_small_messages),
+		T(test_small_messages),	      T(test_split_shares_connections),
 #undef T
 	};
 

@@ -32,7 +32,7 @@ from ._buffers import ITEMSIZE, DType, dtype_of, view, empty_like, block
 
 __all__ = [
     "Comm", "Request", "Mem", "FastReduceError", "DType", "Op", "Compress",
-    "Progress", "version", "strerror", "errname", "IN_PLACE",
+    "Progress", "version", "strerror", "errname", "IN_PLACE", "UNDEFINED",
 ]
 
 L = _lib.lib
@@ -70,6 +70,9 @@ SUM, PROD, MIN, MAX, AVG = Op.SUM, Op.PROD, Op.MIN, Op.MAX, Op.AVG
 #: Pass as ``send`` of :meth:`Comm.allgather` when this rank's block is
 #: already in place in ``recv``.
 IN_PLACE = None
+
+#: The color of :meth:`Comm.split` for a rank that joins no communicator.
+UNDEFINED = -1
 
 # Error codes, as in fastreduce.h (FR_EINVAL = -1, ...).
 EINVAL, ENOMEM, ENODEV, ETIMEDOUT, EMISMATCH, EPEER, EBOOTSTRAP = range(-1, -8, -1)
@@ -721,6 +724,33 @@ class Comm:
     def progress(self) -> None:
         """Advance every collective in flight without blocking."""
         self._check(L.fr_progress(self._live()))
+
+    # ---- sub-communicators ---------------------------------------------------
+    @classmethod
+    def _of(cls, h) -> "Comm":
+        c = cls.__new__(cls)
+        c._h = h
+        c._reqs = weakref.WeakSet()
+        c._mems = set()
+        return c
+
+    def split(self, color: int, key: Optional[int] = None) -> Optional["Comm"]:
+        """Collective: the ranks passing the same color (>= 0) form a new
+        communicator, ordered by key (default: this rank), then rank here;
+        color UNDEFINED gives None.  The new one shares this one's
+        connections and is closed on its own, in any order (fr_comm_split(3))."""
+        h = ctypes.c_void_p()
+        self._check(L.fr_comm_split(self._live(), int(color),
+                                    self.rank if key is None else int(key),
+                                    ctypes.byref(h)))
+        return Comm._of(h) if h.value else None
+
+    def dup(self) -> "Comm":
+        """Collective: a communicator of the same ranks in the same order,
+        whose calls never mix with this one's."""
+        h = ctypes.c_void_p()
+        self._check(L.fr_comm_dup(self._live(), ctypes.byref(h)))
+        return Comm._of(h)
 
     # ---- lifetime ----------------------------------------------------------
     def close(self) -> None:

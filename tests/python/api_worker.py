@@ -339,6 +339,37 @@ def test_errors(c):
     c.barrier()  # arguments the package refused never reached the library
 
 
+def test_split(c):
+    """Rows of two ranks (reversed by key), a dup, UNDEFINED; closed in any
+    order, the parent working throughout."""
+    row = c.split(c.rank // 2, key=-c.rank)
+    members = [r for r in range(c.size) if r // 2 == c.rank // 2]
+    if row.size != len(members) or row.rank != sorted(members, reverse=True).index(c.rank):
+        sys.exit("FAIL split: rank %d of %d" % (row.rank, row.size))
+    got = row.allreduce(np.full(5, c.rank, np.int32))
+    if not np.array_equal(got, np.full(5, sum(members), np.int32)):
+        sys.exit("FAIL split allreduce: %s" % got)
+    d = c.dup()
+    if d.size != c.size or d.rank != c.rank:
+        sys.exit("FAIL dup: rank %d of %d" % (d.rank, d.size))
+    none = c.split(fr.UNDEFINED if c.rank == 0 else 1)
+    if (none is None) != (c.rank == 0):
+        sys.exit("FAIL split UNDEFINED: %r" % none)
+    d.close()  # before the rows, after its parent's use
+    got = c.allreduce(np.ones(3, np.float32))
+    if not np.array_equal(got, np.full(3, c.size, np.float32)):
+        sys.exit("FAIL parent after dup: %s" % got)
+    if none is not None:
+        none.close()
+    row.close()
+    try:
+        c.split(-5)
+        sys.exit("FAIL split: color -5 accepted")
+    except fr.FastReduceError as e:
+        if e.code != fr.EINVAL:
+            sys.exit("FAIL split -5: %s" % e)
+
+
 def main():
     with fr.Comm(progress=sys.argv[1] if len(sys.argv) > 1 else None) as c:
         test_errors(c)
@@ -357,6 +388,8 @@ def main():
             print("api_worker: %d ranks over %s ok (%s)" % (c.size, c.transport,
                                                              digest.hexdigest()[:16]))
         test_library_refusal(c)
+    with fr.Comm(progress=sys.argv[1] if len(sys.argv) > 1 else None) as c:
+        test_split(c)
     rep = repr(c)
     if "closed" not in rep:
         sys.exit("FAIL repr after close: %s" % rep)

@@ -92,6 +92,7 @@ struct shr_conn {
 	int peer, wpeer;
 	int user_out; /* writes from the caller's memory not completed */
 	bool up;      /* connect_done() said so: completions flow from then */
+	bool err_out; /* a dead link's error completion reached the caller */
 };
 
 struct shr_view {
@@ -401,7 +402,9 @@ static void route(struct fr_share *s, struct fr_tp_cqe *c)
 		return; /* one we closed */
 	if (c->status) {
 		link_fail(s, w, c->status);
-		return;
+		/* a write the failure ended: its view still counts it */
+		if (c->kind != FR_CQE_SEND)
+			return;
 	}
 	if (c->kind == FR_CQE_SEND) {
 		id = (int)((c->ctx & FR_TP_CTX_ID_MASK) >> FR_TP_CTX_ID_SHIFT);
@@ -610,9 +613,10 @@ static int v_write_imm(struct fr_tp_conn *conn, struct fr_tp_mr *lmr,
 	lk = enter(s);
 	l = &s->links[c->wpeer];
 	/* a dead link's error completion is on the queue of an established
-	 * connection: the caller learns it there, as from a transport */
+	 * connection: the caller learns it there first, as from a transport,
+	 * and the error from writes after that */
 	if (l->err)
-		rc = c->up ? FR_EAGAIN : l->err;
+		rc = c->up && !c->err_out ? FR_EAGAIN : l->err;
 	else if (!l->send)
 		rc = FR_EAGAIN;
 	else
@@ -642,7 +646,7 @@ static int v_write_inline(struct fr_tp_conn *conn, const void *buf,
 	lk = enter(s);
 	l = &s->links[c->wpeer];
 	if (l->err)
-		rc = c->up ? FR_EAGAIN : l->err;
+		rc = c->up && !c->err_out ? FR_EAGAIN : l->err;
 	else if (!l->send)
 		rc = FR_EAGAIN;
 	else
@@ -658,7 +662,10 @@ static int q_pop(struct shr_view *v, struct fr_tp_cqe *out, int max)
 	int n = 0;
 
 	while (v->qlen && n < max) {
-		out[n++] = v->q[v->qhead];
+		out[n] = v->q[v->qhead];
+		if (out[n].status)
+			C(out[n].conn)->err_out = true;
+		n++;
 		v->qhead = (v->qhead + 1) % v->qcap;
 		v->qlen--;
 	}
@@ -675,7 +682,18 @@ static int v_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 	if (!v || max < 0 || (max && !cqe))
 		return FR_EINVAL;
 	s = v->s;
-	lk = enter(s);
+	lk = atomic_load_explicit(&s->nviews, memory_order_acquire) > 1;
+	if (lk) {
+		pthread_mutex_lock(&s->mu);
+		if (s->in_wait) {
+			/* another view's thread sleeps in the endpoint and
+			 * hands out what comes: take ours, do not wake it
+			 * (a spinning poller would keep it from sleeping) */
+			n = q_pop(v, cqe, max);
+			pthread_mutex_unlock(&s->mu);
+			return n;
+		}
+	}
 	/* what is queued, then what the endpoint has, as a transport gives
 	 * all it has (a caller stops at a short batch) */
 	n = q_pop(v, cqe, max);
@@ -776,6 +794,20 @@ static void v_wake(struct fr_tp *tp)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* Completions queued for c, which is closing, go (nobody may see it). */
+static void q_forget(struct shr_view *v, const struct shr_conn *c)
+{
+	unsigned k = 0;
+
+	for (unsigned i = 0; i < v->qlen; i++) {
+		struct fr_tp_cqe e = v->q[(v->qhead + i) % v->qcap];
+
+		if (C(e.conn) != c)
+			v->q[(v->qhead + k++) % v->qcap] = e;
+	}
+	v->qlen = k;
+}
+
 static void v_close_conn(struct fr_tp_conn *conn)
 {
 	struct shr_conn *c = C(conn);
@@ -789,6 +821,7 @@ static void v_close_conn(struct fr_tp_conn *conn)
 	lk = enter(s);
 	l = &s->links[c->wpeer];
 	c->v->conns[c->peer] = NULL;
+	q_forget(c->v, c);
 	if (c->user_out > 0 && !l->err) {
 		/* the caller's memory may still be read: the link goes */
 		fr_info("rank %d: closing the link to rank %d: %d writes from the application's memory still queued",

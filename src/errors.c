@@ -202,5 +202,17 @@ int fr_comm_seterr(struct fr_comm *comm, int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(comm->errmsg, sizeof(comm->errmsg), fmt, ap);
 	va_end(ap);
+	fr_comm_errmsg_tag(comm);
 	return err;
+}
+
+void fr_comm_errmsg_tag(struct fr_comm *comm)
+{
+	size_t len = strlen(comm->errmsg);
+
+	if (!comm->id || len >= sizeof(comm->errmsg) - 1)
+		return;
+	snprintf(comm->errmsg + len, sizeof(comm->errmsg) - len,
+		 " [communicator %d: rank %d of %d, job rank %d]", comm->id,
+		 comm->rank, comm->nranks, comm->job_rank);
 }

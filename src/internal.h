@@ -100,6 +100,9 @@ const char *fr_coll_name(enum fr_coll coll);
 
 struct fr_comm {
 	int rank, nranks;
+	/* a communicator split from another (split.c): its id on the shared
+	 * endpoint (0: the job's own) and this rank's rank in the job */
+	int id, job_rank;
 	const struct fr_tp_ops *tp_ops;
 	struct fr_tp *tp;
 	uint64_t job_nonce;
@@ -128,6 +131,9 @@ static inline size_t fr_coll_count_total(const struct fr_request *req)
 	return req->count;
 }
 
+/* errors.c: a split communicator's messages say which it is: append
+ * " [communicator ID: rank R of N, job rank J]" to comm->errmsg. */
+void fr_comm_errmsg_tag(struct fr_comm *comm);
 /* errors.c: set the communicator's last error message; returns err. */
 int fr_comm_seterr(struct fr_comm *comm, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

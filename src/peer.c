@@ -69,6 +69,7 @@ int fr_comm_fail(struct fr_comm *comm, int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(comm->errmsg, sizeof(comm->errmsg), fmt, ap);
 	va_end(ap);
+	fr_comm_errmsg_tag(comm);
 	comm->fail.failed = err;
 	/* every unfinished collective fails, from the active one on: later
 	 * ABORTs must name it, not the next free number */

@@ -64,6 +64,7 @@ static struct fr_comm *comm_like(const struct fr_comm *p, int rank, int n)
 		return NULL;
 	c->rank = rank;
 	c->nranks = n;
+	c->job_rank = fr_share_member(p->tp, p->rank);
 	c->job_nonce = p->job_nonce;
 	c->peer.timeout_ms = p->peer.timeout_ms;
 	c->peer.slow_timeout_ms = p->peer.slow_timeout_ms;
@@ -201,6 +202,7 @@ static int comm_make(struct fr_comm *parent, const struct member *m, int n,
 	rc = fr_share_set_id(c->tp, id);
 	if (rc)
 		goto err_id;
+	c->id = id;
 	rc = fr_peers_init(c);
 	if (rc)
 		goto err_id;

@@ -18,7 +18,8 @@
  *                     the communicators that contain it fail (FR_EPEER or
  *                     FR_ETIMEDOUT) naming it, the others keep working
  *   mp_split mismatch rows disagree on one row's count: that row fails
- *                     with FR_EMISMATCH, the other row and the parent work
+ *                     with FR_EMISMATCH, saying which communicator it is,
+ *                     the other row and the parent work
  *   mp_split time     the split of the whole job into 8 groups, timed on
  *                     every rank (the slowest printed by rank 0)
  * Exit 0 when everything held; messages say what did not.
@@ -430,10 +431,14 @@ static int mode_mismatch(fr_comm_t *world)
 	if (row == 0 && fr_comm_rank(rows) == fr_comm_size(rows) - 1)
 		count = 9;
 	rc = fr_allreduce(rows, b, b, count, FR_I32, FR_SUM);
-	if (row == 0 && fr_comm_size(rows) > 1)
+	if (row == 0 && fr_comm_size(rows) > 1) {
 		CHECK(rc == FR_EMISMATCH || rc == FR_EPEER,
 		      "row 0: %s, want FR_EMISMATCH", fr_strerror(rc));
-	else
+		/* the message says which communicator */
+		CHECK(strstr(fr_comm_last_error(rows), "[communicator "),
+		      "row 0: message names no communicator: %s",
+		      fr_comm_last_error(rows));
+	} else
 		CHECK(!rc, "row %d: %s (%s)", row, fr_strerror(rc),
 		      fr_comm_last_error(rows));
 	rc = fr_allreduce(world, &v, &v, 1, FR_I32, FR_SUM);

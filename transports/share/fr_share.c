@@ -389,22 +389,25 @@ static int link_need(struct fr_share *s, int w)
 
 /* ---- completions -------------------------------------------------------- */
 
-static void route(struct fr_share *s, struct fr_tp_cqe *c)
+/* Where a completion of the real endpoint goes: the view it is for, with
+ * the view's connection and its id stripped, or NULL (held, failed a
+ * link, or dropped). */
+static struct shr_view *route(struct fr_share *s, struct fr_tp_cqe *c)
 {
 	int w = s->ops->conn_peer(c->conn), id, q;
 	struct shr_link *l;
 	struct shr_view *v;
 
 	if (w < 0 || w >= s->nranks || w == s->rank)
-		return;
+		return NULL;
 	l = &s->links[w];
 	if (c->conn != l->out && c->conn != l->in)
-		return; /* one we closed */
+		return NULL; /* one we closed */
 	if (c->status) {
 		link_fail(s, w, c->status);
 		/* a write the failure ended: its view still counts it */
 		if (c->kind != FR_CQE_SEND)
-			return;
+			return NULL;
 	}
 	if (c->kind == FR_CQE_SEND) {
 		id = (int)((c->ctx & FR_TP_CTX_ID_MASK) >> FR_TP_CTX_ID_SHIFT);
@@ -412,47 +415,49 @@ static void route(struct fr_share *s, struct fr_tp_cqe *c)
 		v = s->ids[id];
 		if (!v || s->idstate[id] != ID_LIVE || (q = v->crank[w]) < 0 ||
 		    !v->conns[q])
-			return;
+			return NULL;
 		if (c->ctx & FR_TP_CTX_USER)
 			v->conns[q]->user_out--;
 		c->conn = (struct fr_tp_conn *)v->conns[q];
-		q_push(v, c);
-		return;
+		return v;
 	}
 	id = (int)((c->imm & FR_TP_IMM_ID_MASK) >> FR_TP_IMM_ID_SHIFT);
 	c->imm &= ~FR_TP_IMM_ID_MASK;
 	if (s->idstate[id] == ID_QUARANTINE)
-		return;
+		return NULL;
 	if (s->idstate[id] == ID_FREE) {
 		if (s->nunclaimed >= SHR_UNCLAIMED_MAX) {
 			if (!s->warned)
 				fr_warn("rank %d: writes for communicator id %d, which this rank does not have, are dropped",
 					s->rank, id);
 			s->warned = true;
-			return;
+			return NULL;
 		}
 		held_append(&s->unclaimed, &s->unclaimed_tail,
 			    held_new(id, w, c));
 		s->nunclaimed++;
-		return;
+		return NULL;
 	}
 	v = s->ids[id];
 	q = v->crank[w];
 	if (q < 0)
-		return; /* not a member: nothing of ours */
+		return NULL; /* not a member: nothing of ours */
 	if (!v->conns[q] || !v->conns[q]->up) {
 		/* as a transport delivers nothing on a connection before
 		 * it is established */
 		held_append(&v->held, &v->held_tail, held_new(id, w, c));
-		return;
+		return NULL;
 	}
 	c->conn = (struct fr_tp_conn *)v->conns[q];
-	q_push(v, c);
+	return v;
 }
 
 /* Poll the real endpoint once and hand out what came: how many, or its
- * error. */
-static int drain(struct fr_share *s)
+ * error.  Those for me go straight to out (up to max, *nout so far) while
+ * nothing of mine is queued before them; the rest to their views'
+ * queues. */
+static int drain(struct fr_share *s, struct shr_view *me, struct fr_tp_cqe *out,
+		 int max, int *nout)
 {
 	struct fr_tp_cqe c[SHR_BATCH];
 	int n;
@@ -461,8 +466,19 @@ static int drain(struct fr_share *s)
 	if (s->nbusy)
 		busy_advance(s);
 	n = s->ops->poll(s->tp, c, SHR_BATCH);
-	for (int i = 0; i < n; i++)
-		route(s, &c[i]);
+	for (int i = 0; i < n; i++) {
+		struct shr_view *v = route(s, &c[i]);
+
+		if (!v)
+			continue;
+		if (v == me && !me->qlen && *nout < max) {
+			if (c[i].status)
+				C(c[i].conn)->err_out = true;
+			out[(*nout)++] = c[i];
+		} else {
+			q_push(v, &c[i]);
+		}
+	}
 	if (n > 0 && atomic_load(&s->nviews) > 1)
 		pthread_cond_broadcast(&s->cv);
 	return n;
@@ -698,7 +714,7 @@ static int v_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 	 * all it has (a caller stops at a short batch) */
 	n = q_pop(v, cqe, max);
 	while (n < max) {
-		int d = drain(s);
+		int d = drain(s, v, cqe, max, &n);
 
 		if (d < 0 && !n) {
 			leave(s, lk);
@@ -747,7 +763,7 @@ static int v_wait(struct fr_tp *tp, int timeout_ms)
 	if (!s->in_wait) {
 		/* the real wait() comes right after a poll() that found
 		 * nothing */
-		n = drain(s);
+		n = drain(s, NULL, NULL, 0, NULL);
 		if (n || v->qlen) {
 			pthread_mutex_unlock(&s->mu);
 			return n < 0 ? n : 0;
@@ -759,7 +775,7 @@ static int v_wait(struct fr_tp *tp, int timeout_ms)
 		pthread_mutex_lock(&s->mu);
 		s->in_wait = false;
 		s->waiter = NULL;
-		n = drain(s);
+		n = drain(s, NULL, NULL, 0, NULL);
 		pthread_cond_broadcast(&s->cv);
 		pthread_mutex_unlock(&s->mu);
 		return rc ? rc : n < 0 ? n : 0;

@@ -36,6 +36,7 @@ build() {
 	# the harnesses need neither libpmix nor its headers
 	srcs=$(ls "$top"/src/*.c "$top"/src/algo/*.c "$top"/transports/tcp/*.c \
 		"$top"/transports/shm/*.c "$top"/transports/mux/*.c \
+		"$top"/transports/share/*.c \
 		"$top"/transports/common/*.c)
 	srcs=${srcs/"$top/src/pmix.c"/}
 	if grep -q '^#define FR_HAVE_VERBS 1' "$b/config.h"; then

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Sub-communicators (fr_comm_split, fr_comm_dup; tests/mp_split.c): every
 # shape (rows and columns of 2 x c grids, odd colors, FR_UNDEFINED, one rank
-# each, a split of a split, dup, 300 dups one after another, the parent
+# each, a split of a split, dup, 300 dups one after another (once), the parent
 # destroyed first) on 1..8 ranks, each checked with All-Reduce, all-gather,
 # broadcast and point-to-point against the reference; rows and columns
 # reducing at once from two threads; a rank killed while they live (the
@@ -26,6 +26,11 @@ for t in $transports; do
 			frrun -n "$n" --transport "$t" --timeout 600 "$X" threads
 	done
 done
+# ids come back (the shared endpoint's logic, the same on every transport:
+# not repeated in the slow verbs VM)
+[ -z "${FR_TEST_TRANSPORT:-}" ] &&
+	run "split n=4: 300 dups one after another, ids reused ($TRANSPORT)" \
+		frrun -n 4 -e FR_SPLIT_DUPS=300 --transport "$TRANSPORT" --timeout 600 "$X" check
 run "split threads n=6 progress thread ($TRANSPORT)" \
 	frrun -n 6 -e FR_PROGRESS=thread --transport "$TRANSPORT" --timeout 600 "$X" threads
 for v in 0 3 5; do

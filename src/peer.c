@@ -796,6 +796,15 @@ int fr_peers_check_gone(struct fr_comm *comm, const struct fr_request *req,
 	p = &comm->peer.peers[peer];
 	if (!p->bye || p->recv_taken != p->recv_arrived)
 		return 0;
+	if (comm->fail.abort_pending && !comm->fail.failed) {
+		/* the job failed elsewhere (its ABORT waits for our collective
+		 * to end): the peer left because of it, and ours cannot end
+		 * without it; report the failure itself, as when a peer's
+		 * connection closes */
+		comm->fail.fail_origin = comm->fail.abort_origin;
+		return fr_comm_fail(comm, comm->fail.abort_err, "%s",
+				    comm->fail.abort_msg);
+	}
 	fr_comm_fail(
 		comm, FR_EPEER,
 		"rank %d: collective #%u (%s): rank %d has destroyed its communicator",

@@ -903,12 +903,12 @@ int main(int argc, char **argv)
 	struct data d;
 	struct layout l;
 	struct scratch sc;
-	struct reducer red;
+	struct reducer red = {0};
 	fr_stats_t st0 = {.size = sizeof(st0)}, st1 = {.size = sizeof(st1)};
 	fr_comm_t *comm;
 	float *w, *grad, *vel;
 	int *order, *perm, *shard;
-	int rank, nranks, ntrain, pos, err;
+	int rank, nranks, ntrain, pos, err, ret;
 	uint64_t s, hash, *hashes;
 	double t0, t1, train_loss, train_acc, test_loss, test_acc;
 	char mode[64];
@@ -962,20 +962,8 @@ int main(int argc, char **argv)
 	memcpy(perm, order, sizeof(int) * ntrain);
 
 	if (o.tp > 1) {
-		err = train_tp(&o, comm, &d, order, perm, ntrain);
-		fr_comm_destroy(comm);
-		free(hashes);
-		free(sc.dhid);
-		free(sc.dout);
-		free(sc.hid);
-		free(grad);
-		free(vel);
-		free(w);
-		free(perm);
-		free(order);
-		free(d.x);
-		free(d.y);
-		return err;
+		ret = train_tp(&o, comm, &d, order, perm, ntrain);
+		goto out;
 	}
 	init_params(&l, w, o.seed);
 	reducer_init(&red, comm, &l, grad, &o);
@@ -1068,7 +1056,9 @@ int main(int argc, char **argv)
 	       st1.bytes_sent - st0.bytes_sent, st1.wire_bytes - st0.wire_bytes,
 	       t1 - t0);
 
-	reducer_destroy(&red);
+	ret = same ? 0 : 1;
+out:
+	reducer_destroy(&red); /* all zeros in --tp mode: nothing to free */
 	fr_comm_destroy(comm);
 	free(hashes);
 	free(sc.dhid);
@@ -1081,5 +1071,5 @@ int main(int argc, char **argv)
 	free(order);
 	free(d.x);
 	free(d.y);
-	return same ? 0 : 1;
+	return ret;
 }

@@ -105,6 +105,7 @@ struct shr_view {
 	struct fr_tp_cqe *q;	 /* completions for it, a ring */
 	unsigned qcap, qhead, qlen;
 	struct shr_held *held, *held_tail; /* from peers not yet connected */
+	atomic_int nheld; /* entries of held: pending() reads it unlocked */
 	atomic_bool woken;
 	bool closing, quarantine;
 	struct shr_view *next; /* s->views */
@@ -215,6 +216,15 @@ static void held_append(struct shr_held **head, struct shr_held **tail,
 	*tail = h;
 }
 
+/* Hold h for v until its sender's connection is up. */
+static void held_hold(struct shr_view *v, struct shr_held *h)
+{
+	if (!h)
+		return;
+	held_append(&v->held, &v->held_tail, h);
+	atomic_fetch_add_explicit(&v->nheld, 1, memory_order_relaxed);
+}
+
 /* Completions held for peer q of v (it has a connection now): queue them,
  * in order. */
 static void held_release(struct shr_view *v, int q)
@@ -232,6 +242,7 @@ static void held_release(struct shr_view *v, int q)
 		*pp = h->next;
 		if (v->held_tail == h)
 			v->held_tail = prev;
+		atomic_fetch_sub_explicit(&v->nheld, 1, memory_order_relaxed);
 		h->cqe.conn = (struct fr_tp_conn *)v->conns[q];
 		q_push(v, &h->cqe);
 		free(h);
@@ -445,7 +456,7 @@ static struct shr_view *route(struct fr_share *s, struct fr_tp_cqe *c)
 	if (!v->conns[q] || !v->conns[q]->up) {
 		/* as a transport delivers nothing on a connection before
 		 * it is established */
-		held_append(&v->held, &v->held_tail, held_new(id, w, c));
+		held_hold(v, held_new(id, w, c));
 		return NULL;
 	}
 	c->conn = (struct fr_tp_conn *)v->conns[q];
@@ -613,6 +624,17 @@ static int v_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
 	return s->ops->unpack_rkey(s->tp, blob, len, rkey);
 }
 
+/* May c write on its link l now: 0, FR_EAGAIN, or the link's error.  A
+ * dead link's error completion is on the queue of an established
+ * connection: the caller learns it there first, as from a transport, and
+ * the error from writes after that. */
+static int write_gate(const struct shr_conn *c, const struct shr_link *l)
+{
+	if (l->err)
+		return c->up && !c->err_out ? FR_EAGAIN : l->err;
+	return l->send ? 0 : FR_EAGAIN;
+}
+
 static int v_write_imm(struct fr_tp_conn *conn, struct fr_tp_mr *lmr,
 		       size_t loff, const struct fr_tp_rkey *rkey,
 		       uint64_t roff, size_t len, uint32_t imm, uint64_t ctx)
@@ -628,14 +650,8 @@ static int v_write_imm(struct fr_tp_conn *conn, struct fr_tp_mr *lmr,
 	s = c->v->s;
 	lk = enter(s);
 	l = &s->links[c->wpeer];
-	/* a dead link's error completion is on the queue of an established
-	 * connection: the caller learns it there first, as from a transport,
-	 * and the error from writes after that */
-	if (l->err)
-		rc = c->up && !c->err_out ? FR_EAGAIN : l->err;
-	else if (!l->send)
-		rc = FR_EAGAIN;
-	else
+	rc = write_gate(c, l);
+	if (!rc)
 		rc = s->ops->write_imm(
 			l->send, lmr, loff, rkey, roff, len,
 			imm | (uint32_t)c->v->id << FR_TP_IMM_ID_SHIFT,
@@ -661,11 +677,8 @@ static int v_write_inline(struct fr_tp_conn *conn, const void *buf,
 	s = c->v->s;
 	lk = enter(s);
 	l = &s->links[c->wpeer];
-	if (l->err)
-		rc = c->up && !c->err_out ? FR_EAGAIN : l->err;
-	else if (!l->send)
-		rc = FR_EAGAIN;
-	else
+	rc = write_gate(c, l);
+	if (!rc)
 		rc = s->ops->write_inline(
 			l->send, buf, rkey, roff, len,
 			imm | (uint32_t)c->v->id << FR_TP_IMM_ID_SHIFT);
@@ -931,7 +944,8 @@ static int v_pending(struct fr_tp *tp, int *peers, int max)
 	bool lk;
 	int n = 0;
 
-	if (!v->held)
+	/* a count, not the list, outside the lock: cheap when nothing waits */
+	if (!atomic_load_explicit(&v->nheld, memory_order_relaxed))
 		return 0;
 	lk = enter(s);
 	for (struct shr_held *h = v->held; h && n < max; h = h->next) {
@@ -1158,7 +1172,7 @@ int fr_share_set_id(struct fr_tp *tp, int id)
 		if (v->crank[h->wpeer] < 0)
 			free(h);
 		else
-			held_append(&v->held, &v->held_tail, h);
+			held_hold(v, h);
 	}
 	leave(s, lk);
 	return 0;

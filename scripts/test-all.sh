@@ -59,15 +59,22 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 # The progress thread and the communicator's lock: the tests that run
 # threads (the progress thread, a second application thread, several
-# communicators in one process: test_peer, test_engine) under
-# ThreadSanitizer; any report fails the run.
+# communicators in one process: test_peer, test_engine; sub-communicators
+# reducing at once from two threads over one shared endpoint: mp_split)
+# under ThreadSanitizer; any report fails the run.
 step "ThreadSanitizer build and the threaded tests"
 mkdir -p build-tsan
 (cd build-tsan && ../configure --enable-werror --enable-tsan --enable-debug \
 	--enable-verbs=no >/dev/null && make -j"$jobs" >/dev/null &&
-	make -j"$jobs" tests/mp_allreduce tests/test_peer tests/test_engine >/dev/null &&
+	make -j"$jobs" tests/mp_allreduce tests/mp_split tests/test_peer tests/test_engine >/dev/null &&
 	TSAN_OPTIONS="halt_on_error=1 exitcode=66" ./tests/test_peer >/dev/null &&
 	TSAN_OPTIONS="halt_on_error=1 exitcode=66" ./tests/test_engine >/dev/null &&
+	TSAN_OPTIONS="halt_on_error=1 exitcode=66" ./frrun -n 4 --transport tcp \
+		--timeout 600 tests/mp_split threads &&
+	TSAN_OPTIONS="halt_on_error=1 exitcode=66" ./frrun -n 4 -e FR_PROGRESS=thread \
+		--transport shm --timeout 600 tests/mp_split threads &&
+	TSAN_OPTIONS="halt_on_error=1 exitcode=66" ./frrun -n 6 --transport tcp \
+		--timeout 600 tests/mp_split check &&
 	FR_BUILDDIR="$PWD" FR_TEST_RANKS="1 2 3 4" \
 	TSAN_OPTIONS="halt_on_error=1 exitcode=66" bash "$top/tests/mp_training.sh") ||
 	{ echo "ThreadSanitizer stage failed"; exit 1; }
@@ -92,7 +99,7 @@ bash "$top/tests/valgrind.sh" "$top/build"
 step "make distcheck"
 dist_tests="tests/layers.sh tests/test_errors tests/test_env tests/test_bootstrap tests/test_ring \
 tests/test_select tests/test_reduce tests/test_transport tests/test_mem tests/test_affinity \
-tests/test_peer tests/test_engine \
+tests/test_peer tests/test_engine tests/test_share \
 tests/mp_matrix.sh tests/mp_example.sh tests/mp_perf_smoke.sh tests/mp_python.sh"
 (cd build && FR_VM_TESTS=0 FR_TEST_RANKS="$dist_ranks" make -j"$jobs" distcheck TESTS="$dist_tests" >/dev/null) ||
 	{ echo "distcheck failed"; exit 1; }

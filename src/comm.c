@@ -647,7 +647,6 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 		c->tp_ops->close(c->tp);
 		goto err_open;
 	}
-	c->peer.shared = true;
 	c->peer.ll = s->ll && c->tp_ops->write_inline;
 	rc = fr_tune_load(&c->algo.tune, c->tp_ops->name, err, errlen);
 	if (rc)

@@ -8,11 +8,11 @@
  * incoming connection until it is accepted), so each pair shares one
  * connection used in both directions, and only pairs that ever talk are
  * connected: a ring job opens its two neighbour connections and no others.
- * A connection that a lower rank opened before we need it (it reached a
+ * The connections are views of the job's shared endpoint
+ * (transports/share), whose link between two processes either side may
+ * open: a peer that has written to us before we need it (it reached a
  * collective's step with us first) is accepted as soon as it arrives, by
- * whoever drives progress, so that its PINGs get answered; the reverse
- * case, a higher rank waiting on a lower one that has not connected, gets
- * a liveness-only connection (see "Slow or dead").
+ * whoever drives progress, so that its PINGs get answered.
  *
  * Mailbox wire format: rank p writes into our mailbox at
  *   [p][slot][mbx_slot_size], slot < mbx_slots (data, one credit each),
@@ -41,6 +41,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "log.h"
@@ -56,8 +58,6 @@
 #define LIVE_SEQ_MASK 0xfffu /* collectives started, low bits */
 #define LIVE_LEVEL_SHIFT 12  /* 0, or waiting for a late rank at that level */
 #define LIVE_LEVEL_MAX 0xffu
-
-static void probe_close(struct fr_comm *c, struct fr_peer *p);
 
 int fr_comm_fail(struct fr_comm *comm, int err, const char *fmt, ...)
 {
@@ -227,9 +227,32 @@ static uint8_t *mbx_slot(struct fr_comm *comm, int from, int slot)
 /* ---- setup ------------------------------------------------------------------
  */
 
+/*
+ * The mailbox and the outbox are mapped, not allocated and cleared: fresh
+ * anonymous pages read as zero and cost nothing until a peer writes into
+ * them, where a memset would fault in every page at once (a 64-rank job's
+ * mailbox is 20 MiB a rank, and a split makes one per new communicator).
+ * RDMA registration pins them all anyway; TCP and shm touch only the slots
+ * in use.
+ */
+static uint8_t *zeroed_pages(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static size_t page_round(size_t len)
+{
+	size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (len + ps - 1) / ps * ps;
+}
+
 int fr_peers_init(struct fr_comm *c)
 {
-	size_t ps = 4096, sz;
+	size_t sz;
 	int rc;
 
 	c->peer.peers = calloc((size_t)c->nranks, sizeof(*c->peer.peers));
@@ -239,19 +262,20 @@ int fr_peers_init(struct fr_comm *c)
 		c->peer.peers[r].rank = r;
 	sz = (size_t)c->nranks * (size_t)(c->peer.mbx_slots + 2) *
 	     c->peer.mbx_slot_size;
-	c->peer.mbx = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
+	c->peer.mbx_len = page_round(sz);
+	c->peer.mbx = zeroed_pages(c->peer.mbx_len);
 	if (!c->peer.mbx) {
 		rc = FR_ENOMEM;
 		goto err_mbx;
 	}
-	memset(c->peer.mbx, 0, sz);
 	rc = fr_mem_register_internal(c, c->peer.mbx, sz,
 				      FR_TP_LOCAL_READ | FR_TP_REMOTE_WRITE,
 				      false, &c->peer.mbx_mem);
 	if (rc)
 		goto err_mbx_reg;
 	sz = (size_t)c->peer.out_slots * c->peer.mbx_slot_size;
-	c->peer.out = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
+	c->peer.out_len = page_round(sz);
+	c->peer.out = zeroed_pages(c->peer.out_len);
 	if (!c->peer.out) {
 		rc = FR_ENOMEM;
 		goto err_out;
@@ -263,13 +287,13 @@ int fr_peers_init(struct fr_comm *c)
 	return 0;
 
 err_out_reg:
-	free(c->peer.out);
+	munmap(c->peer.out, c->peer.out_len);
 	c->peer.out = NULL;
 err_out:
 	fr_mem_free_internal(c->peer.mbx_mem);
 	c->peer.mbx_mem = NULL;
 err_mbx_reg:
-	free(c->peer.mbx);
+	munmap(c->peer.mbx, c->peer.mbx_len);
 	c->peer.mbx = NULL;
 err_mbx:
 	free(c->peer.peers);
@@ -283,7 +307,6 @@ void fr_peers_fini(struct fr_comm *c)
 		for (int r = 0; r < c->nranks; r++) {
 			struct fr_peer *p = &c->peer.peers[r];
 
-			probe_close(c, p);
 			while (p->stash) {
 				struct fr_stashed *s = p->stash;
 
@@ -298,10 +321,12 @@ void fr_peers_fini(struct fr_comm *c)
 	c->peer.active = NULL;
 	if (c->peer.out_mem)
 		fr_mem_free_internal(c->peer.out_mem);
-	free(c->peer.out);
+	if (c->peer.out)
+		munmap(c->peer.out, c->peer.out_len);
 	if (c->peer.mbx_mem)
 		fr_mem_free_internal(c->peer.mbx_mem);
-	free(c->peer.mbx);
+	if (c->peer.mbx)
+		munmap(c->peer.mbx, c->peer.mbx_len);
 	free(c->peer.peers);
 	c->peer.out_mem = c->peer.mbx_mem = NULL;
 	c->peer.out = c->peer.mbx = NULL;
@@ -485,7 +510,7 @@ static int live_send(struct fr_comm *c, struct fr_peer *p, uint32_t imm)
 	return live_send_on(c, p->conn, imm);
 }
 
-/* A PONG from p (on its connection or a probe): what it says, and when. */
+/* A PONG from p: what it says, and when. */
 static void note_pong(struct fr_peer *p, uint32_t imm)
 {
 	p->pong_ms = fr_coarse_ms();
@@ -505,63 +530,9 @@ static int ping_interval_ms(const struct fr_comm *c)
 	return FR_MAX(FR_MIN(c->peer.timeout_ms / 4, 1000), 10);
 }
 
-/*
- * A higher rank that waits for a lower one to connect (the first collective
- * of the hypercube algorithms: the partner has not reached it) cannot PING
- * it: there is no connection, and the lower rank opens it only once it
- * needs us.  So open one the other way, for liveness only: the lower rank
- * takes it (fr_peers_accept_early) and answers PINGs on it, and data never
- * goes over it, so it cannot race with the data connection.  It lives
- * until the communicator does; a failure of it says nothing about the
- * job (the peer may just have left) and only ends it.
- */
-static void probe_close(struct fr_comm *c, struct fr_peer *p)
-{
-	if (p->probe)
-		c->tp_ops->close_conn(p->probe);
-	p->probe = NULL;
-	p->probe_up = p->probe_dead = false;
-}
-
-static void probe_ping(struct fr_comm *c, struct fr_peer *p, uint64_t now,
-		       uint64_t every)
-{
-	int rc;
-
-	if (p->probe_dead)
-		probe_close(c, p);
-	if (!p->probe) {
-		if (now - p->ping_ms < every)
-			return;
-		p->ping_ms = now; /* one connection attempt per interval */
-		if (c->tp_ops->connect(c->tp, p->rank,
-				       c->peer.addrs +
-					       (size_t)p->rank * FR_TP_ADDR_MAX,
-				       c->peer.addrlens[p->rank], &p->probe)) {
-			p->probe = NULL;
-			return;
-		}
-	}
-	if (!p->probe_up) {
-		rc = c->tp_ops->connect_done(p->probe);
-		if (rc == FR_EAGAIN)
-			return;
-		if (rc) {
-			fr_dbg("rank %d: liveness connection to rank %d: %s",
-			       c->rank, p->rank, fr_strerror(rc));
-			probe_close(c, p);
-			return;
-		}
-		p->probe_up = true;
-		p->ping_ms = 0;
-	}
-	if (now - p->ping_ms >= every &&
-	    !live_send_on(c, p->probe, FR_IMM(FR_IMM_PING, 0)))
-		p->ping_ms = now;
-}
-
-/* Take the connections that wait for us (transport's pending op): a lower
- * rank's data connection, or a higher rank's liveness probe. */
+/* Take the connections that wait for us (transport's pending op): over
+ * the shared endpoint, a peer that has written to us, whichever rank is
+ * lower. */
 static void accept_early(struct fr_comm *c, bool *did_work)
 {
 	int q[32], n;
@@ -571,62 +542,19 @@ static void accept_early(struct fr_comm *c, bool *did_work)
 	n = c->tp_ops->pending(c->tp, q, 32);
 	for (int i = 0; i < n; i++) {
 		struct fr_peer *p;
-		struct fr_tp_conn *conn;
 
 		if (q[i] < 0 || q[i] >= c->nranks || q[i] == c->rank)
 			continue;
 		p = &c->peer.peers[q[i]];
-		/* over the shared endpoint (every communicator's) a pending
-		 * connection is one whose peer has written to us: a data
-		 * connection whichever rank is lower; a raw transport's from
-		 * a higher rank is its liveness probe */
-		if (q[i] < c->rank || c->peer.shared) {
-			/* its data connection: as fr_peer_need would */
-			if (p->state != FR_PEER_IDLE)
-				continue;
-			p->state = FR_PEER_CONNECTING;
-			p->next_active = c->peer.active;
-			c->peer.active = p;
-			if (!peer_advance(c, p))
-				*did_work = true;
+		/* its data connection: as fr_peer_need would */
+		if (p->state != FR_PEER_IDLE)
 			continue;
-		}
-		if (c->tp_ops->accept(c->tp, q[i], &conn))
-			continue;
-		probe_close(c, p); /* a new probe replaces a dead one */
-		p->probe = conn;
-		p->probe_up = true;
-		*did_work = true;
+		p->state = FR_PEER_CONNECTING;
+		p->next_active = c->peer.active;
+		c->peer.active = p;
+		if (!peer_advance(c, p))
+			*did_work = true;
 	}
-}
-
-/* A completion on a probe: PINGs answered on it, PONGs noted, failures
- * only end it. */
-static int on_probe_cqe(struct fr_comm *c, struct fr_peer *p,
-			const struct fr_tp_cqe *cqe)
-{
-	uint32_t type = FR_IMM_TYPE(cqe->imm);
-
-	if (cqe->status) {
-		/* closed when replaced, or with the communicator */
-		p->probe_dead = true;
-		return 0;
-	}
-	if (cqe->kind == FR_CQE_SEND)
-		return 0;
-	if (type == FR_IMM_PING && !cqe->len) {
-		/* no room: the next PING gets the answer */
-		live_send_on(c, p->probe, pong_imm(c));
-		return 0;
-	}
-	if (type == FR_IMM_PONG && !cqe->len) {
-		note_pong(p, cqe->imm);
-		return 0;
-	}
-	return fr_comm_fail(
-		c, FR_EPROTO,
-		"rank %d: unexpected write (immediate 0x%08x, %u bytes) from rank %d on a liveness-only connection",
-		c->rank, cqe->imm, cqe->len, p->rank);
 }
 
 /* Liveness: a completion that only says a peer is alive (a PING, a PONG,
@@ -649,11 +577,7 @@ static int liveness(struct fr_comm *c, int rank, uint32_t seq, uint64_t idle_ms,
 	uint64_t now = fr_coarse_ms(), every = (uint64_t)ping_interval_ms(c);
 	uint32_t d;
 
-	if (p->state == FR_PEER_CONNECTING && !p->conn && c->rank > rank) {
-		/* it has not connected to us: ask over a probe */
-		if (idle_ms >= every)
-			probe_ping(c, p, now, every);
-	} else if (p->state != FR_PEER_UP) {
+	if (p->state != FR_PEER_UP) {
 		return -1;
 	} else if (idle_ms >= every && now - p->ping_ms >= every &&
 		   !live_send(c, p, FR_IMM(FR_IMM_PING, 0))) {
@@ -1439,8 +1363,6 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 			c, FR_EPROTO,
 			"rank %d: completion on a connection of no known peer",
 			c->rank);
-	if (p->probe && cqe->conn == p->probe)
-		return on_probe_cqe(c, p, cqe);
 	if (cqe->status) {
 		const char *why = tp_about(c, p->rank);
 		const char *what =
@@ -1541,8 +1463,6 @@ void fr_peers_quiesce(struct fr_comm *c)
 		return;
 	fr_info("rank %d: %d sends still queued %d ms after the failure: closing every connection",
 		c->rank, c->peer.user_outstanding, FR_QUIESCE_MS);
-	for (int r = 0; r < c->nranks; r++)
-		probe_close(c, &c->peer.peers[r]);
 	for (struct fr_peer *p = c->peer.active; p; p = p->next_active) {
 		if (p->conn)
 			c->tp_ops->close_conn(p->conn);
@@ -1624,8 +1544,6 @@ bool fr_peers_goodbye(struct fr_comm *c)
 
 			if (cqe[i].kind == FR_CQE_SEND)
 				send_done(c, &cqe[i]);
-			if (p && p->probe && cqe[i].conn == p->probe)
-				continue; /* liveness only: says nothing */
 			if (cqe[i].kind == FR_CQE_SEND) {
 				if (cqe[i].status && p)
 					p->bye = true;

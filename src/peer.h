@@ -166,12 +166,6 @@ struct fr_peer {
 	uint32_t pong_started;
 	uint16_t pong_level; /* 0, or it waits for a late rank (peer.c) */
 	bool pong_owed;
-	/* a liveness-only connection (PING and PONG, no data) to a lower rank
-	 * we wait on that has not connected to us yet, or from a higher one
-	 * that waits on us; a connection from the other side of the pair
-	 * to the one that carries data, so the two never mix up */
-	struct fr_tp_conn *probe;
-	bool probe_up, probe_dead;
 	/* ids of our registrations whose key it has (direct-mapped) */
 	uint32_t rkey_sent[FR_RKEY_CACHE];
 	/* its registrations' keys we have (direct-mapped by id) */
@@ -195,16 +189,15 @@ struct fr_peer_layer {
 	int mbx_slots;	      /* data slots per peer */
 	size_t mbx_slot_size; /* header + eager payload */
 	uint8_t *mbx;
+	size_t mbx_len; /* mapped bytes (a multiple of the page) */
 	struct fr_mem *mbx_mem;
 	int out_slots;
 	uint8_t *out;
+	size_t out_len;
 	struct fr_mem *out_mem;
 	uint64_t out_busy; /* bitmap: outbox slots awaiting completion */
 	uint32_t out_next;
 	bool ll; /* small messages by the transport's write_inline (FR_LL) */
-	/* the transport is a view of a shared endpoint (transports/share):
-	 * connections are the endpoint's, one per peer, no probes */
-	bool shared;
 	uint32_t unread;      /* data messages landed, not yet consumed */
 	uint32_t p2p_unread;  /* ... of them point-to-point ones */
 	int outstanding;      /* our writes without a SEND completion */

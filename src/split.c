@@ -72,7 +72,6 @@ static struct fr_comm *comm_like(const struct fr_comm *p, int rank, int n)
 	c->peer.out_slots = p->peer.out_slots;
 	c->peer.mbx_slot_size = p->peer.mbx_slot_size;
 	c->peer.ll = p->peer.ll;
-	c->peer.shared = true;
 	c->algo.forced = p->algo.forced;
 	c->algo.tune = p->algo.tune;
 	c->algo.segment_bytes = p->algo.segment_bytes;

@@ -54,8 +54,8 @@ fi
 # late for the very first collective of a hypercube algorithm: its partners
 # beyond the ring were never connected.  A lower partner connects and the
 # late rank's progress thread accepts at once; a higher one (6 = 2 ^ 4)
-# waits for a connection that the late rank opens only when it arrives, so
-# it opens a liveness-only one the other way
+# does not wait for the late rank to connect: the shared endpoint's link
+# opens from its side after a grace period, and its PINGs go over it
 if [ "$SHORT" = 0 ]; then
 run "rank 2 of 8 is 4 s late for the first collective (rd): patience" \
 	late 8 20000 rd late 4000 0

@@ -137,8 +137,8 @@ static void test_connect_refused(void **state)
 	assert_int_equal(rc[0], FR_EAUTH);
 	assert_contains(fr_comm_last_error(comms[0]),
 			"rank 0: connecting to rank 1 failed");
-	/* rank 1 never got a connection, and rank 0 (failed) takes no
-	 * liveness probe from it */
+	/* rank 1 never got a connection, and rank 0 (failed) opened none
+	 * to it */
 	assert_int_equal(rc[1], FR_ETIMEDOUT);
 	assert_contains(fr_comm_last_error(comms[1]),
 			"waiting on rank 0, which does not answer");

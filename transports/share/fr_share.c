@@ -521,8 +521,8 @@ static int v_conn(struct fr_tp *tp, int peer, struct fr_tp_conn **conn)
 		return FR_EINVAL;
 	lk = enter(s);
 	if (v->conns[peer]) {
-		/* one connection a peer: a second (a liveness probe) has
-		 * nothing to add over a shared link */
+		/* one connection a peer: a second has nothing to add over
+		 * a shared link */
 		leave(s, lk);
 		return FR_EBUSY;
 	}

@@ -67,6 +67,7 @@ struct fr_engine {
 	uint64_t shared_ns; /* fr_now_ns: it last found the core shared */
 	unsigned shared_streak; /* waits in a row that found it shared */
 	unsigned nudge_tries;	/* since the core was last found unshared */
+	uint64_t spin_long_until; /* fr_now_ns: waits spin FR_SHARED_SPIN_US */
 };
 
 /* Threads (comm->thr, lock.c and progress.c): the lock every public call

@@ -115,8 +115,6 @@ int fr_progress_thread_start(struct fr_comm *comm, char *err, size_t errlen);
 void fr_progress_thread_stop(struct fr_comm *comm);
 
 /* p2p.c: point-to-point sends and receives */
-/* The library's own tag (users' are >= 0): a split's mailbox keys. */
-#define FR_P2P_TAG_SPLIT (-2)
 /* Queue a send (send) or receive of count elements with peer and tag;
  * the checks are the caller's.  0 or an error; *out the request. */
 int fr_p2p_submit(struct fr_comm *comm, bool send, void *buf, size_t count,

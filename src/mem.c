@@ -57,12 +57,15 @@ int fr_mem_register_internal(struct fr_comm *comm, void *buf, size_t len,
 	return 0;
 }
 
-void fr_mem_free_internal(struct fr_mem *m)
+int fr_mem_free_internal(struct fr_mem *m)
 {
+	int rc;
+
 	if (!m)
-		return;
-	m->comm->tp_ops->dereg_mem(m->comm->tp, m->tp_mr);
+		return 0;
+	rc = m->comm->tp_ops->dereg_mem(m->comm->tp, m->tp_mr);
 	free(m);
+	return rc;
 }
 
 static bool covers(const struct fr_mem *m, uintptr_t a, size_t len, int access)
@@ -293,9 +296,9 @@ int fr_scratch_get(struct fr_comm *c, size_t len)
 
 void fr_scratch_free(struct fr_comm *c)
 {
-	if (c->mem.scratch_mem)
-		fr_mem_free_internal(c->mem.scratch_mem);
-	free(c->mem.scratch);
+	/* kept registered: a late write may still land in it */
+	if (!c->mem.scratch_mem || !fr_mem_free_internal(c->mem.scratch_mem))
+		free(c->mem.scratch);
 	c->mem.scratch_mem = NULL;
 	c->mem.scratch = NULL;
 	c->mem.scratch_len = 0;

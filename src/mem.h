@@ -51,7 +51,10 @@ int fr_mem_acquire(struct fr_comm *comm, const void *buf, size_t len,
 void fr_mem_release(struct fr_mem *mem);
 int fr_mem_register_internal(struct fr_comm *comm, void *buf, size_t len,
 			     int access, bool user, struct fr_mem **mem);
-void fr_mem_free_internal(struct fr_mem *mem);
+/* 0, or not when the transport keeps the region registered (a closing
+ * shared view's quarantine, or queued writes that still read it): its
+ * memory must then stay allocated, since a late write may land in it. */
+int fr_mem_free_internal(struct fr_mem *mem);
 void fr_mem_cache_drop_idle(struct fr_comm *comm);
 void fr_mem_cache_flush(struct fr_comm *comm);
 /* fr_mem_register() / fr_mem_deregister() with the lock held. */

@@ -236,8 +236,7 @@ static int on_p2p_msg(struct fr_comm *comm, int src, const struct fr_msg *m,
 		req->p2p.stage = P2P_WRITING;
 		return 0;
 	}
-	if (!es || (tag < 0 && tag != FR_P2P_TAG_SPLIT) ||
-	    m->count > SIZE_MAX / es ||
+	if (!es || tag < 0 || m->count > SIZE_MAX / es ||
 	    (m->type == FR_MSG_P2P && m->len != m->count * es))
 		return fr_comm_fail(
 			comm, FR_EPROTO,

@@ -250,24 +250,27 @@ static size_t page_round(size_t len)
 	return (len + ps - 1) / ps * ps;
 }
 
-int fr_peers_init(struct fr_comm *c)
+int fr_peers_alloc(struct fr_comm *c)
 {
-	size_t sz;
-	int rc;
-
 	c->peer.peers = calloc((size_t)c->nranks, sizeof(*c->peer.peers));
 	if (!c->peer.peers)
 		return FR_ENOMEM;
 	for (int r = 0; r < c->nranks; r++)
 		c->peer.peers[r].rank = r;
-	sz = (size_t)c->nranks * (size_t)(c->peer.mbx_slots + 2) *
+	return 0;
+}
+
+int fr_peers_mailbox(struct fr_comm *c, int rows)
+{
+	size_t sz;
+	int rc;
+
+	sz = (size_t)rows * (size_t)(c->peer.mbx_slots + 2) *
 	     c->peer.mbx_slot_size;
 	c->peer.mbx_len = page_round(sz);
 	c->peer.mbx = zeroed_pages(c->peer.mbx_len);
-	if (!c->peer.mbx) {
-		rc = FR_ENOMEM;
-		goto err_mbx;
-	}
+	if (!c->peer.mbx)
+		return FR_ENOMEM;
 	rc = fr_mem_register_internal(c, c->peer.mbx, sz,
 				      FR_TP_LOCAL_READ | FR_TP_REMOTE_WRITE,
 				      false, &c->peer.mbx_mem);
@@ -295,9 +298,20 @@ err_out:
 err_mbx_reg:
 	munmap(c->peer.mbx, c->peer.mbx_len);
 	c->peer.mbx = NULL;
-err_mbx:
-	free(c->peer.peers);
-	c->peer.peers = NULL;
+	return rc;
+}
+
+int fr_peers_init(struct fr_comm *c)
+{
+	int rc = fr_peers_alloc(c);
+
+	if (rc)
+		return rc;
+	rc = fr_peers_mailbox(c, c->nranks);
+	if (rc) {
+		free(c->peer.peers);
+		c->peer.peers = NULL;
+	}
 	return rc;
 }
 
@@ -319,13 +333,13 @@ void fr_peers_fini(struct fr_comm *c)
 			if (p->conn)
 				c->tp_ops->close_conn(p->conn);
 	c->peer.active = NULL;
-	if (c->peer.out_mem)
-		fr_mem_free_internal(c->peer.out_mem);
-	if (c->peer.out)
+	/* a region the transport keeps registered keeps its pages: a late
+	 * write may still land there (fr_mem_free_internal) */
+	if ((!c->peer.out_mem || !fr_mem_free_internal(c->peer.out_mem)) &&
+	    c->peer.out)
 		munmap(c->peer.out, c->peer.out_len);
-	if (c->peer.mbx_mem)
-		fr_mem_free_internal(c->peer.mbx_mem);
-	if (c->peer.mbx)
+	if ((!c->peer.mbx_mem || !fr_mem_free_internal(c->peer.mbx_mem)) &&
+	    c->peer.mbx)
 		munmap(c->peer.mbx, c->peer.mbx_len);
 	free(c->peer.peers);
 	c->peer.out_mem = c->peer.mbx_mem = NULL;

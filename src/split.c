@@ -9,21 +9,23 @@
  * lock and progress), so that nothing above the transport knows it shares.
  *
  * The split:
- *   1. one small collective on the parent, an all-gather of every rank's
- *      (color, key, the ids in use on its endpoint): every rank computes
- *      every group, ordered by (key, parent rank), and its id, the lowest
- *      that no member uses;
- *   2. each member makes its communicator: a view of the endpoint with that
- *      id, its mailbox registered;
- *   3. the members hand each other their mailbox's key, by point-to-point
- *      messages on the parent (a reserved tag), only inside each group: a
- *      round of small messages, no second collective.
+ *   1. each rank that will have a communicator maps and registers its
+ *      mailbox (peer.c) before it knows its group, sized for every rank of
+ *      the parent: untouched pages cost nothing on TCP and shm (RDMA pins
+ *      them all, the price of one round less);
+ *   2. one small collective on the parent, an all-gather of every rank's
+ *      card (color, key, the ids in use on its endpoint, its mailbox's
+ *      key): every rank computes every group, ordered by (key, parent
+ *      rank), its id, the lowest that no rank of the parent uses, and has
+ *      the keys of its members' mailboxes;
+ *   3. each member makes its communicator: a view of the endpoint with that
+ *      id, around the mailbox of step 1.  No message more: the members need
+ *      nothing more from each other.
  * Connections come up lazily, as in any communicator.
  *
  * Layer: entry points.  Calls coll.c (fr_allreduce), comm.c (the layout of
- * the nodes), the engine (lock.c, request.c, p2p.c: the parent's
- * point-to-point, the progress thread), the peers (mailbox), the memory
- * layer (keys) and the transport's shared endpoint.
+ * the nodes), the engine (lock.c, the progress thread), the peers
+ * (mailbox), the memory layer (keys) and the transport's shared endpoint.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -33,14 +35,23 @@
 #include "internal.h"
 #include "log.h"
 
-/* one member's mailbox key, as it travels: length byte, key, padding */
-#define KEY_MSG 64
-
-/* What each rank says in the all-gather (little-endian on the wire). */
-struct split_card {
-	uint8_t color[4], key[4];
-	uint8_t used[FR_SHARE_IDS / 8];
-};
+/*
+ * The table of step 2, filled by an All-Reduce (MAX) of bytes:
+ *   FR_SHARE_IDS bytes, one a communicator id: 1 where a rank of the
+ *     parent uses it (the MAX of 0 and 1 is their OR);
+ *   then a row a rank of the parent, its own filled, zeros elsewhere:
+ *     0 u8 1: it has a mailbox, whose key follows; 0: FR_UNDEFINED, or
+ *          it could not make one
+ *     1 le32 color   5 le32 key   9 the mailbox's key, kl bytes
+ * kl is the length of the keys of the parent's endpoint, which every rank
+ * opened with the same transport; a rank whose kl differed would reduce
+ * a table of another length, which the All-Reduce's mismatch check fails
+ * on every rank.
+ */
+#define ROW_HAS 0
+#define ROW_COLOR 1
+#define ROW_KEY 5
+#define ROW_MBX 9
 
 struct member {
 	int key, prank;
@@ -110,80 +121,72 @@ out:
 	return rc;
 }
 
-/* Step 3: hand our mailbox key to every other member, take theirs. */
-static int keys_exchange(struct fr_comm *parent, struct fr_comm *c,
-			 const struct member *m)
+/*
+ * Step 1: the new communicator's state and its mailbox, before the group
+ * is known: sized for the parent's nranks, registered with the endpoint
+ * the parent shares (the view the communicator gets in step 3 is of the
+ * same endpoint, which deregisters it in the end).
+ */
+static int comm_early(struct fr_comm *parent, size_t kl, struct fr_comm **out,
+		      uint8_t *row)
 {
-	int n = c->nranks, rc = 0, posted = 0;
-	uint8_t mine[KEY_MSG] = {0}, *theirs;
-	size_t kl = FR_TP_RKEY_MAX;
-	fr_request_t **rq;
+	struct fr_comm *c = comm_like(parent, 0, parent->nranks);
+	size_t len = kl;
+	int rc;
 
-	rc = fr_peers_pack_card_key(c, mine + 1, &kl);
-	if (rc)
-		return rc;
-	mine[0] = (uint8_t)kl;
-	theirs = calloc((size_t)n, KEY_MSG);
-	rq = calloc(2 * (size_t)n, sizeof(*rq));
-	if (!theirs || !rq) {
-		rc = FR_ENOMEM;
-		goto out;
-	}
+	if (!c)
+		return FR_ENOMEM;
 	fr_lock(parent);
-	for (int i = 0; i < n && !rc; i++) {
-		if (i == c->rank)
-			continue;
-		rc = fr_p2p_submit(parent, false, theirs + (size_t)i * KEY_MSG,
-				   KEY_MSG, FR_U8, m[i].prank, FR_P2P_TAG_SPLIT,
-				   &rq[posted]);
-		if (!rc)
-			posted++;
-		if (!rc) {
-			rc = fr_p2p_submit(parent, true, mine, KEY_MSG, FR_U8,
-					   m[i].prank, FR_P2P_TAG_SPLIT,
-					   &rq[posted]);
-			if (!rc)
-				posted++;
-		}
+	c->tp_ops = parent->tp_ops;
+	c->tp = parent->tp;
+	rc = fr_peers_mailbox(c, parent->nranks);
+	if (!rc) {
+		rc = fr_peers_pack_card_key(c, row + ROW_MBX, &len);
+		if (!rc && len != kl)
+			rc = FR_EPROTO; /* cannot be: one endpoint, one length
+					 */
+		if (rc)
+			fr_peers_fini(c);
 	}
-	/* every request is waited for (and freed), failed or not */
-	for (int k = 0; k < posted; k++) {
-		int r = fr_req_wait_locked(rq[k]);
-
-		if (r && !rc)
-			rc = r;
-	}
+	c->tp_ops = NULL;
+	c->tp = NULL;
 	fr_unlock(parent);
-	for (int i = 0; i < n && !rc; i++) {
-		const uint8_t *b = theirs + (size_t)i * KEY_MSG;
-
-		if (i == c->rank)
-			continue;
-		if (b[0] > FR_TP_RKEY_MAX ||
-		    fr_mem_unpack_key(c, b + 1, b[0],
-				      &c->peer.peers[i].mbx_rkey))
-			rc = FR_EPROTO;
+	if (rc) {
+		free(c);
+		return rc;
 	}
-out:
-	free(rq);
-	free(theirs);
-	return rc;
+	row[ROW_HAS] = 1;
+	*out = c;
+	return 0;
 }
 
-/* Steps 2 and 3 for this rank's group m[0..n-1] with id. */
-static int comm_make(struct fr_comm *parent, const struct member *m, int n,
-		     int id, fr_comm_t **out)
+/* Undo comm_early (the split failed before step 3). */
+static void comm_early_undo(struct fr_comm *parent, struct fr_comm *c)
 {
-	struct fr_comm *c;
+	fr_lock(parent);
+	c->tp_ops = parent->tp_ops;
+	c->tp = parent->tp;
+	fr_peers_fini(c);
+	fr_unlock(parent);
+	free(c);
+}
+
+/* Step 3 for this rank's group m[0..n-1] with id, around c (step 1); on
+ * failure c is gone. */
+static int comm_make(struct fr_comm *parent, const struct member *m, int n,
+		     int id, const uint8_t *rows, size_t rowlen, size_t kl,
+		     struct fr_comm *c, fr_comm_t **out)
+{
 	int *eps = NULL, me = -1, rc;
 	char err[FR_ERRMSG_MAX];
 
 	for (int i = 0; i < n; i++)
 		if (m[i].prank == parent->rank)
 			me = i;
-	c = comm_like(parent, me, n);
+	c->rank = me;
+	c->nranks = n; /* the mailbox keeps the parent's size */
 	eps = malloc((size_t)n * sizeof(int));
-	if (!c || !eps) {
+	if (!eps || fr_peers_alloc(c)) {
 		rc = FR_ENOMEM;
 		goto err_alloc;
 	}
@@ -202,30 +205,31 @@ static int comm_make(struct fr_comm *parent, const struct member *m, int n,
 	if (rc)
 		goto err_id;
 	c->id = id;
-	rc = fr_peers_init(c);
-	if (rc)
-		goto err_id;
 	/* addresses are the endpoint's: the view connects by rank */
 	c->peer.addrs = calloc((size_t)n, FR_TP_ADDR_MAX);
 	c->peer.addrlens = calloc((size_t)n, 1);
 	if (!c->peer.addrs || !c->peer.addrlens) {
 		rc = FR_ENOMEM;
-		goto err_cards;
+		goto err_id;
 	}
+	for (int i = 0; i < n && !rc; i++) {
+		const uint8_t *row = rows + (size_t)m[i].prank * rowlen;
+
+		if (i != me && fr_mem_unpack_key(c, row + ROW_MBX, kl,
+						 &c->peer.peers[i].mbx_rkey))
+			rc = FR_EPROTO;
+	}
+	if (rc)
+		goto err_id;
 	/* the cost model is the parent's, tuned for the link already */
 	rc = topo_from(c, parent, m);
 	if (rc)
-		goto err_cards;
-	if (n > 1) {
-		rc = keys_exchange(parent, c, m);
-		if (rc)
-			goto err_cards;
-	}
+		goto err_id;
 	c->peer.last_activity_ms = fr_coarse_ms();
 	if (c->thr.progress_mode == FR_PROGRESS_THREAD && n > 1) {
 		rc = fr_progress_thread_start(c, err, sizeof(err));
 		if (rc)
-			goto err_cards;
+			goto err_id;
 	}
 	free(eps);
 	fr_info("rank %d: communicator %d of %d ranks split from %d (rank %d)",
@@ -233,26 +237,31 @@ static int comm_make(struct fr_comm *parent, const struct member *m, int n,
 	*out = c;
 	return 0;
 
-err_cards:
+err_id:
 	fr_comm_free_cards(c);
 	fr_peers_fini(c);
-err_id:
 	fr_share_closing(c->tp, false);
 	c->tp_ops->close(c->tp);
+	fr_lock_fini(c);
+	free(eps);
+	free(c);
+	return rc;
 err_view:
 	fr_lock_fini(c);
 err_alloc:
 	free(eps);
-	free(c);
+	comm_early_undo(parent, c);
 	return rc;
 }
 
 int fr_comm_split(fr_comm_t *comm, int color, int key, fr_comm_t **newcomm)
 {
-	struct split_card mine = {0}, *all = NULL;
+	uint8_t blob[FR_TP_RKEY_MAX], used[FR_SHARE_IDS / 8], *table = NULL,
+							      *rows, *row;
+	size_t kl = sizeof(blob), rowlen;
+	struct fr_comm *c = NULL;
 	struct member *m = NULL;
-	uint8_t used[FR_SHARE_IDS / 8];
-	int n = 0, id = -1, rc;
+	int n = 0, id = -1, nokey = -1, rc;
 
 	if (!comm)
 		return FR_EINVAL;
@@ -268,52 +277,80 @@ int fr_comm_split(fr_comm_t *comm, int color, int key, fr_comm_t **newcomm)
 		return rc;
 	}
 	*newcomm = NULL;
-	fr_share_ids_used(fr_share_of(comm->tp), mine.used);
-	fr_put_le32(mine.color, (uint32_t)color);
-	fr_put_le32(mine.key, (uint32_t)key);
-	all = calloc((size_t)comm->nranks, sizeof(*all));
+	fr_lock(comm);
+	rc = fr_peers_pack_card_key(comm, blob, &kl);
+	fr_unlock(comm);
+	if (rc)
+		return rc;
+	rowlen = ROW_MBX + kl;
+	table = calloc(1, FR_SHARE_IDS + (size_t)comm->nranks * rowlen);
 	m = calloc((size_t)comm->nranks, sizeof(*m));
-	if (!all || !m) {
+	if (!table || !m) {
 		rc = FR_ENOMEM;
 		goto out;
 	}
-	/* 1. who goes where: an all-gather of the cards, as an All-Reduce
-	 * (MAX) of a table where each rank fills its own row, zeros
-	 * elsewhere: lg p steps where the all-gather's ring takes p - 1,
-	 * and the table is small (40 bytes a rank).  It fails on every rank
-	 * alike, so no rank goes on alone. */
-	all[comm->rank] = mine;
-	rc = fr_allreduce(comm, all, all, (size_t)comm->nranks * sizeof(*all),
-			  FR_U8, FR_MAX);
-	if (rc)
+	rows = table + FR_SHARE_IDS;
+	row = rows + (size_t)comm->rank * rowlen;
+	fr_share_ids_used(fr_share_of(comm->tp), used);
+	for (int i = 0; i < FR_SHARE_IDS; i++)
+		table[i] = (used[i / 8] >> (i % 8)) & 1;
+	fr_put_le32(row + ROW_COLOR, (uint32_t)color);
+	fr_put_le32(row + ROW_KEY, (uint32_t)key);
+	/* 1. our mailbox and its key (none without a communicator).  A
+	 * failure here must not leave the others waiting in step 2: the row
+	 * says "no mailbox", and every member then fails alike. */
+	if (color != FR_UNDEFINED && comm_early(comm, kl, &c, row))
+		c = NULL;
+	/* 2. who goes where: an all-gather of the rows, as an All-Reduce
+	 * (MAX) of the table: lg p steps where the all-gather's ring takes
+	 * p - 1, and the table is small (9 bytes a rank and a key, 29 to 61
+	 * in all).  It fails on every rank alike, so no rank goes on
+	 * alone. */
+	rc = fr_allreduce(comm, table, table,
+			  FR_SHARE_IDS + (size_t)comm->nranks * rowlen, FR_U8,
+			  FR_MAX);
+	if (rc || color == FR_UNDEFINED)
 		goto out;
-	if (color == FR_UNDEFINED)
-		goto out;
-	memset(used, 0, sizeof(used));
 	for (int r = 0; r < comm->nranks; r++) {
-		if ((int)fr_get_le32(all[r].color) != color)
+		const uint8_t *w = rows + (size_t)r * rowlen;
+
+		if ((int)fr_get_le32(w + ROW_COLOR) != color)
 			continue;
-		m[n].key = (int)fr_get_le32(all[r].key);
+		if (!w[ROW_HAS])
+			nokey = r;
+		m[n].key = (int)fr_get_le32(w + ROW_KEY);
 		m[n++].prank = r;
-		for (size_t b = 0; b < sizeof(used); b++)
-			used[b] |= all[r].used[b];
+	}
+	if (nokey >= 0) {
+		/* a member could not make its mailbox: every member says so */
+		fr_lock(comm);
+		rc = fr_comm_seterr(
+			comm, FR_ENOMEM,
+			"rank %d: fr_comm_split: rank %d of the group of color %d could not make its mailbox",
+			comm->rank, nokey, color);
+		fr_unlock(comm);
+		goto out;
 	}
 	qsort(m, (size_t)n, sizeof(*m), member_cmp);
+	/* the lowest id that no rank of the parent uses (the table's union:
+	 * all of them, not only the group's, which one byte an id per rank
+	 * would cost) */
 	for (int i = 0; i < FR_SHARE_IDS && id < 0; i++)
-		if (!(used[i / 8] & 1u << (i % 8)))
+		if (!table[i])
 			id = i;
 	if (id < 0) {
 		/* every member sees the same ids, so every one says so */
 		fr_lock(comm);
 		rc = fr_comm_seterr(
 			comm, FR_EBUSY,
-			"rank %d: fr_comm_split: the group of color %d has no communicator id left (%d in use on a member)",
-			comm->rank, color, FR_SHARE_IDS);
+			"rank %d: fr_comm_split: no communicator id is left (%d in use on some rank)",
+			comm->rank, FR_SHARE_IDS);
 		fr_unlock(comm);
 		goto out;
 	}
-	/* 2. and 3. */
-	rc = comm_make(comm, m, n, id, newcomm);
+	/* 3. */
+	rc = comm_make(comm, m, n, id, rows, rowlen, kl, c, newcomm);
+	c = NULL; /* comm_make's now, even when it fails */
 	if (rc) {
 		fr_lock(comm);
 		fr_comm_seterr(
@@ -323,8 +360,10 @@ int fr_comm_split(fr_comm_t *comm, int color, int key, fr_comm_t **newcomm)
 		fr_unlock(comm);
 	}
 out:
+	if (c)
+		comm_early_undo(comm, c);
 	free(m);
-	free(all);
+	free(table);
 	return rc;
 }
 

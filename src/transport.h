@@ -262,7 +262,8 @@ int fr_share_member(struct fr_tp *view, int i);
 /* The view is about to close: clean says every peer it talked to has said
  * goodbye, so nothing more can come for its id; otherwise the id is kept
  * from reuse, and the regions deregistered from now on stay registered
- * until the endpoint closes (a late write must find them). */
+ * until the endpoint closes (a late write must find them): dereg_mem then
+ * returns FR_EBUSY, and the caller keeps their memory. */
 void fr_share_closing(struct fr_tp *view, bool clean);
 
 extern const struct fr_tp_ops fr_tcp_ops;

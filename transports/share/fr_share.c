@@ -607,7 +607,7 @@ static int v_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
 		if (s->nzombies < s->zcap) {
 			s->zombies[s->nzombies++] = mr;
 			leave(s, lk);
-			return 0;
+			return FR_EBUSY; /* the caller keeps the memory */
 		}
 	}
 	rc = s->ops->dereg_mem(s->tp, mr);

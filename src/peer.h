@@ -240,14 +240,14 @@ int fr_comm_fail(struct fr_comm *comm, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /* The peers of comm->nranks and the mailbox (fr_peers_mailbox with
- * nranks rows); fr_peers_fini undoes either or both. */
+ * nranks rows, populated); fr_peers_fini undoes either or both. */
 int fr_peers_init(struct fr_comm *comm);
 /* The peers' state only (comm->nranks of them), where the mailbox came
  * first (a split's, made before its group is known). */
 int fr_peers_alloc(struct fr_comm *comm);
 /* The mailbox, registered, with a row for each of up to rows senders, and
- * the outbox. */
-int fr_peers_mailbox(struct fr_comm *comm, int rows);
+ * the outbox; populate: their pages faulted in now, not on first use. */
+int fr_peers_mailbox(struct fr_comm *comm, int rows, bool populate);
 void fr_peers_fini(struct fr_comm *comm);
 /* Connect (or accept) rank on first use: 0 once connected, FR_EAGAIN while
  * connecting, or the error that failed the communicator. */

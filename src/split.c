@@ -139,7 +139,7 @@ static int comm_early(struct fr_comm *parent, size_t kl, struct fr_comm **out,
 	fr_lock(parent);
 	c->tp_ops = parent->tp_ops;
 	c->tp = parent->tp;
-	rc = fr_peers_mailbox(c, parent->nranks);
+	rc = fr_peers_mailbox(c, parent->nranks, false);
 	if (!rc) {
 		rc = fr_peers_pack_card_key(c, row + ROW_MBX, &len);
 		if (!rc && len != kl)

@@ -15,6 +15,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -66,6 +67,40 @@ int fr_mem_free_internal(struct fr_mem *m)
 	rc = m->comm->tp_ops->dereg_mem(m->comm->tp, m->tp_mr);
 	free(m);
 	return rc;
+}
+
+void fr_release_heap(void *buf, size_t len)
+{
+	(void)len;
+	free(buf);
+}
+
+void fr_release_pages(void *buf, size_t len)
+{
+	munmap(buf, len);
+}
+
+void fr_mem_keep(struct fr_mem *m, void *buf, size_t len,
+		 void (*release)(void *buf, size_t len))
+{
+	/* if even that fails, the memory stays: a leak, not a late write
+	 * into freed memory */
+	if (buf)
+		(void)fr_share_adopt(m->comm->tp, buf, len, release);
+	free(m);
+}
+
+void fr_mem_free_buf(struct fr_mem *m, void *buf, size_t len,
+		     void (*release)(void *buf, size_t len))
+{
+	struct fr_tp *view = m ? m->comm->tp : NULL;
+
+	if (!m || !fr_mem_free_internal(m)) {
+		if (buf)
+			release(buf, len);
+	} else if (buf) {
+		(void)fr_share_adopt(view, buf, len, release);
+	}
 }
 
 static bool covers(const struct fr_mem *m, uintptr_t a, size_t len, int access)
@@ -296,9 +331,8 @@ int fr_scratch_get(struct fr_comm *c, size_t len)
 
 void fr_scratch_free(struct fr_comm *c)
 {
-	/* kept registered: a late write may still land in it */
-	if (!c->mem.scratch_mem || !fr_mem_free_internal(c->mem.scratch_mem))
-		free(c->mem.scratch);
+	fr_mem_free_buf(c->mem.scratch_mem, c->mem.scratch, c->mem.scratch_len,
+			fr_release_heap);
 	c->mem.scratch_mem = NULL;
 	c->mem.scratch = NULL;
 	c->mem.scratch_len = 0;

@@ -55,6 +55,18 @@ int fr_mem_register_internal(struct fr_comm *comm, void *buf, size_t len,
  * shared view's quarantine, or queued writes that still read it): its
  * memory must then stay allocated, since a late write may land in it. */
 int fr_mem_free_internal(struct fr_mem *mem);
+/* Deregister mem and release buf, the len bytes it covers, by release; or,
+ * where the transport keeps the region registered, hand buf to the
+ * endpoint, which releases it when it closes. */
+void fr_mem_free_buf(struct fr_mem *mem, void *buf, size_t len,
+		     void (*release)(void *buf, size_t len));
+/* Leave mem registered and buf allocated until the endpoint closes (peers
+ * may already write into it), and forget them. */
+void fr_mem_keep(struct fr_mem *mem, void *buf, size_t len,
+		 void (*release)(void *buf, size_t len));
+/* release functions for the two: free() and munmap() */
+void fr_release_heap(void *buf, size_t len);
+void fr_release_pages(void *buf, size_t len);
 void fr_mem_cache_drop_idle(struct fr_comm *comm);
 void fr_mem_cache_flush(struct fr_comm *comm);
 /* fr_mem_register() / fr_mem_deregister() with the lock held. */

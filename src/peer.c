@@ -338,14 +338,12 @@ void fr_peers_fini(struct fr_comm *c)
 			if (p->conn)
 				c->tp_ops->close_conn(p->conn);
 	c->peer.active = NULL;
-	/* a region the transport keeps registered keeps its pages: a late
-	 * write may still land there (fr_mem_free_internal) */
-	if ((!c->peer.out_mem || !fr_mem_free_internal(c->peer.out_mem)) &&
-	    c->peer.out)
-		munmap(c->peer.out, c->peer.out_len);
-	if ((!c->peer.mbx_mem || !fr_mem_free_internal(c->peer.mbx_mem)) &&
-	    c->peer.mbx)
-		munmap(c->peer.mbx, c->peer.mbx_len);
+	/* a region the transport keeps registered keeps its pages until the
+	 * endpoint closes: a late write may still land there */
+	fr_mem_free_buf(c->peer.out_mem, c->peer.out, c->peer.out_len,
+			fr_release_pages);
+	fr_mem_free_buf(c->peer.mbx_mem, c->peer.mbx, c->peer.mbx_len,
+			fr_release_pages);
 	free(c->peer.peers);
 	c->peer.out_mem = c->peer.mbx_mem = NULL;
 	c->peer.out = c->peer.mbx = NULL;

@@ -160,24 +160,37 @@ static int comm_early(struct fr_comm *parent, size_t kl, struct fr_comm **out,
 	return 0;
 }
 
-/* Undo comm_early (the split failed before step 3). */
-static void comm_early_undo(struct fr_comm *parent, struct fr_comm *c)
+/* Undo comm_early (the split failed before step 3).  keep: a peer may
+ * have our key (the All-Reduce failed, but maybe not everywhere), so the
+ * mailbox stays registered and mapped until the endpoint closes. */
+static void comm_early_undo(struct fr_comm *parent, struct fr_comm *c,
+			    bool keep)
 {
 	fr_lock(parent);
 	c->tp_ops = parent->tp_ops;
 	c->tp = parent->tp;
-	fr_peers_fini(c);
+	if (keep) {
+		fr_mem_keep(c->peer.out_mem, c->peer.out, c->peer.out_len,
+			    fr_release_pages);
+		fr_mem_keep(c->peer.mbx_mem, c->peer.mbx, c->peer.mbx_len,
+			    fr_release_pages);
+	} else {
+		fr_peers_fini(c);
+	}
 	fr_unlock(parent);
 	free(c);
 }
 
 /* Step 3 for this rank's group m[0..n-1] with id, around c (step 1); on
- * failure c is gone. */
+ * failure c is gone.  The other members have our mailbox's key from step 2
+ * and may write into it already, so a failure here keeps it registered and
+ * mapped until the endpoint closes (the view's quarantine), as a failed
+ * communicator's destroy does. */
 static int comm_make(struct fr_comm *parent, const struct member *m, int n,
 		     int id, const uint8_t *rows, size_t rowlen, size_t kl,
 		     struct fr_comm *c, fr_comm_t **out)
 {
-	int *eps = NULL, me = -1, rc;
+	int *eps = NULL, me = -1, rc = FR_ENOMEM;
 	char err[FR_ERRMSG_MAX];
 
 	for (int i = 0; i < n; i++)
@@ -186,31 +199,29 @@ static int comm_make(struct fr_comm *parent, const struct member *m, int n,
 	c->rank = me;
 	c->nranks = n; /* the mailbox keeps the parent's size */
 	eps = malloc((size_t)n * sizeof(int));
-	if (!eps || fr_peers_alloc(c)) {
-		rc = FR_ENOMEM;
-		goto err_alloc;
-	}
+	if (!eps)
+		goto err_keep;
 	for (int i = 0; i < n; i++)
 		eps[i] = fr_share_member(parent->tp, m[i].prank);
-	rc = fr_lock_init(c);
-	if (rc)
-		goto err_alloc;
 	/* the endpoint changes hands under the parent's lock (fr_share_view) */
 	fr_lock(parent);
 	rc = fr_share_view(fr_share_of(parent->tp), eps, n, &c->tp_ops, &c->tp);
 	fr_unlock(parent);
 	if (rc)
-		goto err_view;
+		goto err_keep;
 	rc = fr_share_set_id(c->tp, id);
 	if (rc)
-		goto err_id;
+		goto err_view;
 	c->id = id;
+	rc = fr_lock_init(c);
+	if (rc)
+		goto err_view;
 	/* addresses are the endpoint's: the view connects by rank */
 	c->peer.addrs = calloc((size_t)n, FR_TP_ADDR_MAX);
 	c->peer.addrlens = calloc((size_t)n, 1);
-	if (!c->peer.addrs || !c->peer.addrlens) {
+	if (!c->peer.addrs || !c->peer.addrlens || fr_peers_alloc(c)) {
 		rc = FR_ENOMEM;
-		goto err_id;
+		goto err_lock;
 	}
 	for (int i = 0; i < n && !rc; i++) {
 		const uint8_t *row = rows + (size_t)m[i].prank * rowlen;
@@ -220,16 +231,16 @@ static int comm_make(struct fr_comm *parent, const struct member *m, int n,
 			rc = FR_EPROTO;
 	}
 	if (rc)
-		goto err_id;
+		goto err_lock;
 	/* the cost model is the parent's, tuned for the link already */
 	rc = topo_from(c, parent, m);
 	if (rc)
-		goto err_id;
+		goto err_lock;
 	c->peer.last_activity_ms = fr_coarse_ms();
 	if (c->thr.progress_mode == FR_PROGRESS_THREAD && n > 1) {
 		rc = fr_progress_thread_start(c, err, sizeof(err));
 		if (rc)
-			goto err_id;
+			goto err_lock;
 	}
 	free(eps);
 	fr_info("rank %d: communicator %d of %d ranks split from %d (rank %d)",
@@ -237,20 +248,20 @@ static int comm_make(struct fr_comm *parent, const struct member *m, int n,
 	*out = c;
 	return 0;
 
-err_id:
+err_lock:
 	fr_comm_free_cards(c);
-	fr_peers_fini(c);
-	fr_share_closing(c->tp, false);
-	c->tp_ops->close(c->tp);
 	fr_lock_fini(c);
+err_view:
+	fr_share_closing(c->tp, false); /* before the mailbox goes */
+	fr_peers_fini(c);
+	c->tp_ops->close(c->tp);
 	free(eps);
 	free(c);
 	return rc;
-err_view:
-	fr_lock_fini(c);
-err_alloc:
+err_keep:
+	/* no view of our own yet: the parent's endpoint keeps them */
 	free(eps);
-	comm_early_undo(parent, c);
+	comm_early_undo(parent, c, true);
 	return rc;
 }
 
@@ -262,6 +273,7 @@ int fr_comm_split(fr_comm_t *comm, int color, int key, fr_comm_t **newcomm)
 	struct fr_comm *c = NULL;
 	struct member *m = NULL;
 	int n = 0, id = -1, nokey = -1, rc;
+	bool decided = false;
 
 	if (!comm)
 		return FR_EINVAL;
@@ -311,6 +323,9 @@ int fr_comm_split(fr_comm_t *comm, int color, int key, fr_comm_t **newcomm)
 			  FR_MAX);
 	if (rc || color == FR_UNDEFINED)
 		goto out;
+	/* from here on every member fails alike or makes the communicator:
+	 * a failure before comm_make leaves no one holding our key */
+	decided = true;
 	for (int r = 0; r < comm->nranks; r++) {
 		const uint8_t *w = rows + (size_t)r * rowlen;
 
@@ -361,7 +376,7 @@ int fr_comm_split(fr_comm_t *comm, int color, int key, fr_comm_t **newcomm)
 	}
 out:
 	if (c)
-		comm_early_undo(comm, c);
+		comm_early_undo(comm, c, rc != 0 && !decided);
 	free(m);
 	free(table);
 	return rc;

@@ -265,6 +265,11 @@ int fr_share_member(struct fr_tp *view, int i);
  * until the endpoint closes (a late write must find them): dereg_mem then
  * returns FR_EBUSY, and the caller keeps their memory. */
 void fr_share_closing(struct fr_tp *view, bool clean);
+/* Take buf (len bytes) over, for a region that stays registered: it is
+ * released, by release(buf, len), once the endpoint has closed and nothing
+ * can land in it.  0, or FR_ENOMEM (then the caller must keep it). */
+int fr_share_adopt(struct fr_tp *view, void *buf, size_t len,
+		   void (*release)(void *buf, size_t len));
 
 extern const struct fr_tp_ops fr_tcp_ops;
 extern const struct fr_tp_ops fr_shm_ops;

@@ -7,9 +7,11 @@
  *   - a write for a communicator id this rank has no view of yet (a peer
  *     that finished the split first) waits, unclaimed, and reaches the view
  *     that takes the id, in order, on that view's connection;
- *   - an id closed without a clean goodbye stays taken (quarantine), late
- *     writes for it are dropped, and the regions it deregistered stay
- *     registered, so that a late write does not break the link;
+ *   - an id closed without a clean goodbye stays taken (quarantine), a
+ *     late write for it reaches no view, and the regions it deregistered
+ *     stay registered (dereg_mem says FR_EBUSY), so that a late write does
+ *     not break the link; memory handed to the endpoint (fr_share_adopt)
+ *     is released when it closes, not before;
  *   - a higher rank that needs a link the lower one does not open opens it
  *     itself after the grace period, and the lower one's view, which has no
  *     connection yet, finds the write waiting (pending()) and gets it once
@@ -54,6 +56,14 @@ struct rank {
 };
 
 static struct rank R[N];
+static int released; /* buffers fr_share_adopt's release() was called on */
+
+static void release_count(void *buf, size_t len)
+{
+	(void)len;
+	free(buf);
+	released++;
+}
 
 static double now_ms(void)
 {
@@ -220,14 +230,22 @@ static void test_unclaimed_then_claimed(void **state)
 	assert_int_equal(R[0].ops->connect(v[0], 0, NULL, 0, &c0), 0);
 	assert_int_equal(R[0].ops->conn_peer(c0), 0);
 	assert_int_equal(until_up(0, c0, v, owner, 2), 0);
-	assert_int_equal(R[0].ops->write_imm(c0, smr, 0, &R[0].rkey, 128,
-					     sizeof(src), IMM, 7),
-			 0);
-	until_one(v, owner, 2, 0, got, n);
-	assert_int_equal(got[0][0].kind, FR_CQE_SEND);
-	assert_int_equal(got[0][0].status, 0);
-	assert_true(got[0][0].ctx == 7); /* the id's bits stripped */
-	assert_ptr_equal(got[0][0].conn, c0);
+	/* two writes before rank 1 has the id, a third below */
+	for (uint32_t k = 0; k < 2; k++)
+		assert_int_equal(R[0].ops->write_imm(c0, smr, 0, &R[0].rkey,
+						     128, sizeof(src), IMM + k,
+						     7),
+				 0);
+	end = now_ms() + DEADLINE_MS;
+	while (n[0] < 2 && now_ms() < end)
+		pump(v, owner, 2, got, n);
+	assert_int_equal(n[0], 2);
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(got[0][k].kind, FR_CQE_SEND);
+		assert_int_equal(got[0][k].status, 0);
+		assert_true(got[0][k].ctx == 7); /* the id's bits stripped */
+		assert_ptr_equal(got[0][k].conn, c0);
+	}
 	/* landed, and nothing for the world view however long it polls */
 	end = now_ms() + 100;
 	while (now_ms() < end)
@@ -243,18 +261,28 @@ static void test_unclaimed_then_claimed(void **state)
 	assert_int_equal(fr_share_set_id(v[2], ID), 0);
 	assert_int_equal(R[1].ops->pending(v[2], peers, 4), 1);
 	assert_int_equal(peers[0], 1);
-	pump(v, owner, 3, got, n);
+	/* a third write, for the id now known, before its connection */
+	assert_int_equal(R[0].ops->write_imm(c0, smr, 0, &R[0].rkey, 128,
+					     sizeof(src), IMM + 2, 7),
+			 0);
+	end = now_ms() + DEADLINE_MS;
+	while (n[0] < 3 && now_ms() < end)
+		pump(v, owner, 3, got, n);
+	assert_int_equal(n[0], 3);
 	assert_int_equal(n[2], 0); /* not before its connection is up */
 	assert_int_equal(R[1].ops->accept(v[2], 1, &c1), 0);
 	assert_int_equal(R[1].ops->connect_done(c1), 0);
 	assert_int_equal(R[1].ops->pending(v[2], peers, 4), 0);
 	pump(v, owner, 3, got, n);
-	assert_int_equal(n[2], 1);
-	assert_int_equal(got[2][0].kind, FR_CQE_RECV);
-	assert_int_equal(got[2][0].status, 0);
-	assert_true(got[2][0].imm == IMM);
-	assert_int_equal(got[2][0].len, sizeof(src));
-	assert_ptr_equal(got[2][0].conn, c1);
+	/* all three, in the order written */
+	assert_int_equal(n[2], 3);
+	for (uint32_t k = 0; k < 3; k++) {
+		assert_int_equal(got[2][k].kind, FR_CQE_RECV);
+		assert_int_equal(got[2][k].status, 0);
+		assert_true(got[2][k].imm == IMM + k);
+		assert_int_equal(got[2][k].len, sizeof(src));
+		assert_ptr_equal(got[2][k].conn, c1);
+	}
 	assert_int_equal(R[1].ops->conn_peer(c1), 1);
 	assert_int_equal(n[1], 0);
 	/* a clean goodbye frees the id */
@@ -282,7 +310,7 @@ static void test_quarantine(void **state)
 	int owner[3] = {0, 1, 0}, n[3] = {0}, peers[4];
 	struct fr_tp_cqe got[3][16];
 	struct fr_tp_conn *c0, *c1, *w0, *w1;
-	uint8_t late[4096], blob[FR_TP_RKEY_MAX], src[32] = {1, 2, 3};
+	uint8_t late[4096] = {0}, blob[FR_TP_RKEY_MAX], src[32] = {1, 2, 3};
 	struct fr_tp_mr *lmr, *smr;
 	struct fr_tp_rkey lkey;
 	struct fr_tp *again;
@@ -309,8 +337,12 @@ static void test_quarantine(void **state)
 			 0);
 	/* rank 1 leaves without a goodbye */
 	fr_share_closing(v[1], false);
-	/* kept registered: the memory must stay (late stays in scope) */
+	/* kept registered: the caller keeps the memory (late is in scope),
+	 * or hands it to the endpoint, which frees it when it closes */
 	assert_int_equal(R[1].ops->dereg_mem(v[1], lmr), FR_EBUSY);
+	released = 0;
+	assert_int_equal(fr_share_adopt(v[1], malloc(64), 64, release_count),
+			 0);
 	R[1].ops->close_conn(c1);
 	R[1].ops->close(v[1]);
 	v[1] = R[1].world;
@@ -332,7 +364,7 @@ static void test_quarantine(void **state)
 	while (now_ms() < end)
 		pump(v, owner, 2, got, n);
 	assert_int_equal(n[1], 0);
-	assert_int_equal(late[2], 3);
+	assert_memory_equal(late, src, sizeof(src));
 	/* the link is alive: the world views still talk over it */
 	assert_int_equal(R[0].ops->connect(R[0].world, 1, NULL, 0, &w0), 0);
 	assert_int_equal(until_up(0, w0, v, owner, 2), 0);
@@ -356,7 +388,9 @@ static void test_quarantine(void **state)
 	R[0].ops->close_conn(w0);
 	R[1].ops->close_conn(w1);
 	assert_int_equal(R[0].ops->dereg_mem(R[0].world, smr), 0);
+	assert_int_equal(released, 0);
 	job_close();
+	assert_int_equal(released, 1);
 }
 
 /*

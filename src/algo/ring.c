@@ -81,6 +81,7 @@ struct fr_ring_comm {
 	int next, prev;
 	/* staging: `slots` segments our previous rank writes into */
 	void *staging;
+	size_t staging_len;
 	struct fr_mem *staging_mem;
 	bool staging_key_sent;
 	/* the next rank's staging slots */
@@ -222,6 +223,7 @@ static int ring_comm_get(struct fr_comm *comm, struct fr_ring_comm **out)
 				       false, &rc->staging_mem);
 	if (err)
 		goto err_reg;
+	rc->staging_len = sz;
 	comm->algo.state[FR_ASTATE_RING] = rc;
 	*out = rc;
 	return 0;
@@ -239,8 +241,9 @@ static void ring_comm_free(struct fr_comm *comm)
 
 	if (!rc)
 		return;
-	fr_mem_free_internal(rc->staging_mem);
-	free(rc->staging);
+	/* kept by the endpoint while a late write may land in it */
+	fr_mem_free_buf(rc->staging_mem, rc->staging, rc->staging_len,
+			fr_release_heap);
 	free(rc);
 	comm->algo.state[FR_ASTATE_RING] = NULL;
 }

@@ -87,6 +87,14 @@ struct shr_held {
 
 struct shr_view;
 
+/* Memory a region kept registered lives in, released at the close. */
+struct shr_kept {
+	struct shr_kept *next;
+	void *buf;
+	size_t len;
+	void (*release)(void *buf, size_t len);
+};
+
 struct shr_conn {
 	struct shr_view *v;
 	int peer, wpeer;
@@ -132,6 +140,7 @@ struct fr_share {
 	bool warned;
 	struct fr_tp_mr **zombies;
 	int nzombies, zcap;
+	struct shr_kept *kept;
 };
 
 static struct shr_view *V(struct fr_tp *tp)
@@ -877,6 +886,14 @@ static void share_free(struct fr_share *s)
 	for (int i = 0; i < s->nzombies; i++)
 		s->ops->dereg_mem(s->tp, s->zombies[i]);
 	s->ops->close(s->tp);
+	/* nothing can land in it now */
+	while (s->kept) {
+		struct shr_kept *k = s->kept;
+
+		s->kept = k->next;
+		k->release(k->buf, k->len);
+		free(k);
+	}
 	held_free(s->unclaimed);
 	free(s->zombies);
 	free(s->busy);
@@ -1199,6 +1216,28 @@ int fr_share_member(struct fr_tp *tp, int i)
 	struct shr_view *v = V(tp);
 
 	return v && i >= 0 && i < v->n ? v->members[i] : -1;
+}
+
+int fr_share_adopt(struct fr_tp *tp, void *buf, size_t len,
+		   void (*release)(void *buf, size_t len))
+{
+	struct shr_view *v = V(tp);
+	struct shr_kept *k;
+	bool lk;
+
+	if (!v || !release)
+		return FR_EINVAL;
+	k = malloc(sizeof(*k));
+	if (!k)
+		return FR_ENOMEM;
+	k->buf = buf;
+	k->len = len;
+	k->release = release;
+	lk = enter(v->s);
+	k->next = v->s->kept;
+	v->s->kept = k;
+	leave(v->s, lk);
+	return 0;
 }
 
 void fr_share_closing(struct fr_tp *tp, bool clean)

@@ -4,8 +4,9 @@
  * remote keys and the communicator's scratch buffer.
  *
  * Layer: memory.  Calls the transport (reg_mem, dereg_mem, pack_rkey,
- * unpack_rkey) and the base (errors.c, log, util); called by the peers,
- * the algorithms and the entry points.  Owns struct fr_mem_layer.
+ * unpack_rkey, fr_share_adopt) and the base (errors.c, log, util); called
+ * by the peers, the algorithms and the entry points.  Owns struct
+ * fr_mem_layer.
  */
 #ifndef FR_MEM_H
 #define FR_MEM_H

@@ -793,7 +793,10 @@ static int run_colls(fr_comm_t *comm, const char *counts_s)
 			}
 		}
 	}
-	/* barrier: nobody leaves before the last rank arrives */
+	/* barrier: nobody leaves before the last rank arrives.  The ranks
+	 * leave the first barrier at different times (under ASan, 8 ranks
+	 * on 2 CPUs, 100 ms apart was seen), so the late rank sleeps well
+	 * past the bound: a barrier that does not wait takes milliseconds */
 	for (int late = 0; late < nranks; late += nranks > 2 ? nranks - 1 : 1) {
 		double t0;
 		int rc;
@@ -802,9 +805,9 @@ static int run_colls(fr_comm_t *comm, const char *counts_s)
 		CHECK(!rc, "barrier: %s", fr_comm_last_error(comm));
 		t0 = now_s();
 		if (rank == late)
-			usleep(200000);
+			usleep(300000);
 		rc = fr_barrier(comm);
-		CHECK(!rc && now_s() - t0 > 0.15,
+		CHECK(!rc && now_s() - t0 > 0.1,
 		      "barrier with rank %d late: left after %.3f s (%s)", late,
 		      now_s() - t0, fr_errname(rc));
 	}

@@ -942,9 +942,17 @@ static int run_die(fr_comm_t *comm, int victim, int at, const char *how)
 				if (!strcmp(how, "freeze")) {
 					rc = freeze_midway(comm, buf, count,
 							   timeout_ms);
+					/* it fails as a rule; it may also
+					 * finish, if all it still had to do
+					 * was write (into the survivors'
+					 * mailboxes and staging, which they
+					 * keep registered) and it did that
+					 * before reading their ABORTs (seen
+					 * once under ASan): what this case
+					 * checks is the survivors' reused
+					 * memory, below */
 					printf("rank %d: resumed: %s\n", rank,
 					       fr_errname(rc));
-					CHECK(rc, "the frozen rank's collective succeeded");
 					munmap(buf, count * sizeof(float));
 					return failed;
 				}

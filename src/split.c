@@ -142,9 +142,9 @@ static int comm_early(struct fr_comm *parent, size_t kl, struct fr_comm **out,
 	rc = fr_peers_mailbox(c, parent->nranks, false);
 	if (!rc) {
 		rc = fr_peers_pack_card_key(c, row + ROW_MBX, &len);
+		/* cannot differ: one endpoint, one key length */
 		if (!rc && len != kl)
-			rc = FR_EPROTO; /* cannot be: one endpoint, one length
-					 */
+			rc = FR_EPROTO;
 		if (rc)
 			fr_peers_fini(c);
 	}

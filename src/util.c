@@ -54,6 +54,16 @@ uint64_t fr_coarse_tick_ms(void)
 	return t;
 }
 
+void fr_touch_zeroed(void *p, size_t len)
+{
+	volatile uint8_t *b = p;
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t step = pg > 0 ? (size_t)pg : 4096;
+
+	for (size_t off = 0; off < len; off += step)
+		b[off] = 0;
+}
+
 int fr_parse_long(const char *s, long min, long max, long *out)
 {
 	char *end;

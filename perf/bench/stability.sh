@@ -24,6 +24,8 @@
 #   --limit X            the verdict's max/min (default 1.3)
 #   --fr-args "ARGS"     extra fr_allreduce_perf arguments (default "-I 1")
 #   --out DIR            keep every compare.sh log here (default a temp dir)
+#   --fr-build DIR       the build to measure (compare.sh --fr-build; default
+#                        this tree's build/): an A/B of two builds is two runs
 # Exit status: 0 when every job ran (whatever the verdicts), 1 otherwise.
 #
 # Example (about 25 minutes on the 2-CPU development machine):
@@ -32,9 +34,9 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 transports="shm tcp" ranks="2 4" algos="auto ring rd rabenseifner oneshot"
 sizes="8 65536 1048576" jobs=20 iters=500 stat=median limit=1.3
-fr_args="-I 1" out=""
+fr_args="-I 1" out="" fr_build=()
 
-usage() { sed -n '4,29p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '4,31p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
 	case $1 in
 	--transports) transports=$2 ;;
@@ -47,6 +49,7 @@ while (($#)); do
 	--limit) limit=$2 ;;
 	--fr-args) fr_args=$2 ;;
 	--out) out=$2 ;;
+	--fr-build) fr_build=(--fr-build "$2") ;;
 	-h | --help)
 		usage
 		exit 0
@@ -84,7 +87,7 @@ for t in $transports; do
 			if ! "$here/compare.sh" --ranks "$n" --rate none --sizes "$sizes" \
 				--jobs "$jobs" --iters "$iters" --stat "$stat" \
 				--env "FR_TRANSPORT=$t" "${env_algo[@]}" --mpi-variants "" \
-				--mpich-variants "" --fr-args "$fr_args" >"$log" 2>&1; then
+				--mpich-variants "" --fr-args "$fr_args" "${fr_build[@]}" >"$log" 2>&1; then
 				echo "stability.sh: $t, $n ranks, $a: compare.sh failed (see $log)" >&2
 				rc=1
 			fi

@@ -93,6 +93,9 @@ void *fr_tpb_alloc(const struct fr_tpb_class *cls, const struct fr_tp_params *p,
 		fr_tpb_open_err(cls->name, p, "%s: out of memory", cls->name);
 		return NULL;
 	}
+	/* the completion ring inside (fr_cqring, 128 KiB) is on the latency
+	 * path: its pages now, not one per 128 messages */
+	fr_touch_zeroed(b, size);
 	b->cls = cls;
 	b->rank = p->rank;
 	b->nonce = p->job_nonce;

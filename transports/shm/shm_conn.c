@@ -108,10 +108,35 @@ void shm_conn_down(struct fr_tp_conn *c)
 	c->sq_push = 0; /* pushed or not, they all fail now */
 }
 
+/*
+ * Touch every page of the segment now, before any message: the ring we
+ * produce by writing a zero into each of its pages (nothing reads them
+ * until a slot's seq says so), the ring we consume by reading.  The
+ * kernel maps the pages (MAP_POPULATE), but under a hypervisor that
+ * shadows page tables each process's first access to a page still traps:
+ * without this the first pass through the ring cost 12-25 us a message
+ * against 0.5 for an 8-byte All-Reduce at n = 2 (the first 63 calls of
+ * every job, and as many after every new connection).
+ */
+static void shm_warm(struct shm_seg *seg, int side)
+{
+	volatile uint8_t *tx = (volatile uint8_t *)&seg->ring[side];
+	const volatile uint8_t *rx =
+		(const volatile uint8_t *)&seg->ring[1 - side];
+	uint8_t sum = 0;
+
+	for (size_t off = 0; off < sizeof(struct shm_ring); off += 4096) {
+		tx[off] = 0;
+		sum += rx[off];
+	}
+	(void)sum;
+}
+
 static void shm_attach(struct fr_tp_conn *c, struct shm_seg *seg, size_t len)
 {
 	c->seg = seg;
 	c->seg_len = len;
+	shm_warm(seg, c->side);
 	c->tx = &seg->ring[c->side];
 	c->rx = &seg->ring[1 - c->side];
 	c->my_sleep = c->side ? &seg->sleeping1 : &seg->sleeping0;

@@ -91,6 +91,11 @@ ns_setup "$N" "$RATE" "$(awk -v d="$DELAY_MS" 'BEGIN{printf "%d", d*1000+0.5}')"
 echo "netns_ddp: $N ranks, rate $RATE, rendezvous $(ns_addr 0):$PORT, workdir $WORKDIR" >&2
 
 TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+# the outputs exist before tail follows rank 0's (the background jobs open
+# them a moment later: tail found none, and the summary table was lost)
+for ((r = 0; r < N; r++)); do
+	: >"$WORKDIR/rank$r.out"
+done
 for ((r = 0; r < N; r++)); do
 	ip netns exec "$(ns_host "$r")" env FR_RANK=$r FR_NRANKS="$N" FR_LOCAL_RANK=0 FR_LOCAL_SIZE=1 \
 		FR_RENDEZVOUS="$(ns_addr 0):$PORT" FR_JOB_TOKEN="$TOKEN" GLOO_SOCKET_IFNAME=eth0 \

@@ -33,6 +33,9 @@ import torch
 import torch.distributed as dist
 
 from . import Comm, FastReduceError, Mem
+from . import backend as _backend
+
+_backend.register()  # torch.distributed's backend "fastreduce"
 
 __all__ = ["FastReduceState", "allreduce_hook", "init_process_group"]
 

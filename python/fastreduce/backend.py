@@ -1,0 +1,239 @@
+"""The torch.distributed backend "fastreduce" (a c10d ProcessGroup in C++).
+
+Importing :mod:`fastreduce.torch` registers it; then::
+
+    import torch.distributed as dist
+    import fastreduce.torch  # noqa: F401  (registers "fastreduce")
+
+    dist.init_process_group("fastreduce", init_method="env://")  # or tcp://, file://
+    model = torch.nn.parallel.DistributedDataParallel(net)        # no Gloo anywhere
+
+Bootstrap goes through the store torch's ``init_process_group`` made, so the
+user chooses no port: rank 0 of each group picks a free one, and writes it,
+with its address and a random job token, into the group's store; the other
+ranks read them there.  The address is ``MASTER_ADDR`` when set (env://,
+torchrun), else the host part of ``FR_RENDEZVOUS`` (frrun), else the address
+this host reaches others by (its default route), else 127.0.0.1.  The
+timeout is ``init_process_group(timeout=)``'s.  ``pg_options`` may be None
+or a :class:`Options`.
+
+The ProcessGroup itself is the C++ extension ``process_group.cpp`` next to
+this file, compiled by ``torch.utils.cpp_extension`` against the libfastreduce
+the package uses, once, into a cache directory
+(``$FASTREDUCE_TORCH_BUILD``, else ``~/.cache/fastreduce/torch-<version>``);
+it needs Debian's ``libtorch-dev`` and ``pybind11-dev`` (``install-deps.sh``
+installs them).  :func:`build_extension` builds it ahead of time.
+"""
+
+import datetime
+import functools
+import hashlib
+import inspect
+import os
+import secrets
+import socket
+import threading
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from . import _lib
+
+__all__ = ["Options", "BACKEND", "build_extension", "extension"]
+
+BACKEND = "fastreduce"
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SOURCE = os.path.join(_HERE, "csrc", "process_group.cpp")
+_lock = threading.Lock()
+_module = None
+# new_group: the sub-communicator every rank made before torch's creator
+# runs (on the members only); see _wrap_new_group
+_pending = threading.local()
+# how many groups were made by a rendezvous of their own / by a split (tests)
+stats = {"rendezvous": 0, "split": 0}
+
+
+class Options:
+    """``pg_options`` of ``init_process_group``/``new_group`` for the backend.
+
+    transport: "auto", "tcp", "shm", "verbs" (None: FR_TRANSPORT, else auto).
+    """
+
+    def __init__(self, transport: Optional[str] = None):
+        self.transport = transport
+
+
+def _include_dir(libpath: str) -> str:
+    cands = []
+    env = os.environ.get("FASTREDUCE_INCLUDE")
+    if env:
+        cands.append(env)
+    top = os.path.dirname(os.path.dirname(_HERE))  # a source checkout
+    cands.append(os.path.join(top, "include"))
+    libdir = os.path.dirname(os.path.realpath(libpath))
+    cands.append(os.path.join(os.path.dirname(libdir), "include"))  # <prefix>/include
+    # a build tree's .libs: <build>/.libs -> <srcdir>/include via the tree
+    cands.append(os.path.join(os.path.dirname(os.path.dirname(libdir)), "include"))
+    for d in cands:
+        if os.path.exists(os.path.join(d, "fastreduce.h")):
+            return d
+    raise ImportError("fastreduce: fastreduce.h not found (tried %s); set "
+                      "FASTREDUCE_INCLUDE to the directory that holds it" % ", ".join(cands))
+
+
+def _build_dir(libpath: str, include: str) -> str:
+    d = os.environ.get("FASTREDUCE_TORCH_BUILD")
+    if d:
+        return d
+    # one directory per (torch, library, header, source): a rebuilt library
+    # or a changed source never meets a stale module
+    h = hashlib.sha256()
+    for p in (_SOURCE, os.path.join(include, "fastreduce.h")):
+        with open(p, "rb") as f:
+            h.update(f.read())
+    h.update(os.path.realpath(libpath).encode())
+    h.update(torch.__version__.encode())
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "fastreduce", "torch-%s-%s" % (torch.__version__, h.hexdigest()[:12]))
+
+
+def build_extension(verbose: bool = False):
+    """Compile (once; later calls load the cached module) and return the
+    extension module ``fastreduce_torch_c``."""
+    global _module
+    with _lock:
+        if _module is not None:
+            return _module
+        from torch.utils import cpp_extension
+
+        libpath = _lib.path
+        include = _include_dir(libpath)
+        libdir = os.path.dirname(os.path.realpath(libpath))
+        build = _build_dir(libpath, include)
+        os.makedirs(build, exist_ok=True)
+        _module = cpp_extension.load(
+            name="fastreduce_torch_c",
+            sources=[_SOURCE],
+            extra_include_paths=[include],
+            extra_cflags=["-O2"],
+            extra_ldflags=["-L" + libdir, "-l:" + os.path.basename(os.path.realpath(libpath)),
+                           "-Wl,-rpath," + libdir],
+            build_directory=build,
+            verbose=verbose,
+        )
+        return _module
+
+
+extension = build_extension
+
+
+def _my_address() -> str:
+    addr = os.environ.get("MASTER_ADDR")
+    if addr:
+        return addr
+    rdv = os.environ.get("FR_RENDEZVOUS")
+    if rdv and ":" in rdv:
+        return rdv.rsplit(":", 1)[0]
+    try:  # the interface of the default route (no packet is sent)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _timeout_ms(timeout) -> int:
+    if isinstance(timeout, datetime.timedelta):
+        return max(1, int(timeout.total_seconds() * 1000))
+    return 0
+
+
+def _create(dist_opts, pg_options):
+    """torch's creator (register_backend(..., extended_api=True))."""
+    pend = getattr(_pending, "group", None)
+    if pend is not None and pend[1] is not None and \
+            list(dist_opts.global_ranks_in_group or pend[0]) == pend[0]:
+        stats["split"] += 1
+        return pend[1]
+    mod = build_extension()
+    stats["rendezvous"] += 1
+    store = dist_opts.store
+    rank, size = dist_opts.group_rank, dist_opts.group_size
+    transport = getattr(pg_options, "transport", None) or ""
+    key = "fastreduce/rendezvous"
+    if rank == 0:
+        host = _my_address()
+        try:
+            port = _free_port(host)
+        except OSError:
+            host = "127.0.0.1" if size == 1 else host
+            port = _free_port(host)
+        store.set(key, "%s:%d %s" % (host, port, secrets.token_hex(16)))
+    value = store.get(key).decode()
+    rdv, token = value.split(" ", 1)
+    return mod.ProcessGroupFastReduce(rank, size, rdv, _timeout_ms(dist_opts.timeout),
+                                      transport, token)
+
+
+def _world():
+    """The default group when it is ours, else None."""
+    if not dist.is_initialized():
+        return None
+    pg = dist.distributed_c10d._get_default_group()
+    mod = _module
+    if mod is None or not isinstance(pg, mod.ProcessGroupFastReduce):
+        return None
+    return pg
+
+
+def _wrap_new_group(orig):
+    """dist.new_group, made a split of the world's communicator.
+
+    torch calls a backend's creator on the group's members only, but
+    requires every rank to call new_group, in the same order: so here,
+    before torch's new_group, every rank splits the world communicator
+    (members by their global rank, the others FR_UNDEFINED), and the
+    creator hands the members' new group to torch.  No rendezvous, no new
+    connection: the group shares the world's."""
+    sig = inspect.signature(orig)
+
+    @functools.wraps(orig)
+    def new_group(*args, **kwargs):
+        world = _world()
+        b = sig.bind(*args, **kwargs)
+        b.apply_defaults()
+        backend = b.arguments.get("backend")
+        if world is None or (backend and str(backend).lower() != BACKEND):
+            return orig(*args, **kwargs)
+        ranks = b.arguments.get("ranks")
+        me = dist.get_rank()
+        members = sorted(ranks) if ranks is not None else list(range(dist.get_world_size()))
+        sub = world.split(0 if me in members else -1, me)
+        _pending.group = (members, sub)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            _pending.group = None
+
+    new_group._fastreduce = True
+    return new_group
+
+
+def register() -> None:
+    """Register "fastreduce" with torch.distributed and make new_group
+    split its communicator (done on import of :mod:`fastreduce.torch`; a
+    second call does nothing)."""
+    if not getattr(dist.new_group, "_fastreduce", False):
+        dist.new_group = _wrap_new_group(dist.new_group)
+        dist.distributed_c10d.new_group = dist.new_group
+    if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
+        return
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# netns_ddp.sh - run perf/python/ddp_bench.py with N ranks, each in its own
+# netns_ddp.sh - run perf/python/ddp_bench.py (or --script dist_bench.py) with N ranks, each in its own
 # network namespace, on links shaped to RATE (perf/bench/netns.sh's emulated
 # cluster: one bridge, a tbf at RATE each way on every host's link).
 #
@@ -20,6 +20,9 @@
 #   --delay-ms D    one-way delay between hosts (netns.sh --delay-ms)
 #   --port P        rendezvous port (default random in 20000..29999;
 #                   libfastreduce uses P, torch's Gloo store P+2)
+#   --script FILE   the benchmark in perf/python/ to run (default
+#                   ddp_bench.py; dist_bench.py: the torch.distributed
+#                   backend's collectives against Gloo's)
 #
 # Namespaces are ${BENCH_NS_PREFIX}h0..h<N-1> (default prefix frp_, subnet
 # ${BENCH_SUBNET}.0/24, default 198.20.0), so this does not collide with
@@ -52,12 +55,14 @@ EXTRA_ENV=()
 TIMEOUT=900
 DELAY_MS=0
 PORT=$((20000 + RANDOM % 10000))
+SCRIPT=ddp_bench.py
 while (($#)); do
 	case "$1" in
 	-e) EXTRA_ENV+=("$2"); shift 2 ;;
 	-t) TIMEOUT=$2; shift 2 ;;
 	--delay-ms) DELAY_MS=$2; shift 2 ;;
 	--port) PORT=$2; shift 2 ;;
+	--script) SCRIPT=$2; shift 2 ;;
 	-h | --help) usage ;;
 	--) shift; break ;;
 	-*) echo "netns_ddp.sh: unknown option $1" >&2; usage ;;
@@ -100,7 +105,7 @@ for ((r = 0; r < N; r++)); do
 	ip netns exec "$(ns_host "$r")" env FR_RANK=$r FR_NRANKS="$N" FR_LOCAL_RANK=0 FR_LOCAL_SIZE=1 \
 		FR_RENDEZVOUS="$(ns_addr 0):$PORT" FR_JOB_TOKEN="$TOKEN" GLOO_SOCKET_IFNAME=eth0 \
 		PYTHONPATH="$TOP/python" FASTREDUCE_LIB="$LIB" "${EXTRA_ENV[@]}" \
-		timeout -k 5 "$TIMEOUT" "$PYTHON" "$HERE/ddp_bench.py" "$@" \
+		timeout -k 5 "$TIMEOUT" "$PYTHON" "$HERE/$SCRIPT" "$@" \
 		>"$WORKDIR/rank$r.out" 2>&1 </dev/null &
 	PIDS+=($!)
 done

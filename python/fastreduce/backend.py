@@ -59,10 +59,20 @@ class Options:
     """``pg_options`` of ``init_process_group``/``new_group`` for the backend.
 
     transport: "auto", "tcp", "shm", "verbs" (None: FR_TRANSPORT, else auto).
+    compress: None, "bf16", "fp16" or "int8": float32 all_reduce with SUM or
+      AVG travels narrowed (the reduction stays in float32; every rank ends
+      with the same bits); other dtypes and ops go as they are.
+    error_feedback: with compress, keep a residual per buffer (DDP's
+      buckets keep theirs for the whole run) and add it back at the
+      buffer's next all_reduce, so nothing is lost over the steps.
+    A group from new_group shares the world's transport and compression.
     """
 
-    def __init__(self, transport: Optional[str] = None):
+    def __init__(self, transport: Optional[str] = None, compress: Optional[str] = None,
+                 error_feedback: bool = True):
         self.transport = transport
+        self.compress = None if compress in (None, "none") else compress
+        self.error_feedback = bool(error_feedback)
 
 
 def _include_dir(libpath: str) -> str:
@@ -180,7 +190,9 @@ def _create(dist_opts, pg_options):
     value = store.get(key).decode()
     rdv, token = value.split(" ", 1)
     return mod.ProcessGroupFastReduce(rank, size, rdv, _timeout_ms(dist_opts.timeout),
-                                      transport, token)
+                                      transport, token,
+                                      getattr(pg_options, "compress", None) or "",
+                                      bool(getattr(pg_options, "error_feedback", True)))
 
 
 def _world():

@@ -15,6 +15,7 @@ and runs the case named by argv[1]:
          steps, on every rank; prints "OK ddp"
   groups new_group (a split of the world's communicator, no rendezvous):
          even and odd ranks, all, each alone; collectives in them
+  compress  pg_options=Options(compress="bf16") with error feedback
   dead   rank size-1 exits during the run; the others' next collective
          raises a RuntimeError naming the code within the timeout
 """
@@ -324,6 +325,48 @@ def case_groups():
     print("OK groups rank %d" % RANK, flush=True)
 
 
+def case_compress():
+    """pg_options=Options(compress="bf16"): float32 SUM/AVG travel as
+    bfloat16 (results identical on every rank, within bf16's rounding of
+    the exact sum, not exact), error feedback brings the mean over steps
+    back to the exact value; other dtypes and ops stay exact."""
+    from fastreduce.backend import Options
+    dist.init_process_group("fastreduce", init_method="tcp://%s:%d" % (HOST, int(PORT) + 3),
+                            rank=RANK, world_size=SIZE, pg_options=Options(compress="bf16"))
+    g = torch.Generator().manual_seed(RANK)
+    x = torch.rand(4099, generator=g) + 1.0  # needs all of f32's mantissa
+    allx = [torch.rand(4099, generator=torch.Generator().manual_seed(r)) + 1.0
+            for r in range(SIZE)]
+    exact = sum(a.double() for a in allx)
+    t = x.clone()
+    dist.all_reduce(t)
+    err = ((t.double() - exact).abs() / exact).max().item()
+    assert err < 2 ** -7 * SIZE, "rank %d: bf16 error %g" % (RANK, err)
+    if SIZE > 1:
+        assert not torch.equal(t.double(), exact.float().double()), "not compressed"
+    outs = [torch.empty_like(t) for _ in range(SIZE)]
+    dist.all_gather(outs, t)
+    for o in outs:
+        same(o, t, "compressed all_reduce across ranks")
+    # error feedback: the same buffer, the same values, K steps
+    buf, acc, K = x.clone(), torch.zeros(4099, dtype=torch.float64), 64
+    for _ in range(K):
+        buf.copy_(x)
+        dist.all_reduce(buf)
+        acc += buf.double()
+    err_ef = ((acc / K - exact).abs() / exact).max().item()
+    assert SIZE == 1 or err_ef < err / 4, "rank %d: mean error %g, one call %g" % (RANK, err_ef, err)
+    # not float32 or not SUM/AVG: exact as ever
+    t = data(RANK, 1000, torch.int32)
+    dist.all_reduce(t)
+    same(t, reference(dist.ReduceOp.SUM, 1000, torch.int32), "int32 under compression")
+    t = x.clone()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    same(t, torch.stack(allx).max(0).values, "MAX under compression")
+    dist.destroy_process_group()
+    print("OK compress rank %d" % RANK, flush=True)
+
+
 def case_dead():
     init(timeout_s=5)
     t = torch.ones(100)
@@ -342,4 +385,5 @@ def case_dead():
 
 if __name__ == "__main__":
     {"colls": case_colls, "async": case_async, "ddp": case_ddp, "groups": case_groups,
+     "compress": case_compress,
      "dead": case_dead}[sys.argv[1]]()

@@ -68,6 +68,11 @@ def test_new_group_is_a_split(n):
     ok(launch(n, "backend_worker.py", "groups"), "groups", n)
 
 
+@pytest.mark.parametrize("n", ranks_to_test([1, 3]))
+def test_compression(n):
+    ok(launch(n, "backend_worker.py", "compress"), "compress", n)
+
+
 def test_dead_rank_raises():
     n = 3
     p = launch(n, "backend_worker.py", "dead", env={"FR_TIMEOUT_MS": "5000"}, timeout=120)

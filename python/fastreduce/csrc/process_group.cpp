@@ -29,6 +29,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <pybind11/chrono.h>
@@ -187,9 +188,11 @@ class ProcessGroupFastReduce : public ProcessGroup
 	ProcessGroupFastReduce(int rank, int size,
 			       const std::string &rendezvous,
 			       int64_t timeout_ms, const std::string &transport,
-			       const std::string &job_token)
-	    : ProcessGroup(rank, size)
+			       const std::string &job_token,
+			       const std::string &compress, bool error_feedback)
+	    : ProcessGroup(rank, size), ef_(error_feedback)
 	{
+		set_compress(compress);
 		fr_config_t cfg;
 
 		fr_config_init(&cfg);
@@ -215,9 +218,12 @@ class ProcessGroupFastReduce : public ProcessGroup
 		start();
 	}
 
-	// A group made from another communicator (fr_comm_split); takes it.
-	explicit ProcessGroupFastReduce(fr_comm_t *comm)
-	    : ProcessGroup(fr_comm_rank(comm), fr_comm_size(comm)), comm_(comm)
+	// A group made from another communicator (fr_comm_split); takes it,
+	// and the parent's compression settings.
+	ProcessGroupFastReduce(fr_comm_t *comm, int compress,
+			       bool error_feedback)
+	    : ProcessGroup(fr_comm_rank(comm), fr_comm_size(comm)), comm_(comm),
+	      compress_(compress), ef_(error_feedback)
 	{
 		owned_ = true;
 		start();
@@ -269,7 +275,8 @@ class ProcessGroupFastReduce : public ProcessGroup
 				comm_, "new_group (fr_comm_split)", rc));
 		if (!sub)
 			return c10::intrusive_ptr<ProcessGroupFastReduce>();
-		return c10::make_intrusive<ProcessGroupFastReduce>(sub);
+		return c10::make_intrusive<ProcessGroupFastReduce>(
+			sub, compress_, ef_);
 	}
 
 	c10::intrusive_ptr<Work>
@@ -298,6 +305,30 @@ class ProcessGroupFastReduce : public ProcessGroup
 		at::Tensor t = tensors[0], buf = t.contiguous();
 		fr_op_t op = fr_reduce_op(opts.reduceOp, t);
 
+		if (compress_ && t.scalar_type() == at::kFloat &&
+		    (op == FR_SUM || op == FR_AVG)) {
+			// narrowed on the wire; the residual, per buffer, is
+			// added back at the buffer's next All-Reduce
+			at::Tensor res = ef_ ? residual(buf) : at::Tensor();
+			int c = compress_;
+			return submit(
+				OpType::ALLREDUCE, "allreduce", {t}, {buf, res},
+				[=](fr_request_t **r) {
+					fr_coll_opts_t o;
+					fr_coll_opts_init(&o);
+					o.compress = c;
+					o.residual =
+						res.defined()
+							? res.data_ptr<float>()
+							: nullptr;
+					return fr_iallreduce_ex(
+						comm_, buf.data_ptr(),
+						buf.data_ptr(),
+						(size_t)buf.numel(), FR_F32, op,
+						&o, r);
+				},
+				copy_back(t, buf));
+		}
 		return submit(
 			OpType::ALLREDUCE, "allreduce", {t}, {buf},
 			[=](fr_request_t **r) {
@@ -764,6 +795,33 @@ class ProcessGroupFastReduce : public ProcessGroup
 			    ref.scalar_type(), ")");
 	}
 
+	void set_compress(const std::string &name)
+	{
+		fr_compress_t c = FR_COMPRESS_NONE;
+
+		if (!name.empty() && fr_compress_from_name(name.c_str(), &c))
+			throw std::invalid_argument(
+				"fastreduce: unknown compression \"" + name +
+				"\" (none, bf16, fp16, int8)");
+		compress_ = (int)c;
+	}
+
+	// The error-feedback residual of the buffer at buf's address and size
+	// (DDP's buckets keep their flat buffers for the whole run); a buffer
+	// of another size there starts from zero.
+	at::Tensor residual(const at::Tensor &buf)
+	{
+		std::unique_lock<std::mutex> l(mu_);
+		auto key = (uintptr_t)buf.data_ptr();
+		auto it = residuals_.find(key);
+
+		if (it != residuals_.end() && it->second.numel() == buf.numel())
+			return it->second;
+		at::Tensor r = at::zeros({buf.numel()}, at::kFloat);
+		residuals_[key] = r;
+		return r;
+	}
+
 	// The tensors' data as one flat list of views (for at::cat).
 	static std::vector<at::Tensor>
 	flatten_views(const std::vector<at::Tensor> &ts)
@@ -873,6 +931,9 @@ class ProcessGroupFastReduce : public ProcessGroup
 
 	fr_comm_t *comm_ = nullptr;
 	bool owned_ = false;
+	int compress_ = FR_COMPRESS_NONE; // pg_options: f32 SUM/AVG All-Reduces
+	bool ef_ = true;
+	std::unordered_map<uintptr_t, at::Tensor> residuals_;
 	std::mutex mu_;
 	std::condition_variable cv_, idle_cv_;
 	std::deque<Pending> queue_;
@@ -891,10 +952,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
 		   c10::intrusive_ptr<ProcessGroupFastReduce>>(
 		m, "ProcessGroupFastReduce")
 		.def(py::init<int, int, const std::string &, int64_t,
-			      const std::string &, const std::string &>(),
+			      const std::string &, const std::string &,
+			      const std::string &, bool>(),
 		     py::arg("rank"), py::arg("size"), py::arg("rendezvous"),
 		     py::arg("timeout_ms") = 0, py::arg("transport") = "",
-		     py::arg("job_token") = "")
+		     py::arg("job_token") = "", py::arg("compress") = "",
+		     py::arg("error_feedback") = true)
 		.def("split", &ProcessGroupFastReduce::split, py::arg("color"),
 		     py::arg("key"), py::call_guard<py::gil_scoped_release>());
 	m.attr("FR_VERSION") = fr_version();

@@ -33,6 +33,7 @@ import os
 import secrets
 import socket
 import threading
+import warnings
 from typing import Optional
 
 import torch
@@ -139,13 +140,22 @@ def build_extension(verbose: bool = False):
 extension = build_extension
 
 
+def _is_local(addr: str) -> bool:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((addr, 0))
+        return True
+    except OSError:
+        return False
+
+
 def _my_address() -> str:
-    addr = os.environ.get("MASTER_ADDR")
-    if addr:
-        return addr
-    rdv = os.environ.get("FR_RENDEZVOUS")
-    if rdv and ":" in rdv:
-        return rdv.rsplit(":", 1)[0]
+    # MASTER_ADDR / FR_RENDEZVOUS name rank 0 of the job: ours only where
+    # this process runs there (rank 0 of a group may be on another host)
+    for addr in (os.environ.get("MASTER_ADDR"),
+                 (os.environ.get("FR_RENDEZVOUS") or "").rpartition(":")[0]):
+        if addr and _is_local(addr):
+            return addr
     try:  # the interface of the default route (no packet is sent)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect(("192.0.2.1", 9))
@@ -181,11 +191,7 @@ def _create(dist_opts, pg_options):
     key = "fastreduce/rendezvous"
     if rank == 0:
         host = _my_address()
-        try:
-            port = _free_port(host)
-        except OSError:
-            host = "127.0.0.1" if size == 1 else host
-            port = _free_port(host)
+        port = _free_port(host)  # (another process may take it first: rare)
         store.set(key, "%s:%d %s" % (host, port, secrets.token_hex(16)))
     value = store.get(key).decode()
     rdv, token = value.split(" ", 1)
@@ -226,12 +232,20 @@ def _wrap_new_group(orig):
         if world is None or (backend and str(backend).lower() != BACKEND):
             return orig(*args, **kwargs)
         ranks = b.arguments.get("ranks")
+        if ranks is not None:
+            ranks = list(ranks)  # a generator is read once, here
+            if len(set(ranks)) != len(ranks):
+                raise ValueError("new_group: ranks %s name a rank twice" % ranks)
+            b.arguments["ranks"] = ranks
+        if b.arguments.get("pg_options") is not None:
+            warnings.warn("fastreduce: a group from new_group shares the world's transport "
+                          "and compression; its pg_options are not used", stacklevel=2)
         me = dist.get_rank()
         members = sorted(ranks) if ranks is not None else list(range(dist.get_world_size()))
         sub = world.split(0 if me in members else -1, me)
         _pending.group = (members, sub)
         try:
-            return orig(*args, **kwargs)
+            return orig(*b.args, **b.kwargs)
         finally:
             _pending.group = None
 

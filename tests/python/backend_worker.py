@@ -15,6 +15,8 @@ and runs the case named by argv[1]:
          steps, on every rank; prints "OK ddp"
   groups new_group (a split of the world's communicator, no rendezvous):
          even and odd ranks, all, each alone; collectives in them
+  order  reports not held behind an early receive; chained futures; a
+         receive abandoned at destroy fails its Work
   compress  pg_options=Options(compress="bf16") with error feedback
   dead   rank size-1 exits during the run; the others' next collective
          raises a RuntimeError naming the code within the timeout
@@ -325,6 +327,65 @@ def case_groups():
     print("OK groups rank %d" % RANK, flush=True)
 
 
+def case_order():
+    """Reports do not wait behind a receive posted early; a Future's
+    callback may start and wait for another collective of the group; after
+    wait() the Future's value is there; a group destroyed with a receive
+    nobody matches returns, and that receive's Work fails."""
+    init()
+    a = torch.zeros(5)
+    x, y = torch.ones(3), torch.ones(4)
+    if SIZE > 1:
+        # rank 0 posts a receive that rank 1 matches only after two
+        # collectives rank 0 makes blocking
+        if RANK == 0:
+            r = dist.irecv(a, 1, tag=1)
+        dist.all_reduce(x)
+        dist.all_reduce(y)
+        if RANK == 1:
+            dist.send(torch.full((5,), 7.0), 0, tag=1)
+        if RANK == 0:
+            r.wait()
+            same(a, torch.full((5,), 7.0), "early irecv")
+    if SIZE > 2:
+        # a send's report does not wait behind an unmatched receive either
+        if RANK == 0:
+            r = dist.irecv(a, 1, tag=2)
+            dist.isend(torch.ones(5), 2, tag=2).wait()
+            dist.send(torch.ones(5), 1, tag=3)
+            r.wait()
+        elif RANK == 1:
+            dist.recv(torch.zeros(5), 0, tag=3)
+            dist.send(torch.full((5,), 2.0), 0, tag=2)
+        elif RANK == 2:
+            dist.recv(torch.zeros(5), 0, tag=2)
+    # a callback that runs another collective and waits for it (PowerSGD)
+    z = torch.ones(6)
+    fut = dist.all_reduce(torch.ones(2), async_op=True).get_future()
+    chained = fut.then(lambda f: dist.all_reduce(z, async_op=True).get_future().wait()[0])
+    same(chained.wait(), torch.full((6,), float(SIZE)), "chained future")
+    w = dist.all_reduce(torch.ones(2), async_op=True)
+    w.wait()
+    same(w.get_future().value()[0], torch.full((2,), float(SIZE)), "future after wait")
+    dist.barrier()
+    if SIZE > 1:
+        # rank 0 waits for a message nobody sends, and leaves
+        if RANK == 0:
+            r = dist.irecv(a, 1, tag=99)
+            dist.destroy_process_group()
+            try:
+                r.wait()
+            except RuntimeError as e:
+                assert "destroyed" in str(e), str(e)
+            else:
+                raise AssertionError("an abandoned receive succeeded")
+        else:
+            dist.destroy_process_group()
+    else:
+        dist.destroy_process_group()
+    print("OK order rank %d" % RANK, flush=True)
+
+
 def case_compress():
     """pg_options=Options(compress="bf16"): float32 SUM/AVG travel as
     bfloat16 (results identical on every rank, within bf16's rounding of
@@ -385,5 +446,5 @@ def case_dead():
 
 if __name__ == "__main__":
     {"colls": case_colls, "async": case_async, "ddp": case_ddp, "groups": case_groups,
-     "compress": case_compress,
+     "compress": case_compress, "order": case_order,
      "dead": case_dead}[sys.argv[1]]()

@@ -68,6 +68,11 @@ def test_new_group_is_a_split(n):
     ok(launch(n, "backend_worker.py", "groups"), "groups", n)
 
 
+@pytest.mark.parametrize("n", ranks_to_test([1, 2, 3]))
+def test_completion_order(n):
+    ok(launch(n, "backend_worker.py", "order"), "order", n)
+
+
 @pytest.mark.parametrize("n", ranks_to_test([1, 3]))
 def test_compression(n):
     ok(launch(n, "backend_worker.py", "compress"), "compress", n)

@@ -3,12 +3,28 @@
 // process_group.cpp - fastreduce._C: a torch.distributed ProcessGroup
 // ("fastreduce") over libfastreduce, for torch 1.13's c10d.
 //
-// Every collective is started at once on the caller's thread with the
-// library's non-blocking call (fr_i*), in the order torch calls them (the
-// same order on every rank, as c10d requires); one completion thread per
-// process group waits for the requests in that order (fr_wait drives the
-// progress of all of them) and completes each Work and its Future.  So
-// backward keeps computing while DDP's buckets move, as with the comm hook.
+// Every call is started at once on the caller's thread with the library's
+// non-blocking call (fr_i*), in the order torch makes them (for collectives
+// the same order on every rank, as c10d requires).  Two threads per group
+// see them finish:
+//   - collectives: one waits for them in order (fr_wait, which drives the
+//     progress of everything pending; the library completes a group's
+//     collectives in order anyway);
+//   - send/recv: another polls every pending one (fr_test) and reports
+//     each as it finishes, whatever the order: a receive posted early must
+//     not hold back the report of a send or collective behind it, or a
+//     rank waiting for that report never makes the call its peer needs
+//     (pipeline schedules post receives early).  While some are pending it
+//     polls for 200 us, then waits 50 us to 1 ms between polls (a new
+//     request wakes it at once).
+// A finished request's results are copied back (strided tensors, lists) on
+// that thread, then its Future is completed and, after it, its Work, on a
+// thread of the callback pool below: a Future's callbacks run where it is
+// completed, and one may start another collective of this group and wait
+// for it (torch's PowerSGD hook does), which would deadlock on the thread
+// that waits for the library, or on a fixed pool whose threads all wait
+// (torch's inter-op pool has one thread where a rank has one CPU).  So backward
+// keeps computing while DDP's buckets move, as with the comm hook.
 //
 // What a collective needs around the library call (a contiguous copy of a
 // strided tensor, one flat buffer for a list of tensors) is made before
@@ -17,7 +33,7 @@
 // RuntimeError at the call; one that fails later completes its Work and
 // Future with it (wait() rethrows).  The text names the collective, the
 // FR_E code and the rank: "fastreduce: allreduce on rank 1 of 4 failed:
-// FR_EPEER (-8): ...".
+// FR_EPEER (-6): ...".
 //
 // Layer: a client of the public API (include/fastreduce.h) only.
 
@@ -26,6 +42,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -138,6 +155,101 @@ static void check_one(const std::vector<at::Tensor> &ts, const char *what)
 	check_cpu(ts[0], what);
 }
 
+// Where Futures are completed (their callbacks run there): a pool that
+// starts a thread whenever none is idle, so a callback that waits for
+// another Future never waits for a thread; idle threads leave after 10 s.
+// One for the process, never freed (its threads may outlive any group).
+class CallbackPool
+{
+      public:
+	static CallbackPool &get()
+	{
+		static CallbackPool *pool = new CallbackPool();
+		return *pool;
+	}
+
+	void post(std::function<void()> f)
+	{
+		std::unique_lock<std::mutex> l(mu_);
+		q_.push_back(std::move(f));
+		if (idle_ > woken_) {
+			woken_++;
+			cv_.notify_one();
+			return;
+		}
+		std::thread([this] { loop(); }).detach();
+	}
+
+      private:
+	void loop()
+	{
+		std::unique_lock<std::mutex> l(mu_);
+		for (;;) {
+			if (q_.empty()) {
+				idle_++;
+				bool got = cv_.wait_for(
+					l, std::chrono::seconds(10),
+					[&] { return !q_.empty(); });
+				idle_--;
+				if (woken_)
+					woken_--;
+				if (!got)
+					return;
+			}
+			auto f = std::move(q_.front());
+			q_.pop_front();
+			l.unlock();
+			f();
+			l.lock();
+		}
+	}
+
+	std::mutex mu_;
+	std::condition_variable cv_;
+	std::deque<std::function<void()>> q_;
+	int idle_ = 0, woken_ = 0;
+};
+
+// What our threads are done with (Works, the tensors a request used, the
+// copy-back closures that hold tensors) is released by a caller's thread
+// (the next call, or the group's destruction), never by ours: dropping the
+// last reference to a tensor that a Python object belongs to takes the
+// GIL, and a thread of ours doing that while the interpreter exits is
+// ended by Python with a forced unwind, which aborts the process: the
+// likely cause of "terminate called without an active exception" after a
+// test's last line, once in about ten runs, gone since.  Never freed either.
+class Graveyard
+{
+      public:
+	static Graveyard &get()
+	{
+		static Graveyard *g = new Graveyard();
+		return *g;
+	}
+
+	template <class T> void bury(T &&x)
+	{
+		auto holder = std::make_shared<typename std::decay<T>::type>(
+			std::forward<T>(x));
+		std::unique_lock<std::mutex> l(mu_);
+		dead_.push_back(std::move(holder));
+	}
+
+	// On a caller's thread.
+	void release()
+	{
+		std::vector<std::shared_ptr<void>> v;
+		{
+			std::unique_lock<std::mutex> l(mu_);
+			v.swap(dead_);
+		}
+	}
+
+      private:
+	std::mutex mu_;
+	std::vector<std::shared_ptr<void>> dead_;
+};
+
 // A Work whose completion comes from the completion thread.
 class FrWork : public Work
 {
@@ -159,13 +271,20 @@ class FrWork : public Work
 		return future_;
 	}
 
-	void complete(std::exception_ptr err)
+	// The Future first (after wait(), get_future().value() is there),
+	// off the calling thread (see the top of the file).
+	static void complete(c10::intrusive_ptr<FrWork> w,
+			     std::exception_ptr err)
 	{
-		finish(err);
-		if (err)
-			future_->setError(err);
-		else
-			future_->markCompleted(c10::IValue(outputs_));
+		CallbackPool::get().post([w, err]() mutable {
+			if (err)
+				w->future_->setError(err);
+			else
+				w->future_->markCompleted(
+					c10::IValue(w->outputs_));
+			w->finish(err);
+			Graveyard::get().bury(std::move(w));
+		});
 	}
 
       private:
@@ -178,7 +297,6 @@ struct Pending {
 	c10::intrusive_ptr<FrWork> work;
 	std::function<void()> after;  // copies back; runs before completion
 	std::vector<at::Tensor> keep; // buffers the request reads or writes
-	std::vector<size_t> counts;   // the v-collectives' arrays
 	const char *what;
 };
 
@@ -229,25 +347,46 @@ class ProcessGroupFastReduce : public ProcessGroup
 		start();
 	}
 
+	// Collectives still pending are waited for (they end, at worst with
+	// the peer timeout); send/recv still pending are abandoned (a receive
+	// nobody matches would wait for ever) and their Works fail.
 	~ProcessGroupFastReduce() override
 	{
+		bool ours =
+			std::this_thread::get_id() == coll_thread_.get_id() ||
+			std::this_thread::get_id() == p2p_thread_.get_id();
+
 		{
 			std::unique_lock<std::mutex> l(mu_);
 			stop_ = true;
 		}
 		cv_.notify_all();
-		// The completion thread may need the GIL (a Python callback on
-		// a Future it completes): never join it while holding the GIL.
-		if (thread_.joinable()) {
-			if (Py_IsInitialized() && PyGILState_Check()) {
-				py::gil_scoped_release nogil;
-				thread_.join();
-			} else {
-				thread_.join();
-			}
+		p2p_cv_.notify_all();
+		if (ours) {
+			// dropped by a callback on one of our threads: cannot
+			// join it; the communicator stays (a leak, not a crash)
+			coll_thread_.detach();
+			p2p_thread_.detach();
+			return;
+		}
+		{
+			// a thread of ours may need the GIL (a Python
+			// callback): never join while holding it
+			std::unique_ptr<py::gil_scoped_release> nogil;
+			if (Py_IsInitialized() && PyGILState_Check())
+				nogil.reset(new py::gil_scoped_release());
+			coll_thread_.join();
+			p2p_thread_.join();
 		}
 		if (owned_ && comm_)
-			fr_comm_destroy(comm_);
+			fr_comm_destroy(comm_); // abandons the requests left
+		auto gone = std::make_exception_ptr(std::runtime_error(
+			"fastreduce: the process group was destroyed before this "
+			"send/recv finished"));
+		for (auto &p : p2p_left_)
+			FrWork::complete(p.work, gone);
+		p2p_left_.clear();
+		Graveyard::get().release();
 	}
 
 	const std::string getBackendName() const override
@@ -309,7 +448,11 @@ class ProcessGroupFastReduce : public ProcessGroup
 		    (op == FR_SUM || op == FR_AVG)) {
 			// narrowed on the wire; the residual, per buffer, is
 			// added back at the buffer's next All-Reduce
-			at::Tensor res = ef_ ? residual(buf) : at::Tensor();
+			// (only where the caller's tensor is the buffer: a
+			// contiguous copy is new every call)
+			at::Tensor res = ef_ && t.is_contiguous()
+						 ? residual(t)
+						 : at::Tensor();
 			int c = compress_;
 			return submit(
 				OpType::ALLREDUCE, "allreduce", {t}, {buf, res},
@@ -672,7 +815,7 @@ class ProcessGroupFastReduce : public ProcessGroup
 						(size_t)buf.numel(),
 						fr_type(buf), dst, tag, r);
 			},
-			nullptr);
+			nullptr, true);
 	}
 
 	c10::intrusive_ptr<Work> recv(std::vector<at::Tensor> &tensors, int src,
@@ -688,7 +831,7 @@ class ProcessGroupFastReduce : public ProcessGroup
 						(size_t)buf.numel(),
 						fr_type(buf), src, tag, r);
 			},
-			copy_back(t, buf));
+			copy_back(t, buf), true);
 	}
 
 	c10::intrusive_ptr<Work> recvAnysource(std::vector<at::Tensor> &,
@@ -806,20 +949,31 @@ class ProcessGroupFastReduce : public ProcessGroup
 		compress_ = (int)c;
 	}
 
-	// The error-feedback residual of the buffer at buf's address and size
-	// (DDP's buckets keep their flat buffers for the whole run); a buffer
-	// of another size there starts from zero.
+	// The error-feedback residual of the tensor at buf's address (DDP's
+	// buckets keep their flat buffers for the whole run): the same memory
+	// (storage) and size finds its residual, anything else starts from
+	// zero, and the residuals of freed memory are dropped.
 	at::Tensor residual(const at::Tensor &buf)
 	{
 		std::unique_lock<std::mutex> l(mu_);
 		auto key = (uintptr_t)buf.data_ptr();
-		auto it = residuals_.find(key);
+		c10::StorageImpl *owner = buf.storage().unsafeGetStorageImpl();
 
-		if (it != residuals_.end() && it->second.numel() == buf.numel())
-			return it->second;
-		at::Tensor r = at::zeros({buf.numel()}, at::kFloat);
-		residuals_[key] = r;
-		return r;
+		for (auto it = residuals_.begin(); it != residuals_.end();)
+			if (it->second.owner.expired())
+				it = residuals_.erase(it);
+			else
+				++it;
+		auto it = residuals_.find(key);
+		if (it != residuals_.end() &&
+		    it->second.r.numel() == buf.numel() &&
+		    it->second.owner.lock().get() == owner)
+			return it->second.r;
+		Residual x{buf.storage().getWeakStorageImpl(),
+			   at::zeros({buf.numel()}, at::kFloat)};
+		residuals_.erase(key);
+		residuals_.emplace(key, x);
+		return x.r;
 	}
 
 	// The tensors' data as one flat list of views (for at::cat).
@@ -858,8 +1012,9 @@ class ProcessGroupFastReduce : public ProcessGroup
 	submit(OpType type, const char *what, std::vector<at::Tensor> outs,
 	       std::vector<at::Tensor> keep,
 	       const std::function<int(fr_request_t **)> &start,
-	       std::function<void()> after)
+	       std::function<void()> after, bool p2p = false)
 	{
+		Graveyard::get().release();
 		auto work = c10::make_intrusive<FrWork>(type, std::move(outs));
 		fr_request_t *req = nullptr;
 		int rc = start(&req);
@@ -868,18 +1023,16 @@ class ProcessGroupFastReduce : public ProcessGroup
 			throw std::runtime_error(fr_message(comm_, what, rc));
 		{
 			std::unique_lock<std::mutex> l(mu_);
-			queue_.push_back(Pending{req,
-						 work,
-						 std::move(after),
-						 std::move(keep),
-						 {},
-						 what});
+			(p2p ? p2p_queue_ : queue_)
+				.push_back(Pending{req, work, std::move(after),
+						   std::move(keep), what});
 		}
-		cv_.notify_all();
+		(p2p ? p2p_cv_ : cv_).notify_all();
 		return work;
 	}
 
-	// Wait until every request started so far has completed.
+	// Wait until every collective started so far has completed (send
+	// and recv may stay pending: a split does not wait for them).
 	void drain()
 	{
 		std::unique_lock<std::mutex> l(mu_);
@@ -888,7 +1041,97 @@ class ProcessGroupFastReduce : public ProcessGroup
 
 	void start()
 	{
-		thread_ = std::thread([this] { run(); });
+		coll_thread_ = std::thread([this] { run(); });
+		p2p_thread_ = std::thread([this] { run_p2p(); });
+	}
+
+	// A finished request: copy back, then complete its Work.
+	void finished(Pending &p, int rc)
+	{
+		std::exception_ptr err;
+
+		if (rc) {
+			err = std::make_exception_ptr(std::runtime_error(
+				fr_message(comm_, p.what, rc)));
+		} else if (p.after) {
+			try {
+				p.after();
+			} catch (...) {
+				err = std::current_exception();
+			}
+		}
+		FrWork::complete(p.work, err);
+	}
+
+	void run_p2p()
+	{
+		std::vector<Pending> live;
+		uint64_t idle_since = 0;
+		int nap_us = 50;
+
+		for (;;) {
+			{
+				std::unique_lock<std::mutex> l(mu_);
+				if (live.empty()) {
+					p2p_cv_.wait(l, [&] {
+						return stop_ ||
+						       !p2p_queue_.empty();
+					});
+				} else if (idle_since &&
+					   now_us() - idle_since > 200) {
+					p2p_cv_.wait_for(
+						l,
+						std::chrono::microseconds(
+							nap_us),
+						[&] {
+							return stop_ ||
+							       !p2p_queue_
+									.empty();
+						});
+					nap_us = std::min(2 * nap_us, 1000);
+				}
+				if (stop_) {
+					for (auto &p : p2p_queue_)
+						live.push_back(std::move(p));
+					p2p_queue_.clear();
+					p2p_left_ = std::move(live);
+					return;
+				}
+				for (auto &p : p2p_queue_)
+					live.push_back(std::move(p));
+				p2p_queue_.clear();
+			}
+			bool any = false;
+			for (size_t i = 0; i < live.size();) {
+				int done = 0, rc = fr_test(&live[i].req, &done);
+
+				if (!done && !rc) {
+					i++;
+					continue;
+				}
+				finished(live[i], rc);
+				Graveyard::get().bury(std::move(live[i]));
+				live.erase(live.begin() + (long)i);
+				any = true;
+			}
+			if (any || live.empty()) {
+				idle_since = 0;
+				nap_us = 50;
+			} else if (!idle_since) {
+				idle_since = now_us();
+			} else {
+				std::this_thread::yield();
+			}
+		}
+	}
+
+	static uint64_t now_us()
+	{
+		return (uint64_t)
+			std::chrono::duration_cast<std::chrono::microseconds>(
+				std::chrono::steady_clock::now()
+					.time_since_epoch())
+				.count();
 	}
 
 	void run()
@@ -906,21 +1149,8 @@ class ProcessGroupFastReduce : public ProcessGroup
 				queue_.pop_front();
 				busy_ = true;
 			}
-			int rc = fr_wait(&p.req);
-			std::exception_ptr err;
-
-			if (rc) {
-				err = std::make_exception_ptr(
-					std::runtime_error(
-						fr_message(comm_, p.what, rc)));
-			} else if (p.after) {
-				try {
-					p.after();
-				} catch (...) {
-					err = std::current_exception();
-				}
-			}
-			p.work->complete(err);
+			finished(p, fr_wait(&p.req));
+			Graveyard::get().bury(std::move(p));
 			{
 				std::unique_lock<std::mutex> l(mu_);
 				busy_ = false;
@@ -933,12 +1163,18 @@ class ProcessGroupFastReduce : public ProcessGroup
 	bool owned_ = false;
 	int compress_ = FR_COMPRESS_NONE; // pg_options: f32 SUM/AVG All-Reduces
 	bool ef_ = true;
-	std::unordered_map<uintptr_t, at::Tensor> residuals_;
+	struct Residual {
+		c10::weak_intrusive_ptr<c10::StorageImpl> owner;
+		at::Tensor r;
+	};
+	std::unordered_map<uintptr_t, Residual> residuals_;
 	std::mutex mu_;
-	std::condition_variable cv_, idle_cv_;
-	std::deque<Pending> queue_;
+	std::condition_variable cv_, idle_cv_, p2p_cv_;
+	std::deque<Pending> queue_;	// collectives, in order
+	std::deque<Pending> p2p_queue_; // send/recv not yet polled
+	std::vector<Pending> p2p_left_; // pending when the group went away
 	bool stop_ = false, busy_ = false;
-	std::thread thread_;
+	std::thread coll_thread_, p2p_thread_;
 };
 
 } // namespace fastreduce_torch

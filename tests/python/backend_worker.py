@@ -1,7 +1,7 @@
 """One rank of the torch.distributed backend tests (test_backend.py).
 
 Launched by frrun; initialises torch.distributed with the "fastreduce"
-backend through a TCP store on FR_RENDEZVOUS's port + 3 (no Gloo anywhere)
+backend through a file store, one per job (no Gloo anywhere)
 and runs the case named by argv[1]:
 
   colls  every collective torch code calls, for every dtype and op that
@@ -25,6 +25,7 @@ and runs the case named by argv[1]:
 import datetime
 import os
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -34,6 +35,9 @@ import fastreduce.torch  # noqa: F401  registers "fastreduce"
 RANK = int(os.environ["FR_RANK"])
 SIZE = int(os.environ["FR_NRANKS"])
 HOST, PORT = os.environ["FR_RENDEZVOUS"].rsplit(":", 1)
+# torch's store in a file, one per job (frrun is every rank's parent): no
+# second port to choose, which parallel tests could collide on
+STORE = "file://%s/fr_backend_store_%d_%s" % (tempfile.gettempdir(), os.getppid(), PORT)
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
@@ -41,7 +45,7 @@ COUNTS = sorted({0, 1, max(SIZE - 1, 1), 13, 1031, 65537})
 
 
 def init(timeout_s=60):
-    dist.init_process_group("fastreduce", init_method="tcp://%s:%d" % (HOST, int(PORT) + 3),
+    dist.init_process_group("fastreduce", init_method=STORE,
                             rank=RANK, world_size=SIZE,
                             timeout=datetime.timedelta(seconds=timeout_s))
     assert dist.get_backend() == "fastreduce", dist.get_backend()
@@ -392,7 +396,7 @@ def case_compress():
     the exact sum, not exact), error feedback brings the mean over steps
     back to the exact value; other dtypes and ops stay exact."""
     from fastreduce.backend import Options
-    dist.init_process_group("fastreduce", init_method="tcp://%s:%d" % (HOST, int(PORT) + 3),
+    dist.init_process_group("fastreduce", init_method=STORE,
                             rank=RANK, world_size=SIZE, pg_options=Options(compress="bf16"))
     g = torch.Generator().manual_seed(RANK)
     x = torch.rand(4099, generator=g) + 1.0  # needs all of f32's mantissa

@@ -7,9 +7,11 @@ The C++ extension is compiled once per session into a temporary cache
 directory (FASTREDUCE_TORCH_BUILD), before the workers start, so that no
 two ranks compile it at once."""
 
+import glob
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -39,7 +41,13 @@ def extension(tmp_path_factory):
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=900)
     assert p.returncode == 0 and "built" in p.stdout, p.stdout
-    return build
+    yield build
+    # the workers' file stores (a rank that leaves with os._exit keeps its)
+    for f in glob.glob(os.path.join(tempfile.gettempdir(), "fr_backend_store_*")):
+        try:
+            os.remove(f)
+        except OSError:
+            pass
 
 
 def ok(p, case, n):

@@ -63,10 +63,10 @@ bool fr_ct_equal(const void *a, size_t alen, const void *b, size_t blen);
 const char *fr_syserr(int err);
 
 /*
- * Fault in every page of p[0..len), freshly allocated with calloc and so
- * still all zeros (it writes a zero into each page).  For rings on the
- * latency path that are written a little further on every message (the
- * transports' completion ring): calloc leaves a large block unmapped, and
+ * Fault in every page of p[0..len), freshly allocated (calloc, a new
+ * shared segment) and so still all zeros: it writes a zero into each page.  For
+ * rings on the latency path that are written a little further on every message
+ * (the transports' completion ring): calloc leaves a large block unmapped, and
  * each first touch of a page then costs a fault in the middle of a call.
  * Under a hypervisor that shadows the guest's page tables (PVM, as on this
  * project's development machines) a first touch traps even where the

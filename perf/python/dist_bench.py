@@ -51,6 +51,11 @@ def fmt_size(b):
     return "%d B" % b
 
 
+def bus_factor(coll, n):
+    """busbw = bus_factor * bytes / time, as nccl-tests."""
+    return 2.0 * (n - 1) / n if coll == "all_reduce" else (n - 1.0) / n
+
+
 def iters_for(nbytes, args):
     if args.iters:
         return args.iters
@@ -139,10 +144,9 @@ def main():
                                   flush=True)
                     med, p99, mn = measure(call, iters_for(nbytes, args), args.warmup,
                                            sides[side], gloo, trace if args.per_call else None)
-                    f = 2.0 * (n - 1) / n if coll == "all_reduce" else (n - 1.0) / n
                     rows.append(dict(round=rnd, coll=coll, bytes=nbytes, side=side,
                                      median_us=med, p99_us=p99, min_us=mn,
-                                     busbw_GBps=f * nbytes / (med * 1e-6) / 1e9))
+                                     busbw_GBps=bus_factor(coll, n) * nbytes / (med * 1e-6) / 1e9))
     if rank == 0:
         print("| collective | size | side | rounds | median (us) | p99 (us) | min (us) "
               "| busbw (GB/s) | fastreduce / gloo busbw |")
@@ -157,8 +161,7 @@ def main():
                     # the median round
                     m = statistics.median(r["median_us"] for r in rs)
                     med[side] = m
-                    f = 2.0 * (n - 1) / n if coll == "all_reduce" else (n - 1.0) / n
-                    bw = f * nbytes / (m * 1e-6) / 1e9
+                    bw = bus_factor(coll, n) * nbytes / (m * 1e-6) / 1e9
                     ratio = "%.2f" % (m / med["fastreduce"]) if side == "gloo" else ""
                     print("| %s | %s | %s | %d | %.1f | %.1f | %.1f | %.4f | %s |"
                           % (coll, fmt_size(nbytes), side, len(rs), m,

@@ -41,7 +41,7 @@ import torch.distributed as dist
 
 from . import _lib
 
-__all__ = ["Options", "BACKEND", "build_extension", "extension"]
+__all__ = ["Options", "BACKEND", "build_extension"]
 
 BACKEND = "fastreduce"
 
@@ -136,8 +136,6 @@ def build_extension(verbose: bool = False):
         )
         return _module
 
-
-extension = build_extension
 
 
 def _is_local(addr: str) -> bool:

@@ -120,15 +120,13 @@ void shm_conn_down(struct fr_tp_conn *c)
  */
 static void shm_warm(struct shm_seg *seg, int side)
 {
-	volatile uint8_t *tx = (volatile uint8_t *)&seg->ring[side];
 	const volatile uint8_t *rx =
 		(const volatile uint8_t *)&seg->ring[1 - side];
 	uint8_t sum = 0;
 
-	for (size_t off = 0; off < sizeof(struct shm_ring); off += 4096) {
-		tx[off] = 0;
+	fr_touch_zeroed(&seg->ring[side], sizeof(struct shm_ring));
+	for (size_t off = 0; off < sizeof(struct shm_ring); off += 4096)
 		sum += rx[off];
-	}
 	(void)sum;
 }
 

@@ -68,8 +68,7 @@ using c10d::Work;
 static std::string fr_message(fr_comm_t *comm, const char *what, int rc)
 {
 	std::ostringstream s;
-	const char *last =
-		comm ? fr_comm_last_error(comm) : fr_comm_last_error(nullptr);
+	const char *last = fr_comm_last_error(comm);
 
 	s << "fastreduce: " << what;
 	if (comm)
@@ -332,7 +331,6 @@ class ProcessGroupFastReduce : public ProcessGroup
 		if (rc)
 			throw std::runtime_error(fr_message(
 				nullptr, "creating the communicator", rc));
-		owned_ = true;
 		start();
 	}
 
@@ -343,7 +341,6 @@ class ProcessGroupFastReduce : public ProcessGroup
 	    : ProcessGroup(fr_comm_rank(comm), fr_comm_size(comm)), comm_(comm),
 	      compress_(compress), ef_(error_feedback)
 	{
-		owned_ = true;
 		start();
 	}
 
@@ -378,7 +375,7 @@ class ProcessGroupFastReduce : public ProcessGroup
 			coll_thread_.join();
 			p2p_thread_.join();
 		}
-		if (owned_ && comm_)
+		if (comm_)
 			fr_comm_destroy(comm_); // abandons the requests left
 		auto gone = std::make_exception_ptr(std::runtime_error(
 			"fastreduce: the process group was destroyed before this "
@@ -392,11 +389,6 @@ class ProcessGroupFastReduce : public ProcessGroup
 	const std::string getBackendName() const override
 	{
 		return "fastreduce";
-	}
-
-	fr_comm_t *comm() const
-	{
-		return comm_;
 	}
 
 	// new_group: a sub-communicator of this one (collective over all its
@@ -1160,7 +1152,6 @@ class ProcessGroupFastReduce : public ProcessGroup
 	}
 
 	fr_comm_t *comm_ = nullptr;
-	bool owned_ = false;
 	int compress_ = FR_COMPRESS_NONE; // pg_options: f32 SUM/AVG All-Reduces
 	bool ef_ = true;
 	struct Residual {

@@ -13,6 +13,12 @@ and runs the case named by argv[1]:
   ddp    DDP over the backend against DDP over a Gloo group of the same
          ranks, same seed, same data: parameters bit-identical after the
          steps, on every rank; prints "OK ddp"
+  ddp_variants  the same for find_unused_parameters (a branch some ranks
+         leave out on some steps), gradient_as_bucket_view, no_sync
+         accumulation, broadcast_buffers=False, and all together
+  zero_optim  ZeroRedundancyOptimizer (Adam; parameters_as_bucket_view off
+         and on) over the backend against the same over a Gloo group;
+         consolidate_state_dict(to=0) holds every parameter's state
   groups new_group (a split of the world's communicator, no rendezvous):
          even and odd ranks, all, each alone; collectives in them
   order  reports not held behind an early receive; chained futures; a
@@ -294,6 +300,151 @@ def case_ddp():
     print("OK ddp rank %d" % RANK, flush=True)
 
 
+class Branchy(torch.nn.Module):
+    """A trunk with BatchNorm, a head always used and a branch used only
+    when the caller says: with find_unused_parameters=True DDP finds the
+    branch's parameters missing from the graph and agrees on which were
+    used anywhere by an int32 allreduce of its bitmap, every step."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = torch.nn.Linear(20, 32)
+        self.bn = torch.nn.BatchNorm1d(32)
+        self.head = torch.nn.Linear(32, 4)
+        self.branch = torch.nn.Linear(32, 4)
+
+    def forward(self, x, use_branch=True):
+        h = torch.relu(self.bn(self.trunk(x)))
+        out = self.head(h)
+        return out + self.branch(h) if use_branch else out
+
+
+def compare_with_gloo(ours, theirs, what):
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        # the same sums in a different order: equal within rounding
+        assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6), \
+            "rank %d: %s: tensor %d differs from Gloo's by %g" % (RANK, what, i,
+                                                                  (a - b).abs().max())
+
+
+def identical_across_ranks(ts, what):
+    for a in ts:
+        outs = [torch.empty_like(a) for _ in range(SIZE)]
+        dist.all_gather(outs, a)
+        for o in outs:
+            same(o, a, what + ": parameters across ranks")
+
+
+def case_ddp_variants():
+    """DDP's options that change what it sends or when: each run over the
+    backend and over Gloo, same seed and data, parameters compared."""
+    init()
+    gloo = dist.new_group(backend="gloo")
+
+    def train(group, find_unused=False, bucket_view=False, accumulate=1,
+              broadcast_buffers=True):
+        torch.manual_seed(0)
+        net = Branchy()
+        if RANK:  # DDP's broadcast must fix this
+            for p in net.parameters():
+                p.data.add_(RANK)
+        model = torch.nn.parallel.DistributedDataParallel(
+            net, process_group=group, bucket_cap_mb=0.001,
+            find_unused_parameters=find_unused, gradient_as_bucket_view=bucket_view,
+            broadcast_buffers=broadcast_buffers)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        g = torch.Generator().manual_seed(RANK)
+        branch_used = 0
+        for step in range(5):
+            opt.zero_grad()
+            for micro in range(accumulate):
+                x = torch.randn(16, 20, generator=g)
+                y = torch.randint(0, 4, (16,), generator=g)
+                # each rank leaves the branch out on its own steps, and on
+                # some steps every rank does (rank r uses it when
+                # (step + r) % 4 == 0): used here and not there, and unused
+                # everywhere, both happen on 2 and 3 ranks
+                use = not find_unused or (step + RANK) % 4 == 0
+                branch_used += use
+                if micro < accumulate - 1:
+                    with model.no_sync():  # gradients add up locally
+                        torch.nn.functional.cross_entropy(model(x, use), y).backward()
+                else:
+                    torch.nn.functional.cross_entropy(model(x, use), y).backward()
+            if bucket_view:  # the gradients are DDP's buckets, not copies
+                assert all(p.grad is None or p.grad._base is not None
+                           for p in model.parameters())
+            opt.step()
+        assert not find_unused or 0 < branch_used < 5 * accumulate
+        return ([p.detach().clone() for p in model.parameters()],
+                [b.detach().clone() for b in model.buffers()])
+
+    variants = {
+        "find_unused_parameters": dict(find_unused=True),
+        "gradient_as_bucket_view": dict(bucket_view=True),
+        "no_sync": dict(accumulate=3),
+        "broadcast_buffers=False": dict(broadcast_buffers=False),
+        "all of them": dict(find_unused=True, bucket_view=True, accumulate=3),
+    }
+    for what, kw in variants.items():
+        ours, our_bufs = train(None, **kw)  # the default group: fastreduce
+        theirs, their_bufs = train(gloo, **kw)
+        compare_with_gloo(ours + our_bufs, theirs + their_bufs, what)
+        identical_across_ranks(ours, what)
+    dist.destroy_process_group()
+    print("OK ddp_variants rank %d" % RANK, flush=True)
+
+
+def case_zero_optim():
+    """ZeroRedundancyOptimizer (each rank steps its shard of Adam, then
+    broadcasts it) over the backend against the same over a Gloo group of
+    the same ranks; consolidate_state_dict gathers every shard's state."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    init()
+    gloo = dist.new_group(backend="gloo")
+
+    def train(group, bucket_view):
+        torch.manual_seed(0)
+        # tensors of unequal sizes: the shards are uneven on 2 and 3 ranks
+        net = torch.nn.Sequential(torch.nn.Linear(20, 48), torch.nn.ReLU(),
+                                  torch.nn.Linear(48, 24), torch.nn.ReLU(),
+                                  torch.nn.Linear(24, 4))
+        model = torch.nn.parallel.DistributedDataParallel(net, process_group=group)
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
+                                      process_group=group, lr=0.01,
+                                      parameters_as_bucket_view=bucket_view)
+        g = torch.Generator().manual_seed(RANK)
+        for _ in range(5):
+            x = torch.randn(16, 20, generator=g)
+            y = torch.randint(0, 4, (16,), generator=g)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        opt.consolidate_state_dict(to=0)
+        state = opt.state_dict() if RANK == 0 else None
+        return [p.detach().clone() for p in model.parameters()], state
+
+    nparams = None
+    for bucket_view in (False, True):
+        what = "parameters_as_bucket_view=%s" % bucket_view
+        ours, our_state = train(None, bucket_view)
+        theirs, their_state = train(gloo, bucket_view)
+        compare_with_gloo(ours, theirs, what)
+        identical_across_ranks(ours, what)
+        nparams = len(ours)
+        if RANK == 0:
+            # every parameter's Adam state, whichever rank stepped it
+            assert sorted(our_state["state"]) == list(range(nparams)), our_state["state"].keys()
+            for i in range(nparams):
+                for k in ("exp_avg", "exp_avg_sq"):
+                    compare_with_gloo([our_state["state"][i][k]],
+                                      [their_state["state"][i][k]],
+                                      "%s: consolidated %s of parameter %d" % (what, k, i))
+                assert float(our_state["state"][i]["step"]) == 5, our_state["state"][i]
+    dist.destroy_process_group()
+    print("OK zero_optim rank %d" % RANK, flush=True)
+
+
 def case_groups():
     """new_group is a split of the world's communicator: no rendezvous of
     its own; collectives within it; global ranks as torch maps them."""
@@ -451,4 +602,5 @@ def case_dead():
 if __name__ == "__main__":
     {"colls": case_colls, "async": case_async, "ddp": case_ddp, "groups": case_groups,
      "compress": case_compress, "order": case_order,
+     "ddp_variants": case_ddp_variants, "zero_optim": case_zero_optim,
      "dead": case_dead}[sys.argv[1]]()

@@ -1,7 +1,9 @@
 """The torch.distributed backend "fastreduce" (backend_worker.py): every
 collective against a reference on 1-4 ranks, async work and futures, errors
-that carry the code and the rank, DDP with no Gloo against DDP over Gloo,
-and a dead rank turned into an error on the others within the timeout.
+that carry the code and the rank, DDP with no Gloo against DDP over Gloo
+(also with find_unused_parameters, gradient_as_bucket_view, no_sync and
+without broadcast_buffers), ZeroRedundancyOptimizer against the same over
+Gloo, and a dead rank turned into an error on the others within the timeout.
 
 The C++ extension is compiled once per session into a temporary cache
 directory (FASTREDUCE_TORCH_BUILD), before the workers start, so that no
@@ -91,3 +93,13 @@ def test_dead_rank_raises():
     p = launch(n, "backend_worker.py", "dead", env={"FR_TIMEOUT_MS": "5000"}, timeout=120)
     for r in range(n - 1):
         assert ("OK dead rank %d" % r) in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("n", ranks_to_test([2, 3]))
+def test_ddp_options_without_gloo(n):
+    ok(launch(n, "backend_worker.py", "ddp_variants"), "ddp_variants", n)
+
+
+@pytest.mark.parametrize("n", ranks_to_test([2, 3]))
+def test_zero_redundancy_optimizer(n):
+    ok(launch(n, "backend_worker.py", "zero_optim"), "zero_optim", n)

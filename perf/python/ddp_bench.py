@@ -12,7 +12,16 @@ mode after the other, each with its own DDP instance:
   hook   DDP + fastreduce hook, no compression
   bf16   the hook, bf16 on the wire + error feedback
   int8   the hook, int8 on the wire + error feedback
+  backend  stock DDP over a "fastreduce" process group (the backend, no
+         hook: dist.new_group(backend="fastreduce"))
+  zero   fastreduce.torch.ShardedDataParallel (ZeRO stage 2) over that
+         group: gradients reduce-scattered into shards during backward, the
+         optimizer on the shard, parameters all-gathered behind the next
+         forward (its bucket size is --bucket-cap-mb too)
   local  no DDP, no communication: the compute-only floor (optional)
+
+--optim adam gives the optimizer a state (SGD without momentum has none);
+each mode reports the optimizer state it holds per rank (rank 0's).
 
 Per mode: --warmup untimed steps (DDP rebuilds its buckets after the first),
 one Gloo barrier, then --steps timed steps with no synchronisation between
@@ -32,7 +41,6 @@ table per round and a summary with the rounds side by side, and writes
 
 import argparse
 import csv
-import os
 import statistics
 import sys
 import time
@@ -45,7 +53,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import fastreduce
 import fastreduce.torch as frt
 
-MODES = ("gloo", "hook", "bf16", "int8", "local")
+MODES = ("gloo", "hook", "bf16", "int8", "backend", "zero", "local")
 
 
 def make_model(sizes):
@@ -65,12 +73,31 @@ def make_data(sizes, batch, nbatches, rank):
     return xs, ys
 
 
-def run_mode(mode, a, sizes, data, comm):
-    """Warm up, time a.steps steps; returns (per-step seconds, buckets/step)."""
+def make_optim(a, params):
+    if a.optim == "adam":
+        return torch.optim.Adam(params, lr=a.lr)
+    return torch.optim.SGD(params, lr=a.lr)
+
+
+def state_bytes(opt):
+    return sum(v.numel() * v.element_size() for st in opt.state.values()
+               for v in st.values() if torch.is_tensor(v))
+
+
+def run_mode(mode, a, sizes, data, comm, group):
+    """Warm up, time a.steps steps; returns (per-step seconds, phases,
+    buckets/step, optimizer state bytes)."""
     net = make_model(sizes)
     state = None
     if mode == "local":
         model = net
+    elif mode == "backend":
+        model = DDP(net, bucket_cap_mb=a.bucket_cap_mb, process_group=group,
+                    gradient_as_bucket_view=a.bucket_view)
+    elif mode == "zero":
+        model = frt.ShardedDataParallel(
+            net, torch.optim.Adam if a.optim == "adam" else torch.optim.SGD,
+            process_group=group, bucket_mb=a.bucket_cap_mb, lr=a.lr)
     else:
         model = DDP(net, bucket_cap_mb=a.bucket_cap_mb,
                     gradient_as_bucket_view=a.bucket_view)
@@ -78,7 +105,8 @@ def run_mode(mode, a, sizes, data, comm):
             state = frt.FastReduceState(comm, compress=None if mode == "hook" else mode,
                                         error_feedback=not a.no_ef)
             model.register_comm_hook(state, frt.allreduce_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr)
+    # the sharded mode steps its own optimizer on its shards
+    opt = model if mode == "zero" else make_optim(a, model.parameters())
     loss_fn = nn.CrossEntropyLoss()
     xs, ys = data
 
@@ -105,10 +133,15 @@ def run_mode(mode, a, sizes, data, comm):
         step(a.warmup + i, phases)
         times.append(time.perf_counter() - t0)
     bps = (state.buckets - b0) / a.steps if state is not None else 0.0
+    if mode == "zero":
+        bps = len(model.buckets)
+        nbytes = model.optimizer_state_bytes()
+    else:
+        nbytes = state_bytes(opt)
     if state is not None:
         state.close()
     del model, opt, net
-    return times, phases, bps
+    return times, phases, bps, nbytes
 
 
 def gather_max(vals):
@@ -129,6 +162,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="timed steps per mode")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--optim", choices=("sgd", "adam"), default="sgd",
+                    help="optimizer (default sgd, without momentum: no state)")
     ap.add_argument("--bucket-cap-mb", type=float, default=25.0,
                     help="DDP bucket_cap_mb (default 25, DDP's own)")
     ap.add_argument("--first-bucket-mb", type=float, default=None,
@@ -155,34 +190,38 @@ def main():
     rank, size = comm.rank, comm.size
     assert (rank, size) == (dist.get_rank(), dist.get_world_size())
 
+    # the backend's group, for the modes that need it (every rank makes it)
+    group = dist.new_group(backend="fastreduce") if {"backend", "zero"} & set(modes) else None
+
     nparams = sum(p.numel() for p in make_model(sizes).parameters())
     data = make_data(sizes, a.batch, 4, rank)
     if rank == 0:
         print("ddp_bench: %d ranks, MLP %s, %d gradient parameters (%.1f MB f32), "
               "batch %d/rank, warmup %d, steps %d, rounds %d, bucket_cap_mb %g, "
-              "transport %s, torch %s, threads %d"
+              "optimizer %s, transport %s, torch %s, threads %d"
               % (size, "-".join(map(str, sizes)), nparams, nparams * 4 / 1e6, a.batch,
-                 a.warmup, a.steps, a.rounds, a.bucket_cap_mb, comm.transport,
+                 a.warmup, a.steps, a.rounds, a.bucket_cap_mb, a.optim, comm.transport,
                  torch.__version__, torch.get_num_threads()), flush=True)
 
     results = []  # (round, mode, stats dict)
     for rnd in range(a.rounds):
         order = modes if rnd % 2 == 0 else modes[::-1]
         for mode in order:
-            times, phases, bps = run_mode(mode, a, sizes, data, comm)
+            times, phases, bps, nbytes = run_mode(mode, a, sizes, data, comm, group)
             med, mean, mn = statistics.median(times), statistics.fmean(times), min(times)
             ph = [statistics.median(p[k] for p in phases) for k in range(3)]
             gmed, gmean, gmin, gbps, gf, gb, go = gather_max([med, mean, mn, bps] + ph)
             st = {"median_ms": gmed * 1e3, "mean_ms": gmean * 1e3, "min_ms": gmin * 1e3,
                   "buckets_per_step": gbps, "fwd_ms": gf * 1e3, "bwd_ms": gb * 1e3,
-                  "opt_ms": go * 1e3,
+                  "opt_ms": go * 1e3, "optim_state_mb": nbytes / 1e6,
                   "rank0_steps_ms": " ".join("%.1f" % (t * 1e3) for t in times)}
             results.append((rnd, mode, st))
             if rank == 0:
                 print("  round %d %-5s median %8.1f ms  mean %8.1f ms  min %8.1f ms  "
-                      "(fwd %.1f bwd+comm %.1f opt %.1f)  buckets/step %.1f"
+                      "(fwd %.1f bwd+comm %.1f opt %.1f)  buckets/step %.1f  optim state %.1f MB"
                       % (rnd, mode, st["median_ms"], st["mean_ms"], st["min_ms"],
-                         st["fwd_ms"], st["bwd_ms"], st["opt_ms"], gbps), flush=True)
+                         st["fwd_ms"], st["bwd_ms"], st["opt_ms"], gbps,
+                         st["optim_state_mb"]), flush=True)
 
     if rank == 0:
         report(results, a, sizes, nparams, size)
@@ -226,14 +265,14 @@ def report(results, a, sizes, nparams, size):
                         "steps", "bucket_cap_mb", "buckets_per_step", "step_ms_median",
                         "step_ms_mean", "step_ms_min", "ratio_median_vs_gloo",
                         "ratio_mean_vs_gloo", "fwd_ms_median", "bwd_ms_median",
-                        "opt_ms_median", "rank0_steps_ms"])
+                        "opt_ms_median", "optim_state_mb", "rank0_steps_ms"])
             for r, m, s in results:
                 w.writerow([a.label, size, r, m, nparams, "-".join(map(str, sizes)), a.batch,
                             a.steps, a.bucket_cap_mb, "%.2f" % s["buckets_per_step"],
                             "%.2f" % s["median_ms"], "%.2f" % s["mean_ms"], "%.2f" % s["min_ms"],
                             "%.4f" % ratio(r, m, "median_ms"), "%.4f" % ratio(r, m, "mean_ms"),
                             "%.2f" % s["fwd_ms"], "%.2f" % s["bwd_ms"], "%.2f" % s["opt_ms"],
-                            s["rank0_steps_ms"]])
+                            "%.3f" % s["optim_state_mb"], s["rank0_steps_ms"]])
         print("wrote %s" % a.csv)
 
 

@@ -19,15 +19,20 @@ or a :class:`Options`.
 
 The ProcessGroup itself is the C++ extension ``process_group.cpp`` next to
 this file, compiled by ``torch.utils.cpp_extension`` against the libfastreduce
-the package uses, once, into a cache directory
-(``$FASTREDUCE_TORCH_BUILD``, else ``~/.cache/fastreduce/torch-<version>``);
-it needs Debian's ``libtorch-dev`` and ``pybind11-dev`` (``install-deps.sh``
-installs them).  :func:`build_extension` builds it ahead of time.
+the package uses.  ``make install`` builds it into ``_torch/`` next to this
+file when torch and its headers are there, stamped with what it was built
+from (this source, fastreduce.h, the library's path, torch's version); a
+stamp that does not match, or no build at install, means a build on first
+use into a cache directory (``$FASTREDUCE_TORCH_BUILD``, else
+``~/.cache/fastreduce/torch-<version>-<hash>``).  It needs Debian's
+``libtorch-dev`` and ``pybind11-dev`` (``install-deps.sh`` installs them).
+:func:`build_extension` builds it ahead of time.
 """
 
 import datetime
 import functools
 import hashlib
+import importlib.util
 import inspect
 import os
 import secrets
@@ -94,20 +99,47 @@ def _include_dir(libpath: str) -> str:
                       "FASTREDUCE_INCLUDE to the directory that holds it" % ", ".join(cands))
 
 
-def _build_dir(libpath: str, include: str) -> str:
-    d = os.environ.get("FASTREDUCE_TORCH_BUILD")
-    if d:
-        return d
-    # one directory per (torch, library, header, source): a rebuilt library
-    # or a changed source never meets a stale module
+_PREBUILT = os.path.join(_HERE, "_torch")  # make install's build
+_STAMP = "stamp"
+
+
+def _key(libpath: str, include: str) -> str:
+    """What a built module depends on: a rebuilt library or a changed
+    source never meets a stale module."""
     h = hashlib.sha256()
     for p in (_SOURCE, os.path.join(include, "fastreduce.h")):
         with open(p, "rb") as f:
             h.update(f.read())
     h.update(os.path.realpath(libpath).encode())
     h.update(torch.__version__.encode())
+    return h.hexdigest()
+
+
+def _build_dir(libpath: str, include: str) -> str:
+    d = os.environ.get("FASTREDUCE_TORCH_BUILD")
+    if d:
+        return d
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "fastreduce", "torch-%s-%s" % (torch.__version__, h.hexdigest()[:12]))
+    return os.path.join(base, "fastreduce",
+                        "torch-%s-%s" % (torch.__version__, _key(libpath, include)[:12]))
+
+
+def _load_prebuilt(key: str):
+    """make install's module, if its stamp says it was built from what
+    we have; loaded directly (cpp_extension.load would want to write a
+    lock and a build file next to it, which a user other than the one who
+    installed may not)."""
+    try:
+        with open(os.path.join(_PREBUILT, _STAMP)) as f:
+            if f.read().strip() != key:
+                return None
+    except OSError:
+        return None
+    path = os.path.join(_PREBUILT, "fastreduce_torch_c.so")
+    spec = importlib.util.spec_from_file_location("fastreduce_torch_c", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def build_extension(verbose: bool = False):
@@ -122,6 +154,11 @@ def build_extension(verbose: bool = False):
         libpath = _lib.path
         include = _include_dir(libpath)
         libdir = os.path.dirname(os.path.realpath(libpath))
+        key = _key(libpath, include)
+        if not os.environ.get("FASTREDUCE_TORCH_BUILD"):
+            _module = _load_prebuilt(key)
+            if _module is not None:
+                return _module
         build = _build_dir(libpath, include)
         os.makedirs(build, exist_ok=True)
         _module = cpp_extension.load(
@@ -134,6 +171,8 @@ def build_extension(verbose: bool = False):
             build_directory=build,
             verbose=verbose,
         )
+        with open(os.path.join(build, _STAMP), "w") as f:
+            f.write(key + "\n")
         return _module
 
 

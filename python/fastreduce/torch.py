@@ -34,10 +34,11 @@ import torch.distributed as dist
 
 from . import Comm, FastReduceError, Mem
 from . import backend as _backend
+from .zero import ShardedDataParallel
 
 _backend.register()  # torch.distributed's backend "fastreduce"
 
-__all__ = ["FastReduceState", "allreduce_hook", "init_process_group"]
+__all__ = ["FastReduceState", "ShardedDataParallel", "allreduce_hook", "init_process_group"]
 
 
 def _launcher_rank_size() -> Tuple[int, int]:

@@ -26,8 +26,10 @@ gradients)::
                all_gather_into_tensor of each shard into its bucket, in
                place, asynchronously, in forward order
     forward:   each submodule waits, in a pre-hook, for the buckets that
-               hold its own parameters; the rest of the gather goes on
-               behind the computation
+               hold its parameters (its children's included: gathers
+               complete in the order they started, so one wait, for the
+               last-started of them, covers them all); the rest of the
+               gather goes on behind the computation
 
 It needs a process group whose backend has reduce_scatter_tensor and
 all_gather_into_tensor on CPU tensors, as "fastreduce" does (torch 1.13's
@@ -42,6 +44,7 @@ frees the gradients as soon as they are staged.
 """
 
 import math
+import weakref
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -72,11 +75,17 @@ class _Bucket:
         self.owned = torch.nn.Parameter(self.flat[lo:lo + self.shard])
         self.owned.grad = torch.zeros(self.shard, dtype=self.dtype)
         self.fresh = True  # owned.grad is zero: reduce straight into it
+        self.gather = None  # the all-gather in flight
+        self.clear()
+
+    def clear(self):
+        """Forget this backward's state (the staging buffer is the
+        caller's to return)."""
         self.staging: Optional[torch.Tensor] = None
-        self.ready = set()
+        self.ready = set()  # gradients arrived (in p.grad or staged)
+        self.staged = set()  # of those, copied into staging
         self.work = None  # the reduce-scatter in flight
         self.out: Optional[torch.Tensor] = None
-        self.gather = None  # the all-gather in flight
 
 
 class ShardedDataParallel(torch.nn.Module):
@@ -94,6 +103,12 @@ class ShardedDataParallel(torch.nn.Module):
     bucket_mb: target bucket size in MiB.
     broadcast_buffers: broadcast rank 0's buffers (BatchNorm statistics)
       before every forward, as DDP does.
+    overlap: let the gather of the parameters run behind the next forward
+      (each submodule waits for its own); False waits for all of it before
+      the forward.  Needs False where the top-level module's own forward
+      reads its submodules' parameters directly (e.g. ``F.linear(h,
+      self.emb.weight)`` in the top-level forward; inside a submodule that
+      is fine).
 
     Use::
 
@@ -101,37 +116,42 @@ class ShardedDataParallel(torch.nn.Module):
         for x, y in loader:
             model.zero_grad()
             loss_fn(model(x), y).backward()   # gradients reduced into shards
+            model.clip_grad_norm_(1.0)        # optional
             model.step()                      # shards stepped and gathered
 
     Calling backward several times before step() accumulates the reduced
     gradients in the shards (each backward communicates; there is no
-    no_sync).  ``model.module.state_dict()`` is the full model on every
-    rank; :meth:`optimizer_state_dict` gathers the full optimizer state in
-    the format of a plain optimizer over the trainable parameters, which
-    :meth:`load_optimizer_state_dict` takes back.
+    no_sync).  ``model.state_dict()`` is the full model on every rank (it
+    waits for the gather; read ``model.module``'s parameters directly only
+    after :meth:`wait`); :meth:`optimizer_state_dict` gathers the full
+    optimizer state in the format of a plain optimizer over the trainable
+    parameters, which :meth:`load_optimizer_state_dict` takes back.
     """
 
-    # staging buffers (each the largest bucket's size) kept for reuse; more
-    # only while none of the pool's has the dtype needed and none is in flight
+    # staging buffers (each the largest bucket's size) kept for reuse; a
+    # gradient that finds none free waits in p.grad until its bucket's turn
     STAGING = 3
 
     def __init__(self, module: torch.nn.Module, optimizer_class: Any,
                  process_group: Optional[dist.ProcessGroup] = None,
                  bucket_mb: float = 4.0, broadcast_buffers: bool = True,
-                 **optimizer_args):
+                 overlap: bool = True, **optimizer_args):
         super().__init__()
+        if getattr(module, "_fastreduce_sharded", False):
+            raise ValueError("ShardedDataParallel: this module is already wrapped")
         self.module = module
         self.group = process_group
         self.rank = dist.get_rank(process_group)
         self.size = dist.get_world_size(process_group)
         self.root = dist.get_global_rank(process_group, 0) if process_group else 0
         self.broadcast_buffers = broadcast_buffers
+        self.overlap = overlap
         self.trainable = [p for p in module.parameters() if p.requires_grad]
         if not self.trainable:
             raise ValueError("ShardedDataParallel: the module has no trainable parameters")
         for p in self.trainable:
-            if p.device.type != "cpu":
-                raise ValueError("ShardedDataParallel: parameters must be CPU tensors")
+            if p.device.type != "cpu" or p.is_sparse:
+                raise ValueError("ShardedDataParallel: parameters must be dense CPU tensors")
         with torch.no_grad():
             for t in list(module.parameters()) + list(module.buffers()):
                 dist.broadcast(t, self.root, group=process_group)
@@ -142,26 +162,45 @@ class ShardedDataParallel(torch.nn.Module):
                 self._owner[p] = (b, i)
         self._pool: List[torch.Tensor] = []
         self._staged = 0  # staging buffers allocated
+        self.staging_peak = 0  # the most that existed at once (memory)
         self._max_padded = max(b.padded for b in self.buckets)
         self._in_flight: List[_Bucket] = []
         self._next = 0  # buckets reduce in index order on every rank
         self._queued = False
+        self._buffer_work = None  # buffers broadcast at step(), for forward
+        # The hooks hold the wrapper weakly: the module keeps them, and
+        # must not keep the wrapper's buffers and optimizer state alive.
+        me = weakref.ref(self)
         self._hooks = []
         self._accs = []
-        for p in self.trainable:
-            # the AccumulateGrad node's hook runs once p.grad holds this
-            # backward's sum for p (DDP's reducer hooks the same node)
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            self._hooks.append(acc.register_hook(self._make_hook(p)))
-            self._accs.append(acc)
-        # which buckets each submodule reads in its own forward
+        with torch.enable_grad():
+            for p in self.trainable:
+                # the AccumulateGrad node's hook runs once p.grad holds
+                # this backward's sum for p (DDP's reducer hooks the same)
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._hooks.append(acc.register_hook(_grad_hook(me, p)))
+                self._accs.append(acc)
+        # what each submodule must wait for: the last-started gather of
+        # the buckets its subtree reads (gathers complete in order)
         for m in module.modules():
-            mine = {self._owner[p][0].index for p in m.parameters(recurse=False)
-                    if p in self._owner}
-            if mine:
-                self._hooks.append(m.register_forward_pre_hook(
-                    self._make_pre_hook(sorted(mine))))
+            if m is module:
+                idx = [self._owner[p][0].index for p in m.parameters(recurse=False)
+                       if p in self._owner]
+            else:
+                idx = [self._owner[p][0].index for p in m.parameters() if p in self._owner]
+            if idx:
+                self._hooks.append(m.register_forward_pre_hook(_pre_hook(me, min(idx))))
+        module._fastreduce_sharded = True
         self.optimizer = optimizer_class([b.owned for b in self.buckets], **optimizer_args)
+
+    def remove_hooks(self) -> None:
+        """Take the wrapper's hooks off the module (after the last step),
+        so that it can be used, or wrapped again, on its own."""
+        self.wait()
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self.module._fastreduce_sharded = False
 
     def _make_buckets(self, bucket_mb):
         buckets, run, run_bytes = [], [], 0
@@ -185,38 +224,53 @@ class ShardedDataParallel(torch.nn.Module):
 
     # -- backward: stage, reduce-scatter, free ------------------------------
 
-    def _make_hook(self, p):
-        def hook(*_):
-            self._grad_ready(p)
-        return hook
-
     def _grad_ready(self, p):
         b, i = self._owner[p]
         if not self._queued:
             # once per backward: finish what the hooks leave undone
             torch.autograd.Variable._execution_engine.queue_callback(self._backward_done)
             self._queued = True
-        if b.staging is None:
-            b.staging = self._staging(b)
+        if p.grad is None:  # an undefined gradient: p counts as unused
+            return
+        if p.grad.is_sparse:
+            raise RuntimeError("ShardedDataParallel: %s has a sparse gradient; only dense "
+                               "gradients can be sharded" % tuple(p.shape))
+        if b.index < self._next:
+            # reentrant checkpointing runs a parameter's accumulator once
+            # per segment; its bucket already went
+            raise RuntimeError("ShardedDataParallel: a gradient arrived after its bucket "
+                               "was reduced (use checkpoint(..., use_reentrant=False))")
         _, off, n = b.params[i]
-        b.staging[off:off + n].copy_(p.grad.reshape(-1))
-        p.grad = None  # staged: the full gradient is not kept
+        if i in b.staged:  # a second contribution in this backward
+            b.staging[off:off + n].add_(p.grad.reshape(-1))
+            p.grad = None
+            return
         b.ready.add(i)
+        if b.staging is None:
+            b.staging = self._staging(b, may_defer=True)
+        if b.staging is not None:
+            b.staging[off:off + n].copy_(p.grad.reshape(-1))
+            b.staged.add(i)
+            p.grad = None  # staged: the full gradient is not kept
+        # else it waits in p.grad (where a second contribution accumulates)
         self._launch_ready()
 
-    def _staging(self, b):
+    def _staging(self, b, may_defer=False):
         """A staging buffer for bucket b: from the pool, else a new one
         while fewer than STAGING exist, else the oldest reduction's once it
-        completes (so at most STAGING buckets of gradients exist at once,
-        and a reduction has the computation of the next buckets to hide
-        behind)."""
+        completes; None (may_defer) when every buffer belongs to a bucket
+        still filling.  A bucket's launch takes one regardless (the extra
+        is dropped when it comes back)."""
         while True:
             for k, t in enumerate(self._pool):
                 if t.dtype == b.dtype and t.numel() >= b.padded:
                     return self._pool.pop(k)[:b.padded]
-            if self._staged < self.STAGING or not self._in_flight:
+            if self._staged < self.STAGING or not (self._in_flight or may_defer):
                 self._staged += 1
+                self.staging_peak = max(self.staging_peak, self._staged)
                 return torch.empty(self._max_padded, dtype=b.dtype)[:b.padded]
+            if not self._in_flight:
+                return None
             self._finish(self._in_flight[0])
 
     def _launch_ready(self, force=False):
@@ -226,12 +280,18 @@ class ShardedDataParallel(torch.nn.Module):
                 return
             if b.staging is None:
                 b.staging = self._staging(b)
-            for i, (_, off, n) in enumerate(b.params):
-                if i not in b.ready:  # unused in this backward: zero
+            for i, (p, off, n) in enumerate(b.params):
+                if i in b.staged:
+                    continue
+                if i in b.ready:  # waited in p.grad for a buffer
+                    b.staging[off:off + n].copy_(p.grad.reshape(-1))
+                    p.grad = None
+                else:  # unused in this backward: zero
                     b.staging[off:off + n].zero_()
             end = b.params[-1][1] + b.params[-1][2]
             b.staging[end:].zero_()
-            b.out = b.owned.grad if b.fresh else torch.empty_like(b.owned.grad)
+            g = b.owned.grad
+            b.out = g if (g is not None and b.fresh) else torch.empty(b.shard, dtype=b.dtype)
             b.work = dist.reduce_scatter_tensor(b.out, b.staging, op=dist.ReduceOp.AVG,
                                                 group=self.group, async_op=True)
             self._in_flight.append(b)
@@ -239,14 +299,22 @@ class ShardedDataParallel(torch.nn.Module):
 
     def _finish(self, b):
         b.work.wait()
-        if not b.fresh:
+        if b.owned.grad is None:
+            b.owned.grad = b.out
+        elif b.out is not b.owned.grad:
             b.owned.grad.add_(b.out)
         b.fresh = False
-        b.work, b.out = None, None
         self._in_flight.remove(b)
-        self._pool.append(b.staging._base)
-        b.staging = None
-        b.ready = set()
+        self._give_back(b.staging)
+        b.clear()
+
+    def _give_back(self, staging):
+        if staging is None:
+            return
+        if self._staged > self.STAGING:
+            self._staged -= 1  # an extra, taken by a launch: let it go
+        else:
+            self._pool.append(staging._base)
 
     def _backward_done(self):
         self._launch_ready(force=True)
@@ -255,35 +323,86 @@ class ShardedDataParallel(torch.nn.Module):
         self._next = 0
         self._queued = False
 
+    def _reset_backward(self):
+        """After a backward that raised (its callback never ran): wait for
+        what it started, forget what it staged."""
+        if not (self._queued or self._in_flight or self._next):
+            return
+        while self._in_flight:
+            self._finish(self._in_flight[0])
+        for b in self.buckets:
+            self._give_back(b.staging)
+            b.clear()
+        self._next = 0
+        self._queued = False
+
     # -- step: optimizer on the shards, gather -----------------------------
 
-    def _wait_gathers(self, indices=None):
-        for b in self.buckets if indices is None else (self.buckets[i] for i in indices):
+    def wait(self) -> None:
+        """Wait for the gather of the parameters that step() started (the
+        next forward, state_dict() and the checkpoint calls do it
+        themselves)."""
+        self._wait_gathers()
+
+    def _wait_gathers(self, upto=None):
+        # gathers complete in the order they started (last bucket first)
+        for b in reversed(self.buckets):
+            if upto is not None and b.index < upto:
+                break
             if b.gather is not None:
                 b.gather.wait()
                 b.gather = None
 
-    def _make_pre_hook(self, indices):
-        def pre_hook(module, inputs):
-            self._wait_gathers(indices)
-        return pre_hook
-
     def zero_grad(self, set_to_none: bool = False) -> None:
-        """Zero the shards' gradients (set_to_none is accepted for
-        compatibility; the shards' gradients stay allocated)."""
+        """Zero the shards' gradients (set_to_none: drop them; a step
+        before the next backward then leaves the parameters alone, as a
+        plain optimizer would).  Also recovers from a backward that
+        raised."""
+        self._reset_backward()
         for b in self.buckets:
-            b.owned.grad.zero_()
+            if set_to_none:
+                b.owned.grad = None
+            elif b.owned.grad is not None:
+                b.owned.grad.zero_()
             b.fresh = True
         for p in self.trainable:
             p.grad = None
+
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Clip the gradient of the whole model, as
+        torch.nn.utils.clip_grad_norm_ would on a plain one, through the
+        shards (one all_reduce of the norm); returns the total norm.
+        (The module's own parameters hold no gradient after backward.)"""
+        grads = [b.owned.grad for b in self.buckets if b.owned.grad is not None]
+        inf = norm_type == float("inf")
+        local = torch.zeros(1, dtype=torch.float64)
+        for g in grads:
+            if inf:
+                local = torch.maximum(local, g.abs().max().double().reshape(1))
+            else:
+                local += g.double().norm(norm_type) ** norm_type
+        dist.all_reduce(local, op=dist.ReduceOp.MAX if inf else dist.ReduceOp.SUM,
+                        group=self.group)
+        total = local[0] if inf else local[0] ** (1.0 / norm_type)
+        coef = float(max_norm) / (float(total) + 1e-6)
+        if coef < 1:
+            for g in grads:
+                g.mul_(coef)
+        return total.float()
 
     @torch.no_grad()
     def step(self, closure=None):
         """Step the optimizer on this rank's shards, then start gathering
         the updated shards into every rank's parameters (waited for by the
         next forward, or by anything here that reads the parameters)."""
+        self._reset_backward()
         self._wait_gathers()
         loss = self.optimizer.step(closure) if closure else self.optimizer.step()
+        # the buffers go first, so the next forward need not wait for the
+        # whole gather behind them (one queue per group, in order)
+        if self.broadcast_buffers and self.size > 1 and self._buffer_work is None:
+            self._buffer_work = self._broadcast_buffers(async_op=True)
         # the first layers' buckets first: the next forward needs them first
         for b in reversed(self.buckets):
             lo = self.rank * b.shard
@@ -292,20 +411,35 @@ class ShardedDataParallel(torch.nn.Module):
         return loss
 
     def forward(self, *args, **kwargs):
+        self._reset_backward()
         if self.broadcast_buffers and self.size > 1:
-            self._broadcast_buffers()
+            if self._buffer_work is None:  # no step since the last forward
+                self._buffer_work = self._broadcast_buffers(async_op=False)
+            self._unpack_buffers(self._buffer_work)
+            self._buffer_work = None
+        if not self.overlap:
+            self._wait_gathers()
         out = self.module(*args, **kwargs)
         self._wait_gathers()  # parameters no submodule read
         return out
 
     @torch.no_grad()
-    def _broadcast_buffers(self):
+    def _broadcast_buffers(self, async_op):
         by_dtype: Dict[torch.dtype, List[torch.Tensor]] = {}
         for t in self.module.buffers():
             by_dtype.setdefault(t.dtype, []).append(t)
+        sent = []
         for ts in by_dtype.values():
             flat = torch.cat([t.reshape(-1) for t in ts])
-            dist.broadcast(flat, self.root, group=self.group)
+            work = dist.broadcast(flat, self.root, group=self.group, async_op=async_op)
+            sent.append((work, flat, ts))
+        return sent
+
+    @torch.no_grad()
+    def _unpack_buffers(self, sent):
+        for work, flat, ts in sent:
+            if work is not None:
+                work.wait()
             off = 0
             for t in ts:
                 t.copy_(flat[off:off + t.numel()].view_as(t))
@@ -365,7 +499,9 @@ class ShardedDataParallel(torch.nn.Module):
     def load_optimizer_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Take back a whole state (from :meth:`optimizer_state_dict` or a
         plain optimizer over the trainable parameters): each rank keeps
-        its shards.  Not collective."""
+        its shards.  Not collective.  A bucket's parameters must agree on
+        which keys they have and on their scalars (Adam's step): a bucket
+        has one of each."""
         if len(state_dict["param_groups"]) != 1:
             raise ValueError("ShardedDataParallel: one param group expected, got %d"
                              % len(state_dict["param_groups"]))
@@ -373,22 +509,49 @@ class ShardedDataParallel(torch.nn.Module):
         index = {p: k for k, p in enumerate(self.trainable)}
         shards: Dict[int, Dict[str, Any]] = {}
         for bi, b in enumerate(self.buckets):
-            keys = set()
-            for p, _, _ in b.params:
-                keys |= set(full.get(index[p], {}))
-            for key in sorted(keys):
-                sample = next(full[index[p]][key] for p, _, _ in b.params
-                              if key in full.get(index[p], {}))
-                if torch.is_tensor(sample) and sample.dim() > 0:
-                    whole = torch.zeros(b.padded, dtype=sample.dtype)
-                    for p, off, n in b.params:
-                        v = full.get(index[p], {}).get(key)
-                        if v is not None:
-                            whole[off:off + n].copy_(v.reshape(-1))
+            have = [set(full.get(index[p], {})) for p, _, _ in b.params]
+            if any(h != have[0] for h in have):
+                raise ValueError("ShardedDataParallel: parameters %s of one bucket have "
+                                 "different optimizer state keys"
+                                 % [index[p] for p, _, _ in b.params])
+            for key in sorted(have[0]):
+                vals = [full[index[p]][key] for p, _, _ in b.params]
+                if all(torch.is_tensor(v) and v.dim() > 0 and v.numel() == p.numel()
+                       for v, (p, _, _) in zip(vals, b.params)):
+                    whole = torch.zeros(b.padded, dtype=vals[0].dtype)
+                    for v, (p, off, n) in zip(vals, b.params):
+                        whole[off:off + n].copy_(v.reshape(-1))
                     lo = self.rank * b.shard
                     shards.setdefault(bi, {})[key] = whole[lo:lo + b.shard].clone()
-                else:
-                    shards.setdefault(bi, {})[key] = sample
+                    continue
+                if any(not _same(v, vals[0]) for v in vals):
+                    raise ValueError("ShardedDataParallel: optimizer state %r differs "
+                                     "between parameters %s of one bucket (e.g. Adam's step "
+                                     "of a parameter that started later)"
+                                     % (key, [index[p] for p, _, _ in b.params]))
+                shards.setdefault(bi, {})[key] = vals[0]
         group = dict(state_dict["param_groups"][0])
         group["params"] = list(range(len(self.buckets)))
         self.optimizer.load_state_dict({"state": shards, "param_groups": [group]})
+
+
+def _same(a, b) -> bool:
+    if torch.is_tensor(a) and torch.is_tensor(b):
+        return a.shape == b.shape and bool(torch.equal(a, b))
+    return a == b
+
+
+def _grad_hook(me, p):
+    def hook(*_):
+        w = me()
+        if w is not None:
+            w._grad_ready(p)
+    return hook
+
+
+def _pre_hook(me, upto):
+    def pre_hook(module, inputs):
+        w = me()
+        if w is not None:
+            w._wait_gathers(upto)
+    return pre_hook

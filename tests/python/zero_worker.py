@@ -16,8 +16,13 @@ the same backend and the whole optimizer.  argv[1] names the optimizer
     (module and optimizer state dicts) then trains exactly as the first.
 
 The model has odd sizes (shards padded), BatchNorm buffers (broadcast from
-rank 0 before each forward), a branch that only one rank uses in a step,
-and a step with two backwards (gradients accumulate in the shards).
+rank 0 before each forward), a branch that only one rank uses in a step, a
+MultiheadAttention (which reads its child's parameters itself); one step
+has two backwards (gradients accumulate in the shards), one starts with a
+backward that raises, one zeroes with set_to_none, one clips the gradient
+norm (against torch's clip_grad_norm_ under DDP); the staging buffers stay
+within their bound; a checkpoint whose Adam steps differ within a bucket
+is refused.
 Prints "OK zero <optimizer> rank R".
 """
 
@@ -45,13 +50,61 @@ class Net(nn.Module):
         self.a = nn.Linear(13, 31, bias=False)  # BatchNorm follows
         self.bn = nn.BatchNorm1d(31)
         self.b = nn.Linear(31, 7, bias=False)
-        self.branch = nn.Linear(13, 7)  # used by one rank per step
+        # reads its child out_proj's parameters itself: the child's
+        # forward (and pre-hook) never runs
+        # (no biases: the key's gets a zero gradient, whose rounding noise
+        # Adam would scale up to whole steps)
+        self.attn = nn.MultiheadAttention(7, 1, bias=False)
+        # used by one rank per step; registered last, so in bucket 0, which
+        # waits for it on the ranks that skip it until backward ends
+        self.branch = nn.Linear(13, 7)
 
     def forward(self, x, use_branch):
         y = self.b(torch.relu(self.bn(self.a(x))))
         if use_branch:
             y = y + self.branch(x)
-        return y
+        q = y.unsqueeze(1)  # a sequence of 16, batch 1
+        return y + self.attn(q, q, q, need_weights=False)[0].squeeze(1)
+
+
+class Boom(torch.autograd.Function):
+    """Identity forward; backward raises, after every parameter's
+    gradient has arrived (it sits on the input)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        raise RuntimeError("boom")
+
+
+class LateGather:
+    """torch's all_gather_into_tensor for the wrapper's asynchronous
+    gathers, made as late as a slow network could make it: the result
+    (everything but this rank's block) is NaN until wait().  A read of a
+    parameter before its gather is waited for shows."""
+
+    real = dist.all_gather_into_tensor
+
+    def __init__(self, out, inp, group):
+        self.out, self.tmp = out, torch.empty_like(out)
+        LateGather.real(self.tmp, inp.clone(), group=group)
+        mine = out.numel() // SIZE
+        keep = inp.clone()
+        out.fill_(float("nan"))
+        out[RANK * mine:(RANK + 1) * mine].copy_(keep)
+
+    def wait(self):
+        self.out.copy_(self.tmp)
+        return True
+
+    @staticmethod
+    def call(out, inp, group=None, async_op=False):
+        if not async_op:
+            return LateGather.real(out, inp, group=group)
+        return LateGather(out, inp, group)
 
 
 def optimizer(kind):
@@ -66,12 +119,41 @@ def batches(step):
             for _ in range(2 if step == 2 else 1)]
 
 
-def train_step(model, zero_grad, step_fn, step):
-    zero_grad()
+CLIP_STEP, NONE_STEP, BOOM_STEP = 4, 3, 1
+
+
+def ddp_step(ddp, opt, step):
+    opt.zero_grad(set_to_none=step == NONE_STEP)
     for x, y in batches(step):
-        loss = nn.functional.cross_entropy(model(x, RANK == step % SIZE), y)
-        loss.backward()
-    step_fn()
+        nn.functional.cross_entropy(ddp(x, RANK == step % SIZE), y).backward()
+    if step == CLIP_STEP:
+        nn.utils.clip_grad_norm_(ddp.parameters(), 0.05)
+    opt.step()
+
+
+def zero_step(zero, step):
+    if step == BOOM_STEP:
+        # a backward that raises after its buckets went: the next
+        # zero_grad must wait for them and forget them (every rank uses
+        # the branch here, so that every rank launched the same buckets)
+        x, y = batches(step)[0]
+        x = Boom.apply(x.requires_grad_())
+        zero.eval()  # (BatchNorm's statistics stay as DDP's)
+        try:
+            nn.functional.cross_entropy(zero(x, True), y).backward()
+        except RuntimeError as e:
+            assert "boom" in str(e), str(e)
+        else:
+            raise AssertionError("no error from Boom")
+        zero.train()
+    zero.zero_grad(set_to_none=step == NONE_STEP)
+    for x, y in batches(step):
+        nn.functional.cross_entropy(zero(x, RANK == step % SIZE), y).backward()
+        assert all(p.grad is None for p in zero.module.parameters()), \
+            "a full gradient was kept after backward"
+    if step == CLIP_STEP:
+        zero.clip_grad_norm_(0.05)
+    zero.step()
 
 
 def close(a, b, what):
@@ -109,23 +191,22 @@ def main(kind):
     ref_opt = cls(ddp.parameters(), **args)
     # small buckets: several per step, and shards of different sizes
     zero = frt.ShardedDataParallel(net, cls, bucket_mb=0.0001, **args)
+    dist.all_gather_into_tensor = LateGather.call  # (the wrapper's calls only)
     assert len(zero.buckets) >= 3, len(zero.buckets)
 
     for step in range(STEPS):
-        train_step(ddp, ref_opt.zero_grad, ref_opt.step, step)
-        zero.zero_grad()
-        for x, y in batches(step):
-            nn.functional.cross_entropy(zero(x, RANK == step % SIZE), y).backward()
-            assert all(p.grad is None for p in net.parameters()), \
-                "a full gradient was kept after backward"
-        zero.step()
+        ddp_step(ddp, ref_opt, step)
+        zero_step(zero, step)
+        zero.wait()
         for (name, a), b in zip(net.named_parameters(), ref_net.parameters()):
-            zero._wait_gathers()
             close(a, b, "step %d: %s" % (step, name))
             same_on_all_ranks(a.detach(), "step %d: %s" % (step, name))
         for (name, a), b in zip(net.named_buffers(), ref_net.buffers()):
             close(a.float(), b.float(), "step %d: buffer %s" % (step, name))
 
+    # staging memory stays bounded (bucket 0, the branch's, waits for
+    # ranks that do not use it until the end of backward)
+    assert zero.staging_peak <= zero.STAGING + 1, (zero.staging_peak, len(zero.buckets))
     ours, theirs = zero.optimizer_state_bytes(), state_bytes(ref_opt)
     assert ours <= theirs / SIZE * 1.05, "optimizer state %d bytes, DDP's %d / %d ranks" % (
         ours, theirs, SIZE)
@@ -142,6 +223,19 @@ def main(kind):
             else:
                 assert w == v, (i, key, w, v)
 
+    if kind == "adam":  # a bucket holds one step: uneven steps are refused
+        bad = {"state": {i: dict(st) for i, st in full["state"].items()},
+               "param_groups": full["param_groups"]}
+        first = next(b for b in zero.buckets if len(b.params) > 1).params[0][0]
+        i = next(k for k, p in enumerate(zero.trainable) if p is first)
+        bad["state"][i]["step"] = bad["state"][i]["step"] + 1
+        try:
+            zero.load_optimizer_state_dict(bad)
+        except ValueError as e:
+            assert "step" in str(e), str(e)
+        else:
+            raise AssertionError("uneven steps in one bucket were taken")
+
     # restore into a new wrapper from the checkpoints; both go on alike
     torch.manual_seed(1)
     net2 = Net()
@@ -150,10 +244,7 @@ def main(kind):
     zero2.load_optimizer_state_dict(full)
     for step in range(STEPS, STEPS + 2):
         for z in (zero, zero2):
-            z.zero_grad()
-            for x, y in batches(step):
-                nn.functional.cross_entropy(z(x, RANK == step % SIZE), y).backward()
-            z.step()
+            zero_step(z, step)
     for (name, a), b in zip(zero.state_dict().items(), zero2.state_dict().values()):
         assert torch.equal(a, b), "rank %d: restored %s differs" % (RANK, name)
 

@@ -26,7 +26,9 @@ stamp that does not match, or no build at install, means a build on first
 use into a cache directory (``$FASTREDUCE_TORCH_BUILD``, else
 ``~/.cache/fastreduce/torch-<version>-<hash>``).  It needs Debian's
 ``libtorch-dev`` and ``pybind11-dev`` (``install-deps.sh`` installs them).
-:func:`build_extension` builds it ahead of time.
+:func:`build_extension` builds it ahead of time.  Where it cannot be
+built, :mod:`fastreduce.pg_python` (pure Python, slower) takes its place
+with a warning; ``FASTREDUCE_TORCH_PG=python|cpp|auto`` chooses.
 """
 
 import datetime
@@ -220,7 +222,7 @@ def _create(dist_opts, pg_options):
             list(dist_opts.global_ranks_in_group or pend[0]) == pend[0]:
         stats["split"] += 1
         return pend[1]
-    mod = build_extension()
+    mod = _implementation()
     stats["rendezvous"] += 1
     store = dist_opts.store
     rank, size = dist_opts.group_rank, dist_opts.group_size
@@ -232,10 +234,49 @@ def _create(dist_opts, pg_options):
         store.set(key, "%s:%d %s" % (host, port, secrets.token_hex(16)))
     value = store.get(key).decode()
     rdv, token = value.split(" ", 1)
+    compress = getattr(pg_options, "compress", None) or ""
+    if mod is None:
+        from . import Comm
+        from .pg_python import ProcessGroupFastReducePy
+        if compress:
+            warnings.warn("fastreduce: the pure-Python backend does not compress; "
+                          "pg_options compress=%r is not used" % compress, stacklevel=2)
+        timeout = _timeout_ms(dist_opts.timeout)
+        comm = Comm(rank, size, rdv, transport=transport or None, job_token=token,
+                    timeout_ms=timeout or None)
+        return ProcessGroupFastReducePy(rank, size, comm)
     return mod.ProcessGroupFastReduce(rank, size, rdv, _timeout_ms(dist_opts.timeout),
-                                      transport, token,
-                                      getattr(pg_options, "compress", None) or "",
+                                      transport, token, compress,
                                       bool(getattr(pg_options, "error_feedback", True)))
+
+
+_build_error: Optional[Exception] = None
+
+
+def _implementation():
+    """The C++ extension module, or None for the pure-Python process group:
+    FASTREDUCE_TORCH_PG=python asks for it, =cpp refuses it, auto (the
+    default) falls back to it, with a warning, where the extension cannot
+    be built (tried once per process)."""
+    global _build_error
+    want = os.environ.get("FASTREDUCE_TORCH_PG", "auto").lower()
+    if want not in ("auto", "cpp", "python"):
+        raise ValueError("FASTREDUCE_TORCH_PG=%s: say auto, cpp or python" % want)
+    if want == "python":
+        return None
+    if _build_error is None:
+        try:
+            return build_extension()
+        except Exception as e:  # noqa: BLE001 - any build failure
+            if want == "cpp":
+                raise
+            _build_error = e
+            warnings.warn("fastreduce: the C++ backend cannot be built (%s); using the "
+                          "pure-Python one (fastreduce-python(7))" % str(e).splitlines()[0],
+                          stacklevel=3)
+    elif want == "cpp":
+        raise _build_error
+    return None
 
 
 def _world():
@@ -244,9 +285,10 @@ def _world():
         return None
     pg = dist.distributed_c10d._get_default_group()
     mod = _module
-    if mod is None or not isinstance(pg, mod.ProcessGroupFastReduce):
-        return None
-    return pg
+    if mod is not None and isinstance(pg, mod.ProcessGroupFastReduce):
+        return pg
+    from .pg_python import ProcessGroupFastReducePy
+    return pg if isinstance(pg, ProcessGroupFastReducePy) else None
 
 
 def _wrap_new_group(orig):

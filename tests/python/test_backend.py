@@ -103,3 +103,34 @@ def test_ddp_options_without_gloo(n):
 @pytest.mark.parametrize("n", ranks_to_test([2, 3]))
 def test_zero_redundancy_optimizer(n):
     ok(launch(n, "backend_worker.py", "zero_optim"), "zero_optim", n)
+
+
+# The pure-Python process group (fastreduce/pg_python.py): the same cases,
+# asked for by FASTREDUCE_TORCH_PG=python (compression is the C++ one's)
+PURE = {"FASTREDUCE_TORCH_PG": "python"}
+
+
+@pytest.mark.parametrize("case,n", [("colls", 1), ("colls", 3), ("async", 2), ("ddp", 2),
+                                    ("groups", 3), ("order", 3), ("ddp_variants", 2),
+                                    ("zero_optim", 3)])
+def test_pure_python_backend(case, n):
+    ok(launch(n, "backend_worker.py", case, env=PURE), case, n)
+
+
+def test_pure_python_dead_rank_raises():
+    n = 3
+    p = launch(n, "backend_worker.py", "dead", env=dict(PURE, FR_TIMEOUT_MS="5000"),
+               timeout=120)
+    for r in range(n - 1):
+        assert ("OK dead rank %d" % r) in p.stdout, p.stdout
+
+
+def test_fallback_when_the_extension_cannot_build(tmp_path):
+    """Where the extension cannot be built (here: its build directory
+    cannot be made), the backend warns and uses the pure-Python group."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    env = {"FASTREDUCE_TORCH_BUILD": str(blocker / "build")}
+    p = launch(2, "backend_worker.py", "colls", env=env)
+    ok(p, "colls", 2)
+    assert "using the pure-Python one" in p.stdout, p.stdout

@@ -758,7 +758,11 @@ class Comm:
         abandoned (their wait() raises)."""
         if self._h is None:
             return
-        for r in list(self._reqs):
+        # the abandoned requests' buffers stay referenced until the
+        # communicator is gone: its progress thread may still touch them
+        reqs = list(self._reqs)
+        kept = [r._keep for r in reqs]
+        for r in reqs:
             r._abandon()
         for m in list(self._mems):
             if m._h is not None:
@@ -767,6 +771,7 @@ class Comm:
         self._mems.clear()
         h, self._h = self._h, None
         L.fr_comm_destroy(h)
+        del kept
 
     def __enter__(self) -> "Comm":
         return self

@@ -211,7 +211,8 @@ def _free_port(host: str) -> int:
 
 def _timeout_ms(timeout) -> int:
     if isinstance(timeout, datetime.timedelta):
-        return max(1, int(timeout.total_seconds() * 1000))
+        # the library's timeout is an int of milliseconds (24.8 days)
+        return min(max(1, int(timeout.total_seconds() * 1000)), 2**31 - 1)
     return 0
 
 
@@ -222,18 +223,23 @@ def _create(dist_opts, pg_options):
             list(dist_opts.global_ranks_in_group or pend[0]) == pend[0]:
         stats["split"] += 1
         return pend[1]
-    mod = _implementation()
     stats["rendezvous"] += 1
     store = dist_opts.store
     rank, size = dist_opts.group_rank, dist_opts.group_size
     transport = getattr(pg_options, "transport", None) or ""
     key = "fastreduce/rendezvous"
+    # rank 0 chooses the implementation for the whole group: the C++ and
+    # the pure-Python groups do not mix (e.g. compression is the C++ one's)
     if rank == 0:
+        mod = _implementation()
         host = _my_address()
         port = _free_port(host)  # (another process may take it first: rare)
-        store.set(key, "%s:%d %s" % (host, port, secrets.token_hex(16)))
+        store.set(key, "%s:%d %s %s" % (host, port, secrets.token_hex(16),
+                                        "python" if mod is None else "cpp"))
     value = store.get(key).decode()
-    rdv, token = value.split(" ", 1)
+    rdv, token, impl = value.split(" ", 2)
+    if rank != 0:
+        mod = _implementation(follow=impl)
     compress = getattr(pg_options, "compress", None) or ""
     if mod is None:
         from . import Comm
@@ -253,15 +259,27 @@ def _create(dist_opts, pg_options):
 _build_error: Optional[Exception] = None
 
 
-def _implementation():
+def _implementation(follow: Optional[str] = None):
     """The C++ extension module, or None for the pure-Python process group:
     FASTREDUCE_TORCH_PG=python asks for it, =cpp refuses it, auto (the
     default) falls back to it, with a warning, where the extension cannot
-    be built (tried once per process)."""
+    be built (tried once per process).  follow: what the group's rank 0
+    chose, which the other ranks take (or fail clearly)."""
     global _build_error
     want = os.environ.get("FASTREDUCE_TORCH_PG", "auto").lower()
     if want not in ("auto", "cpp", "python"):
         raise ValueError("FASTREDUCE_TORCH_PG=%s: say auto, cpp or python" % want)
+    if follow == "python":
+        if want == "cpp":
+            raise RuntimeError("fastreduce: FASTREDUCE_TORCH_PG=cpp here, but the group's "
+                               "rank 0 uses the pure-Python backend")
+        return None
+    if follow == "cpp":
+        try:
+            return build_extension()
+        except Exception as e:  # noqa: BLE001
+            raise RuntimeError("fastreduce: the group's rank 0 uses the C++ backend, which "
+                               "cannot be built here: %s" % e) from e
     if want == "python":
         return None
     if _build_error is None:

@@ -4,24 +4,25 @@ no compiler), or when FASTREDUCE_TORCH_PG=python asks for it.
 
 A subclass of torch's ``ProcessGroup`` over :class:`fastreduce.Comm`: every
 call starts the library's non-blocking collective at once (ctypes releases
-the GIL while the library works) and returns a ``Work`` made by torch from
-a ``torch.futures.Future``; one thread per group waits for the collectives
-in the order they started and completes their futures, another polls the
-pending send/recv.  What torch 1.13 needs of a Python process group, and
+the GIL while the library works) and returns a ``Work`` over a
+``torch.futures.Future``; one thread per group waits for the collectives in
+the order they started, another polls the pending send/recv, and futures
+are completed on a pool of threads (their callbacks may start and wait for
+another collective).  What torch 1.13 needs of a Python process group, and
 how this one meets it:
 
-  - an exception set on a Python future completes the C++ future
-    *successfully*: the Work is made from ``fut.then(_rethrow)``, whose
-    callback raises the error again, so that ``wait()`` raises it;
+  - an exception set on a Python future is stored in torch's C++ future
+    as a *successful* value, and the Work torch makes from a future
+    returns from wait() quietly even after an error: calls made through
+    torch.distributed's functions get a Work of ours, whose wait() raises;
+    calls from C++ (DDP, which hangs on a Python Work) get torch's Work
+    over ``fut.then(value)``, a future that really failed;
   - a future whose value is not a list of tensors crashes DDP's reducer:
-    every future holds the list of output tensors;
-  - Python ``Work`` subclasses hang DDP: none is used;
+    every future holds a flat list of the output tensors;
   - ``getBackendName`` is overridden; ``barrier`` takes ``opts`` by keyword.
 
-Limits against the C++ backend: each call costs some Python (about 20-50
-us); no compression through pg_options; callbacks of a future run on the
-completion thread (a callback that waits for another collective of the
-same group would wait for itself: chain with ``then`` instead).
+Limits against the C++ backend: each call costs some Python (tens of
+microseconds); no compression through pg_options.
 """
 
 import atexit
@@ -63,7 +64,11 @@ def _work(fut):
         caller = None
     if caller is not None and caller.f_code.co_filename.endswith(_C10D_PY):
         return _Work(fut)
-    return _create_work_from_future(fut)
+    return _create_work_from_future(fut.then(_value))
+
+
+def _value(fut):
+    return fut.value()  # raises the collective's error: this future fails
 
 
 class _Work(Work):
@@ -139,18 +144,11 @@ class ProcessGroupFastReducePy(ProcessGroup):
     def __init__(self, rank: int, size: int, comm: Comm):
         super().__init__(rank, size)
         self.comm = comm
-        self._colls: "queue.Queue" = queue.Queue()
-        self._p2p: List = []
-        self._p2p_cv = threading.Condition()
-        self._stop = False
-        # The threads hold the group weakly: when torch drops it, they end.
-        me = weakref.ref(self)
-        self._coll_thread = threading.Thread(target=_complete_colls, args=(me, self._colls),
-                                             daemon=True, name="fastreduce-pg")
-        self._coll_thread.start()
-        _groups.add(self)
-        threading.Thread(target=_complete_p2p, args=(me, self._p2p, self._p2p_cv),
-                         daemon=True, name="fastreduce-pg-p2p").start()
+        # what the threads use; they never hold the group itself, so that
+        # dropping it (destroy_process_group) runs __del__ on a caller's
+        # thread, which can wait for them
+        self._st = _State(comm, rank, size)
+        _groups.add(self._st)
 
     def getBackendName(self) -> str:
         return "fastreduce"
@@ -160,43 +158,14 @@ class ProcessGroupFastReducePy(ProcessGroup):
         sub = self.comm.split(color if color >= 0 else UNDEFINED, key)
         return None if sub is None else ProcessGroupFastReducePy(sub.rank, sub.size, sub)
 
-    # -- completion -----------------------------------------------------------
-
-    def _fail(self, what, e):
-        return RuntimeError("fastreduce: %s on rank %d of %d failed: %s"
-                            % (what, self.rank(), self.size(), e))
-
-    def _finish(self, item, error=None):
-        what, fut, outputs, done = item
-        if error is None:
-            try:
-                if done is not None:
-                    done()
-            except Exception as e:  # noqa: BLE001 - handed to the caller
-                error = e
-        if error is not None:
-            _callbacks.run(fut.set_exception, self._fail(what, error))
-        else:
-            # a flat list of tensors: anything else crashes DDP's reducer
-            flat = []
-            for o in outputs:
-                flat.extend(o if isinstance(o, (list, tuple)) else [o])
-            _callbacks.run(fut.set_result, flat)
-
     def _submit(self, what, start, outputs, done=None, p2p=False):
-        fut = torch.futures.Future()
+        return _work(self._st.submit(what, start, outputs, done, p2p))
+
+    def __del__(self):
         try:
-            req = start()
-        except FastReduceError as e:
-            raise self._fail(what, e) from None
-        item = (req, what, fut, outputs, done)
-        if p2p:
-            with self._p2p_cv:
-                self._p2p.append(item)
-                self._p2p_cv.notify()
-        else:
-            self._colls.put(item)
-        return _work(fut)
+            self._st.close()
+        except Exception:  # noqa: BLE001
+            pass
 
     @staticmethod
     def _copy_back(pairs):
@@ -281,6 +250,11 @@ class ProcessGroupFastReducePy(ProcessGroup):
                                "shaped as the inputs" % n)
         if len({t.dtype for t in input_tensors}) > 1:
             raise RuntimeError("fastreduce: allgather_coalesced needs one dtype")
+        for outs in output_lists:
+            for o, t in zip(outs, input_tensors):
+                if o.dtype != t.dtype or o.numel() != t.numel():
+                    raise RuntimeError("fastreduce: allgather_coalesced: each output must "
+                                       "have its input's dtype and size")
         if not input_tensors:
             return self._submit("allgather_coalesced", lambda: None, output_lists)
         flat = _wire(torch.cat([t.reshape(-1) for t in input_tensors]))
@@ -332,6 +306,9 @@ class ProcessGroupFastReducePy(ProcessGroup):
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         n = self.size()
+        if output.dtype != input.dtype or output.dim() == 0 or input.dim() == 0:
+            raise RuntimeError("fastreduce: all_to_all_single needs an input and an output "
+                               "of one dtype, with a first dimension")
         row_in = input.numel() // max(input.shape[0], 1) if input.dim() else 1
         row_out = output.numel() // max(output.shape[0], 1) if output.dim() else 1
         if not input_split_sizes and not output_split_sizes:
@@ -401,6 +378,9 @@ class ProcessGroupFastReducePy(ProcessGroup):
             if len(input_tensors[0]) != n:
                 raise RuntimeError("fastreduce: scatter needs a list of %d inputs on the "
                                    "root" % n)
+            if any(i.dtype != t.dtype or i.numel() != t.numel() for i in input_tensors[0]):
+                raise RuntimeError("fastreduce: scatter: every input must have the "
+                                   "output's dtype and size")
             flat = _wire(torch.cat([i.reshape(-1) for i in input_tensors[0]]))
         else:
             flat = torch.empty(0, dtype=w.dtype)
@@ -427,32 +407,6 @@ class ProcessGroupFastReducePy(ProcessGroup):
     def recv_anysource(self, tensors, tag):
         raise RuntimeError("fastreduce: a receive from any source is not supported: "
                            "name the sender")
-
-    def __del__(self):
-        self._close()
-
-    def _close(self):
-        """torch dropped the group (destroy_process_group), or the
-        interpreter exits: its pending collectives complete first, its
-        pending send/recv fail, and its threads end (a thread left to die
-        with the interpreter may hold the last reference to one of torch's
-        C++ objects, whose destruction then aborts the process)."""
-        if self._stop:
-            return
-        try:
-            self._colls.put(None)
-            if threading.current_thread() is not self._coll_thread:
-                self._coll_thread.join()
-            with self._p2p_cv:
-                self._stop = True
-                left, self._p2p[:] = list(self._p2p), []
-                self._p2p_cv.notify()
-            for item in left:
-                self._finish(item[1:], "the group was destroyed before it completed")
-            self.comm.close()
-        except Exception:  # noqa: BLE001
-            pass
-
 
 class _CallbackPool:
     """Where futures are completed: a Future's callbacks run on the thread
@@ -492,58 +446,142 @@ _groups: "weakref.WeakSet" = weakref.WeakSet()
 
 @atexit.register
 def _shutdown():
-    for pg in list(_groups):
-        pg._close()
+    # a thread left to die with the interpreter may hold the last
+    # reference to one of torch's C++ objects, whose destruction then
+    # aborts the process
+    for st in list(_groups):
+        st.close()
 
 
-def _complete_colls(me, colls):
-    """Wait for the collectives in the order they started (the library
-    completes a group's in that order) and complete their futures."""
-    while True:
-        item = colls.get()
-        pg = me()
-        if item is None or pg is None:
-            return
-        req = item[0]
-        try:
-            if req is not None:
-                req.wait()
-        except FastReduceError as e:
-            pg._finish(item[1:], e)
-        else:
-            pg._finish(item[1:])
-        del pg
+class _State:
+    """A group's communicator, queues and threads."""
 
+    def __init__(self, comm, rank, size):
+        self.comm, self.rank, self.size = comm, rank, size
+        self.colls: "queue.Queue" = queue.Queue()
+        self.p2p: List = []
+        self.cv = threading.Condition()
+        self.lock = threading.Lock()  # start + enqueue, in one order
+        self.closed = False  # no more submissions
+        self.p2p_stop = False  # the send/recv thread ends
+        self.coll_thread = threading.Thread(target=self._complete_colls, daemon=True,
+                                            name="fastreduce-pg")
+        self.p2p_thread = threading.Thread(target=self._complete_p2p, daemon=True,
+                                           name="fastreduce-pg-p2p")
+        self.coll_thread.start()
+        self.p2p_thread.start()
 
-def _complete_p2p(me, pending, cv):
-    """Poll every pending send/recv: a receive may be posted long before
-    its sender comes, and must hold back the report of no other.  200 us
-    between polls while some complete, up to 1 ms while none does."""
-    idle = 0.0002
-    while True:
-        with cv:
-            while not pending:
-                pg = me()
-                if pg is None or pg._stop:
-                    return
-                del pg
-                cv.wait(0.5)
-                idle = 0.0002
-            items = list(pending)
-        for item in items:
-            err = None
+    def submit(self, what, start, outputs, done, p2p):
+        fut = torch.futures.Future()
+        # one lock: requests enter the queue in the order they started
+        # (the completion thread waits for them in queue order), and none
+        # after close
+        with self.lock:
+            if self.closed:
+                raise RuntimeError("fastreduce: %s: the group was destroyed" % what)
             try:
-                finished = item[0].test()
+                req = start()
             except FastReduceError as e:
-                finished, err = True, e
-            if finished:
-                with cv:
-                    pending.remove(item)
-                pg = me()
-                if pg is None:
+                raise self.fail(what, e) from None
+            item = (req, what, fut, outputs, done)
+            if p2p:
+                with self.cv:
+                    self.p2p.append(item)
+                    self.cv.notify()
+            else:
+                self.colls.put(item)
+        return fut
+
+    def fail(self, what, e):
+        return RuntimeError("fastreduce: %s on rank %d of %d failed: %s"
+                            % (what, self.rank, self.size, e))
+
+    def finish(self, item, error=None):
+        what, fut, outputs, done = item
+        if error is None and done is not None:
+            try:
+                # results go into the callers' tensors, which may require
+                # grad: outside autograd, as on the caller's thread
+                with torch.no_grad():
+                    done()
+            except Exception as e:  # noqa: BLE001 - handed to the caller
+                error = e
+        if error is not None:
+            _callbacks.run(fut.set_exception, self.fail(what, error))
+        else:
+            # a flat list of tensors: anything else crashes DDP's reducer
+            flat = []
+            for o in outputs:
+                flat.extend(o if isinstance(o, (list, tuple)) else [o])
+            _callbacks.run(fut.set_result, flat)
+
+    def _complete_colls(self):
+        """Wait for the collectives in the order they started (the library
+        completes a group's in that order) and complete their futures."""
+        while True:
+            item = self.colls.get()
+            if item is None:
+                return
+            try:
+                if item[0] is not None:
+                    item[0].wait()
+            except FastReduceError as e:
+                self.finish(item[1:], e)
+            except Exception as e:  # noqa: BLE001 - never leave a future hanging
+                self.finish(item[1:], e)
+            else:
+                self.finish(item[1:])
+
+    def _complete_p2p(self):
+        """Poll every pending send/recv: a receive may be posted long
+        before its sender comes, and must hold back the report of no
+        other.  200 us between polls while some complete, up to 1 ms while
+        none does."""
+        idle = 0.0002
+        while True:
+            with self.cv:
+                while not self.p2p and not self.p2p_stop:
+                    self.cv.wait()
+                    idle = 0.0002
+                if self.p2p_stop:
                     return
-                pg._finish(item[1:], err)
-                del pg
-                idle = 0.0002
-        time.sleep(idle)
-        idle = min(idle * 2, 0.001)
+                items = list(self.p2p)
+            for item in items:
+                err = None
+                with self.cv:  # close() may not destroy the comm under a test
+                    if self.p2p_stop:
+                        return
+                try:
+                    finished = item[0].test()
+                except FastReduceError as e:
+                    finished, err = True, e
+                if finished:
+                    with self.cv:
+                        if item in self.p2p:
+                            self.p2p.remove(item)
+                    self.finish(item[1:], err)
+                    idle = 0.0002
+            time.sleep(idle)
+            idle = min(idle * 2, 0.001)
+
+    def close(self):
+        """The group was dropped (destroy_process_group) or the interpreter
+        exits: pending collectives complete first, pending send/recv fail,
+        the threads end, then the communicator goes."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            self.colls.put(None)
+        me = threading.current_thread()
+        if me is not self.coll_thread:
+            self.coll_thread.join()
+        with self.cv:
+            self.p2p_stop = True
+            left, self.p2p[:] = list(self.p2p), []
+            self.cv.notify()
+        if me is not self.p2p_thread:
+            self.p2p_thread.join()
+        for item in left:
+            self.finish(item[1:], "the group was destroyed before it completed")
+        self.comm.close()

@@ -26,6 +26,7 @@ and runs the case named by argv[1]:
   compress  pg_options=Options(compress="bf16") with error feedback
   dead   rank size-1 exits during the run; the others' next collective
          raises a RuntimeError naming the code within the timeout
+  dead_ddp  the same in the middle of DDP training: backward raises
 """
 
 import datetime
@@ -217,6 +218,20 @@ def case_colls():
     dist.all_reduce_coalesced(ts)
     for c, t in zip((3, 0, 17), ts):
         same(t.flatten(), reference(dist.ReduceOp.SUM, c, torch.float32, 8), "coalesced %d" % c)
+    dist.barrier()
+    # into parameters that require grad (results copied back on our own
+    # threads, where grad mode is on unless the group turns it off),
+    # under no_grad as optimizers and DDP do
+    w = torch.nn.Parameter(data(RANK, 12, torch.float32, 9).reshape(4, 3).t())
+    assert not w.is_contiguous()
+    ps = [torch.nn.Parameter(data(RANK, c, torch.float32, 10)) for c in (5, 7)]
+    with torch.no_grad():
+        dist.broadcast(w, 0)
+        dist.all_reduce_coalesced(ps)
+    same(w.detach().t().flatten(), data(0, 12, torch.float32, 9), "broadcast into a parameter")
+    for c, p in zip((5, 7), ps):
+        same(p.detach(), reference(dist.ReduceOp.SUM, c, torch.float32, 10),
+             "coalesced parameters %d" % c)
     dist.barrier()
     # refused clearly, not crashed
     for bad, what in ((lambda: dist.all_reduce(torch.zeros(3, dtype=torch.int16)), "int16"),
@@ -599,8 +614,27 @@ def case_dead():
     raise AssertionError("no error after a peer died")
 
 
+def case_dead_ddp():
+    """rank size-1 exits in the middle of DDP training: the others' backward
+    (DDP's reducer reads the failed all_reduce) raises a RuntimeError that
+    names the code, within the timeout; nothing crashes or hangs."""
+    init()
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    model = torch.nn.parallel.DistributedDataParallel(net)
+    for step in range(100):
+        if step == 3 and RANK == SIZE - 1:
+            os._exit(0)
+        try:
+            model(torch.randn(4, 8)).sum().backward()
+        except RuntimeError as e:
+            assert "FR_E" in str(e), str(e)
+            print("OK dead_ddp rank %d: %s" % (RANK, str(e).splitlines()[0][:120]), flush=True)
+            os._exit(0)
+    raise AssertionError("no error after a peer died")
+
+
 if __name__ == "__main__":
     {"colls": case_colls, "async": case_async, "ddp": case_ddp, "groups": case_groups,
      "compress": case_compress, "order": case_order,
      "ddp_variants": case_ddp_variants, "zero_optim": case_zero_optim,
-     "dead": case_dead}[sys.argv[1]]()
+     "dead": case_dead, "dead_ddp": case_dead_ddp}[sys.argv[1]]()

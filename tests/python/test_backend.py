@@ -134,3 +134,12 @@ def test_fallback_when_the_extension_cannot_build(tmp_path):
     p = launch(2, "backend_worker.py", "colls", env=env)
     ok(p, "colls", 2)
     assert "using the pure-Python one" in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("pg", ["cpp", "python"])
+def test_dead_rank_in_ddp_raises(pg):
+    n = 3
+    p = launch(n, "backend_worker.py", "dead_ddp",
+               env={"FR_TIMEOUT_MS": "5000", "FASTREDUCE_TORCH_PG": pg}, timeout=120)
+    for r in range(n - 1):
+        assert ("OK dead_ddp rank %d" % r) in p.stdout, p.stdout

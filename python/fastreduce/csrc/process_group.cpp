@@ -1057,6 +1057,10 @@ class ProcessGroupFastReduce : public ProcessGroup
 
 	void run_p2p()
 	{
+		// results are copied into the callers' tensors, which may be
+		// parameters that require grad: outside autograd, as the
+		// caller's own thread would be (grad mode is per thread)
+		at::NoGradGuard no_grad;
 		std::vector<Pending> live;
 		uint64_t idle_since = 0;
 		int nap_us = 50;
@@ -1128,6 +1132,7 @@ class ProcessGroupFastReduce : public ProcessGroup
 
 	void run()
 	{
+		at::NoGradGuard no_grad; // as in run_p2p()
 		for (;;) {
 			Pending p;
 			{

@@ -418,10 +418,12 @@ class _CallbackPool:
     def __init__(self):
         self._q: "queue.Queue" = queue.Queue()
         self._idle = 0
-        self._lock = threading.Lock()
+        self._busy = 0  # handed over and not yet finished
+        self._cv = threading.Condition()
 
     def run(self, fn, arg):
-        with self._lock:
+        with self._cv:
+            self._busy += 1
             if self._idle == 0:
                 threading.Thread(target=self._serve, daemon=True,
                                  name="fastreduce-pg-cb").start()
@@ -436,8 +438,19 @@ class _CallbackPool:
                 fn(arg)
             except Exception:  # noqa: BLE001 - a callback's error is its future's
                 pass
-            with self._lock:
+            with self._cv:
                 self._idle += 1
+                self._busy -= 1
+                self._cv.notify_all()
+
+    def drain(self, timeout: float) -> None:
+        """Wait until no completion is running.  A waiter wakes when its
+        future is marked complete, before the future's callbacks (then())
+        have run on our thread: a process that then exits would stop that
+        thread inside torch's C++ code, which aborts it ("terminate called
+        without an active exception")."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._busy == 0, timeout)
 
 
 _callbacks = _CallbackPool()
@@ -451,6 +464,7 @@ def _shutdown():
     # aborts the process
     for st in list(_groups):
         st.close()
+    _callbacks.drain(30.0)
 
 
 class _State:

@@ -4,13 +4,11 @@ the two-stage GPipe pipeline on 2 ranks and, data-parallel, on 4.  Each
 rank checks its weights against the model trained in one process and prints
 "OK <example> rank R"; every rank must.
 
-As in test_backend.py, the C++ extension is compiled once per session into
-FASTREDUCE_TORCH_BUILD before the workers start."""
+The C++ extension is compiled once per session into FASTREDUCE_TORCH_BUILD
+before the workers start, by test_backend.py's fixture."""
 
 import glob
 import os
-import subprocess
-import sys
 import tempfile
 
 import pytest
@@ -19,31 +17,14 @@ from conftest import TOP, launch, ranks_to_test
 
 torch = pytest.importorskip("torch")
 
+from test_backend import extension  # noqa: E402,F401  the C++ extension, built once
+
 EXAMPLES = os.path.join(TOP, "examples", "torch")
 
 
-def _headers():
-    inc = os.path.join(os.path.dirname(torch.__file__), "include", "torch", "csrc",
-                       "distributed", "c10d", "ProcessGroup.hpp")
-    return os.path.exists(inc)  # a dangling link without libtorch-dev
-
-
 @pytest.fixture(scope="module", autouse=True)
-def extension(tmp_path_factory):
-    if not _headers():
-        if os.environ.get("FR_PY_TESTS") == "1":
-            pytest.fail("torch's C++ headers are missing: apt-get install libtorch-dev pybind11-dev")
-        pytest.skip("torch's C++ headers are missing (apt-get install libtorch-dev pybind11-dev)")
-    build = os.environ.get("FASTREDUCE_TORCH_BUILD") or str(tmp_path_factory.mktemp("torch-ext"))
-    os.environ["FASTREDUCE_TORCH_BUILD"] = build
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(TOP, "python") + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, "-c",
-                        "import fastreduce.backend as b; b.build_extension(); print('built')"],
-                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=900)
-    assert p.returncode == 0 and "built" in p.stdout, p.stdout
-    yield build
+def example_stores(extension):  # noqa: F811  (after the extension's setup)
+    yield
     # the examples' file stores, fr_example_store_<frrun's pid>_<port>, that
     # a failed rank left behind: those of frruns that are gone (another
     # session's may be in use)

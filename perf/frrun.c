@@ -48,6 +48,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -797,6 +798,33 @@ static int run_loop(struct job *j, const sigset_t *waitmask)
 	return 0;
 }
 
+/*
+ * Two pipes a rank, and a few descriptors more: 1,024 ranks need about
+ * 2,100, past the soft limit of 1,024 a login shell gives.  Raise ours
+ * (the ranks inherit it) within the hard limit, or say what to do before
+ * any rank starts.
+ */
+static int raise_nofile(const struct opts *o)
+{
+	rlim_t need = (rlim_t)(o->no_prefix ? 0 : 2 * o->nranks) + 64;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur >= need)
+		return 0;
+	if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need) {
+		rl.rlim_cur = need;
+		if (!setrlimit(RLIMIT_NOFILE, &rl))
+			return 0;
+	}
+	fprintf(stderr,
+		"frrun: %ld ranks need about %llu file descriptors here, but the limit is %llu (hard %llu): raise it (ulimit -n %llu)\n",
+		(long)o->nranks, (unsigned long long)need,
+		(unsigned long long)rl.rlim_cur,
+		(unsigned long long)rl.rlim_max, (unsigned long long)need);
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	struct sigaction sa;
@@ -816,6 +844,8 @@ int main(int argc, char **argv)
 	snprintf(rdv, sizeof(rdv), strchr(o.host, ':') ? "[%s]:%ld" : "%s:%ld",
 		 o.host, o.port);
 	if (make_token(token, sizeof(token)))
+		return 1;
+	if (raise_nofile(&o))
 		return 1;
 
 	memset(&j, 0, sizeof(j));

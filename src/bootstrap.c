@@ -37,8 +37,14 @@
 #include "log.h"
 #include "util.h"
 
-/* Pending (unidentified) connections rank 0 keeps before dropping old ones. */
-#define BOOT_MAX_PENDING 64
+/*
+ * Pending (unidentified) connections rank 0 keeps: one for every other rank
+ * plus this many strangers, before it drops the oldest.  A rank connects
+ * as soon as it starts and says HELLO only once its transport is up, which
+ * takes seconds when a hundred ranks start at once on two cores: with room
+ * for strangers only, rank 0 dropped genuine ranks (63 of 128 missing).
+ */
+#define BOOT_SPARE_PENDING 64
 
 struct boot_conn {
 	int fd;
@@ -46,6 +52,7 @@ struct boot_conn {
 	uint8_t *buf; /* payload */
 	uint32_t plen;
 	size_t have;  /* bytes of header + payload read */
+	bool ready;   /* poll() said it has something (or it is new) */
 	struct fr_boot_hello *hello;
 };
 
@@ -56,8 +63,9 @@ struct fr_boot {
 	int fd; /* rank 0: listening socket; others: connection to rank 0 */
 	uint32_t rtt_us; /* others: how long the connect to rank 0 took */
 	/* rank 0 */
-	struct boot_conn pending[BOOT_MAX_PENDING];
-	int npending;
+	struct boot_conn *pending; /* [max_pending] */
+	int npending, max_pending;
+	struct pollfd *pfd;	 /* [1 + max_pending] */
 	struct boot_conn *ranks; /* [nranks], ranks[0] unused */
 };
 
@@ -450,10 +458,10 @@ static int pending_adopt(struct fr_boot *b, struct boot_conn *c)
 static int serve(struct fr_boot *b)
 {
 	int missing = b->p.nranks - 1;
-	struct pollfd pfd[1 + BOOT_MAX_PENDING];
+	struct pollfd *pfd = b->pfd;
 
 	while (missing > 0) {
-		int nfds = 0, ms = remaining_ms(b);
+		int nfds = 0, ms = remaining_ms(b), pr;
 
 		if (!ms) {
 			int r = 1;
@@ -468,9 +476,13 @@ static int serve(struct fr_boot *b)
 		pfd[nfds++] = (struct pollfd){ b->fd, POLLIN, 0 };
 		for (int i = 0; i < b->npending; i++)
 			pfd[nfds++] = (struct pollfd){ b->pending[i].fd, POLLIN, 0 };
-		if (poll(pfd, (nfds_t)nfds, ms > 100 ? 100 : ms) < 0 &&
-		    errno != EINTR)
+		pr = poll(pfd, (nfds_t)nfds, ms > 100 ? 100 : ms);
+		if (pr < 0 && errno != EINTR)
 			return FR_ESYS;
+		/* read only the connections that have something: not a
+		 * recv on each of a thousand pending ones per wake-up */
+		for (int i = 0; i < b->npending; i++)
+			b->pending[i].ready = pr < 0 || pfd[1 + i].revents;
 		/* Accept everything waiting; drop the oldest when full. */
 		for (;;) {
 			int fd = accept4(b->fd, NULL, NULL,
@@ -486,20 +498,25 @@ static int serve(struct fr_boot *b)
 			}
 			if (fd < 0)
 				break;
-			if (b->npending == BOOT_MAX_PENDING) {
+			if (b->npending == b->max_pending) {
 				conn_close(&b->pending[0]);
 				memmove(&b->pending[0], &b->pending[1],
 					sizeof(b->pending[0]) *
-						(BOOT_MAX_PENDING - 1));
+						(size_t)(b->max_pending - 1));
 				b->npending--;
 			}
 			memset(&b->pending[b->npending], 0,
 			       sizeof(b->pending[0]));
+			b->pending[b->npending].ready = true;
 			b->pending[b->npending++].fd = fd;
 		}
 		for (int i = 0; i < b->npending; i++) {
 			struct boot_conn *c = &b->pending[i];
-			int rc = pending_read(c);
+			int rc;
+
+			if (!c->ready)
+				continue;
+			rc = pending_read(c);
 
 			if (rc == 1) {
 				rc = pending_adopt(b, c);
@@ -535,6 +552,11 @@ static int begin_root(struct fr_boot *b)
 	snprintf(b->local_ip, sizeof(b->local_ip), "127.0.0.1");
 	if (b->p.nranks == 1)
 		return 0;
+	b->max_pending = b->p.nranks - 1 + BOOT_SPARE_PENDING;
+	b->pending = calloc((size_t)b->max_pending, sizeof(*b->pending));
+	b->pfd = calloc((size_t)b->max_pending + 1, sizeof(*b->pfd));
+	if (!b->pending || !b->pfd)
+		return FR_ENOMEM;
 	rc = listen_on(b);
 	if (rc)
 		return rc;
@@ -624,12 +646,18 @@ static uint32_t handshake_rtt_us(int fd, uint64_t t0)
 	return (uint32_t)FR_MIN(us, (uint64_t)UINT32_MAX);
 }
 
-static int begin_client(struct fr_boot *b)
+/*
+ * Connect to rank 0, retrying with back-off until the deadline: it may not
+ * listen yet.  again: we reached it before and it closed on us (it was
+ * starting a hundred ranks, or dropped us for a stranger's sake); then a
+ * refused connection means it is gone, and we say so at once.
+ */
+static int connect_root(struct fr_boot *b, bool again)
 {
 	char host[256];
 	uint16_t port;
-	struct sockaddr_storage ss, me;
-	socklen_t sl, ml = sizeof(me);
+	struct sockaddr_storage ss;
+	socklen_t sl;
 	int delay_ms = 10, last_errno = 0;
 	uint64_t t0;
 
@@ -637,7 +665,6 @@ static int begin_client(struct fr_boot *b)
 	    fr_resolve(host, port, &ss, &sl))
 		return fail(b, FR_EINVAL, "cannot resolve rendezvous \"%s\"",
 			    b->p.rendezvous);
-	/* Rank 0 may not be listening yet: retry with back-off. */
 	for (;;) {
 		int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		int ms;
@@ -659,7 +686,7 @@ static int begin_client(struct fr_boot *b)
 			    !err) {
 				b->fd = fd;
 				b->rtt_us = handshake_rtt_us(fd, t0);
-				break;
+				return 0;
 			}
 			last_errno = err ? err : ETIMEDOUT;
 		} else {
@@ -667,6 +694,13 @@ static int begin_client(struct fr_boot *b)
 		}
 		close(fd);
 		ms = remaining_ms(b);
+		if (again && last_errno == ECONNREFUSED) {
+			snprintf(
+				b->p.err, b->p.errlen,
+				"rank %d: rank 0 closed the rendezvous at %s and no longer listens (it failed or gave up)",
+				b->p.rank, b->p.rendezvous);
+			return FR_EBOOTSTRAP;
+		}
 		if (!ms) {
 			snprintf(b->p.err, b->p.errlen,
 				 "rank %d: cannot reach the rendezvous at %s: %s",
@@ -677,6 +711,16 @@ static int begin_client(struct fr_boot *b)
 		usleep((useconds_t)FR_MIN(delay_ms, ms) * 1000u);
 		delay_ms = FR_MIN(delay_ms * 2, 500);
 	}
+}
+
+static int begin_client(struct fr_boot *b)
+{
+	struct sockaddr_storage me;
+	socklen_t ml = sizeof(me);
+	int rc = connect_root(b, false);
+
+	if (rc)
+		return rc;
 	if (!getsockname(b->fd, (struct sockaddr *)&me, &ml))
 		fr_sockaddr_ip((struct sockaddr *)&me, b->local_ip,
 			       sizeof(b->local_ip));
@@ -710,9 +754,23 @@ static int exchange_client(struct fr_boot *b, const char *config,
 	n = fr_boot_build_hello(h, buf,
 				FR_BOOT_HDR + 16 + FR_BOOT_TOKEN_MAX +
 					FR_BOOT_CONFIG_MAX + FR_BOOT_CARD_MAX);
-	rc = n < 0 ? n : send_all(b, b->fd, buf, (size_t)n);
-	if (!rc)
-		rc = recv_all(b, b->fd, hdr, sizeof(hdr));
+	/* A connection closed before any reply (rank 0 dropped it, or it
+	 * broke while rank 0 was busy starting everyone) is made again and
+	 * the HELLO said again, until the deadline.  A rank 0 that refused
+	 * us says why (REJECT) and is not asked twice. */
+	for (;;) {
+		rc = n < 0 ? n : send_all(b, b->fd, buf, (size_t)n);
+		if (!rc)
+			rc = recv_all(b, b->fd, hdr, sizeof(hdr));
+		if (rc != FR_EPEER)
+			break;
+		fr_dbg("rendezvous: rank 0 closed our connection before replying; connecting again");
+		close(b->fd);
+		b->fd = -1;
+		rc = connect_root(b, true);
+		if (rc)
+			goto out;
+	}
 	if (rc) {
 		snprintf(b->p.err, b->p.errlen,
 			 "rank %d: rendezvous with rank 0 at %s failed: %s",
@@ -818,6 +876,8 @@ void fr_boot_end(struct fr_boot *boot)
 		return;
 	for (int i = 0; i < boot->npending; i++)
 		conn_close(&boot->pending[i]);
+	free(boot->pending);
+	free(boot->pfd);
 	if (boot->ranks) {
 		for (int r = 0; r < boot->p.nranks; r++)
 			if (boot->ranks[r].fd >= 0 || boot->ranks[r].hello)

@@ -235,9 +235,15 @@ static uint8_t *mbx_slot(struct fr_comm *comm, int from, int slot)
  * 64-rank job on 2 CPUs took 10 ms longer without it); a split's mailbox,
  * sized for its parent before the group is known (split.c), is not: its
  * rows that no member writes must cost nothing, and a split of 64 ranks
- * that faulted in 3 MB a rank took 270 ms where it now takes 30.  RDMA
- * registration pins them all anyway.
+ * that faulted in 3 MB a rank took 270 ms where it now takes 30.  Nor is
+ * the mailbox of a job of more than FR_POPULATE_MAX_RANKS ranks: up to
+ * 32 MiB a rank, so n^2 bytes on a host that runs them all (512 ranks on
+ * one host mapped 16 GiB, 1,024 would not fit in 24), where each rank
+ * writes only to the few peers its algorithms name.  RDMA registration
+ * pins them all anyway.
  */
+#define FR_POPULATE_MAX_RANKS 128
+
 static uint8_t *zeroed_pages(size_t len, bool populate)
 {
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
@@ -312,7 +318,7 @@ int fr_peers_init(struct fr_comm *c)
 
 	if (rc)
 		return rc;
-	rc = fr_peers_mailbox(c, c->nranks, true);
+	rc = fr_peers_mailbox(c, c->nranks, c->nranks <= FR_POPULATE_MAX_RANKS);
 	if (rc) {
 		free(c->peer.peers);
 		c->peer.peers = NULL;

@@ -121,7 +121,9 @@ static void make_card(int r, struct fr_boot_card *c)
 {
 	memset(c, 0, sizeof(*c));
 	/* Rank 1 the largest card, rank 2 an empty one. */
-	c->len = (uint16_t)(r == 1 ? FR_BOOT_CARD_MAX : r == 2 ? 0 : 17 + 5 * r);
+	c->len = (uint16_t)(r == 1   ? FR_BOOT_CARD_MAX
+			    : r == 2 ? 0
+				     : 17 + 5 * (r % 90));
 	for (int i = 0; i < c->len; i++)
 		c->data[i] = (uint8_t)(r * 31 + i * 7);
 }
@@ -764,6 +766,9 @@ struct spec {
 	int gate_wait; /* children: wait for a byte on the gate first */
 	int gate_post; /* children: bytes to write to the gate when done */
 	bool gate_on_fail; /* ... only if the rendezvous failed */
+	int mid_sleep_ms;  /* connected, sleep before the HELLO */
+	bool begin_post;   /* post the gate once connected */
+	bool mid_gate2;	   /* connected, wait for a byte on gate2 */
 };
 
 struct result {
@@ -779,7 +784,7 @@ struct child {
 	int fd; /* read end of its result pipe */
 };
 
-static int gate[2] = { -1, -1 };
+static int gate[2] = {-1, -1}, gate2[2] = {-1, -1};
 
 static void gate_open(void)
 {
@@ -809,6 +814,15 @@ static void gate_post(int n)
 		(void)!write(gate[1], "x", 1);
 }
 
+static void gate2_pass(void)
+{
+	struct pollfd p = {gate2[0], POLLIN, 0};
+	char c;
+
+	if (poll(&p, 1, 5000) == 1)
+		(void)!read(gate2[0], &c, 1);
+}
+
 /* One rank's rendezvous; never asserts (it runs in children too). */
 static void run_rank(const struct spec *s, struct result *res)
 {
@@ -829,6 +843,12 @@ static void run_rank(const struct spec *s, struct result *res)
 	if (res->begin_rc)
 		return;
 	snprintf(res->ip, sizeof(res->ip), "%s", fr_boot_local_ip(b));
+	if (s->begin_post)
+		gate_post(1);
+	if (s->mid_gate2)
+		gate2_pass();
+	if (s->mid_sleep_ms)
+		usleep((useconds_t)s->mid_sleep_ms * 1000u);
 	cards = calloc((size_t)s->nranks, sizeof(*cards));
 	make_card(s->card_rank, &mine);
 	res->exch_rc = fr_boot_exchange(b, s->config, &mine, cards,
@@ -1403,6 +1423,95 @@ static void test_duplicate_rank(void **state)
 	assert_non_null(strstr(dres[loser].err, "taken"));
 }
 
+/*
+ * A rank connects as soon as it starts and says HELLO once its transport
+ * is up: many ranks connected and silent at once are the normal start of
+ * a large job on a busy host.  Rank 0 once kept 64 unidentified
+ * connections and dropped the oldest beyond, genuine ranks included.
+ */
+static void test_many_slow_ranks(void **state)
+{
+	enum { N = 150 };
+	struct child *kids = calloc(N, sizeof(*kids));
+	struct result *res = calloc(N, sizeof(*res));
+
+	(void)state;
+	new_rendezvous();
+	for (int r = 1; r < N; r++) {
+		struct spec s = genuine(r, N);
+
+		s.mid_sleep_ms = 1500;
+		kids[r] = spawn(&s);
+	}
+	struct spec s0 = genuine(0, N);
+
+	run_rank(&s0, &res[0]);
+	for (int r = 1; r < N; r++)
+		collect(&kids[r], &res[r]);
+	for (int r = 0; r < N; r++) {
+		expect_success(&res[r], r);
+		assert_true(res[r].nonce == res[0].nonce);
+	}
+	free(kids);
+	free(res);
+}
+
+/*
+ * Strangers that connect after the genuine ranks and say nothing make rank
+ * 0 drop the oldest connections, the genuine ranks' (they have not said
+ * HELLO yet): those connect again and the job still meets.
+ */
+static void test_stranger_flood(void **state)
+{
+	enum { N = 4, FLOOD = 100 };
+	struct child kids[N];
+	struct result res[N];
+	pid_t raw;
+	int st;
+
+	(void)state;
+	new_rendezvous();
+	gate_open();
+	assert_int_equal(pipe(gate2), 0);
+	for (int r = 1; r < N; r++) {
+		struct spec s = genuine(r, N);
+
+		s.begin_post = true;
+		s.mid_gate2 = true;
+		kids[r] = spawn(&s);
+	}
+	fflush(NULL);
+	raw = fork();
+	assert_true(raw >= 0);
+	if (raw == 0) {
+		int fds[FLOOD], n = 0;
+
+		for (int r = 1; r < N; r++)
+			gate_pass(); /* every genuine rank is connected */
+		while (n < FLOOD && (fds[n] = raw_connect()) >= 0)
+			n++;
+		usleep(300000); /* rank 0 accepts them, dropping the oldest */
+		for (int r = 1; r < N; r++)
+			(void)!write(gate2[1], "x", 1);
+		usleep(2000000);
+		_exit(n == FLOOD ? 0 : 10);
+	}
+	struct spec s0 = genuine(0, N);
+
+	run_rank(&s0, &res[0]);
+	for (int r = 1; r < N; r++)
+		collect(&kids[r], &res[r]);
+	st = reap(raw);
+	gate_close();
+	close(gate2[0]);
+	close(gate2[1]);
+	for (int r = 0; r < N; r++) {
+		expect_success(&res[r], r);
+		assert_true(res[r].nonce == res[0].nonce);
+	}
+	assert_int_equal(st, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1418,6 +1527,8 @@ int main(void)
 		cmocka_unit_test(test_fuzz_other),
 		cmocka_unit_test(test_rendezvous_ok),
 		cmocka_unit_test(test_rendezvous_one_rank),
+		cmocka_unit_test(test_many_slow_ranks),
+		cmocka_unit_test(test_stranger_flood),
 		cmocka_unit_test(test_wrong_token),
 		cmocka_unit_test(test_tokenless_job),
 		cmocka_unit_test(test_config_mismatch),

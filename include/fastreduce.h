@@ -70,21 +70,23 @@ FR_API unsigned fr_version_number(void);
  * X(NAME, value, message).  One table makes the codes, fr_strerror() and
  * fr_errname(); codes are negative and stable across releases.
  */
-#define FR_ERRNO_MAP(X)                                                        \
-	X(EINVAL, -1, "invalid argument")                                      \
-	X(ENOMEM, -2, "out of memory")                                         \
-	X(ENODEV, -3, "no usable transport device")                           \
-	X(ETIMEDOUT, -4, "timed out waiting for a peer")                      \
-	X(EMISMATCH, -5, "ranks called the collective with different arguments") \
-	X(EPEER, -6, "a peer failed or closed its connection")                \
-	X(EBOOTSTRAP, -7, "rendezvous with the other ranks failed")           \
-	X(EPROTO, -8, "malformed or unexpected message from a peer")          \
-	X(ESYS, -9, "system call failed")                                      \
-	X(EAGAIN, -10, "operation not complete yet")                           \
-	X(ENOTSUP, -11, "operation not supported")                             \
-	X(EBUSY, -12, "resource is in use")                                    \
-	X(EAUTH, -13, "peer presented the wrong job token")                    \
-	X(ERANGE, -14, "access outside a registered region")
+#define FR_ERRNO_MAP(X)                                              \
+	X(EINVAL, -1, "invalid argument")                            \
+	X(ENOMEM, -2, "out of memory")                               \
+	X(ENODEV, -3, "no usable transport device")                  \
+	X(ETIMEDOUT, -4, "timed out waiting for a peer")             \
+	X(EMISMATCH, -5,                                             \
+	  "ranks called the collective with different arguments")    \
+	X(EPEER, -6, "a peer failed or closed its connection")       \
+	X(EBOOTSTRAP, -7, "rendezvous with the other ranks failed")  \
+	X(EPROTO, -8, "malformed or unexpected message from a peer") \
+	X(ESYS, -9, "system call failed")                            \
+	X(EAGAIN, -10, "operation not complete yet")                 \
+	X(ENOTSUP, -11, "operation not supported")                   \
+	X(EBUSY, -12, "resource is in use")                          \
+	X(EAUTH, -13, "peer presented the wrong job token")          \
+	X(ERANGE, -14, "access outside a registered region")         \
+	X(EREVOKED, -15, "the communicator was revoked")
 
 enum fr_errno {
 	FR_OK = 0,
@@ -291,6 +293,18 @@ FR_API int fr_comm_create_from_env(const fr_config_t *cfg, fr_comm_t **comm);
  * requests).  Requests still in flight are abandoned.  NULL is a no-op.
  */
 FR_API int fr_comm_destroy(fr_comm_t *comm);
+
+/*
+ * Revoke comm (as ULFM's MPI_Comm_revoke): not collective; every pending
+ * and later call on comm fails at once with FR_EREVOKED, on this rank now
+ * and on every other rank as the notice reaches it (within a round trip,
+ * whatever call each is blocked in).  On a communicator that had already
+ * failed, calls go on returning that failure's code; the notice still goes
+ * to every rank.  Sub-communicators made from comm are not revoked.  Safe
+ * from any thread, also while another waits on comm.  0, or FR_EINVAL for
+ * NULL.  See fr_comm_revoke(3).
+ */
+FR_API int fr_comm_revoke(fr_comm_t *comm);
 
 /*
  * Sub-communicators.  fr_comm_split is collective over comm: the ranks that

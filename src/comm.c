@@ -821,6 +821,33 @@ int fr_comm_destroy(fr_comm_t *comm)
 	return 0;
 }
 
+/*
+ * Revoke: the communicator fails with FR_EREVOKED here, and its ABORT goes
+ * to every rank, connecting to those we never talked to
+ * (fr_peers_tell_all); a rank that gets it fails at once, whatever
+ * collective it is in (peer.c, on_abort), and relays it to the peers it
+ * is connected to, so that the notice spreads even if this rank dies
+ * while sending it.  Then one round of the engine finishes every pending
+ * request of ours with the failure and wakes their waiters.
+ */
+int fr_comm_revoke(fr_comm_t *comm)
+{
+	bool did_work = false;
+
+	if (!comm)
+		return FR_EINVAL;
+	fr_lock(comm);
+	if (!comm->fail.failed)
+		fr_comm_fail(comm, FR_EREVOKED,
+			     "rank %d: this rank revoked the communicator",
+			     comm->rank);
+	if (comm->nranks > 1)
+		fr_peers_tell_all(comm);
+	(void)fr_progress_internal(comm, &did_work);
+	fr_unlock(comm);
+	return 0;
+}
+
 int fr_comm_rank(const fr_comm_t *comm)
 {
 	return comm ? comm->rank : FR_EINVAL;

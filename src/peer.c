@@ -1229,7 +1229,8 @@ void fr_msg_consume(struct fr_comm *c, int rank)
 static int on_abort(struct fr_comm *c, struct fr_peer *p,
 		    const struct fr_msg *m)
 {
-	int orig_err = m->err < 0 && m->err >= FR_ERANGE ? m->err : FR_EPEER;
+	/* FR_EREVOKED is the lowest code: anything else is not ours */
+	int orig_err = m->err < 0 && m->err >= FR_EREVOKED ? m->err : FR_EPEER;
 	int err = orig_err;
 	const uint8_t *b = mbx_slot(c, p->rank, c->peer.mbx_slots);
 	char text[2 * FR_ERRMSG_MAX], why[FR_ERRMSG_MAX];
@@ -1264,6 +1265,21 @@ static int on_abort(struct fr_comm *c, struct fr_peer *p,
 			"rank %d: aborted at collective #%u: rank %d failed first (%s), as reported by rank %d",
 			c->rank, m->seq, m->origin, fr_strerror(orig_err),
 			p->rank);
+	/*
+	 * A revoke ends everything at once, whatever collective either rank
+	 * is in (fr_comm_revoke): no waiting for ours to complete.
+	 */
+	if (orig_err == FR_EREVOKED) {
+		if (!c->fail.failed) {
+			memcpy(c->fail.fail_text, why, sizeof(why));
+			c->fail.fail_code = orig_err;
+			c->fail.fail_origin = m->origin;
+		}
+		return fr_comm_fail(
+			c, FR_EREVOKED,
+			"rank %d: rank %d revoked the communicator (told by rank %d)",
+			c->rank, m->origin, p->rank);
+	}
 	/*
 	 * A peer that failed in a later collective than ours had finished
 	 * ours: let ours complete, fail at the next one.

@@ -40,7 +40,7 @@ static void test_codes_negative_and_distinct(void **state)
 {
 	(void)state;
 	/* The map is not empty and its enumerators are its values. */
-	assert_true(NCODES >= 14);
+	assert_true(NCODES >= 15);
 	for (int i = 0; i < NCODES; i++) {
 		assert_int_equal(codes[i].enum_value, codes[i].map_value);
 		assert_true(codes[i].enum_value < 0);
@@ -57,6 +57,7 @@ static void test_codes_negative_and_distinct(void **state)
 	assert_int_equal(FR_ETIMEDOUT, -4);
 	assert_int_equal(FR_EAUTH, -13);
 	assert_int_equal(FR_ERANGE, -14);
+	assert_int_equal(FR_EREVOKED, -15);
 }
 
 static void test_strerror_errname(void **state)

@@ -61,6 +61,7 @@ suite "reduce, all-to-all(v), all-gatherv, reduce-scatterv over verbs" \
 suite "sub-communicators over verbs" \
 	env FR_TEST_RANKS="$c_ranks" FR_TEST_SPLIT_THREADS="4" \
 	bash "$src/tests/mp_split.sh"
+suite "revoke over verbs" env FR_TEST_RANKS=3 bash "$src/tests/mp_recover.sh"
 suite "matrix 1Mi+1 over verbs" bash -c '. "$0/tests/lib.sh"
 	run "matrix n=3 count 1048577" frrun -n 3 --transport verbs --timeout 900 \
 		"$MP" matrix --counts 1048577 --dtypes f32,bf16 --ops sum

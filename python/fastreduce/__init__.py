@@ -76,7 +76,7 @@ UNDEFINED = -1
 
 # Error codes, as in fastreduce.h (FR_EINVAL = -1, ...).
 EINVAL, ENOMEM, ENODEV, ETIMEDOUT, EMISMATCH, EPEER, EBOOTSTRAP = range(-1, -8, -1)
-EPROTO, ESYS, EAGAIN, ENOTSUP, EBUSY, EAUTH, ERANGE = range(-8, -15, -1)
+EPROTO, ESYS, EAGAIN, ENOTSUP, EBUSY, EAUTH, ERANGE, EREVOKED = range(-8, -16, -1)
 
 
 def version() -> str:
@@ -751,6 +751,12 @@ class Comm:
         h = ctypes.c_void_p()
         self._check(L.fr_comm_dup(self._live(), ctypes.byref(h)))
         return Comm._of(h)
+
+    def revoke(self) -> None:
+        """Not collective: every pending and later call on this
+        communicator fails with EREVOKED, here and on every other rank as
+        the notice reaches it (fr_comm_revoke(3))."""
+        self._check(L.fr_comm_revoke(self._live()))
 
     # ---- lifetime ----------------------------------------------------------
     def close(self) -> None:

@@ -13,6 +13,7 @@ Exits non-zero (with the failing case) on the first mismatch.
 import array
 import hashlib
 import sys
+import time
 
 import numpy as np
 
@@ -369,6 +370,34 @@ def test_split(c):
         if e.code != fr.EINVAL:
             sys.exit("FAIL split -5: %s" % e)
 
+def test_revoke(c):
+    """The last rank revokes a dup while the others wait in an All-Reduce
+    it never joins: theirs raises EREVOKED, later calls too; the parent
+    goes on."""
+    if c.size < 2:
+        return
+    d = c.dup()
+    if c.rank == c.size - 1:
+        time.sleep(0.3)
+        d.revoke()
+    else:
+        try:
+            d.allreduce(np.ones(4, np.float32))
+            sys.exit("FAIL revoke: the All-Reduce completed")
+        except fr.FastReduceError as e:
+            if e.code != fr.EREVOKED or "revoked" not in e.message:
+                sys.exit("FAIL revoke: %s" % e)
+    try:
+        d.barrier()
+        sys.exit("FAIL revoke: a later barrier completed")
+    except fr.FastReduceError as e:
+        if e.code != fr.EREVOKED:
+            sys.exit("FAIL revoke, later barrier: %s" % e)
+    d.close()
+    got = c.allreduce(np.ones(3, np.float32))
+    if not np.array_equal(got, np.full(3, c.size, np.float32)):
+        sys.exit("FAIL parent after a revoked dup: %s" % got)
+
 
 def main():
     with fr.Comm(progress=sys.argv[1] if len(sys.argv) > 1 else None) as c:
@@ -389,6 +418,7 @@ def main():
                                                              digest.hexdigest()[:16]))
         test_library_refusal(c)
     with fr.Comm(progress=sys.argv[1] if len(sys.argv) > 1 else None) as c:
+        test_revoke(c)
         test_split(c)
     rep = repr(c)
     if "closed" not in rep:

@@ -299,10 +299,10 @@ FR_API int fr_comm_destroy(fr_comm_t *comm);
  * and later call on comm fails at once with FR_EREVOKED, on this rank now
  * and on every other rank as the notice reaches it (within a round trip,
  * whatever call each is blocked in).  On a communicator that had already
- * failed, calls go on returning that failure's code; the notice still goes
- * to every rank.  Sub-communicators made from comm are not revoked.  Safe
- * from any thread, also while another waits on comm.  0, or FR_EINVAL for
- * NULL.  See fr_comm_revoke(3).
+ * failed, this rank's calls go on returning that failure's code; the
+ * revoke notice still goes to every rank.  Sub-communicators made from comm are
+ * not revoked.  Safe from any thread, also while another waits on comm.  0, or
+ * FR_EINVAL for NULL.  See fr_comm_revoke(3).
  */
 FR_API int fr_comm_revoke(fr_comm_t *comm);
 

@@ -45,6 +45,8 @@
  * for strangers only, rank 0 dropped genuine ranks (63 of 128 missing).
  */
 #define BOOT_SPARE_PENDING 64
+/* Times a rank says HELLO on a connection rank 0 closes unanswered. */
+#define BOOT_RETRIES 10
 
 struct boot_conn {
 	int fd;
@@ -758,15 +760,30 @@ static int exchange_client(struct fr_boot *b, const char *config,
 	 * broke while rank 0 was busy starting everyone) is made again and
 	 * the HELLO said again, until the deadline.  A rank 0 that refused
 	 * us says why (REJECT) and is not asked twice. */
-	for (;;) {
+	for (int tries = 1;; tries++) {
+		int ms;
+
 		rc = n < 0 ? n : send_all(b, b->fd, buf, (size_t)n);
 		if (!rc)
 			rc = recv_all(b, b->fd, hdr, sizeof(hdr));
 		if (rc != FR_EPEER)
 			break;
+		/* pushed out once or twice by a crowd is normal; every
+		 * time, rank 0 does not take what we send (another version
+		 * of the library, say): say so rather than time out */
+		if (tries == BOOT_RETRIES) {
+			snprintf(
+				b->p.err, b->p.errlen,
+				"rank %d: rank 0 at %s closed our connection %d times before replying (another job, or another version of the library?)",
+				b->p.rank, b->p.rendezvous, tries);
+			rc = FR_EBOOTSTRAP;
+			goto out;
+		}
 		fr_dbg("rendezvous: rank 0 closed our connection before replying; connecting again");
 		close(b->fd);
 		b->fd = -1;
+		ms = remaining_ms(b);
+		usleep((useconds_t)FR_MIN(10 << FR_MIN(tries, 6), ms) * 1000u);
 		rc = connect_root(b, true);
 		if (rc)
 			goto out;

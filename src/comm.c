@@ -837,12 +837,22 @@ int fr_comm_revoke(fr_comm_t *comm)
 	if (!comm)
 		return FR_EINVAL;
 	fr_lock(comm);
-	if (!comm->fail.failed)
-		fr_comm_fail(comm, FR_EREVOKED,
-			     "rank %d: this rank revoked the communicator",
-			     comm->rank);
-	if (comm->nranks > 1)
-		fr_peers_tell_all(comm);
+	if (!comm->fail.revoked) {
+		/* also when it had failed before: the others may wait on it
+		 * in a call that the first failure's notice did not end (it
+		 * is deferred to their next collective), so every rank gets
+		 * a revoke notice of its own, once (peer.c, told()) */
+		comm->fail.revoked = true;
+		comm->fail.revoke_origin = comm->rank;
+		if (!comm->fail.failed)
+			fr_comm_fail(
+				comm, FR_EREVOKED,
+				"rank %d: this rank revoked the communicator",
+				comm->rank);
+		comm->fail.told_all = false;
+		if (comm->nranks > 1)
+			fr_peers_tell_all(comm);
+	}
 	(void)fr_progress_internal(comm, &did_work);
 	fr_unlock(comm);
 	return 0;

@@ -36,6 +36,10 @@
 #include "transport.h"
 #include "util.h"
 
+/* The lowest FR_E* code (the codes are -1 .. -n, test_errors checks):
+ * a code on the wire below it is not one of ours. */
+#define FR_ERRNO_ONE_(name, val, msg) +1
+#define FR_ERRNO_LOWEST (-(0 FR_ERRNO_MAP(FR_ERRNO_ONE_)))
 #define FR_DEFAULT_TIMEOUT_MS 30000
 #define FR_DEFAULT_SEGMENT (512u * 1024u)
 #define FR_DEFAULT_SLOTS 8

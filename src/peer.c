@@ -952,12 +952,23 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 	return 0;
 }
 
+/* The peer has had our last word: the ABORT, or the revoke notice once
+ * the communicator is revoked (a second ABORT into the same slot: a revoke
+ * supersedes whatever failure came first). */
+static bool told(const struct fr_comm *c, const struct fr_peer *p)
+{
+	return c->fail.revoked ? p->revoke_sent : p->abort_sent;
+}
+
 void fr_peers_send_abort(struct fr_comm *c, int err, int origin)
 {
+	bool rv = c->fail.revoked;
 	struct fr_msg m = {.type = FR_MSG_ABORT,
 			   .seq = c->fail.fail_seq,
-			   .err = c->fail.fail_code ? c->fail.fail_code : err,
-			   .origin = origin};
+			   .err = rv		      ? FR_EREVOKED
+				  : c->fail.fail_code ? c->fail.fail_code
+						      : err,
+			   .origin = rv ? c->fail.revoke_origin : origin};
 
 	size_t len = strnlen(c->fail.fail_text, sizeof(c->fail.fail_text) - 1);
 
@@ -968,10 +979,12 @@ void fr_peers_send_abort(struct fr_comm *c, int err, int origin)
 	 * the first failing rank's own message, so that every rank can say
 	 * what went wrong where, not only that something did. */
 	for (struct fr_peer *p = c->peer.active; p; p = p->next_active) {
-		if (p->state != FR_PEER_UP || p->abort_sent || p->bye)
+		if (p->state != FR_PEER_UP || told(c, p) || p->bye)
 			continue;
-		if (!fr_msg_send(c, p->rank, &m, c->fail.fail_text, len))
+		if (!fr_msg_send(c, p->rank, &m, c->fail.fail_text, len)) {
 			p->abort_sent = true;
+			p->revoke_sent = rv;
+		}
 	}
 }
 
@@ -987,6 +1000,9 @@ void fr_peers_send_abort(struct fr_comm *c, int err, int origin)
  * fails with n - 1 new connections, not n^2.
  */
 #define FR_TELL_MS 1000
+/* A revoke has nobody else to tell the ranks it misses: they would wait
+ * for it until the timeout.  Give connections longer to come up. */
+#define FR_TELL_REVOKE_MS 5000
 
 /* The failed communicator's last polls: one batch of completions into the
  * bookkeeping (the algorithms are done: theirs are dropped); how many, or
@@ -1007,7 +1023,9 @@ static int drain(struct fr_comm *c)
 void fr_peers_tell_all(struct fr_comm *c)
 {
 	uint64_t deadline =
-		fr_now_ms() + FR_MIN(c->peer.timeout_ms, FR_TELL_MS);
+		fr_now_ms() +
+		FR_MIN(c->peer.timeout_ms,
+		       c->fail.revoked ? FR_TELL_REVOKE_MS : FR_TELL_MS);
 	int origin = c->fail.fail_origin >= 0 ? c->fail.fail_origin : c->rank;
 
 	if (!c->peer.peers || !c->fail.failed || c->nranks < 2 ||
@@ -1031,8 +1049,7 @@ void fr_peers_tell_all(struct fr_comm *c)
 		fr_peers_send_abort(c, c->fail.failed, origin);
 		for (struct fr_peer *p = c->peer.active; p; p = p->next_active)
 			if (p->state == FR_PEER_CONNECTING ||
-			    (p->state == FR_PEER_UP && !p->abort_sent &&
-			     !p->bye))
+			    (p->state == FR_PEER_UP && !told(c, p) && !p->bye))
 				all = false;
 		if (all || fr_now_ms() >= deadline)
 			break;
@@ -1229,8 +1246,8 @@ void fr_msg_consume(struct fr_comm *c, int rank)
 static int on_abort(struct fr_comm *c, struct fr_peer *p,
 		    const struct fr_msg *m)
 {
-	/* FR_EREVOKED is the lowest code: anything else is not ours */
-	int orig_err = m->err < 0 && m->err >= FR_EREVOKED ? m->err : FR_EPEER;
+	int orig_err =
+		m->err < 0 && m->err >= FR_ERRNO_LOWEST ? m->err : FR_EPEER;
 	int err = orig_err;
 	const uint8_t *b = mbx_slot(c, p->rank, c->peer.mbx_slots);
 	char text[2 * FR_ERRMSG_MAX], why[FR_ERRMSG_MAX];
@@ -1270,15 +1287,26 @@ static int on_abort(struct fr_comm *c, struct fr_peer *p,
 	 * is in (fr_comm_revoke): no waiting for ours to complete.
 	 */
 	if (orig_err == FR_EREVOKED) {
-		if (!c->fail.failed) {
+		bool was = c->fail.failed != 0;
+
+		if (c->fail.revoked)
+			return c->fail.failed; /* relayed already */
+		c->fail.revoked = true;
+		c->fail.revoke_origin = m->origin;
+		if (!was) {
 			memcpy(c->fail.fail_text, why, sizeof(why));
 			c->fail.fail_code = orig_err;
 			c->fail.fail_origin = m->origin;
 		}
-		return fr_comm_fail(
+		fr_comm_fail(
 			c, FR_EREVOKED,
 			"rank %d: rank %d revoked the communicator (told by rank %d)",
 			c->rank, m->origin, p->rank);
+		/* failed before: fr_comm_fail kept that failure and sent
+		 * nothing; the revoke is passed on all the same */
+		if (was)
+			fr_peers_send_abort(c, FR_EREVOKED, m->origin);
+		return c->fail.failed;
 	}
 	/*
 	 * A peer that failed in a later collective than ours had finished

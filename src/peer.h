@@ -147,6 +147,7 @@ struct fr_peer {
 	int credits;	   /* free data slots there for us */
 	uint32_t send_seq; /* data slots used so far */
 	bool abort_sent, bye_sent;
+	bool revoke_sent; /* our revoke notice went (fr_comm_revoke) */
 	bool told_only; /* connected only to hand it our ABORT */
 	/* receiving from it into our mailbox */
 	uint32_t recv_arrived; /* data messages landed */
@@ -231,6 +232,10 @@ struct fr_fail {
 	int fail_code;
 	uint32_t fail_seq; /* the first collective the failure ended */
 	bool told_all;	   /* fr_peers_tell_all has run */
+	/* revoked (fr_comm_revoke), here or by revoke_origin: its notice
+	 * goes to every peer once more, whatever failed before */
+	bool revoked;
+	int revoke_origin;
 	char fail_text[FR_ERRMSG_MAX];
 };
 

@@ -16,8 +16,11 @@
  *         All-Reduce that nobody joins, a second thread revokes; the wait
  *         ends with FR_EREVOKED, the other ranks learn it at their next
  *         call;
- *       - revoking a revoked or failed communicator again returns 0 and
- *         changes nothing; NULL is FR_EINVAL;
+ *       - after a failure: the last rank's own call is refused, which
+ *         ends only the others' next collective, not the receive from it
+ *         they wait in; its revoke ends that receive at once;
+ *       - revoking a revoked communicator again returns 0 and changes
+ *         nothing; NULL is FR_EINVAL;
  *       and throughout, the job's communicator and a dup nobody revoked
  *       reduce right (bit-identical sums on every rank).
  * Exit 0 when everything held; messages say what did not.
@@ -172,12 +175,48 @@ static void case_thread(fr_comm_t *comm, fr_comm_t *world)
 	stays_revoked(comm, "thread");
 }
 
+/*
+ * The last rank's own call is refused (a bad datatype), which fails the
+ * communicator everywhere: but the others wait in a receive from it, and a
+ * refusal's notice ends only their next collective.  Its revoke ends the
+ * receive at once.
+ */
+static void case_after_failure(fr_comm_t *comm)
+{
+	int last = nranks - 1, rc;
+
+	if (rank == last) {
+		int32_t v = 1;
+
+		rc = fr_allreduce(comm, &v, &v, 1, (fr_dtype_t)999, FR_SUM);
+		CHECK(rc == FR_EINVAL, "after failure: refused call: %s",
+		      fr_strerror(rc));
+		usleep(300 * 1000); /* the others still wait */
+		CHECK(fr_comm_revoke(comm) == 0, "revoke");
+		rc = fr_barrier(comm);
+		CHECK(rc == FR_EINVAL,
+		      "after failure: the revoker's later calls keep its own failure: %s",
+		      fr_strerror(rc));
+	} else {
+		int32_t v[16];
+		double t = now_ms();
+
+		rc = fr_recv(comm, v, 16, FR_I32, last, 9);
+		t = now_ms() - t;
+		CHECK(rc == FR_EREVOKED,
+		      "after failure: receive ended with %s after %.0f ms (%s)",
+		      fr_strerror(rc), t, fr_comm_last_error(comm));
+		CHECK(t < AT_ONCE_MS, "after failure: revoke took %.0f ms", t);
+		stays_revoked(comm, "after failure");
+	}
+}
+
 static int mode_revoke(fr_comm_t *world)
 {
-	fr_comm_t *d[3] = { NULL }, *keep = NULL;
+	fr_comm_t *d[4] = {NULL}, *keep = NULL;
 	int rc;
 
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		rc = fr_comm_dup(world, &d[i]);
 		CHECK(!rc, "dup %d: %s", i, fr_strerror(rc));
 	}
@@ -194,8 +233,10 @@ static int mode_revoke(fr_comm_t *world)
 	works(world, "world after a receive revoked");
 	case_thread(d[2], world);
 	works(world, "world after a thread revoked");
+	case_after_failure(d[3]);
+	works(world, "world after a failed communicator revoked");
 	works(keep, "the dup nobody revoked, at the end");
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		fr_comm_destroy(d[i]);
 	fr_comm_destroy(keep);
 	return fails;

@@ -58,6 +58,10 @@ static void test_codes_negative_and_distinct(void **state)
 	assert_int_equal(FR_EAUTH, -13);
 	assert_int_equal(FR_ERANGE, -14);
 	assert_int_equal(FR_EREVOKED, -15);
+	/* the codes are -1 .. -NCODES, no gap: the library recognises a
+	 * code on the wire by that range (FR_ERRNO_LOWEST) */
+	for (int i = 0; i < NCODES; i++)
+		assert_true(codes[i].enum_value >= -NCODES);
 }
 
 static void test_strerror_errname(void **state)

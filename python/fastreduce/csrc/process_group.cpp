@@ -170,6 +170,14 @@ class CallbackPool
 	void post(std::function<void()> f)
 	{
 		std::unique_lock<std::mutex> l(mu_);
+		if (closing_) {
+			// the interpreter is going: a completion run now would
+			// reopen the window drain() closed; nobody waits for it
+			// any more, and what it holds (tensors) is not ours to
+			// drop on this thread (see Graveyard): kept, never run
+			new std::function<void()>(std::move(f));
+			return;
+		}
 		q_.push_back(std::move(f));
 		if (idle_ > woken_) {
 			woken_++;
@@ -189,6 +197,7 @@ class CallbackPool
 	bool drain(std::chrono::milliseconds limit)
 	{
 		std::unique_lock<std::mutex> l(mu_);
+		closing_ = true;
 		return done_cv_.wait_for(
 			l, limit, [&] { return q_.empty() && running_ == 0; });
 	}
@@ -225,6 +234,7 @@ class CallbackPool
 	std::condition_variable cv_, done_cv_;
 	std::deque<std::function<void()>> q_;
 	int idle_ = 0, woken_ = 0, running_ = 0;
+	bool closing_ = false; // drain() has begun: post() keeps, never runs
 };
 
 // What our threads are done with (Works, the tensors a request used, the

@@ -296,8 +296,9 @@ FR_API int fr_comm_destroy(fr_comm_t *comm);
 
 /*
  * Revoke comm (as ULFM's MPI_Comm_revoke): not collective; every pending
- * and later call on comm fails at once with FR_EREVOKED, on this rank now
- * and on every other rank as the notice reaches it (within a round trip,
+ * and later call on comm fails at once with FR_EREVOKED, on this rank when
+ * it returns (it may take up to 5 s to reach ranks never talked to) and on
+ * every other rank as the notice reaches it (within a round trip,
  * whatever call each is blocked in).  On a communicator that had already
  * failed, this rank's calls go on returning that failure's code; the
  * revoke notice still goes to every rank.  Sub-communicators made from comm are

@@ -16,7 +16,10 @@
  *
  * Mailbox wire format: rank p writes into our mailbox at
  *   [p][slot][mbx_slot_size], slot < mbx_slots (data, one credit each),
- *   slot mbx_slots (ABORT, sent at most once), mbx_slots + 1 (BYE, once),
+ *   slot mbx_slots (ABORT, at most once, and once more to supersede it
+ *   with a revoke: safe because a failed communicator's fail_text and
+ *   fail_seq never change, so both have the same length), mbx_slots + 1
+ *   (BYE, once),
  * a 64-byte little-endian header followed by the payload:
  *    0 u32 magic "FRM1"   4 u8 type   5 u8 coll   6 u8 algo   7 u8 dtype
  *    8 u8 op   9 u8 0    10 u16 step  12 u32 seq  16 u64 count

@@ -950,15 +950,21 @@ static void expect_success(const struct result *r, int rank)
 }
 
 /* Rank 0 here, ranks 1..n-1 in children; returns the nonce. */
-static uint64_t run_job(int n)
+/* Rank 0 here, ranks 1..n-1 in children, each silent for mid_sleep_ms
+ * between connecting and its HELLO; returns the nonce. */
+static uint64_t run_job(int n, int mid_sleep_ms)
 {
-	struct child kids[8];
-	struct result res[8];
+	struct child *kids = calloc((size_t)n, sizeof(*kids));
+	struct result *res = calloc((size_t)n, sizeof(*res));
+	uint64_t nonce;
 
+	assert_non_null(kids);
+	assert_non_null(res);
 	new_rendezvous();
 	for (int r = 1; r < n; r++) {
 		struct spec s = genuine(r, n);
 
+		s.mid_sleep_ms = mid_sleep_ms;
 		kids[r] = spawn(&s);
 	}
 	struct spec s0 = genuine(0, n);
@@ -970,7 +976,10 @@ static uint64_t run_job(int n)
 		expect_success(&res[r], r);
 		assert_true(res[r].nonce == res[0].nonce);
 	}
-	return res[0].nonce;
+	nonce = res[0].nonce;
+	free(kids);
+	free(res);
+	return nonce;
 }
 
 static void test_rendezvous_ok(void **state)
@@ -978,10 +987,10 @@ static void test_rendezvous_ok(void **state)
 	uint64_t a, b;
 
 	(void)state;
-	a = run_job(4);
-	b = run_job(4);
+	a = run_job(4, 0);
+	b = run_job(4, 0);
 	assert_true(a != b); /* a fresh random nonce per job */
-	run_job(2);
+	run_job(2, 0);
 }
 
 static void test_rendezvous_one_rank(void **state)
@@ -1431,29 +1440,8 @@ static void test_duplicate_rank(void **state)
  */
 static void test_many_slow_ranks(void **state)
 {
-	enum { N = 150 };
-	struct child *kids = calloc(N, sizeof(*kids));
-	struct result *res = calloc(N, sizeof(*res));
-
 	(void)state;
-	new_rendezvous();
-	for (int r = 1; r < N; r++) {
-		struct spec s = genuine(r, N);
-
-		s.mid_sleep_ms = 1500;
-		kids[r] = spawn(&s);
-	}
-	struct spec s0 = genuine(0, N);
-
-	run_rank(&s0, &res[0]);
-	for (int r = 1; r < N; r++)
-		collect(&kids[r], &res[r]);
-	for (int r = 0; r < N; r++) {
-		expect_success(&res[r], r);
-		assert_true(res[r].nonce == res[0].nonce);
-	}
-	free(kids);
-	free(res);
+	run_job(150, 1500);
 }
 
 /*

@@ -308,6 +308,40 @@ FR_API int fr_comm_destroy(fr_comm_t *comm);
 FR_API int fr_comm_revoke(fr_comm_t *comm);
 
 /*
+ * Agree (as ULFM's MPI_Comm_agree): collective over the ranks of comm that
+ * are alive, and fault-tolerant: it completes although ranks fail before
+ * or during it, and works on a failed or revoked communicator.  Every
+ * surviving rank gets the same *flags (the bitwise AND of the values the
+ * survivors passed in *flags) and the same code: 0, or FR_EPEER when ranks
+ * of comm have failed (fr_comm_failed names them; the communicator then
+ * fails, if it had not).  A rank the others counted as failed (it answered
+ * nothing for FR_TIMEOUT_MS) gets FR_EPEER and finds itself among them.
+ * FR_EINVAL for NULL.  See fr_comm_agree(3).
+ */
+FR_API int fr_comm_agree(fr_comm_t *comm, uint32_t *flags);
+
+/*
+ * The ranks of comm known to have failed, ascending: up to max of them in
+ * ranks, how many in all in *nfailed.  After fr_comm_agree, the set it
+ * agreed on (the same on every survivor), plus any found failed since.
+ * 0, or FR_EINVAL.  See fr_comm_failed(3).
+ */
+FR_API int fr_comm_failed(fr_comm_t *comm, int *ranks, int max, int *nfailed);
+
+/*
+ * Shrink (as ULFM's MPI_Comm_shrink): collective over the surviving ranks
+ * of comm, fault-tolerant as fr_comm_agree.  *newcomm is a communicator of
+ * the ranks that have not failed, in their order in comm, over the same
+ * endpoint and connections (as fr_comm_split's); works on a failed or
+ * revoked comm, which stays as it is (destroy it).  Ranks that fail during
+ * the shrink are left out (it agrees again).  0, FR_EPEER when this rank
+ * was counted as failed or ranks kept failing, FR_EBUSY with no
+ * communicator id left, FR_ENOMEM, FR_EINVAL for NULL.  See
+ * fr_comm_shrink(3).
+ */
+FR_API int fr_comm_shrink(fr_comm_t *comm, fr_comm_t **newcomm);
+
+/*
  * Sub-communicators.  fr_comm_split is collective over comm: the ranks that
  * pass the same color (>= 0) form a new communicator, ordered by (key,
  * rank in comm); a rank passing FR_UNDEFINED gets *newcomm = NULL.

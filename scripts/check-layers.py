@@ -35,11 +35,12 @@ LAYERS = [
     ("transport", ["src/transport.c", "transports/"]),
     ("memory", ["src/mem.c"]),
     ("peers", ["src/peer.c"]),
+    ("recovery", ["src/agree.c"]),
     ("algorithms", ["src/algo/"]),
     ("engine", ["src/lock.c", "src/request.c", "src/progress.c",
                 "src/p2p.c"]),
     ("entry points", ["src/comm.c", "src/coll.c", "src/buckets.c",
-                      "src/sendrecv.c", "src/split.c"]),
+                      "src/sendrecv.c", "src/split.c", "src/recover.c"]),
 ]
 
 

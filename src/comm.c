@@ -507,12 +507,13 @@ static uint64_t job_hash(const struct settings *s)
 /*
  * Mailbox geometry: FR_EAGER_BYTES of payload per slot (default 32 KiB, at
  * least 128: the ring's READY message must fit),
- * shrunk so that the mailbox (nranks x (slots + 2) slots, pinned on RDMA)
+ * shrunk so that the mailbox (nranks x (slots + 3) slots, pinned on RDMA)
  * stays within 32 MiB on large jobs.
  */
 static void mailbox_size(struct fr_comm *c, size_t eager)
 {
-	size_t cap = (32u << 20) / ((size_t)c->nranks * (FR_MBX_SLOTS + 2));
+	size_t cap = (32u << 20) /
+		     ((size_t)c->nranks * (FR_MBX_SLOTS + FR_MBX_SPECIAL));
 
 	c->peer.mbx_slots = FR_MBX_SLOTS;
 	c->peer.out_slots = 2 * FR_MBX_SLOTS;
@@ -574,6 +575,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	c->topo.ring_by_rank = s->ring_by_rank;
 	c->algo.forced = s->algo;
 	c->fail.fail_origin = -1;
+	c->fail.dead_first = -1;
 	mailbox_size(c, s->eager_bytes);
 	c->stats.size = sizeof(c->stats);
 	c->thr.progress_mode = s->progress;
@@ -813,48 +815,12 @@ int fr_comm_destroy(fr_comm_t *comm)
 	fr_algos_comm_free(comm);
 	fr_scratch_free(comm);
 	fr_mem_cache_flush(comm);
+	fr_agree_fini(comm);
 	fr_peers_fini(comm);
 	comm->tp_ops->close(comm->tp);
 	fr_comm_free_cards(comm);
 	fr_lock_fini(comm);
 	free(comm);
-	return 0;
-}
-
-/*
- * Revoke: the communicator fails with FR_EREVOKED here, and its ABORT goes
- * to every rank, connecting to those we never talked to
- * (fr_peers_tell_all); a rank that gets it fails at once, whatever
- * collective it is in (peer.c, on_abort), and relays it to the peers it
- * is connected to, so that the notice spreads even if this rank dies
- * while sending it.  Then one round of the engine finishes every pending
- * request of ours with the failure and wakes their waiters.
- */
-int fr_comm_revoke(fr_comm_t *comm)
-{
-	bool did_work = false;
-
-	if (!comm)
-		return FR_EINVAL;
-	fr_lock(comm);
-	if (!comm->fail.revoked) {
-		/* also when it had failed before: the others may wait on it
-		 * in a call that the first failure's notice did not end (it
-		 * is deferred to their next collective), so every rank gets
-		 * a revoke notice of its own, once (peer.c, told()) */
-		comm->fail.revoked = true;
-		comm->fail.revoke_origin = comm->rank;
-		if (!comm->fail.failed)
-			fr_comm_fail(
-				comm, FR_EREVOKED,
-				"rank %d: this rank revoked the communicator",
-				comm->rank);
-		comm->fail.told_all = false;
-		if (comm->nranks > 1)
-			fr_peers_tell_all(comm);
-	}
-	(void)fr_progress_internal(comm, &did_work);
-	fr_unlock(comm);
 	return 0;
 }
 

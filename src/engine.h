@@ -11,7 +11,8 @@
  * and post what it can.
  *
  * Layer: engine.  Calls the algorithms only through the table's hooks
- * (fr_algo_select, fr_algos_*: algo/algo.h), the peers, the memory layer
+ * (fr_algo_select, fr_algos_*: algo/algo.h), the agreement (agree.h: its
+ * rounds, also on a failed communicator), the peers, the memory layer
  * and the transport's poll/wait/wake; called by the entry points.  Within
  * the layer progress.c calls request.c, which calls lock.c and p2p.c
  * (point-to-point requests, which p2p.c says how they travel).  Owns struct
@@ -139,6 +140,10 @@ bool fr_engine_step(struct fr_comm *comm, bool *did_work);
 /* fr_wait() with the lock held. */
 int fr_req_wait_locked(struct fr_request *req);
 int fr_progress_internal(struct fr_comm *comm, bool *did_work);
+/* An agreement runs or owes messages: rounds must poll, failed or not. */
+bool fr_engine_busy(const struct fr_comm *comm);
+/* Run the engine until the agreement begun (agree.h) has decided. */
+void fr_engine_agree_wait(struct fr_comm *comm);
 void fr_requests_abandon(struct fr_comm *comm);
 int fr_req_submit(struct fr_comm *comm, struct fr_request *req,
 		  fr_request_t **out);

@@ -7,10 +7,11 @@
  * from the objects' symbols that no two files call each other):
  *
  *   entry points   comm.c coll.c buckets.c      the public API, the lock taken
- *                  sendrecv.c split.c
+ *                  sendrecv.c split.c recover.c
  *   engine         progress.c request.c lock.c  requests, progress, the lock,
  *                  p2p.c                        point-to-point
  *   algorithms     src/algo/                    schedules behind struct fr_algo
+ *   recovery       agree.c                      fault-tolerant agreement
  *   peers          peer.c                       connections, mailboxes,
  *                                               liveness, failure and abort
  *   memory         mem.c                        registrations, cache, scratch
@@ -50,6 +51,7 @@
 struct fr_comm;
 
 /* every layer's state and interface (the order is clang-format's) */
+#include "agree.h"
 #include "algo/algo.h"
 #include "engine.h"
 #include "mem.h"
@@ -115,6 +117,7 @@ struct fr_comm {
 	struct fr_mem_layer mem;   /* mem.h: registrations, cache */
 	struct fr_peer_layer peer; /* peer.h: connections, liveness */
 	struct fr_fail fail;	   /* peer.h: failure and abort */
+	struct fr_agree agr;	   /* agree.h: fault-tolerant agreement */
 	struct fr_topo topo;	   /* topo.h: nodes, the ring's order */
 	struct fr_algo_layer algo; /* algo/algo.h: choice, model, state */
 	struct fr_engine eng;	   /* engine.h: the request queue */
@@ -152,6 +155,21 @@ int fr_refuse(struct fr_comm *comm, int err, const char *fmt, ...)
 int fr_comm_nodes_take(struct fr_comm *c, const uint64_t *ids,
 		       const uint16_t *cpus);
 void fr_comm_free_cards(struct fr_comm *c);
+
+/*
+ * split.c, for fr_comm_shrink (recover.c), without the parent's lock: a
+ * new communicator's state and mailbox before its group is known, and its
+ * mailbox's key (kl bytes); undone (keep: a peer may have the key, so the
+ * mailbox stays until the endpoint closes); made, for members (parent
+ * ranks, ascending), with id and each member's key (keys[i]).  On
+ * failure fr_split_make has undone c.
+ */
+int fr_split_early(struct fr_comm *parent, size_t kl, struct fr_comm **out,
+		   uint8_t *key);
+void fr_split_early_undo(struct fr_comm *parent, struct fr_comm *c, bool keep);
+int fr_split_make(struct fr_comm *parent, const int *members, int n, int id,
+		  const uint8_t *const *keys, size_t kl, struct fr_comm *c,
+		  fr_comm_t **out);
 
 /* coll.c: fr_iallreduce_ex() with the lock held (buckets.c). */
 int fr_iallreduce_locked(struct fr_comm *comm, const void *sendbuf,

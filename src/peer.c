@@ -19,7 +19,11 @@
  *   slot mbx_slots (ABORT, at most once, and once more to supersede it
  *   with a revoke: safe because a failed communicator's fail_text and
  *   fail_seq never change, so both have the same length), mbx_slots + 1
- *   (BYE, once),
+ *   (BYE, once), mbx_slots + 2 + ch (CTRL, channel ch < FR_CTRL_CHANNELS:
+ *   recovery's, agree.c, each new one overwriting the last; aux carries a
+ *   checksum of the payload, so that one read while the next lands, which
+ *   RDMA allows, is seen torn and skipped: the next one's completion
+ *   follows),
  * a 64-byte little-endian header followed by the payload:
  *    0 u32 magic "FRM1"   4 u8 type   5 u8 coll   6 u8 algo   7 u8 dtype
  *    8 u8 op   9 u8 0    10 u16 step  12 u32 seq  16 u64 count
@@ -202,7 +206,8 @@ int fr_msg_decode(const uint8_t *b, size_t maxlen, struct fr_msg *m)
 	m->err = (int32_t)fr_get_le32(b + 44);
 	m->origin = (int32_t)fr_get_le32(b + 48);
 	m->aux = fr_get_le32(b + 52);
-	if (m->type < FR_MSG_DATA || m->type > FR_MSG_CTS || m->len > maxlen)
+	if (m->type < FR_MSG_DATA || m->type > FR_MSG_TYPE_MAX ||
+	    m->len > maxlen)
 		return FR_EPROTO;
 	return 0;
 }
@@ -215,14 +220,16 @@ size_t fr_msg_payload_max(const struct fr_comm *comm)
 /* Where in rank's mailbox our slot rslot is. */
 static uint64_t mbx_roff(const struct fr_comm *c, uint32_t rslot)
 {
-	return ((uint64_t)c->rank * (uint64_t)(c->peer.mbx_slots + 2) + rslot) *
+	return ((uint64_t)c->rank *
+			(uint64_t)(c->peer.mbx_slots + FR_MBX_SPECIAL) +
+		rslot) *
 	       c->peer.mbx_slot_size;
 }
 
 static uint8_t *mbx_slot(struct fr_comm *comm, int from, int slot)
 {
 	return comm->peer.mbx +
-	       ((size_t)from * (size_t)(comm->peer.mbx_slots + 2) +
+	       ((size_t)from * (size_t)(comm->peer.mbx_slots + FR_MBX_SPECIAL) +
 		(size_t)slot) *
 		       comm->peer.mbx_slot_size;
 }
@@ -279,7 +286,7 @@ int fr_peers_mailbox(struct fr_comm *c, int rows, bool populate)
 	size_t sz;
 	int rc;
 
-	sz = (size_t)rows * (size_t)(c->peer.mbx_slots + 2) *
+	sz = (size_t)rows * (size_t)(c->peer.mbx_slots + FR_MBX_SPECIAL) *
 	     c->peer.mbx_slot_size;
 	c->peer.mbx_len = page_round(sz);
 	c->peer.mbx = zeroed_pages(c->peer.mbx_len, populate);
@@ -341,6 +348,8 @@ void fr_peers_fini(struct fr_comm *c)
 				p->stash = s->next;
 				free(s);
 			}
+			for (int ch = 0; ch < FR_CTRL_CHANNELS; ch++)
+				free(p->ctrl[ch]);
 		}
 	if (c->peer.peers)
 		for (struct fr_peer *p = c->peer.active; p; p = p->next_active)
@@ -425,6 +434,8 @@ static int peer_advance(struct fr_comm *c, struct fr_peer *p)
 
 failed:
 	p->state = FR_PEER_DOWN;
+	if (rc != FR_ERANGE)
+		fr_peers_mark_dead(c, p->rank);
 	/* a write outside our registered memory that came before we accepted
 	 * the connection: the protocol error the completion path reports */
 	if (rc == FR_ERANGE)
@@ -467,6 +478,7 @@ int fr_peer_need(struct fr_comm *c, int rank)
 				c->peer.addrlens[rank], &p->conn);
 			if (rc) {
 				p->state = FR_PEER_DOWN;
+				fr_peers_mark_dead(c, rank);
 				return fr_comm_fail(
 					c, rc,
 					"rank %d: connecting to rank %d failed: %s%s%s",
@@ -696,7 +708,7 @@ int fr_peers_watch(struct fr_comm *comm, const struct fr_request *req, int peer)
 			"rank %d: collective #%u (%s): rank %d is alive and in it but sent nothing for %llu ms",
 			comm->rank, req->seq, name, peer,
 			(unsigned long long)idle);
-	else if (peer >= 0)
+	else if (peer >= 0 && (fr_peers_mark_dead(comm, peer), true))
 		fr_comm_fail(
 			comm, FR_ETIMEDOUT,
 			"rank %d: collective #%u (%s): no progress for %llu ms waiting on rank %d, which does not answer (dead, hung, unreachable, or busy outside the library without a progress thread)",
@@ -721,6 +733,7 @@ int fr_peers_watch_p2p(struct fr_comm *comm, int peer)
 	if (liveness(comm, peer, comm->peer.seq, idle, &level) >= 0 ||
 	    idle < (uint64_t)comm->peer.timeout_ms)
 		return 0;
+	fr_peers_mark_dead(comm, peer);
 	return fr_comm_fail(
 		comm, FR_ETIMEDOUT,
 		"rank %d: point-to-point with rank %d: no progress for %llu ms and rank %d does not answer (dead, hung, unreachable, or busy outside the library without a progress thread)",
@@ -818,8 +831,10 @@ static int write_failed(struct fr_comm *c, struct fr_peer *p, int rc)
 
 	if (rc == FR_EAGAIN)
 		return rc;
-	if (rc == FR_EPEER)
+	if (rc == FR_EPEER) {
 		p->state = FR_PEER_DOWN;
+		fr_peers_mark_dead(c, p->rank);
+	}
 	return fr_comm_fail(c, rc == FR_ERANGE ? FR_EPROTO : rc,
 			    "rank %d: writing to rank %d failed: %s%s%s%s",
 			    c->rank, p->rank, fr_strerror(rc), why ? " (" : "",
@@ -887,7 +902,8 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 		const void *payload, size_t len)
 {
 	struct fr_peer *p = &c->peer.peers[rank];
-	bool special = m->type == FR_MSG_ABORT || m->type == FR_MSG_BYE;
+	bool special = m->type == FR_MSG_ABORT || m->type == FR_MSG_BYE ||
+		       m->type == FR_MSG_CTRL;
 	uint32_t slot = 0, rslot;
 	uint8_t *buf;
 	int rc, i;
@@ -916,8 +932,8 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 				return write_failed(c, p, rc);
 		}
 	}
-	/* The last outbox slots are kept for ABORT and BYE, which must go
-	 * out however busy the data path is. */
+	/* The last outbox slots are kept for ABORT, BYE and CTRL, which must
+	 * go out however busy the data path is. */
 	if (!special && __builtin_popcountll(c->peer.out_busy) >=
 				c->peer.out_slots - FR_OUT_RESERVED)
 		return FR_EAGAIN;
@@ -929,7 +945,7 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 	}
 	if (i == c->peer.out_slots)
 		return FR_EAGAIN;
-	/* credits ride on data only: ABORT and BYE end the conversation */
+	/* credits ride on data only: ABORT, BYE and CTRL take none */
 	m->credits = special ? 0 : (uint32_t)p->credits_owed;
 	m->len = (uint32_t)len;
 	buf = c->peer.out + (size_t)slot * c->peer.mbx_slot_size;
@@ -937,8 +953,9 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 	if (len)
 		memcpy(buf + FR_MSG_HDR, payload, len);
 	rslot = m->type == FR_MSG_ABORT ? (uint32_t)c->peer.mbx_slots
-		: m->type == FR_MSG_BYE
-			? (uint32_t)c->peer.mbx_slots + 1
+		: m->type == FR_MSG_BYE ? (uint32_t)c->peer.mbx_slots + 1
+		: m->type == FR_MSG_CTRL
+			? (uint32_t)c->peer.mbx_slots + 2u + m->step
 			: p->send_seq % (uint32_t)c->peer.mbx_slots;
 	rc = c->tp_ops->write_imm(p->conn, c->peer.out_mem->tp_mr,
 				  (size_t)slot * c->peer.mbx_slot_size,
@@ -971,7 +988,9 @@ void fr_peers_send_abort(struct fr_comm *c, int err, int origin)
 			   .err = rv		      ? FR_EREVOKED
 				  : c->fail.fail_code ? c->fail.fail_code
 						      : err,
-			   .origin = rv ? c->fail.revoke_origin : origin};
+			   .origin = rv ? c->fail.revoke_origin : origin,
+			   /* the first rank found dead here, + 1 (0: none) */
+			   .aux = (uint32_t)(c->fail.dead_first + 1)};
 
 	size_t len = strnlen(c->fail.fail_text, sizeof(c->fail.fail_text) - 1);
 
@@ -1256,6 +1275,11 @@ static int on_abort(struct fr_comm *c, struct fr_peer *p,
 	char text[2 * FR_ERRMSG_MAX], why[FR_ERRMSG_MAX];
 	size_t len = FR_MIN((size_t)m->len, sizeof(why) - 1);
 
+	/* the rank its sender found dead, if any: dead here too */
+	if (m->aux && m->aux <= (uint32_t)c->nranks &&
+	    (int)m->aux - 1 != c->rank)
+		fr_peers_mark_dead(c, (int)m->aux - 1);
+
 	/* Its own message, as text we can print: control characters out. */
 	for (size_t i = 0; i < len; i++) {
 		uint8_t ch = b[FR_MSG_HDR + i];
@@ -1338,13 +1362,44 @@ static int on_abort(struct fr_comm *c, struct fr_peer *p,
 	return fr_comm_fail(c, err, "%s", text);
 }
 
+/* FNV-1a of a CTRL message's payload and length (its aux). */
+static uint32_t ctrl_sum(const uint8_t *b, size_t len)
+{
+	uint32_t h = 2166136261u ^ (uint32_t)len;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ b[i]) * 16777619u;
+	return h;
+}
+
+/* A CTRL message: kept as the peer's latest, unless read torn (the next
+ * one is landing over it; its completion follows). */
+static int on_ctrl(struct fr_comm *c, struct fr_peer *p, int ch,
+		   const struct fr_msg *m, const uint8_t *payload)
+{
+	if (ctrl_sum(payload, m->len) != m->aux)
+		return 0;
+	if (!p->ctrl[ch]) {
+		p->ctrl[ch] = malloc(fr_msg_payload_max(c));
+		if (!p->ctrl[ch])
+			return 0; /* as if lost: it is sent again */
+	}
+	memcpy(p->ctrl[ch], payload, m->len);
+	p->ctrl_len[ch] = m->len;
+	if (!p->ctrl_new[ch])
+		c->peer.ctrl_new++;
+	p->ctrl_new[ch] = true;
+	return 0;
+}
+
 static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
 		  uint32_t len)
 {
 	const uint8_t *b;
 	struct fr_msg m;
 
-	if (slot > (uint32_t)c->peer.mbx_slots + 1 || len < FR_MSG_COMPACT)
+	if (slot >= (uint32_t)(c->peer.mbx_slots + FR_MBX_SPECIAL) ||
+	    len < FR_MSG_COMPACT)
 		goto bad;
 	b = mbx_slot(c, p->rank, (int)slot);
 	if (fr_msg_decode(b, fr_msg_payload_max(c), &m) || m.len != len - m.hdr)
@@ -1353,6 +1408,13 @@ static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
 		if (m.type != FR_MSG_ABORT)
 			goto bad;
 		return on_abort(c, p, &m);
+	}
+	if (slot >= (uint32_t)c->peer.mbx_slots + 2) {
+		if (m.type != FR_MSG_CTRL)
+			goto bad;
+		return on_ctrl(c, p,
+			       (int)(slot - (uint32_t)c->peer.mbx_slots - 2),
+			       &m, b + FR_MSG_HDR);
 	}
 	if (slot == (uint32_t)c->peer.mbx_slots + 1) {
 		if (m.type != FR_MSG_BYE)
@@ -1444,6 +1506,9 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 					   : "wrote outside our registered memory")
 				: fr_strerror(cqe->status);
 
+		/* gone: closed, dead or left (recovery counts it out) */
+		if (cqe->status == FR_EPEER)
+			fr_peers_mark_dead(c, p->rank);
 		if (p->bye && !c->peer.in_coll) {
 			/* it said goodbye: closing now is expected */
 			p->state = FR_PEER_DOWN;
@@ -1497,6 +1562,145 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 		c, FR_EPROTO,
 		"rank %d: unexpected message (immediate 0x%08x) from rank %d",
 		c->rank, cqe->imm, p->rank);
+}
+
+/* ---- recovery ---------------------------------------------------------- */
+
+void fr_peers_mark_dead(struct fr_comm *c, int rank)
+{
+	struct fr_peer *p;
+
+	if (!c->peer.peers || rank < 0 || rank >= c->nranks || rank == c->rank)
+		return;
+	p = &c->peer.peers[rank];
+	if (p->dead)
+		return;
+	p->dead = true;
+	c->peer.ndead++;
+	if (c->fail.dead_first < 0)
+		c->fail.dead_first = rank;
+	fr_dbg("rank %d: rank %d is dead", c->rank, rank);
+}
+
+int fr_peers_reach(struct fr_comm *c, int rank)
+{
+	struct fr_peer *p = &c->peer.peers[rank];
+	int rc;
+
+	if (p->dead)
+		return FR_EPEER;
+	switch (p->state) {
+	case FR_PEER_UP:
+		return 0;
+	case FR_PEER_IDLE:
+		rc = fr_peer_need(c, rank);
+		break;
+	case FR_PEER_CONNECTING:
+		rc = peer_advance(c, p);
+		break;
+	case FR_PEER_DOWN:
+		if (p->conn || p->bye) {
+			/* closed on us, or it destroyed its communicator */
+			fr_peers_mark_dead(c, rank);
+			return FR_EPEER;
+		}
+		/* cut by fr_peers_quiesce (still in the active list): a new
+		 * connection over the shared endpoint's link */
+		rc = c->rank < rank
+			     ? c->tp_ops->connect(
+				       c->tp, rank,
+				       c->peer.addrs +
+					       (size_t)rank * FR_TP_ADDR_MAX,
+				       c->peer.addrlens[rank], &p->conn)
+			     : 0;
+		if (rc) {
+			fr_peers_mark_dead(c, rank);
+			return FR_EPEER;
+		}
+		p->state = FR_PEER_CONNECTING;
+		rc = peer_advance(c, p);
+		break;
+	default:
+		return FR_EPROTO;
+	}
+	if (rc == FR_EAGAIN || !rc)
+		return rc;
+	return p->dead || p->state == FR_PEER_DOWN ? FR_EPEER : rc;
+}
+
+int fr_peers_ctrl_send(struct fr_comm *c, int rank, int ch, const void *payload,
+		       size_t len)
+{
+	/* step: the channel, which fr_msg_send picks the slot by */
+	struct fr_msg m = {
+		.type = FR_MSG_CTRL, .seq = c->peer.seq, .step = (uint16_t)ch};
+	int rc = fr_peers_reach(c, rank);
+
+	if (rc)
+		return rc;
+	m.aux = ctrl_sum(payload, len);
+	rc = fr_msg_send(c, rank, &m, payload, len);
+	if (rc && rc != FR_EAGAIN && rc != FR_EINVAL) {
+		c->peer.peers[rank].state = FR_PEER_DOWN;
+		fr_peers_mark_dead(c, rank);
+		return FR_EPEER;
+	}
+	return rc;
+}
+
+bool fr_peers_ctrl_take(struct fr_comm *c, int rank, int ch,
+			const uint8_t **payload, size_t *len)
+{
+	struct fr_peer *p = &c->peer.peers[rank];
+
+	if (!p->ctrl_new[ch])
+		return false;
+	p->ctrl_new[ch] = false;
+	c->peer.ctrl_new--;
+	*payload = p->ctrl[ch];
+	*len = p->ctrl_len[ch];
+	return true;
+}
+
+bool fr_peers_probe(struct fr_comm *c, int rank)
+{
+	struct fr_peer *p = &c->peer.peers[rank];
+	uint64_t now = fr_coarse_ms(), every = (uint64_t)ping_interval_ms(c);
+
+	if (p->dead || p->state != FR_PEER_UP)
+		return false;
+	if (now - p->ping_ms >= every &&
+	    !live_send(c, p, FR_IMM(FR_IMM_PING, 0)))
+		p->ping_ms = now;
+	return p->pong_ms && now - p->pong_ms <= 3 * every;
+}
+
+void fr_peers_recovery_progress(struct fr_comm *c, bool *did_work)
+{
+	int q[32],
+		n = c->tp_ops->pending ? c->tp_ops->pending(c->tp, q, 32) : 0;
+
+	/* as accept_early, on a failed communicator too */
+	for (int i = 0; i < n; i++) {
+		struct fr_peer *p;
+
+		if (q[i] < 0 || q[i] >= c->nranks || q[i] == c->rank)
+			continue;
+		p = &c->peer.peers[q[i]];
+		if (p->state != FR_PEER_IDLE)
+			continue;
+		p->state = FR_PEER_CONNECTING;
+		p->next_active = c->peer.active;
+		c->peer.active = p;
+		if (!peer_advance(c, p))
+			*did_work = true;
+	}
+	for (struct fr_peer *p = c->peer.active; p; p = p->next_active) {
+		if (p->state == FR_PEER_CONNECTING && !peer_advance(c, p))
+			*did_work = true;
+		if (p->pong_owed && !live_send(c, p, pong_imm(c)))
+			p->pong_owed = false;
+	}
 }
 
 /* ---- goodbye
@@ -1553,6 +1757,24 @@ void fr_peers_quiesce(struct fr_comm *c)
  * writes still in flight.  A failed communicator waits less: its peers are
  * failing too, or dead.
  */
+/*
+ * A failed communicator's goodbye is complete only if every rank said
+ * goodbye: a rank this one never connected to may still be telling it
+ * of the failure (a revoke's notice goes to every rank, fr_peers_tell_all)
+ * and its write must not find the mailbox gone, which would fail the
+ * whole link to it (transports/share keeps a view's memory until the
+ * endpoint closes unless the goodbye was complete).
+ */
+static bool everyone_left(const struct fr_comm *c)
+{
+	if (!c->fail.failed)
+		return true;
+	for (int r = 0; r < c->nranks; r++)
+		if (r != c->rank && !c->peer.peers[r].bye)
+			return false;
+	return true;
+}
+
 bool fr_peers_goodbye(struct fr_comm *c)
 {
 	uint64_t wait_ms =
@@ -1603,7 +1825,7 @@ bool fr_peers_goodbye(struct fr_comm *c)
 				all = false;
 		}
 		if (all && c->peer.outstanding <= 0)
-			return true;
+			return everyone_left(c);
 		n = c->tp_ops->poll(c->tp, cqe, 32);
 		if (n < 0)
 			break;

@@ -42,8 +42,12 @@ struct fr_request;
 
 /* Mailbox data slots per peer (credits). */
 #define FR_MBX_SLOTS 8
-/* Outbox slots only ABORT and BYE may use. */
-#define FR_OUT_RESERVED 2
+/* Recovery's channels (agree.c): a CTRL slot each. */
+#define FR_CTRL_CHANNELS 2
+/* Mailbox slots per sender after its data slots: ABORT, BYE, CTRL... */
+#define FR_MBX_SPECIAL (2 + FR_CTRL_CHANNELS)
+/* Outbox slots only ABORT, BYE and CTRL may use. */
+#define FR_OUT_RESERVED 3
 /* Peers' remote keys are cached direct-mapped by registration id. */
 #define FR_RKEY_CACHE 64
 
@@ -111,7 +115,11 @@ enum fr_msg_type {
 	FR_MSG_P2P = 5, /* eager data, all of it */
 	FR_MSG_RTS = 6, /* ready to send count elements (rendezvous) */
 	FR_MSG_CTS = 7, /* clear to send: aux = id, offset, payload = key */
+	/* the sender's latest recovery state (agree.c): a special slot that
+	 * each new one overwrites; aux = a checksum of the payload */
+	FR_MSG_CTRL = 8,
 };
+#define FR_MSG_TYPE_MAX FR_MSG_CTRL /* the highest type on the wire */
 #define FR_MSG_IS_P2P(t) ((t) >= FR_MSG_P2P && (t) <= FR_MSG_CTS)
 
 /* A collective's message moved out of its mailbox slot because a
@@ -149,6 +157,15 @@ struct fr_peer {
 	bool abort_sent, bye_sent;
 	bool revoke_sent; /* our revoke notice went (fr_comm_revoke) */
 	bool told_only; /* connected only to hand it our ABORT */
+	/* it failed: its connection closed or failed, it never answered
+	 * within the timeout, or a peer's ABORT or agreement said so
+	 * (fr_peers_mark_dead); never undone */
+	bool dead;
+	/* its latest CTRL message's payload on each channel, and whether
+	 * it is unread (fr_peers_ctrl_take) */
+	uint8_t *ctrl[FR_CTRL_CHANNELS];
+	uint32_t ctrl_len[FR_CTRL_CHANNELS];
+	bool ctrl_new[FR_CTRL_CHANNELS];
 	/* receiving from it into our mailbox */
 	uint32_t recv_arrived; /* data messages landed */
 	uint32_t recv_taken;   /* data messages consumed (in order) */
@@ -201,6 +218,8 @@ struct fr_peer_layer {
 	bool ll; /* small messages by the transport's write_inline (FR_LL) */
 	uint32_t unread;      /* data messages landed, not yet consumed */
 	uint32_t p2p_unread;  /* ... of them point-to-point ones */
+	int ctrl_new;	      /* unread CTRL messages (all channels) */
+	int ndead;	      /* peers found dead */
 	int outstanding;      /* our writes without a SEND completion */
 	int user_outstanding; /* ... of them, writes from user buffers */
 	/* liveness ("Slow or dead" in peer.c) */
@@ -221,6 +240,7 @@ struct fr_peer_layer {
 struct fr_fail {
 	int failed;	 /* 0 or the error that failed the communicator */
 	int fail_origin; /* the rank that failed first, -1: this one */
+	int dead_first;	 /* the first peer found dead here, or -1 */
 	/* an ABORT for a collective after the active one: applied when that
 	 * collective starts, so the active one may still complete */
 	bool abort_pending;
@@ -346,6 +366,33 @@ bool fr_peers_goodbye(struct fr_comm *comm);
 /* A failed communicator whose sends still read the application's buffers:
  * let them finish for a moment, then cut every connection (see peer.c). */
 void fr_peers_quiesce(struct fr_comm *comm);
+
+/*
+ * Failure knowledge and recovery's messages (for agree.c).  A peer is
+ * dead on evidence only: its connection closed or failed, it answered no
+ * PING for the timeout, or another rank's ABORT or agreement named it; a
+ * connection that fr_peers_quiesce cut is no evidence (fr_peers_reach
+ * opens a new one).  Marking a peer dead does not fail the communicator.
+ */
+void fr_peers_mark_dead(struct fr_comm *comm, int rank);
+/* Connect to rank on a communicator failed or not: 0 once connected,
+ * FR_EAGAIN while connecting, FR_EPEER if it is dead (found so now). */
+int fr_peers_reach(struct fr_comm *comm, int rank);
+/* Our state (len bytes, at most fr_msg_payload_max) into rank's CTRL slot
+ * of channel ch, overwriting the previous one: 0, FR_EAGAIN (not connected
+ * yet, or no outbox slot free), or FR_EPEER (dead). */
+int fr_peers_ctrl_send(struct fr_comm *comm, int rank, int ch,
+		       const void *payload, size_t len);
+/* rank's latest CTRL payload on channel ch if it is new since the last
+ * call: true and *payload, *len (valid until the next poll); else false. */
+bool fr_peers_ctrl_take(struct fr_comm *comm, int rank, int ch,
+			const uint8_t **payload, size_t *len);
+/* PING rank if one is due; whether it answered one within three ping
+ * intervals (alive), whatever the communicator's state. */
+bool fr_peers_probe(struct fr_comm *comm, int rank);
+/* A failed communicator's round for recovery: accept the peers that
+ * connect to us, advance connections coming up, send owed PONGs. */
+void fr_peers_recovery_progress(struct fr_comm *comm, bool *did_work);
 
 /* Mailbox card: our mailbox's key, for the rendezvous. */
 int fr_peers_pack_card_key(struct fr_comm *comm, void *blob, size_t *len);

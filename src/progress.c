@@ -35,12 +35,13 @@ static void *progress_main(void *arg)
 		fr_lock_yield(comm);
 		if (comm->thr.pt_stop)
 			break;
-		if (comm->fail.failed) {
-			/* nothing will move again: no polling, no spinning */
+		if (comm->fail.failed && !fr_engine_busy(comm)) {
+			/* nothing will move again but an agreement (which
+			 * signals when it begins): no polling, no spinning */
 			fr_cond_wait(comm);
 			continue;
 		}
-		pending = fr_engine_step(comm, &work);
+		pending = fr_engine_step(comm, &work) || fr_engine_busy(comm);
 		now = fr_now_ns();
 		if (work) {
 			idle_since = now;

@@ -83,6 +83,50 @@ static struct fr_request *first_pending(struct fr_comm *comm)
 	return q;
 }
 
+/* An agreement runs, or its state is owed to a peer (agree.h). */
+static bool agree_busy(const struct fr_comm *comm)
+{
+	return comm->agr.sets &&
+	       (fr_agree_running(&comm->agr) || comm->peer.ctrl_new > 0 ||
+		fr_agree_owing(&comm->agr));
+}
+
+static void agree_round(struct fr_comm *comm, bool *did_work)
+{
+	/* decided: its waiter may sleep in fr_cond_wait */
+	if (fr_agree_progress(comm, did_work))
+		fr_signal(comm);
+}
+
+/*
+ * A failed communicator's round while an agreement runs (or still owes
+ * its decision): nothing else moves, but the agreement's messages,
+ * PINGs and PONGs must.  Completions go to the peer layer; the
+ * algorithms' are dropped (every request has failed).
+ */
+static void recovery_round(struct fr_comm *comm, bool *did_work)
+{
+	struct fr_tp_cqe cqe[CQE_BATCH];
+	int n;
+
+	if (comm->nranks > 1) {
+		do {
+			n = comm->tp_ops->poll(comm->tp, cqe, CQE_BATCH);
+			if (n < 0)
+				break;
+			if (n)
+				*did_work = true;
+			for (int i = 0; i < n; i++) {
+				int from;
+
+				(void)fr_peers_on_cqe(comm, &cqe[i], &from);
+			}
+		} while (n == CQE_BATCH);
+		fr_peers_recovery_progress(comm, did_work);
+	}
+	agree_round(comm, did_work);
+}
+
 /* Drain the transport's completions (when poll), then start and advance
  * collectives back to back while they complete. */
 static int progress(struct fr_comm *comm, bool *did_work, bool poll)
@@ -91,8 +135,11 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 	struct fr_request *req;
 	int n, rc = 0;
 
-	if (comm->fail.failed)
+	if (comm->fail.failed) {
+		if (poll && agree_busy(comm))
+			recovery_round(comm, did_work);
 		goto failed;
+	}
 	if (comm->nranks > 1 && poll) {
 		do {
 			n = comm->tp_ops->poll(comm->tp, cqe, CQE_BATCH);
@@ -128,6 +175,10 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 		if (fr_peers_progress(comm, did_work) ||
 		    fr_algos_progress(comm, did_work))
 			goto failed;
+		if (agree_busy(comm))
+			agree_round(comm, did_work);
+	} else if (comm->nranks == 1 && agree_busy(comm)) {
+		agree_round(comm, did_work);
 	}
 	/* point-to-point: what arrived, what can go */
 	if ((comm->eng.p2p || comm->peer.p2p_unread) &&
@@ -329,6 +380,50 @@ static bool engine_step(struct fr_comm *comm, bool *did_work, bool watch_idle)
 	if (!check_timeout(comm) && !*did_work)
 		check_gone(comm);
 	return first_pending(comm) != NULL || comm->eng.p2p;
+}
+
+bool fr_engine_busy(const struct fr_comm *comm)
+{
+	return agree_busy(comm);
+}
+
+/*
+ * fr_comm_agree's wait: rounds of the engine until the agreement has
+ * decided and its last messages are out (those for at most a second
+ * more: a peer that cannot take them now asks again).  As wait_done, it
+ * leaves the rounds to the leader (another waiting thread, the progress
+ * thread) when there is one.
+ */
+void fr_engine_agree_wait(struct fr_comm *comm)
+{
+	uint64_t flush_until = 0;
+
+	for (;;) {
+		bool decided = !fr_agree_running(&comm->agr), work = false;
+
+		if (decided) {
+			if (!fr_agree_owing(&comm->agr))
+				break;
+			if (!flush_until)
+				flush_until = fr_now_ms() + 1000;
+			else if (fr_now_ms() >= flush_until)
+				break;
+		}
+		if (comm->thr.poller_busy || comm->thr.pt_running) {
+			if (decided)
+				break; /* the leader sends them */
+			fr_cond_wait(comm);
+			continue;
+		}
+		comm->thr.poller_busy = true;
+		fr_lock_yield(comm);
+		progress(comm, &work, true);
+		if (!work)
+			fr_comm_sleep(comm, 10);
+		comm->thr.poller_busy = false;
+		/* a follower may take over */
+		fr_signal(comm);
+	}
 }
 
 bool fr_engine_step(struct fr_comm *comm, bool *did_work)

@@ -93,6 +93,7 @@ static struct fr_comm *comm_like(const struct fr_comm *p, int rank, int n)
 	c->topo.node_id = p->topo.node_id;
 	c->topo.rtt_us = p->topo.rtt_us;
 	c->fail.fail_origin = -1;
+	c->fail.dead_first = -1;
 	c->stats.size = sizeof(c->stats);
 	c->thr.progress_mode = p->thr.progress_mode;
 	c->thr.pt_cpu_mode = p->thr.pt_cpu_mode;
@@ -262,6 +263,57 @@ err_keep:
 	/* no view of our own yet: the parent's endpoint keeps them */
 	free(eps);
 	comm_early_undo(parent, c, true);
+	return rc;
+}
+
+/* ---- for fr_comm_shrink (recover.c) ----------------------------------------
+ */
+
+int fr_split_early(struct fr_comm *parent, size_t kl, struct fr_comm **out,
+		   uint8_t *key)
+{
+	uint8_t *row = calloc(1, ROW_MBX + kl);
+	int rc;
+
+	if (!row)
+		return FR_ENOMEM;
+	rc = comm_early(parent, kl, out, row);
+	if (!rc)
+		memcpy(key, row + ROW_MBX, kl);
+	free(row);
+	return rc;
+}
+
+void fr_split_early_undo(struct fr_comm *parent, struct fr_comm *c, bool keep)
+{
+	comm_early_undo(parent, c, keep);
+}
+
+int fr_split_make(struct fr_comm *parent, const int *members, int n, int id,
+		  const uint8_t *const *keys, size_t kl, struct fr_comm *c,
+		  fr_comm_t **out)
+{
+	size_t rowlen = ROW_MBX + kl;
+	struct member *m = calloc((size_t)n, sizeof(*m));
+	uint8_t *rows = calloc((size_t)parent->nranks, rowlen);
+	int rc;
+
+	if (!m || !rows) {
+		free(rows);
+		free(m);
+		comm_early_undo(parent, c, true);
+		return FR_ENOMEM;
+	}
+	for (int i = 0; i < n; i++) {
+		m[i].key = i;
+		m[i].prank = members[i];
+		rows[(size_t)members[i] * rowlen + ROW_HAS] = 1;
+		memcpy(rows + (size_t)members[i] * rowlen + ROW_MBX, keys[i],
+		       kl);
+	}
+	rc = comm_make(parent, m, n, id, rows, rowlen, kl, c, out);
+	free(rows);
+	free(m);
 	return rc;
 }
 

@@ -24,9 +24,31 @@
  *       and throughout, the job's communicator and a dup nobody revoked
  *       reduce right (bit-identical sums on every rank).  On one rank: a
  *       revoked dup's calls fail with FR_EREVOKED, the job's go on.
+ *
+ *   mp_recover agree
+ *       Agreements with no failure: every rank gets 0 and the AND of all
+ *       the values, several in a row, between collectives, while a
+ *       nonblocking All-Reduce is pending, and on a revoked dup; no rank is
+ *       failed; NULL arguments are FR_EINVAL.
+ *
+ *   mp_recover kill V[,V...] [fault]
+ *       (under frrun --keep-going) The victims die (SIGKILL) after a first
+ *       All-Reduce; the survivors' next All-Reduce fails, then two
+ *       agreements each give FR_EPEER, exactly the victims as failed, and
+ *       the AND of the survivors' values.  Each survivor prints
+ *       "AGREE<i> ..." lines, which the script finds the same on all.
+ *       With "in-agree", the victims die inside the first agreement
+ *       (FR_FAULT_AGREE on rank 0, the coordinator: "propose:K" or
+ *       "commit:K" is the fourth argument), so only the second one's
+ *       outcome is known in advance; the first must still be the same on
+ *       every survivor.  Then the survivors shrink: a communicator of
+ *       them, in order, whose All-Reduces and agreement are right; with
+ *       "card:K" the victims die inside the shrink (after sending K of
+ *       their cards), and the shrink leaves them out all the same.
  * Exit 0 when everything held; messages say what did not.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -264,13 +286,243 @@ static int mode_revoke_alone(fr_comm_t *world)
 	return fails;
 }
 
+/* ---- agreement ------------------------------------------------------------
+ */
+
+/* The value rank r passes to agreement i: every bit but one. */
+static uint32_t agree_value(int r, int i)
+{
+	return ~(1u << ((unsigned)(r + 3 * i) % 32u));
+}
+
+/* The AND over n ranks but those in the victims' set. */
+static uint32_t agree_and(int i, const bool *dead, int n)
+{
+	uint32_t v = ~0u;
+
+	for (int r = 0; r < n; r++)
+		if (!dead || !dead[r])
+			v &= agree_value(r, i);
+	return v;
+}
+
+static void agree_ok(fr_comm_t *comm, int i, const char *what)
+{
+	uint32_t f = agree_value(fr_comm_rank(comm), i);
+	uint32_t want = agree_and(i, NULL, fr_comm_size(comm));
+	int nf = -1, rc = fr_comm_agree(comm, &f);
+
+	CHECK(!rc, "%s: agreement %d: %s (%s)", what, i, fr_strerror(rc),
+	      fr_comm_last_error(comm));
+	CHECK(f == want, "%s: agreement %d: 0x%08x, not 0x%08x", what, i, f,
+	      want);
+	rc = fr_comm_failed(comm, NULL, 0, &nf);
+	CHECK(!rc && nf == 0, "%s: %d failed ranks (%s)", what, nf,
+	      fr_strerror(rc));
+}
+
+static int mode_agree(fr_comm_t *world)
+{
+	fr_comm_t *d = NULL, *rv = NULL;
+	fr_request_t *req = NULL;
+	int64_t x;
+	uint32_t f = 1;
+	int rc, nf;
+
+	CHECK(fr_comm_agree(NULL, &f) == FR_EINVAL, "agree(NULL comm)");
+	CHECK(fr_comm_agree(world, NULL) == FR_EINVAL, "agree(NULL flags)");
+	CHECK(fr_comm_failed(world, NULL, 1, &nf) == FR_EINVAL,
+	      "failed(NULL ranks, max 1)");
+	CHECK(fr_comm_failed(world, NULL, 0, NULL) == FR_EINVAL,
+	      "failed(NULL count)");
+	rc = fr_comm_dup(world, &d);
+	CHECK(!rc, "dup: %s", fr_strerror(rc));
+	rc = fr_comm_dup(world, &rv);
+	CHECK(!rc, "dup: %s", fr_strerror(rc));
+	if (rc || !d)
+		return fails;
+	for (int i = 0; i < 4; i++) {
+		agree_ok(world, i, "world");
+		works(world, "world between agreements");
+		agree_ok(d, i, "dup");
+	}
+	/* with a collective pending, which completes after it */
+	x = rank + 1;
+	rc = fr_iallreduce(d, &x, &x, 1, FR_I64, FR_SUM, &req);
+	CHECK(!rc, "iallreduce: %s", fr_strerror(rc));
+	agree_ok(d, 5, "dup, an All-Reduce pending");
+	rc = req ? fr_wait(&req) : rc;
+	CHECK(!rc && x == (int64_t)nranks * (nranks + 1) / 2,
+	      "the pending All-Reduce: %s, %lld", fr_strerror(rc),
+	      (long long)x);
+	/* on a revoked communicator: it is failed, nobody is dead */
+	if (rank == nranks - 1)
+		CHECK(fr_comm_revoke(rv) == 0, "revoke");
+	agree_ok(rv, 6, "revoked dup");
+	CHECK(fr_barrier(rv) == FR_EREVOKED, "revoked dup still revoked");
+	works(d, "dup at the end");
+	fr_comm_destroy(rv);
+	fr_comm_destroy(d);
+	return fails;
+}
+
+/* "1,2" into dead[] */
+static int parse_victims(const char *s, bool *dead)
+{
+	int n = 0;
+
+	for (const char *p = s; *p;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+
+		if (end == p || v < 0 || v >= nranks)
+			return -1;
+		dead[v] = true;
+		n++;
+		p = *end == ',' ? end + 1 : end;
+		if (*end && *end != ',')
+			return -1;
+	}
+	return n;
+}
+
+/* One agreement of a survivor: checked against what is known in advance
+ * (known: the victims are dead before it), printed for the script. */
+static void agree_after(fr_comm_t *world, int i, const bool *dead, int nv,
+			bool known)
+{
+	uint32_t f = agree_value(rank, i);
+	int ranks[64], nf = -1, rc;
+	double t = now_ms();
+	char list[256] = "";
+	size_t at = 0;
+
+	rc = fr_comm_agree(world, &f);
+	t = now_ms() - t;
+	CHECK(fr_comm_failed(world, ranks, 64, &nf) == 0, "failed()");
+	for (int k = 0; k < nf && k < 64; k++)
+		at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%d",
+				       k ? "," : "", ranks[k]);
+	printf("AGREE%d rc=%s flags=0x%08x failed=%s\n", i, fr_errname(rc), f,
+	       list);
+	fflush(stdout);
+	/* the deaths are seen at once (closed connections), never by the
+	 * timeout (60 s in the script) */
+	CHECK(t < 20000, "agreement %d took %.0f ms", i, t);
+	if (!known)
+		return;
+	CHECK(rc == FR_EPEER, "agreement %d: %s, not FR_EPEER (%s)", i,
+	      fr_errname(rc), fr_comm_last_error(world));
+	CHECK(f == agree_and(i, dead, nranks),
+	      "agreement %d: 0x%08x, not 0x%08x", i, f,
+	      agree_and(i, dead, nranks));
+	CHECK(nf == nv, "agreement %d: %d failed ranks, not %d", i, nf, nv);
+	for (int k = 0; k < nf && k < 64; k++)
+		CHECK(dead[ranks[k]], "agreement %d: rank %d failed?", i,
+		      ranks[k]);
+}
+
+/* The survivors shrink: a communicator of them, in order, that works
+ * (sums bit-identical, agreements, no rank failed); printed for the
+ * script. */
+static void shrink_after(fr_comm_t *world, const bool *dead, int nv)
+{
+	fr_comm_t *s = NULL;
+	int me = 0, nf = -1, rc;
+	double t = now_ms();
+	float v[1001];
+
+	for (int r = 0; r < rank; r++)
+		me += !dead[r];
+	rc = fr_comm_shrink(world, &s);
+	t = now_ms() - t;
+	CHECK(!rc && s, "shrink: %s (%s)", fr_errname(rc),
+	      fr_comm_last_error(world));
+	if (!s)
+		return;
+	printf("SHRINK rc=%s size=%d\n", fr_errname(rc), fr_comm_size(s));
+	fflush(stdout);
+	CHECK(t < 20000, "shrink took %.0f ms", t);
+	CHECK(fr_comm_size(s) == nranks - nv && fr_comm_rank(s) == me,
+	      "shrunk: rank %d of %d, not %d of %d", fr_comm_rank(s),
+	      fr_comm_size(s), me, nranks - nv);
+	works(s, "shrunk");
+	/* a vector whose sum is exact in floats, ring or not */
+	for (int i = 0; i < 1001; i++)
+		v[i] = (float)((fr_comm_rank(s) + 1) * (i % 7));
+	rc = fr_allreduce(s, v, v, 1001, FR_F32, FR_SUM);
+	for (int i = 0; i < 1001 && !rc; i++)
+		if (v[i] != (float)(fr_comm_size(s) * (fr_comm_size(s) + 1) /
+				    2 * (i % 7))) {
+			CHECK(0, "shrunk: element %d is %g", i, (double)v[i]);
+			break;
+		}
+	CHECK(!rc, "shrunk: All-Reduce of 1001: %s", fr_errname(rc));
+	agree_ok(s, 7, "shrunk");
+	rc = fr_comm_failed(s, NULL, 0, &nf);
+	CHECK(!rc && nf == 0, "shrunk: %d failed", nf);
+	CHECK(fr_comm_shrink(world, NULL) == FR_EINVAL, "shrink(NULL out)");
+	fr_comm_destroy(s);
+}
+
+static int mode_kill(fr_comm_t *world, const char *victims, const char *fault)
+{
+	bool dead[1024] = {false};
+	int nv = nranks <= 1024 ? parse_victims(victims, dead) : -1, rc = 0;
+	int64_t x = 1;
+
+	if (nv <= 0 || nv >= nranks) {
+		fprintf(stderr, "bad victims %s for %d ranks\n", victims,
+			nranks);
+		return ++fails;
+	}
+	works(world, "before");
+	if (fault) {
+		/* the victims die inside the first agreement (the
+		 * coordinator's faults) or in the shrink (card:K) */
+		if (dead[rank])
+			setenv("FR_FAULT_AGREE", fault, 1);
+		if (!strncmp(fault, "card:", 5)) {
+			shrink_after(world, dead, nv);
+			if (dead[rank]) {
+				fprintf(stderr, "rank %d: a victim survived\n",
+					rank);
+				fails++;
+			}
+			return fails;
+		}
+	} else {
+		/* after the others have surely finished "before" */
+		if (dead[rank]) {
+			usleep(300 * 1000);
+			raise(SIGKILL);
+		}
+		/* the survivors' next collective fails */
+		for (int i = 0; i < 1000 && !rc; i++)
+			rc = fr_allreduce(world, &x, &x, 1, FR_I64, FR_SUM);
+		CHECK(rc, "the All-Reduces after the kill all succeeded");
+	}
+	agree_after(world, 1, dead, nv, !fault);
+	if (dead[rank]) {
+		fprintf(stderr, "rank %d: a victim survived\n", rank);
+		return ++fails;
+	}
+	agree_after(world, 2, dead, nv, true);
+	rc = fr_allreduce(world, &x, &x, 1, FR_I64, FR_SUM);
+	CHECK(rc == FR_EPEER || rc == FR_ETIMEDOUT,
+	      "an All-Reduce after the agreement: %s", fr_errname(rc));
+	shrink_after(world, dead, nv);
+	return fails;
+}
+
 int main(int argc, char **argv)
 {
 	fr_comm_t *world;
 	int rc;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: mp_recover revoke\n");
+		fprintf(stderr,
+			"usage: mp_recover revoke|agree|kill V[,V...] [propose:K|commit:K]\n");
 		return 2;
 	}
 	rc = fr_comm_create_from_env(NULL, &world);
@@ -286,6 +538,10 @@ int main(int argc, char **argv)
 			mode_revoke_alone(world);
 		else
 			mode_revoke(world);
+	} else if (!strcmp(argv[1], "agree")) {
+		mode_agree(world);
+	} else if (!strcmp(argv[1], "kill") && argc >= 3) {
+		mode_kill(world, argv[2], argc >= 4 ? argv[3] : NULL);
 	} else {
 		fprintf(stderr, "unknown mode %s\n", argv[1]);
 		fails++;

@@ -388,7 +388,7 @@ static void test_msg_roundtrip(void **state)
 	in.type = 0;
 	fr_msg_encode(&in, buf);
 	assert_int_equal(fr_msg_decode(buf, 100, &out), FR_EPROTO);
-	in.type = FR_MSG_CTS + 1;
+	in.type = FR_MSG_TYPE_MAX + 1;
 	fr_msg_encode(&in, buf);
 	assert_int_equal(fr_msg_decode(buf, 100, &out), FR_EPROTO);
 	in.type = FR_MSG_DATA;

@@ -25,7 +25,7 @@ closed the connection").  For PyTorch DDP see :mod:`fastreduce.torch`.
 import ctypes
 import enum
 import weakref
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import _lib
 from ._buffers import ITEMSIZE, DType, dtype_of, view, empty_like, block
@@ -757,6 +757,38 @@ class Comm:
         communicator fails with EREVOKED, here and on every other rank as
         the notice reaches it (fr_comm_revoke(3))."""
         self._check(L.fr_comm_revoke(self._live()))
+
+    def agree(self, flags: int = 0xFFFFFFFF) -> Tuple[int, List[int]]:
+        """Fault-tolerant agreement over the ranks alive, also on a failed
+        or revoked communicator: every survivor gets the same
+        (AND of the survivors' flags, ranks known failed); raises only for
+        errors other than failed ranks (fr_comm_agree(3))."""
+        f = ctypes.c_uint32(int(flags) & 0xFFFFFFFF)
+        rc = L.fr_comm_agree(self._live(), ctypes.byref(f))
+        if rc not in (0, EPEER):
+            self._check(rc)
+        return f.value, self.failed()
+
+    def failed(self) -> List[int]:
+        """The ranks known to have failed, ascending; after agree() the
+        same on every survivor (fr_comm_failed(3))."""
+        n = ctypes.c_int()
+        self._check(L.fr_comm_failed(self._live(), None, 0, ctypes.byref(n)))
+        if n.value == 0:
+            return []
+        ranks = (ctypes.c_int * n.value)()
+        self._check(L.fr_comm_failed(self._live(), ranks, n.value,
+                                     ctypes.byref(n)))
+        return list(ranks[:n.value])
+
+    def shrink(self) -> "Comm":
+        """Collective over the survivors, fault-tolerant: a communicator
+        of the ranks that have not failed, in this one's order; works on a
+        failed or revoked communicator, which stays open (close it)
+        (fr_comm_shrink(3))."""
+        h = ctypes.c_void_p()
+        self._check(L.fr_comm_shrink(self._live(), ctypes.byref(h)))
+        return Comm._of(h)
 
     # ---- lifetime ----------------------------------------------------------
     def close(self) -> None:

@@ -30,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(hdr, data + 1, size - 1 < sizeof(hdr) ? size - 1 : sizeof(hdr));
 	if (fr_msg_decode(hdr, maxlen, &m))
 		return 0;
-	if (m.len > maxlen || m.type < FR_MSG_DATA || m.type > FR_MSG_CTS)
+	if (m.len > maxlen || m.type < FR_MSG_DATA || m.type > FR_MSG_TYPE_MAX)
 		abort();
 	if (m.hdr == FR_MSG_COMPACT) {
 		/* a small message's header: it must fit the compact form

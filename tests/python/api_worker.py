@@ -399,6 +399,35 @@ def test_revoke(c):
         sys.exit("FAIL parent after a revoked dup: %s" % got)
 
 
+def test_agree_shrink(c):
+    """With no failure: agree gives the AND of every rank's flags and no
+    failed rank, on a revoked dup too; shrink gives a copy in the same
+    order that reduces right."""
+    flags, failed = c.agree(~(1 << c.rank) & 0xFFFFFFFF)
+    want = 0xFFFFFFFF
+    for r in range(c.size):
+        want &= ~(1 << r)
+    if flags != want or failed != [] or c.failed() != []:
+        sys.exit("FAIL agree: 0x%x %s, not 0x%x []" % (flags, failed, want))
+    d = c.dup()
+    if c.rank == 0:
+        d.revoke()
+    flags, failed = d.agree(c.rank + 1)
+    want = 1
+    for r in range(c.size):
+        want &= r + 1
+    if flags != want or failed != []:
+        sys.exit("FAIL agree on a revoked dup: %d %s" % (flags, failed))
+    s = d.shrink()
+    d.close()
+    if (s.rank, s.size) != (c.rank, c.size):
+        sys.exit("FAIL shrink: rank %d of %d" % (s.rank, s.size))
+    got = s.allreduce(np.ones(5, np.float32))
+    if not np.array_equal(got, np.full(5, c.size, np.float32)):
+        sys.exit("FAIL shrunk All-Reduce: %s" % got)
+    s.close()
+
+
 def main():
     with fr.Comm(progress=sys.argv[1] if len(sys.argv) > 1 else None) as c:
         test_errors(c)
@@ -419,6 +448,7 @@ def main():
         test_library_refusal(c)
     with fr.Comm(progress=sys.argv[1] if len(sys.argv) > 1 else None) as c:
         test_revoke(c)
+        test_agree_shrink(c)
         test_split(c)
     rep = repr(c)
     if "closed" not in rep:

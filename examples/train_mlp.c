@@ -6,6 +6,8 @@
  *         [--compress none|bf16|fp16|int8] [--ef] [--buckets]
  *         [--steps N] [--batch B] [--hidden H] [--lr X] [--momentum X]
  *         [--seed S] [--test N] [--bucket-bytes N] [--csv FILE]
+ *         [--recover] [--kill-rank R --kill-step S [--kill-us U]]
+ *         [--drop-rank R --drop-step S]
  *
  * A 64-H-10 perceptron (ReLU, softmax cross-entropy) learns the 8x8
  * handwritten digits of examples/data/digits.csv.  Every rank starts from
@@ -19,6 +21,16 @@
  * at the end the ranks all-gather a 64-bit FNV-1a hash of their weights
  * and fail if any differs.
  *
+ * With --recover a failed step does not end the job: the survivors agree
+ * on who failed and on how far each got (fr_comm_agree), shrink the
+ * communicator (fr_comm_shrink), roll back the one step some may have
+ * applied and others not, and redo it on the survivors (recover() says
+ * how).  --kill-rank/--kill-step/--kill-us make that rank die (SIGKILL)
+ * U microseconds into step S, from a thread, at whatever the step is
+ * doing then; --drop-rank/--drop-step take a rank out cleanly at a step
+ * (fr_comm_split), the clean run with the same sequence of ranks that a
+ * recovered run must match bit for bit.
+ *
  * Output: rank 0 writes "step,loss" (the global minibatch's mean loss,
  * itself All-Reduced) to --csv, and every rank prints one line
  *   final mode=M ranks=N steps=S train_loss=L test_loss=L test_acc=A
@@ -29,11 +41,14 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <fastreduce.h>
 
@@ -60,6 +75,10 @@ struct opts {
 	bool buckets;
 	size_t bucket_bytes;
 	int tp; /* tensor-parallel group size; 1: data parallel only */
+	bool recover;		  /* survive a failed step */
+	int kill_rank, kill_step; /* -1: none */
+	long kill_us;
+	int drop_rank, drop_step; /* -1: none */
 };
 
 /* The data set: x[i] has NIN inputs scaled to [0, 1], y[i] its digit. */
@@ -283,6 +302,8 @@ struct reducer {
 	float *residual; /* error feedback of the one-call path */
 	fr_mem_t *mem;
 	fr_buckets_t *bk;
+	bool tolerate; /* --recover: errors are returned, not fatal */
+	int err;       /* the first error of this step */
 };
 
 static void reducer_init(struct reducer *r, fr_comm_t *comm,
@@ -292,6 +313,7 @@ static void reducer_init(struct reducer *r, fr_comm_t *comm,
 	int err;
 
 	memset(r, 0, sizeof(*r));
+	r->tolerate = o->recover;
 	r->comm = comm;
 	r->l = l;
 	r->grad = grad;
@@ -332,39 +354,45 @@ static void reducer_ready(struct reducer *r, size_t off, size_t len)
 {
 	int err;
 
-	if (!r->bk)
+	if (!r->bk || r->err)
 		return;
 	err = fr_buckets_ready(r->bk, off, len);
-	if (err)
+	if (err && r->tolerate)
+		r->err = err;
+	else if (err)
 		die("fr_buckets_ready", r->comm, err);
 }
 
-/* End of backward: the averaged gradient is in the arena on return. */
-static void reducer_finish(struct reducer *r)
+/* End of backward: the averaged gradient is in the arena on return (0);
+ * with --recover, the error otherwise. */
+static int reducer_finish(struct reducer *r)
 {
 	fr_coll_opts_t co;
-	int err;
+	const char *what;
+	int err = r->err;
 
+	r->err = 0;
 	if (r->bk) {
-		err = fr_buckets_wait(r->bk);
-		if (err)
-			die("fr_buckets_wait", r->comm, err);
-		return;
-	}
-	if (r->compress == FR_COMPRESS_NONE) {
+		/* after a failed ready, wait only collects what started */
+		int e = fr_buckets_wait(r->bk);
+
+		err = err ? err : e;
+		what = "fr_buckets_wait";
+	} else if (r->compress == FR_COMPRESS_NONE) {
 		err = fr_allreduce(r->comm, FR_IN_PLACE, r->grad, r->l->n,
 				   FR_F32, FR_AVG);
-		if (err)
-			die("fr_allreduce", r->comm, err);
-		return;
+		what = "fr_allreduce";
+	} else {
+		fr_coll_opts_init(&co);
+		co.compress = r->compress;
+		co.residual = r->residual;
+		err = fr_allreduce_ex(r->comm, FR_IN_PLACE, r->grad, r->l->n,
+				      FR_F32, FR_AVG, &co);
+		what = "fr_allreduce_ex";
 	}
-	fr_coll_opts_init(&co);
-	co.compress = r->compress;
-	co.residual = r->residual;
-	err = fr_allreduce_ex(r->comm, FR_IN_PLACE, r->grad, r->l->n, FR_F32,
-			      FR_AVG, &co);
-	if (err)
-		die("fr_allreduce_ex", r->comm, err);
+	if (err && !r->tolerate)
+		die(what, r->comm, err);
+	return err;
 }
 
 static void reducer_destroy(struct reducer *r)
@@ -372,6 +400,131 @@ static void reducer_destroy(struct reducer *r)
 	fr_buckets_destroy(r->bk);
 	fr_mem_deregister(r->mem);
 	free(r->residual);
+	memset(r, 0, sizeof(*r));
+}
+
+/* ---- surviving a failure (--recover) ---------------------------------- */
+
+/* What a step changes, kept from before the last one applied: the weights,
+ * the momentum, error feedback's residual, where the data order stands. */
+struct snapshot {
+	int step;
+	float *w, *vel, *residual;
+	int *perm;
+	int pos;
+	uint64_t s;
+};
+
+static int snap_init(struct snapshot *sn, const struct layout *l, int ntrain,
+		     const struct reducer *red)
+{
+	sn->w = malloc(sizeof(float) * l->n);
+	sn->vel = malloc(sizeof(float) * l->n);
+	sn->perm = malloc(sizeof(int) * (size_t)ntrain);
+	sn->residual = red->residual ? malloc(sizeof(float) * l->n) : NULL;
+	return sn->w && sn->vel && sn->perm && (!red->residual || sn->residual)
+		       ? 0
+		       : -1;
+}
+
+/* The state at step: the weights and momentum (when given), the data
+ * order, the residual (when red has one). */
+static void snap_take(struct snapshot *sn, int step, const float *w,
+		      const float *vel, const int *perm, int pos, uint64_t s,
+		      const struct reducer *red, const struct layout *l,
+		      int ntrain)
+{
+	sn->step = step;
+	if (w)
+		memcpy(sn->w, w, sizeof(float) * l->n);
+	if (vel)
+		memcpy(sn->vel, vel, sizeof(float) * l->n);
+	if (perm != sn->perm)
+		memcpy(sn->perm, perm, sizeof(int) * (size_t)ntrain);
+	sn->pos = pos;
+	sn->s = s;
+	if (red && red->residual && sn->residual)
+		memcpy(sn->residual, red->residual, sizeof(float) * l->n);
+}
+
+static void snap_residual(struct snapshot *d, const struct snapshot *s,
+			  const struct layout *l)
+{
+	if (d->residual && s->residual)
+		memcpy(d->residual, s->residual, sizeof(float) * l->n);
+}
+
+static void snap_free(struct snapshot *sn)
+{
+	free(sn->w);
+	free(sn->vel);
+	free(sn->perm);
+	free(sn->residual);
+}
+
+/* --kill-rank: this rank dies kill_us into the step, whatever it does. */
+static void *killer(void *arg)
+{
+	long us = *(long *)arg;
+	struct timespec ts;
+
+	usleep((useconds_t)us);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	printf("KILL at=%.6f\n", ts.tv_sec + ts.tv_nsec * 1e-9);
+	fflush(stdout);
+	raise(SIGKILL);
+	return NULL;
+}
+
+/*
+ * A step failed (a rank died, most likely).  The survivors
+ *   1. agree on how many steps each has applied: one that finished the
+ *      step's last All-Reduce before the failure reached it has applied it
+ *      and may have failed in the next one, so the counts differ by one at
+ *      most.  Each passes bits c and c + 1 (mod 32) of its count c; their
+ *      AND keeps both when all agree, and only bit K + 1 when some are at
+ *      K and others at K + 1: those at K + 1 roll back;
+ *   2. shrink the communicator to themselves (same order), and make the
+ *      reducer anew on it;
+ * and the caller redoes step K with the survivors' shards.  Returns
+ * whether this rank must roll back.
+ */
+static bool recover(fr_comm_t **comm, struct reducer *red,
+		    const struct layout *l, float *grad, const struct opts *o,
+		    int applied, int *rounds)
+{
+	uint32_t lo = 1u << (applied % 32), hi = 1u << ((applied + 1) % 32);
+	uint32_t f = lo | hi;
+	int failed[16], nf = 0, err, was = fr_comm_size(*comm);
+	fr_comm_t *nc = NULL;
+	bool back;
+
+	if (++*rounds > 8)
+		die("recover: too many failures", *comm, FR_EPEER);
+	err = fr_comm_agree(*comm, &f);
+	if (err && err != FR_EPEER)
+		die("fr_comm_agree", *comm, err);
+	if (f != (lo | hi) && f != lo && f != hi)
+		die("recover: ranks more than a step apart", *comm, FR_EPROTO);
+	back = f == lo;
+	fr_comm_failed(*comm, failed, 16, &nf);
+	err = fr_comm_shrink(*comm, &nc);
+	if (err)
+		die("fr_comm_shrink", *comm, err);
+	reducer_destroy(red);
+	fr_comm_destroy(*comm);
+	*comm = nc;
+	reducer_init(red, nc, l, grad, o);
+	if (fr_comm_rank(nc) == 0) {
+		printf("train_mlp: step %d failed: %d rank%s failed (", applied,
+		       nf, nf == 1 ? "" : "s");
+		for (int i = 0; i < nf && i < 16; i++)
+			printf("%s%d", i ? " " : "", failed[i]);
+		printf("); going on with %d of %d ranks%s\n", fr_comm_size(nc),
+		       was, back ? ", a step rolled back" : "");
+		fflush(stdout);
+	}
+	return back;
 }
 
 /*
@@ -757,7 +910,13 @@ static void usage(int rc)
 		"  --tp T                tensor parallel in groups of T ranks (a\n"
 		"                        column- then a row-parallel layer), data\n"
 		"                        parallel across the groups; checked against\n"
-		"                        the single-process reference\n",
+		"                        the single-process reference\n"
+		"  --recover             survive failed ranks: agree, shrink, redo the\n"
+		"                        step on the survivors\n"
+		"  --kill-rank R --kill-step S [--kill-us U]   rank R dies (SIGKILL)\n"
+		"                        U us (0) into step S (tests of --recover)\n"
+		"  --drop-rank R --drop-step S   rank R leaves cleanly before step S\n"
+		"                        (the run a recovered one must match)\n",
 		EXAMPLE_DATA);
 	exit(rc);
 }
@@ -806,6 +965,12 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		{"test", required_argument, NULL, 't'},
 		{"csv", required_argument, NULL, 'o'},
 		{"tp", required_argument, NULL, 'T'},
+		{"recover", no_argument, NULL, 'R'},
+		{"kill-rank", required_argument, NULL, 1},
+		{"kill-step", required_argument, NULL, 2},
+		{"kill-us", required_argument, NULL, 3},
+		{"drop-rank", required_argument, NULL, 4},
+		{"drop-step", required_argument, NULL, 5},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -824,6 +989,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		.compress = FR_COMPRESS_NONE,
 		.bucket_bytes = 4096,
 		.tp = 1,
+		.kill_rank = -1,
+		.kill_step = -1,
+		.drop_rank = -1,
+		.drop_step = -1,
 	};
 	while ((ch = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (ch) {
@@ -876,6 +1045,28 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case 'T':
 			o->tp = num_arg("--tp", optarg, 1, 1 << 16);
 			break;
+		case 'R':
+			o->recover = true;
+			break;
+		case 1:
+			o->kill_rank =
+				num_arg("--kill-rank", optarg, 0, 1 << 20);
+			break;
+		case 2:
+			o->kill_step =
+				num_arg("--kill-step", optarg, 0, 1 << 30);
+			break;
+		case 3:
+			o->kill_us = num_arg("--kill-us", optarg, 0, 60000000);
+			break;
+		case 4:
+			o->drop_rank =
+				num_arg("--drop-rank", optarg, 0, 1 << 20);
+			break;
+		case 5:
+			o->drop_step =
+				num_arg("--drop-step", optarg, 0, 1 << 30);
+			break;
 		case 'h':
 			usage(0);
 			break;
@@ -888,6 +1079,20 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	if (o->tp > 1 && (o->compress != FR_COMPRESS_NONE || o->buckets)) {
 		fprintf(stderr,
 			"train_mlp: --tp goes without --compress and --buckets\n");
+		exit(2);
+	}
+	if ((o->recover || o->kill_rank >= 0 || o->drop_rank >= 0) &&
+	    (o->tp > 1 || (o->buckets && o->ef))) {
+		/* the buckets' residual lives in the library: no rolling
+		 * back a step of it */
+		fprintf(stderr,
+			"train_mlp: --recover, --kill-* and --drop-* go without --tp and without --buckets --ef\n");
+		exit(2);
+	}
+	if ((o->kill_rank >= 0) != (o->kill_step >= 0) ||
+	    (o->drop_rank >= 0) != (o->drop_step >= 0)) {
+		fprintf(stderr,
+			"train_mlp: --kill-rank goes with --kill-step, --drop-rank with --drop-step\n");
 		exit(2);
 	}
 	if (o->ef && o->compress == FR_COMPRESS_NONE) {
@@ -908,7 +1113,12 @@ int main(int argc, char **argv)
 	fr_comm_t *comm;
 	float *w, *grad, *vel;
 	int *order, *perm, *shard;
-	int rank, nranks, ntrain, pos, err, ret;
+	int rank, nranks, ntrain, pos, err, ret, job_rank, rounds = 0;
+	struct snapshot start = {0}, last = {0};
+	double *losses = NULL;
+	pthread_t kt;
+	bool killing = false, redone = false;
+	float *keep = NULL;
 	uint64_t s, hash, *hashes;
 	double t0, t1, train_loss, train_acc, test_loss, test_acc;
 	char mode[64];
@@ -919,7 +1129,7 @@ int main(int argc, char **argv)
 	err = fr_comm_create_from_env(NULL, &comm);
 	if (err)
 		die("fr_comm_create_from_env", NULL, err);
-	rank = fr_comm_rank(comm);
+	rank = job_rank = fr_comm_rank(comm);
 	nranks = fr_comm_size(comm);
 	snprintf(mode, sizeof(mode), "%s%s%s", fr_compress_name(o.compress),
 		 o.ef ? "+ef" : "", o.buckets ? "+buckets" : "");
@@ -976,6 +1186,11 @@ int main(int argc, char **argv)
 		}
 		fprintf(csv, "step,loss\n");
 	}
+	/* the losses are written at the end: a step may be done twice */
+	losses = calloc((size_t)o.steps + 1, sizeof(*losses));
+	if (!losses || (o.recover && (snap_init(&start, &l, ntrain, &red) ||
+				      snap_init(&last, &l, ntrain, &red))))
+		die("allocation", comm, FR_ENOMEM);
 	if (rank == 0)
 		printf("train_mlp: %d ranks, %s, %d-%d-%d MLP (%zu parameters), %d train / %d test digits, batch %d, %d steps\n",
 		       nranks, mode, NIN, o.hidden, NOUT, l.n, ntrain, o.ntest,
@@ -998,10 +1213,57 @@ int main(int argc, char **argv)
 	fr_comm_stats(comm, &st0);
 	t0 = now_s();
 	for (int step = 0; step < o.steps; step++) {
-		int lo = (int)((long)o.batch * rank / nranks);
-		int hi = (int)((long)o.batch * (rank + 1) / nranks);
+		int lo, hi;
 		double loss;
 
+		if (step == o.drop_step && o.drop_rank < nranks) {
+			fr_comm_t *nc = NULL;
+
+			/* the clean run a recovered one must match: the
+			 * others go on without that rank from this step */
+			err = fr_comm_split(
+				comm,
+				job_rank == o.drop_rank ? FR_UNDEFINED : 0,
+				rank, &nc);
+			if (err)
+				die("fr_comm_split (--drop-rank)", comm, err);
+			/* error feedback's residual carries on, as it does
+			 * through a recovery */
+			if (red.residual) {
+				keep = malloc(sizeof(float) * l.n);
+				if (!keep)
+					die("allocation", comm, FR_ENOMEM);
+				memcpy(keep, red.residual, sizeof(float) * l.n);
+			}
+			reducer_destroy(&red);
+			fr_comm_destroy(comm);
+			comm = nc;
+			if (!comm) {
+				printf("train_mlp: left at step %d\n", step);
+				ret = 0;
+				goto dropped;
+			}
+			rank = fr_comm_rank(comm);
+			nranks = fr_comm_size(comm);
+			reducer_init(&red, comm, &l, grad, &o);
+			if (keep && red.residual)
+				memcpy(red.residual, keep, sizeof(float) * l.n);
+			free(keep);
+			keep = NULL;
+		}
+		if (job_rank == o.kill_rank && step == o.kill_step &&
+		    !killing) {
+			killing =
+				!pthread_create(&kt, NULL, killer, &o.kill_us);
+			if (!killing)
+				die("--kill-rank: pthread_create", comm,
+				    FR_ESYS);
+		}
+		lo = (int)((long)o.batch * rank / nranks);
+		hi = (int)((long)o.batch * (rank + 1) / nranks);
+		if (o.recover)
+			snap_take(&start, step, NULL, NULL, perm, pos, s, &red,
+				  &l, ntrain);
 		if (pos + o.batch > ntrain) { /* next epoch */
 			shuffle(perm, ntrain, &s);
 			pos = 0;
@@ -1010,12 +1272,51 @@ int main(int argc, char **argv)
 		pos += o.batch;
 		loss = train_shard(&l, w, grad, &d, shard, hi - lo, o.batch,
 				   nranks, &sc, &red);
-		reducer_finish(&red);
-		err = fr_allreduce(comm, FR_IN_PLACE, &loss, 1, FR_F64, FR_SUM);
-		if (err)
+		err = reducer_finish(&red);
+		if (!err)
+			err = fr_allreduce(comm, FR_IN_PLACE, &loss, 1, FR_F64,
+					   FR_SUM);
+		if (err && !o.recover)
 			die("fr_allreduce (loss)", comm, err);
-		if (csv)
-			fprintf(csv, "%d,%.9g\n", step, loss / o.batch);
+		if (err) {
+			/* start: this step's; last: the one applied before */
+			bool back = recover(&comm, &red, &l, grad, &o, step,
+					    &rounds);
+			struct snapshot *to = back ? &last : &start;
+
+			rank = fr_comm_rank(comm);
+			nranks = fr_comm_size(comm);
+			if (back) {
+				memcpy(w, last.w, sizeof(float) * l.n);
+				memcpy(vel, last.vel, sizeof(float) * l.n);
+			}
+			memcpy(perm, to->perm, sizeof(int) * ntrain);
+			pos = to->pos;
+			s = to->s;
+			if (red.residual && to->residual)
+				memcpy(red.residual, to->residual,
+				       sizeof(float) * l.n);
+			step = to->step - 1; /* redo it */
+			redone = true;
+			/* the counters are the new communicator's */
+			memset((char *)&st0 + sizeof(st0.size), 0,
+			       sizeof(st0) - sizeof(st0.size));
+			continue;
+		}
+		losses[step] = loss / o.batch;
+		if (redone) {
+			redone = false;
+			struct timespec ts;
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			printf("RECOVERED step=%d ranks=%d at=%.6f\n", step,
+			       nranks, ts.tv_sec + ts.tv_nsec * 1e-9);
+			fflush(stdout);
+		}
+		if (o.recover)
+			snap_take(&last, step, w, vel, start.perm, start.pos,
+				  start.s, NULL, &l, ntrain),
+				snap_residual(&last, &start, &l);
 		/* SGD with momentum: the same bits on every rank because
 		 * the averaged gradient is */
 		for (size_t i = 0; i < l.n; i++) {
@@ -1023,6 +1324,9 @@ int main(int argc, char **argv)
 			w[i] -= (float)o.lr * vel[i];
 		}
 	}
+	if (csv)
+		for (int i = 0; i < o.steps; i++)
+			fprintf(csv, "%d,%.9g\n", i, losses[i]);
 	t1 = now_s();
 	fr_comm_stats(comm, &st1);
 	if (csv && fclose(csv)) {
@@ -1050,13 +1354,20 @@ int main(int argc, char **argv)
 		}
 	printf("final mode=%s ranks=%d steps=%d train_loss=%.8g train_acc=%.4f test_loss=%.8g test_acc=%.4f hash=%016" PRIx64
 	       " identical=%s sent_bytes=%" PRIu64 " wire_bytes=%" PRIu64
-	       " time_s=%.2f\n",
+	       " time_s=%.2f recoveries=%d\n",
 	       mode, nranks, o.steps, train_loss, train_acc, test_loss,
 	       test_acc, hash, same ? "yes" : "NO",
 	       st1.bytes_sent - st0.bytes_sent, st1.wire_bytes - st0.wire_bytes,
-	       t1 - t0);
+	       t1 - t0, rounds);
 
 	ret = same ? 0 : 1;
+dropped:
+	if (!comm && csv)
+		fclose(csv);
+	free(keep);
+	snap_free(&start);
+	snap_free(&last);
+	free(losses);
 out:
 	reducer_destroy(&red); /* all zeros in --tp mode: nothing to free */
 	fr_comm_destroy(comm);

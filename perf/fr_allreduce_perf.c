@@ -194,6 +194,7 @@ struct ctx {
 	fr_mem_t *send_mem, *recv_mem, *meta_mem, *percall_mem;
 	struct row *rows;
 	size_t nrows, cap;
+	double create_ms;     /* the slowest rank's fr_comm_create_from_env */
 	fr_coll_opts_t zopts; /* -Z, --ef */
 	float *residual;      /* --ef: one per element of the buffer */
 	float *acc;	      /* --ef: sum of the check's results */
@@ -989,6 +990,8 @@ static void print_header(struct ctx *c)
 	       o->step ? "bytes" : "factor", o->warmup, o->iters);
 	printf("#  validation: %d  in-place: %d  registered buffers: %d  progress: %s\n",
 	       o->check, o->inplace, o->reg, progress_label(o));
+	printf("#  communicator created in %.1f ms (the slowest rank's fr_comm_create_from_env)\n",
+	       c->create_ms);
 	printf("#  time (--stat): %s; median, p99, min: over the %ld calls, of the slowest rank's time per call\n",
 	       o->stat == STAT_MEAN ? "mean, the slowest rank's average"
 				    : stat_names[o->stat],
@@ -2028,12 +2031,20 @@ int main(int argc, char **argv)
 	if (o.timeout_ms)
 		cfg.timeout_ms = (int)o.timeout_ms;
 	cfg.progress = o.progress;
+	c.create_ms = (double)pc_now_ns();
 	rc = fr_comm_create_from_env(&cfg, &c.comm);
 	if (rc) {
 		fprintf(stderr,
 			"fr_allreduce_perf: cannot create the communicator: %s (%s): %s\n",
 			fr_strerror(rc), fr_errname(rc),
 			fr_comm_last_error(NULL));
+		return 1;
+	}
+	c.create_ms = ((double)pc_now_ns() - c.create_ms) / 1e6;
+	rc = fr_allreduce(c.comm, FR_IN_PLACE, &c.create_ms, 1, FR_F64, FR_MAX);
+	if (rc) {
+		fprintf(stderr, "fr_allreduce_perf: %s\n",
+			fr_comm_last_error(c.comm));
 		return 1;
 	}
 	c.rank = fr_comm_rank(c.comm);

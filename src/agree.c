@@ -66,7 +66,7 @@
 #include "util.h"
 
 #define AG_MAGIC 0x31415246u /* "FRA1" */
-#define AG_HDR 40
+#define AG_HDR FR_AGREE_STATE_HDR
 enum {
 	AG_ACTIVE = 1,	  /* in an agreement, undecided */
 	AG_PROPOSING = 2, /* accepted value is the sender's own proposal */
@@ -78,10 +78,19 @@ enum {
 #define AG_CH_XCHG 1
 /* sets per peer (failed, accepted, decided) and of our own */
 #define AG_PEER_SETS 3
+/* a coordinator asks the ranks it still waits on again this often */
+#define AG_REPOLL_MS 500
 #define AG_OWN_SETS 7
 /* a card's header: "FRX1", the exchange's number */
 #define XC_MAGIC 0x31585246u
-#define XC_HDR 8
+#define XC_HDR FR_AGREE_CARD_HDR
+
+/* Milliseconds from t to now: 0 when t is later (a stamp taken during
+ * this round, after now was read). */
+static uint64_t elapsed(uint64_t now, uint64_t t)
+{
+	return now > t ? now - t : 0;
+}
 
 /* An agreement of ours runs, undecided. */
 static bool agreeing(const struct fr_agree *a)
@@ -156,7 +165,8 @@ static int agree_alloc(struct fr_comm *c)
 	a->xcard = calloc((size_t)c->nranks, sizeof(*a->xcard));
 	a->xlen = calloc((size_t)c->nranks, sizeof(*a->xlen));
 	a->xtags = calloc((size_t)c->nranks, sizeof(*a->xtags));
-	if (!a->xcard || !a->xlen || !a->xtags)
+	a->heard_ms = calloc((size_t)c->nranks, sizeof(*a->heard_ms));
+	if (!a->xcard || !a->xlen || !a->xtags || !a->heard_ms)
 		goto err_x;
 	s = a->sets;
 	a->known = s;
@@ -179,6 +189,7 @@ static int agree_alloc(struct fr_comm *c)
 	return 0;
 
 err_x:
+	free(a->heard_ms);
 	free(a->xtags);
 	free(a->xlen);
 	free(a->xcard);
@@ -201,6 +212,7 @@ void fr_agree_fini(struct fr_comm *c)
 	free(c->agr.xcard);
 	free(c->agr.xlen);
 	free(c->agr.xtags);
+	free(c->agr.heard_ms);
 	free(c->agr.wire);
 	free(c->agr.peers);
 	free(c->agr.sets);
@@ -215,11 +227,16 @@ int fr_agree_begin(struct fr_comm *c, uint32_t flags)
 	if (!a->sets && (rc = agree_alloc(c)))
 		return fr_comm_seterr(
 			c, rc, "rank %d: agreement: out of memory", c->rank);
-	if (c->nranks > 1 && wire_len(a) > fr_msg_payload_max(c))
+	if (a->active || a->xactive)
 		return fr_comm_seterr(
-			c, FR_ENOTSUP,
-			"rank %d: agreement: its %zu-byte state does not fit a mailbox slot of %zu (raise FR_EAGER_BYTES)",
-			c->rank, wire_len(a), fr_msg_payload_max(c));
+			c, FR_EBUSY,
+			"rank %d: an agreement or shrink runs already on this communicator (one at a time)",
+			c->rank);
+	if (c->nranks > 1 && wire_len(a) > c->peer.ctrl_size - FR_MSG_HDR)
+		return fr_comm_seterr(
+			c, FR_EPROTO,
+			"rank %d: agreement: its %zu-byte state does not fit a CTRL slot of %zu",
+			c->rank, wire_len(a), c->peer.ctrl_size - FR_MSG_HDR);
 	a->inst++;
 	a->active = true;
 	a->decided = false;
@@ -309,6 +326,11 @@ static void learn_failed(struct fr_comm *c, int r)
 		return;
 	fr_rankset_add(a->known, r);
 	fr_peers_mark_dead(c, r);
+	/* nothing more goes to it (a write to a dead peer over RDMA may
+	 * wait seconds for its error, and the states owed to live ranks
+	 * behind it); it gets our state again only if it writes to us */
+	a->owed[r / 64] &= ~((fr_rankset_t)1 << (r % 64));
+	a->xowed[r / 64] &= ~((fr_rankset_t)1 << (r % 64));
 	fr_dbg("rank %d: agreement #%u: rank %d failed", c->rank, a->inst, r);
 }
 
@@ -366,11 +388,18 @@ static void absorb(struct fr_comm *c, bool *did_work)
 		    !decode(a, b, len, m))
 			continue;
 		*did_work = true;
+		a->heard_ms[r] = fr_coarse_ms();
+		/* one we count as failed is alive after all: tell it (our
+		 * state names it), so that it stops waiting for us */
+		if ((m->bits & AG_ACTIVE) && fr_rankset_has(a->known, r))
+			owe(c, r);
 		for (int q = 0; q < c->nranks; q++)
 			if (fr_rankset_has(m->failed, q))
 				learn_failed(c, q);
-		/* it decided the instance we are in */
-		if (agreeing(a) && m->dec_inst == a->inst)
+		/* it decided the instance we are in (not a decision it made
+		 * alone, counted out) */
+		if (agreeing(a) && m->dec_inst == a->inst &&
+		    !fr_rankset_has(m->dec_set, r))
 			decide(c, m->dec_value, m->dec_set);
 		/* it is still in one we decided: tell it */
 		if ((m->bits & AG_ACTIVE) && a->dec_inst &&
@@ -406,8 +435,15 @@ static void flush(struct fr_comm *c, bool *did_work)
 		if (!len)
 			len = encode(c);
 		rc = fr_peers_ctrl_send(c, r, AG_CH_AGREE, a->wire, len);
-		if (rc == FR_EAGAIN)
+		if (rc == FR_EAGAIN) {
+			if (fr_coarse_since(a->owing_ms) > 1000)
+				fr_dbg("rank %d: agreement #%u: rank %d cannot take our state yet (connection %d, %d writes outstanding, outbox 0x%llx)",
+				       c->rank, a->inst, r,
+				       (int)c->peer.peers[r].state,
+				       c->peer.outstanding,
+				       (unsigned long long)c->peer.out_busy);
 			continue;
+		}
 		a->owed[r / 64] &= ~((fr_rankset_t)1 << (r % 64));
 		if (rc) {
 			learn_failed(c, r);
@@ -418,12 +454,15 @@ static void flush(struct fr_comm *c, bool *did_work)
 	}
 }
 
-/* Wait on r: connect, PING; failed when it closed, or answered nothing
- * for the timeout since we began waiting in this role. */
+/* Wait on r: connect, PING; failed when it closed, or when neither a
+ * state, a card nor a PONG came from it for the timeout since the wait
+ * began (since). */
 static void watch(struct fr_comm *c, int r, uint64_t now, uint64_t since)
 {
 	int rc = fr_peers_reach(c, r);
 
+	if (c->agr.heard_ms[r] > since)
+		since = c->agr.heard_ms[r];
 	if (rc == FR_EPEER) {
 		learn_failed(c, r);
 		return;
@@ -432,7 +471,7 @@ static void watch(struct fr_comm *c, int r, uint64_t now, uint64_t since)
 	 * as no answer */
 	if (!rc && fr_peers_probe(c, r))
 		return;
-	if (now - since >= (uint64_t)c->peer.timeout_ms) {
+	if (elapsed(now, since) >= (uint64_t)c->peer.timeout_ms) {
 		fr_info("rank %d: agreement #%u: rank %d answered nothing for %d ms: counted as failed",
 			c->rank, c->agr.inst, r, c->peer.timeout_ms);
 		learn_failed(c, r);
@@ -444,8 +483,13 @@ static void watch(struct fr_comm *c, int r, uint64_t now, uint64_t since)
 static void coordinate(struct fr_comm *c, uint64_t now)
 {
 	struct fr_agree *a = &c->agr;
-	bool all = true;
+	/* a rank that keeps us waiting is asked again now and then: it may
+	 * count us as failed (it never writes to us unless we write to it:
+	 * then it says so), or have missed our proposal */
+	bool again = elapsed(now, a->poll_ms) >= AG_REPOLL_MS, all = true;
 
+	if (again)
+		a->poll_ms = now;
 	for (int r = 0; r < c->nranks; r++) {
 		const struct fr_agree_peer *m = &a->peers[r];
 		bool ok;
@@ -460,7 +504,12 @@ static void coordinate(struct fr_comm *c, uint64_t now)
 					  m->dec_inst >= a->inst);
 		if (!ok) {
 			all = false;
-			watch(c, r, now, a->coord_ms);
+			watch(c, r, now, a->phase_ms);
+			if (again &&
+			    elapsed(now, a->phase_ms) >= AG_REPOLL_MS) {
+				a->poll = !a->proposing;
+				owe(c, r);
+			}
 		}
 	}
 	/* a rank just found failed may have been the last awaited: the
@@ -500,6 +549,7 @@ static void coordinate(struct fr_comm *c, uint64_t now)
 	a->acc_ballot = c->rank;
 	a->proposing = true;
 	a->poll = false;
+	a->phase_ms = now; /* the ACKs get a timeout of their own */
 	owe_all(c);
 }
 
@@ -522,7 +572,7 @@ static void agree_step(struct fr_comm *c, bool *did_work, uint64_t now)
 		;
 	if (coord != a->coord) {
 		a->coord = coord;
-		a->coord_ms = now;
+		a->coord_ms = a->phase_ms = now;
 		if (coord == c->rank) {
 			/* taking over from a failed coordinator: every rank
 			 * may have sent its state to that one */
@@ -547,9 +597,10 @@ static void agree_step(struct fr_comm *c, bool *did_work, uint64_t now)
 			a->acc_value = m->acc_value;
 			set_copy(a, a->acc_set, m->acc_set);
 			owe(c, coord);
+			a->phase_ms = now;
 			*did_work = true;
 		}
-		watch(c, coord, now, a->coord_ms);
+		watch(c, coord, now, a->phase_ms);
 	}
 }
 
@@ -572,6 +623,7 @@ static void xabsorb(struct fr_comm *c, bool *did_work)
 		card = realloc(a->xcard[r], len);
 		if (!card)
 			continue; /* as if it had not come: we wait on */
+		a->heard_ms[r] = fr_coarse_ms();
 		memcpy(card, b, len);
 		a->xcard[r] = card;
 		a->xlen[r] = (uint32_t)len;
@@ -641,8 +693,8 @@ int fr_agree_exchange_begin(struct fr_comm *c, uint32_t tag,
 
 	if (!a->sets)
 		return FR_EPROTO;
-	if (c->nranks > 1 && len + XC_HDR > fr_msg_payload_max(c))
-		return FR_ENOTSUP;
+	if (c->nranks > 1 && len + XC_HDR > c->peer.ctrl_size - FR_MSG_HDR)
+		return FR_EPROTO;
 	mine = realloc(a->xcard[c->rank], len + XC_HDR);
 	if (!mine)
 		return FR_ENOMEM;
@@ -714,7 +766,8 @@ bool fr_agree_progress(struct fr_comm *c, bool *did_work)
 	if (a->xactive)
 		xstep(c, now);
 	/* a peer that took nothing for the timeout never will */
-	if (a->owing && now - a->owing_ms > (uint64_t)c->peer.timeout_ms) {
+	if (a->owing &&
+	    elapsed(now, a->owing_ms) > (uint64_t)c->peer.timeout_ms) {
 		fr_dbg("rank %d: agreement #%u: giving up sending to the ranks that took nothing for %d ms",
 		       c->rank, a->inst, c->peer.timeout_ms);
 		set_clear(a, a->owed);

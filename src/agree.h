@@ -15,9 +15,20 @@
 #define FR_AGREE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "transport.h"
+
 struct fr_comm;
+
+/* The agreement's state on the wire: a header, then three rank sets
+ * (agree.c); a card of the exchange: a header, then the caller's card,
+ * fr_comm_shrink's being its flag, the ids its endpoint uses and its new
+ * mailbox's key (recover.c). */
+#define FR_AGREE_STATE_HDR 40
+#define FR_AGREE_CARD_HDR 8
+#define FR_SHRINK_CARD(kl) (1 + FR_SHARE_IDS / 8 + (kl))
 
 /* A set of ranks, a bit each. */
 typedef uint64_t fr_rankset_t;
@@ -78,6 +89,13 @@ struct fr_agree {
 	uint8_t **xcard; /* [nranks], each xlen[r] bytes of exchange xtags[r] */
 	uint32_t *xlen, *xtags;
 	uint64_t xstart_ms;
+	/* liveness: when the current wait began (a new coordinator, a
+	 * proposal, an accepted one), and when each peer last sent us a
+	 * state or a card: a rank is counted out only when neither it nor a
+	 * PONG from it came for the timeout since the later of the two */
+	uint64_t phase_ms;
+	uint64_t poll_ms;   /* the coordinator last asked again (agree.c) */
+	uint64_t *heard_ms; /* [nranks] */
 	fr_rankset_t *sets; /* every set above, one allocation */
 	uint8_t *wire;	    /* our message, assembled */
 	/* FR_FAULT_AGREE (fault injection for tests): die after sending
@@ -86,8 +104,23 @@ struct fr_agree {
 	long fault_after;
 };
 
-/* Enter an agreement with this rank's flags: 0, FR_ENOMEM, or FR_ENOTSUP
- * (the mailbox slot is too small for the job's rank sets). */
+/* The size of a CTRL slot (header included) for a job of nranks: the
+ * agreement's state, or a card of fr_comm_shrink, whichever is larger; a
+ * communicator split from the job keeps the job's. */
+static inline size_t fr_agree_ctrl_size(int nranks)
+{
+	size_t state =
+		FR_AGREE_STATE_HDR + 3 * 8 * (((size_t)nranks + 63) / 64);
+	size_t card = FR_AGREE_CARD_HDR + FR_SHRINK_CARD(FR_TP_RKEY_MAX);
+	/* + the message header (FR_MSG_HDR, peer.h) */
+	size_t need = 64 + (state > card ? state : card);
+
+	return (need + 63) & ~(size_t)63;
+}
+
+/* Enter an agreement with this rank's flags: 0, FR_ENOMEM, or FR_EBUSY
+ * (one runs already: recovery's calls on one communicator go one at a
+ * time). */
 int fr_agree_begin(struct fr_comm *comm, uint32_t flags);
 /* One round (the engine's, after it polled): take the peers' states,
  * coordinate, send what is owed, watch liveness.  Also with no agreement

@@ -507,13 +507,20 @@ static uint64_t job_hash(const struct settings *s)
 /*
  * Mailbox geometry: FR_EAGER_BYTES of payload per slot (default 32 KiB, at
  * least 128: the ring's READY message must fit),
- * shrunk so that the mailbox (nranks x (slots + 3) slots, pinned on RDMA)
+ * shrunk so that the mailbox (nranks x (slots + 2) slots and the small
+ * CTRL slots of recovery, pinned on RDMA)
  * stays within 32 MiB on large jobs.
  */
 static void mailbox_size(struct fr_comm *c, size_t eager)
 {
-	size_t cap = (32u << 20) /
-		     ((size_t)c->nranks * (FR_MBX_SLOTS + FR_MBX_SPECIAL));
+	size_t ctrl = fr_agree_ctrl_size(c->nranks);
+	size_t row = (32u << 20) / (size_t)c->nranks;
+	size_t cap =
+		(row > FR_CTRL_CHANNELS * ctrl ? row - FR_CTRL_CHANNELS * ctrl
+					       : 0) /
+		(FR_MBX_SLOTS + 2);
+
+	c->peer.ctrl_size = ctrl;
 
 	c->peer.mbx_slots = FR_MBX_SLOTS;
 	c->peer.out_slots = 2 * FR_MBX_SLOTS;

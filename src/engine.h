@@ -140,7 +140,8 @@ bool fr_engine_step(struct fr_comm *comm, bool *did_work);
 /* fr_wait() with the lock held. */
 int fr_req_wait_locked(struct fr_request *req);
 int fr_progress_internal(struct fr_comm *comm, bool *did_work);
-/* An agreement runs or owes messages: rounds must poll, failed or not. */
+/* An agreement runs or owes messages, or recovery has begun on a failed
+ * communicator: rounds must poll, failed or not. */
 bool fr_engine_busy(const struct fr_comm *comm);
 /* Run the engine until the agreement begun (agree.h) has decided. */
 void fr_engine_agree_wait(struct fr_comm *comm);

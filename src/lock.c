@@ -153,9 +153,12 @@ int fr_sleep_ms(const struct fr_comm *comm, bool pending)
 
 	if (!pending)
 		return 1000;
-	/* an agreement: its liveness checks come every few ms */
+	/* an agreement: its liveness checks come every few ms; a failed
+	 * communicator in recovery only answers the others */
 	if (fr_agree_running(&comm->agr) || fr_agree_owing(&comm->agr))
 		return 10;
+	if (comm->fail.failed)
+		return 100;
 	idle = fr_coarse_since(comm->peer.last_activity_ms);
 	/* patient with a late rank: keep pinging it, do not spin */
 	if (comm->peer.late_level)

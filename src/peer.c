@@ -217,21 +217,35 @@ size_t fr_msg_payload_max(const struct fr_comm *comm)
 	return comm->peer.mbx_slot_size - FR_MSG_HDR;
 }
 
+/* A sender's row of a mailbox: its data slots, ABORT and BYE (full
+ * size), then its CTRL slots (small). */
+static size_t mbx_row(const struct fr_comm *c)
+{
+	return (size_t)(c->peer.mbx_slots + 2) * c->peer.mbx_slot_size +
+	       FR_CTRL_CHANNELS * c->peer.ctrl_size;
+}
+
+/* Where slot (data, ABORT, BYE, or mbx_slots + 2 + channel: CTRL) of
+ * sender from's row is. */
+static size_t mbx_off(const struct fr_comm *c, int from, uint32_t slot)
+{
+	size_t row = (size_t)from * mbx_row(c);
+
+	if (slot < (uint32_t)c->peer.mbx_slots + 2)
+		return row + slot * c->peer.mbx_slot_size;
+	return row + (size_t)(c->peer.mbx_slots + 2) * c->peer.mbx_slot_size +
+	       (slot - (uint32_t)c->peer.mbx_slots - 2) * c->peer.ctrl_size;
+}
+
 /* Where in rank's mailbox our slot rslot is. */
 static uint64_t mbx_roff(const struct fr_comm *c, uint32_t rslot)
 {
-	return ((uint64_t)c->rank *
-			(uint64_t)(c->peer.mbx_slots + FR_MBX_SPECIAL) +
-		rslot) *
-	       c->peer.mbx_slot_size;
+	return mbx_off(c, c->rank, rslot);
 }
 
 static uint8_t *mbx_slot(struct fr_comm *comm, int from, int slot)
 {
-	return comm->peer.mbx +
-	       ((size_t)from * (size_t)(comm->peer.mbx_slots + FR_MBX_SPECIAL) +
-		(size_t)slot) *
-		       comm->peer.mbx_slot_size;
+	return comm->peer.mbx + mbx_off(comm, from, (uint32_t)slot);
 }
 
 /* ---- setup ------------------------------------------------------------------
@@ -286,8 +300,7 @@ int fr_peers_mailbox(struct fr_comm *c, int rows, bool populate)
 	size_t sz;
 	int rc;
 
-	sz = (size_t)rows * (size_t)(c->peer.mbx_slots + FR_MBX_SPECIAL) *
-	     c->peer.mbx_slot_size;
+	sz = (size_t)rows * mbx_row(c);
 	c->peer.mbx_len = page_round(sz);
 	c->peer.mbx = zeroed_pages(c->peer.mbx_len, populate);
 	if (!c->peer.mbx)
@@ -902,8 +915,8 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 		const void *payload, size_t len)
 {
 	struct fr_peer *p = &c->peer.peers[rank];
-	bool special = m->type == FR_MSG_ABORT || m->type == FR_MSG_BYE ||
-		       m->type == FR_MSG_CTRL;
+	bool ctrl = m->type == FR_MSG_CTRL;
+	bool special = m->type == FR_MSG_ABORT || m->type == FR_MSG_BYE || ctrl;
 	uint32_t slot = 0, rslot;
 	uint8_t *buf;
 	int rc, i;
@@ -932,11 +945,14 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 				return write_failed(c, p, rc);
 		}
 	}
-	/* The last outbox slots are kept for ABORT, BYE and CTRL, which must
-	 * go out however busy the data path is. */
-	if (!special && __builtin_popcountll(c->peer.out_busy) >=
-				c->peer.out_slots - FR_OUT_RESERVED)
+	/* The last outbox slots are kept for ABORT and BYE, which must go
+	 * out however busy the data path is (CTRL waits its turn). */
+	if ((!special || ctrl) && __builtin_popcountll(c->peer.out_busy) >=
+					  c->peer.out_slots - FR_OUT_RESERVED)
 		return FR_EAGAIN;
+	if (ctrl && (m->step >= FR_CTRL_CHANNELS ||
+		     len > c->peer.ctrl_size - FR_MSG_HDR))
+		return FR_EINVAL;
 	for (i = 0; i < c->peer.out_slots; i++) {
 		slot = (c->peer.out_next + (uint32_t)i) %
 		       (uint32_t)c->peer.out_slots;
@@ -945,7 +961,8 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 	}
 	if (i == c->peer.out_slots)
 		return FR_EAGAIN;
-	/* credits ride on data only: ABORT, BYE and CTRL take none */
+	/* credits ride on data only: ABORT, BYE and CTRL take none (CTRL
+	 * has its own small slots: the same one for every message) */
 	m->credits = special ? 0 : (uint32_t)p->credits_owed;
 	m->len = (uint32_t)len;
 	buf = c->peer.out + (size_t)slot * c->peer.mbx_slot_size;
@@ -1377,14 +1394,17 @@ static uint32_t ctrl_sum(const uint8_t *b, size_t len)
 static int on_ctrl(struct fr_comm *c, struct fr_peer *p, int ch,
 		   const struct fr_msg *m, const uint8_t *payload)
 {
-	if (ctrl_sum(payload, m->len) != m->aux)
-		return 0;
 	if (!p->ctrl[ch]) {
-		p->ctrl[ch] = malloc(fr_msg_payload_max(c));
+		p->ctrl[ch] = malloc(c->peer.ctrl_size);
 		if (!p->ctrl[ch])
-			return 0; /* as if lost: it is sent again */
+			return 0; /* as if lost (the sender is counted out if
+				   * nothing more comes from it) */
 	}
+	/* copied, then checked: the copy is what the next write cannot
+	 * tear any more */
 	memcpy(p->ctrl[ch], payload, m->len);
+	if (ctrl_sum(p->ctrl[ch], m->len) != m->aux)
+		return 0;
 	p->ctrl_len[ch] = m->len;
 	if (!p->ctrl_new[ch])
 		c->peer.ctrl_new++;
@@ -1398,11 +1418,16 @@ static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
 	const uint8_t *b;
 	struct fr_msg m;
 
-	if (slot >= (uint32_t)(c->peer.mbx_slots + FR_MBX_SPECIAL) ||
+	if (slot >= (uint32_t)(c->peer.mbx_slots + 2 + FR_CTRL_CHANNELS) ||
 	    len < FR_MSG_COMPACT)
 		goto bad;
 	b = mbx_slot(c, p->rank, (int)slot);
-	if (fr_msg_decode(b, fr_msg_payload_max(c), &m) || m.len != len - m.hdr)
+	if (fr_msg_decode(b,
+			  slot >= (uint32_t)c->peer.mbx_slots + 2
+				  ? c->peer.ctrl_size - FR_MSG_HDR
+				  : fr_msg_payload_max(c),
+			  &m) ||
+	    m.len != len - m.hdr)
 		goto bad;
 	if (slot == (uint32_t)c->peer.mbx_slots) {
 		if (m.type != FR_MSG_ABORT)
@@ -1634,7 +1659,11 @@ int fr_peers_ctrl_send(struct fr_comm *c, int rank, int ch, const void *payload,
 	/* step: the channel, which fr_msg_send picks the slot by */
 	struct fr_msg m = {
 		.type = FR_MSG_CTRL, .seq = c->peer.seq, .step = (uint16_t)ch};
-	int rc = fr_peers_reach(c, rank);
+	/* also to a rank counted as failed whose connection is up: it may
+	 * be alive, and must learn that it was counted out */
+	int rc = c->peer.peers[rank].state == FR_PEER_UP
+			 ? 0
+			 : fr_peers_reach(c, rank);
 
 	if (rc)
 		return rc;

@@ -42,12 +42,11 @@ struct fr_request;
 
 /* Mailbox data slots per peer (credits). */
 #define FR_MBX_SLOTS 8
-/* Recovery's channels (agree.c): a CTRL slot each. */
+/* Recovery's channels (agree.c): a CTRL slot each, of ctrl_size bytes,
+ * after a sender's data, ABORT and BYE slots. */
 #define FR_CTRL_CHANNELS 2
-/* Mailbox slots per sender after its data slots: ABORT, BYE, CTRL... */
-#define FR_MBX_SPECIAL (2 + FR_CTRL_CHANNELS)
-/* Outbox slots only ABORT, BYE and CTRL may use. */
-#define FR_OUT_RESERVED 3
+/* Outbox slots only ABORT and BYE may use. */
+#define FR_OUT_RESERVED 2
 /* Peers' remote keys are cached direct-mapped by registration id. */
 #define FR_RKEY_CACHE 64
 
@@ -206,6 +205,7 @@ struct fr_peer_layer {
 	 */
 	int mbx_slots;	      /* data slots per peer */
 	size_t mbx_slot_size; /* header + eager payload */
+	size_t ctrl_size;     /* a CTRL slot: header + recovery's state */
 	uint8_t *mbx;
 	size_t mbx_len; /* mapped bytes (a multiple of the page) */
 	struct fr_mem *mbx_mem;

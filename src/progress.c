@@ -36,8 +36,8 @@ static void *progress_main(void *arg)
 		if (comm->thr.pt_stop)
 			break;
 		if (comm->fail.failed && !fr_engine_busy(comm)) {
-			/* nothing will move again but an agreement (which
-			 * signals when it begins): no polling, no spinning */
+			/* nothing will move again, unless recovery begins (an
+			 * agreement, which signals): no polling, no spinning */
 			fr_cond_wait(comm);
 			continue;
 		}

@@ -127,7 +127,7 @@ int fr_comm_failed(fr_comm_t *comm, int *ranks, int max, int *nfailed)
 #define FR_SHRINK_TRIES 8
 #define CARD_HAS 0
 #define CARD_IDS 1
-#define CARD_KEY (CARD_IDS + FR_SHARE_IDS / 8)
+#define CARD_KEY FR_SHRINK_CARD(0)
 
 /* A rank set's copy (the agreement's sets change with the next one). */
 static fr_rankset_t *set_dup(const fr_rankset_t *s, int nranks)
@@ -271,8 +271,10 @@ int fr_comm_shrink(fr_comm_t *comm, fr_comm_t **newcomm)
 			shrink_make(comm, dead, kl, c, newcomm, &rc);
 			goto out;
 		}
+		/* nobody made the communicator (the agreement said so to
+		 * all), so nothing writes into its mailbox: it goes */
 		if (c)
-			fr_split_early_undo(comm, c, true);
+			fr_split_early_undo(comm, c, false);
 		fr_dbg("rank %d: fr_comm_shrink: %s: again", comm->rank,
 		       same ? "a member could not take part"
 			    : "a rank failed meanwhile");

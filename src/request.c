@@ -135,8 +135,11 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 	struct fr_request *req;
 	int n, rc = 0;
 
+	/* once recovery has begun (an agreement), a failed communicator
+	 * keeps polling: a rank still in an agreement this one has left
+	 * needs its answers, and its PONGs */
 	if (comm->fail.failed) {
-		if (poll && agree_busy(comm))
+		if (poll && comm->agr.sets)
 			recovery_round(comm, did_work);
 		goto failed;
 	}
@@ -384,7 +387,7 @@ static bool engine_step(struct fr_comm *comm, bool *did_work, bool watch_idle)
 
 bool fr_engine_busy(const struct fr_comm *comm)
 {
-	return agree_busy(comm);
+	return agree_busy(comm) || (comm->fail.failed && comm->agr.sets);
 }
 
 /*

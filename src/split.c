@@ -82,6 +82,7 @@ static struct fr_comm *comm_like(const struct fr_comm *p, int rank, int n)
 	c->peer.mbx_slots = p->peer.mbx_slots;
 	c->peer.out_slots = p->peer.out_slots;
 	c->peer.mbx_slot_size = p->peer.mbx_slot_size;
+	c->peer.ctrl_size = p->peer.ctrl_size;
 	c->peer.ll = p->peer.ll;
 	c->algo.forced = p->algo.forced;
 	c->algo.tune = p->algo.tune;

@@ -45,6 +45,15 @@
  *       them, in order, whose All-Reduces and agreement are right; with
  *       "card:K" the victims die inside the shrink (after sending K of
  *       their cards), and the shrink leaves them out all the same.
+ *
+ *   mp_recover late V MS
+ *       (FR_TIMEOUT_MS small, under --keep-going) Rank V sleeps MS ms
+ *       outside the library, with no progress thread, before it agrees:
+ *       the others (progress threads) count it out at the timeout, agree
+ *       uniformly (FR_EPEER, failed = V), shrink without it, and keep the
+ *       old communicator for MS ms more; rank V, waking, learns from them
+ *       that it was counted out: FR_EPEER with itself among the failed,
+ *       and its shrink fails with FR_EPEER.
  * Exit 0 when everything held; messages say what did not.
  */
 #include <pthread.h>
@@ -515,9 +524,48 @@ static int mode_kill(fr_comm_t *world, const char *victims, const char *fault)
 	return fails;
 }
 
+static int mode_late(fr_comm_t *world, int v, int ms)
+{
+	bool dead[1024] = {false};
+	uint32_t f = agree_value(rank, 1);
+	int ranks[64], nf = -1, rc;
+	fr_comm_t *s = NULL;
+
+	if (v < 0 || v >= nranks || nranks < 3 || nranks > 1024) {
+		fprintf(stderr, "late: bad victim %d of %d\n", v, nranks);
+		return ++fails;
+	}
+	dead[v] = true;
+	works(world, "before");
+	if (rank != v) {
+		agree_after(world, 1, dead, 1, true);
+		shrink_after(world, dead, 1);
+		/* the old communicator answers rank V from the progress
+		 * thread until it has woken and asked */
+		usleep((useconds_t)ms * 1000u + 2000000u);
+		return fails;
+	}
+	usleep((useconds_t)ms * 1000u);
+	rc = fr_comm_agree(world, &f);
+	CHECK(rc == FR_EPEER, "late rank: agree %s (%s)", fr_errname(rc),
+	      fr_comm_last_error(world));
+	CHECK(fr_comm_failed(world, ranks, 64, &nf) == 0, "failed()");
+	rc = 0;
+	for (int k = 0; k < nf && k < 64; k++)
+		rc |= ranks[k] == v;
+	CHECK(rc, "late rank: not among the failed ranks (%d of them)", nf);
+	rc = fr_comm_shrink(world, &s);
+	CHECK(rc == FR_EPEER && !s, "late rank: shrink %s", fr_errname(rc));
+	if (s)
+		fr_comm_destroy(s);
+	return fails;
+}
+
 int main(int argc, char **argv)
 {
 	fr_comm_t *world;
+	fr_config_t cfg;
+	const char *er = getenv("FR_RANK");
 	int rc;
 
 	if (argc < 2) {
@@ -525,7 +573,14 @@ int main(int argc, char **argv)
 			"usage: mp_recover revoke|agree|kill V[,V...] [propose:K|commit:K]\n");
 		return 2;
 	}
-	rc = fr_comm_create_from_env(NULL, &world);
+	fr_config_init(&cfg);
+	/* "late": the late rank has no progress thread (nothing answers
+	 * for it while it sleeps), the others have one */
+	if (!strcmp(argv[1], "late") && argc >= 4)
+		cfg.progress = er && atoi(er) == atoi(argv[2])
+				       ? FR_PROGRESS_CALLER
+				       : FR_PROGRESS_THREAD;
+	rc = fr_comm_create_from_env(&cfg, &world);
 	if (rc) {
 		fprintf(stderr, "fr_comm_create_from_env: %s: %s\n",
 			fr_strerror(rc), fr_comm_last_error(NULL));
@@ -540,6 +595,8 @@ int main(int argc, char **argv)
 			mode_revoke(world);
 	} else if (!strcmp(argv[1], "agree")) {
 		mode_agree(world);
+	} else if (!strcmp(argv[1], "late") && argc >= 4) {
+		mode_late(world, atoi(argv[2]), atoi(argv[3]));
 	} else if (!strcmp(argv[1], "kill") && argc >= 3) {
 		mode_kill(world, argv[2], argc >= 4 ? argv[3] : NULL);
 	} else {

@@ -71,4 +71,18 @@ export FR_PROGRESS=thread
 run "agree: coordinator of 4 dies before proposing, progress thread ($t)" \
 	survivors 4 0 propose:0
 unset FR_PROGRESS
+# alive but silent for longer than the timeout: counted out, uniformly, and
+# told so when it wakes (the others answer from their progress threads)
+late() {
+	out=$(frrun -n 4 --transport "$t" --keep-going --timeout 120 \
+		-e FR_TIMEOUT_MS=1000 "$X" late "$1" 2500 2>&1)
+	echo "$out"
+	! echo "$out" | grep -q 'FAIL\|failures' || return 1
+	lines=$(echo "$out" | sed -n "s/^\[[0-9]*\] \(\(AGREE1\|SHRINK\) .*\)/\1/p")
+	[ "$(echo "$lines" | grep -c AGREE1)" = 3 ] &&
+		[ "$(echo "$lines" | grep -c SHRINK)" = 3 ] &&
+		[ "$(echo "$lines" | sort -u | wc -l)" = 2 ]
+}
+run "agree: rank 3 of 4 silent past the timeout, counted out ($t)" late 3
+run "agree: rank 0 of 4 (the coordinator) silent past the timeout ($t)" late 0
 finish

@@ -61,7 +61,11 @@ suite "reduce, all-to-all(v), all-gatherv, reduce-scatterv over verbs" \
 suite "sub-communicators over verbs" \
 	env FR_TEST_RANKS="$c_ranks" FR_TEST_SPLIT_THREADS="4" \
 	bash "$src/tests/mp_split.sh"
-suite "revoke over verbs" env FR_TEST_RANKS=3 bash "$src/tests/mp_recover.sh"
+suite "revoke, agree, shrink over verbs" env FR_TEST_RANKS=3 \
+	bash "$src/tests/mp_recover.sh"
+# random kills in training (FR_SURVIVE_RUNS=10 for the campaign's ten)
+suite "training survives kill -9 over verbs" \
+	env FR_SURVIVE_RUNS="${FR_SURVIVE_RUNS:-1}" bash "$src/tests/mp_survive.sh"
 suite "matrix 1Mi+1 over verbs" bash -c '. "$0/tests/lib.sh"
 	run "matrix n=3 count 1048577" frrun -n 3 --transport verbs --timeout 900 \
 		"$MP" matrix --counts 1048577 --dtypes f32,bf16 --ops sum

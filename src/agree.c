@@ -80,7 +80,15 @@ enum {
 #define AG_PEER_SETS 3
 /* a coordinator asks the ranks it still waits on again this often */
 #define AG_REPOLL_MS 500
-#define AG_OWN_SETS 7
+#define AG_OWN_SETS 8
+/* A proposal's ballot: its coordinator's round in the instance, then its
+ * rank; a later proposal (a new coordinator, or the same one after a
+ * failure) has a higher one. */
+#define AG_RANK_BITS 20
+#define AG_BALLOT(round, rank) \
+	((int32_t)((uint32_t)(round) << AG_RANK_BITS | (uint32_t)(rank)))
+#define AG_BALLOT_RANK(b) ((int)((uint32_t)(b) & ((1u << AG_RANK_BITS) - 1)))
+#define AG_BALLOT_ROUND(b) ((uint32_t)(b) >> AG_RANK_BITS)
 /* a card's header: "FRX1", the exchange's number */
 #define XC_MAGIC 0x31585246u
 #define XC_HDR FR_AGREE_CARD_HDR
@@ -176,6 +184,7 @@ static int agree_alloc(struct fr_comm *c)
 	a->seen = s + 4 * w;
 	a->xskip = s + 5 * w;
 	a->xowed = s + 6 * w;
+	a->tmp = s + 7 * w;
 	s += AG_OWN_SETS * w;
 	for (int r = 0; r < c->nranks; r++, s += AG_PEER_SETS * w) {
 		a->peers[r].failed = s;
@@ -260,7 +269,7 @@ static size_t encode(struct fr_comm *c)
 
 	if (agreeing(a))
 		bits |= AG_ACTIVE;
-	if (a->proposing && a->acc_ballot == c->rank)
+	if (a->proposing && AG_BALLOT_RANK(a->acc_ballot) == c->rank)
 		bits |= AG_PROPOSING;
 	if (a->poll)
 		bits |= AG_POLL;
@@ -396,6 +405,9 @@ static void absorb(struct fr_comm *c, bool *did_work)
 		for (int q = 0; q < c->nranks; q++)
 			if (fr_rankset_has(m->failed, q))
 				learn_failed(c, q);
+		/* counted out in its last agreement: failed, for us too */
+		if (m->dec_inst && fr_rankset_has(m->dec_set, r))
+			learn_failed(c, r);
 		/* it decided the instance we are in (not a decision it made
 		 * alone, counted out) */
 		if (agreeing(a) && m->dec_inst == a->inst &&
@@ -445,7 +457,12 @@ static void flush(struct fr_comm *c, bool *did_work)
 			continue;
 		}
 		a->owed[r / 64] &= ~((fr_rankset_t)1 << (r % 64));
-		if (rc) {
+		if (rc == FR_EINVAL) {
+			/* ours, not the peer's: the state does not fit (the
+			 * mailbox is sized so that it does) */
+			fr_err("rank %d: agreement #%u: cannot send our state to rank %d: %s",
+			       c->rank, a->inst, r, fr_strerror(rc));
+		} else if (rc) {
 			learn_failed(c, r);
 		} else {
 			*did_work = true;
@@ -480,6 +497,28 @@ static void watch(struct fr_comm *c, int r, uint64_t now, uint64_t since)
 
 /* The coordinator's part: propose once every live rank sent its state,
  * decide once every live rank accepted. */
+/* Propose acc (value, set) with a ballot above every one seen. */
+static void propose(struct fr_comm *c, uint64_t now)
+{
+	struct fr_agree *a = &c->agr;
+	uint32_t round =
+		a->acc_ballot >= 0 ? AG_BALLOT_ROUND(a->acc_ballot) : 0;
+
+	for (int r = 0; r < c->nranks; r++) {
+		const struct fr_agree_peer *m = &a->peers[r];
+
+		if (r != c->rank && m->valid && m->inst == a->inst &&
+		    m->acc_ballot >= 0 &&
+		    AG_BALLOT_ROUND(m->acc_ballot) > round)
+			round = AG_BALLOT_ROUND(m->acc_ballot);
+	}
+	a->acc_ballot = AG_BALLOT(round + 1, c->rank);
+	a->proposing = true;
+	a->poll = false;
+	a->phase_ms = now; /* the ACKs get a timeout of their own */
+	owe_all(c);
+}
+
 static void coordinate(struct fr_comm *c, uint64_t now)
 {
 	struct fr_agree *a = &c->agr;
@@ -500,7 +539,7 @@ static void coordinate(struct fr_comm *c, uint64_t now)
 			ok = m->valid && m->inst == a->inst;
 		else
 			ok = m->valid && ((m->inst == a->inst &&
-					   m->acc_ballot == c->rank) ||
+					   m->acc_ballot == a->acc_ballot) ||
 					  m->dec_inst >= a->inst);
 		if (!ok) {
 			all = false;
@@ -510,6 +549,22 @@ static void coordinate(struct fr_comm *c, uint64_t now)
 				a->poll = !a->proposing;
 				owe(c, r);
 			}
+		}
+	}
+	/* a rank found failed after the proposal: propose again with it
+	 * (nobody has decided yet: only the coordinator decides), so that
+	 * the decision names every rank the survivors saw fail */
+	if (a->proposing) {
+		bool grown = false;
+
+		for (int r = 0; r < c->nranks && !grown; r++)
+			grown = r != c->rank && fr_rankset_has(a->known, r) &&
+				!fr_rankset_has(a->acc_set, r);
+		if (grown) {
+			for (int i = 0; i < a->words; i++)
+				a->acc_set[i] |= a->known[i];
+			propose(c, now);
+			return;
 		}
 	}
 	/* a rank just found failed may have been the last awaited: the
@@ -523,7 +578,8 @@ static void coordinate(struct fr_comm *c, uint64_t now)
 	}
 	/* a value some rank accepted may have been decided: keep it */
 	{
-		int best = a->acc_ballot, from = -1;
+		int32_t best = a->acc_ballot;
+		int from = -1;
 		uint32_t value = a->flags;
 
 		for (int r = 0; r < c->nranks; r++) {
@@ -546,11 +602,7 @@ static void coordinate(struct fr_comm *c, uint64_t now)
 			set_copy(a, a->acc_set, a->known);
 		} /* else our own accepted proposal stands */
 	}
-	a->acc_ballot = c->rank;
-	a->proposing = true;
-	a->poll = false;
-	a->phase_ms = now; /* the ACKs get a timeout of their own */
-	owe_all(c);
+	propose(c, now);
 }
 
 /* The agreement's part of a round. */
@@ -561,7 +613,7 @@ static void agree_step(struct fr_comm *c, bool *did_work, uint64_t now)
 
 	if (a->excluded) {
 		/* counted out: no decision of theirs will include us */
-		fr_rankset_t *s = a->acc_set;
+		fr_rankset_t *s = a->tmp;
 
 		set_copy(a, s, a->known);
 		fr_rankset_add(s, c->rank);
@@ -589,16 +641,24 @@ static void agree_step(struct fr_comm *c, bool *did_work, uint64_t now)
 		const struct fr_agree_peer *m = &a->peers[coord];
 
 		if (m->valid && m->inst == a->inst &&
-		    (m->bits & AG_PROPOSING) && m->acc_ballot == coord &&
-		    a->acc_ballot != coord) {
+		    (m->bits & AG_PROPOSING) &&
+		    AG_BALLOT_RANK(m->acc_ballot) == coord &&
+		    m->acc_ballot > a->acc_ballot) {
 			/* accept the coordinator's proposal: our state is
 			 * the ACK */
-			a->acc_ballot = coord;
+			a->acc_ballot = m->acc_ballot;
 			a->acc_value = m->acc_value;
 			set_copy(a, a->acc_set, m->acc_set);
 			owe(c, coord);
-			a->phase_ms = now;
+			a->phase_ms = a->resend_ms = now;
 			*did_work = true;
+		}
+		/* our state again now and then: an ACK or a decision lost
+		 * (given up after the timeout) is made good this way, the
+		 * coordinator answering with its proposal or decision */
+		if (elapsed(now, a->resend_ms) >= AG_REPOLL_MS) {
+			a->resend_ms = now;
+			owe(c, coord);
 		}
 		watch(c, coord, now, a->phase_ms);
 	}
@@ -620,6 +680,12 @@ static void xabsorb(struct fr_comm *c, bool *did_work)
 		    !fr_peers_ctrl_take(c, r, AG_CH_XCHG, &b, &len) ||
 		    len < XC_HDR || fr_get_le32(b) != XC_MAGIC)
 			continue;
+		/* the same card again: its sender lacks ours (it asks again
+		 * every AG_REPOLL_MS until it has it) */
+		if (a->xcard[r] && a->xlen[r] == len &&
+		    !memcmp(a->xcard[r], b, len) && a->xcard[c->rank] &&
+		    a->xtags[c->rank] == fr_get_le32(b + 4))
+			fr_rankset_add(a->xowed, r);
 		card = realloc(a->xcard[r], len);
 		if (!card)
 			continue; /* as if it had not come: we wait on */
@@ -657,7 +723,10 @@ static void xflush(struct fr_comm *c, bool *did_work)
 		if (rc == FR_EAGAIN)
 			continue;
 		a->xowed[r / 64] &= ~((fr_rankset_t)1 << (r % 64));
-		if (rc) {
+		if (rc == FR_EINVAL) {
+			fr_err("rank %d: exchange %u: cannot send our card to rank %d: %s",
+			       c->rank, a->xtag, r, fr_strerror(rc));
+		} else if (rc) {
 			learn_failed(c, r);
 		} else {
 			*did_work = true;
@@ -671,14 +740,19 @@ static void xflush(struct fr_comm *c, bool *did_work)
 static void xstep(struct fr_comm *c, uint64_t now)
 {
 	struct fr_agree *a = &c->agr;
-	bool all = true;
+	bool again = elapsed(now, a->resend_ms) >= AG_REPOLL_MS, all = true;
 
+	if (again)
+		a->resend_ms = now;
 	for (int r = 0; r < c->nranks; r++) {
 		if (r == c->rank || fr_rankset_has(a->xskip, r) ||
 		    fr_rankset_has(a->known, r) || xhave(a, r))
 			continue;
 		all = false;
 		watch(c, r, now, a->xstart_ms);
+		/* ours again, which makes it send its own (xabsorb) */
+		if (again && elapsed(now, a->xstart_ms) >= AG_REPOLL_MS)
+			fr_rankset_add(a->xowed, r);
 	}
 	if (all)
 		a->xactive = false;
@@ -775,7 +849,13 @@ bool fr_agree_progress(struct fr_comm *c, bool *did_work)
 	}
 	flush(c, did_work);
 	xflush(c, did_work);
-	a->owing = !set_empty(a, a->owed) || !set_empty(a, a->xowed);
+	{
+		bool owed_before = a->owing;
+
+		a->owing = !set_empty(a, a->owed) || !set_empty(a, a->xowed);
+		if (a->owing && !owed_before)
+			a->owing_ms = fr_coarse_ms();
+	}
 	return (was && !agreeing(a)) || (xwas && !a->xactive);
 }
 
@@ -797,12 +877,15 @@ int fr_agree_failed(struct fr_comm *c, int *ranks, int max)
 	for (int r = 0; r < c->nranks; r++) {
 		bool in;
 
-		if (agreed)
+		if (r == c->rank)
+			in = agreed &&
+			     (a->excluded || fr_rankset_has(a->dec_set, r));
+		else if (agreed)
 			in = fr_rankset_has(a->dec_set, r) ||
-			     (r != c->rank && c->peer.peers[r].dead &&
+			     (c->peer.peers[r].dead &&
 			      !fr_rankset_has(a->seen, r));
 		else
-			in = r != c->rank && c->peer.peers[r].dead;
+			in = c->peer.peers[r].dead;
 		if (!in)
 			continue;
 		if (n < max)

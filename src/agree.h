@@ -62,7 +62,7 @@ struct fr_agree {
 	uint32_t flags;	     /* this rank's contribution to inst */
 	fr_rankset_t *known; /* ranks known failed (grows, never shrinks) */
 	/* the proposal this rank accepted in inst (its own, coordinating) */
-	int32_t acc_ballot; /* the coordinator that made it; -1: none */
+	int32_t acc_ballot; /* AG_BALLOT(round, coordinator); -1: none */
 	uint32_t acc_value;
 	fr_rankset_t *acc_set;
 	/* the last decision */
@@ -95,6 +95,8 @@ struct fr_agree {
 	 * PONG from it came for the timeout since the later of the two */
 	uint64_t phase_ms;
 	uint64_t poll_ms;   /* the coordinator last asked again (agree.c) */
+	uint64_t resend_ms; /* a participant last sent its state again */
+	fr_rankset_t *tmp;  /* scratch */
 	uint64_t *heard_ms; /* [nranks] */
 	fr_rankset_t *sets; /* every set above, one allocation */
 	uint8_t *wire;	    /* our message, assembled */

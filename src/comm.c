@@ -531,6 +531,9 @@ static void mailbox_size(struct fr_comm *c, size_t eager)
 							: 1024;
 		eager &= ~(size_t)63;
 	}
+	/* a CTRL message is assembled in an outbox slot */
+	if (eager + FR_MSG_HDR < ctrl)
+		eager = ctrl - FR_MSG_HDR;
 	c->peer.mbx_slot_size = eager + FR_MSG_HDR;
 }
 

@@ -143,6 +143,8 @@ int fr_progress_internal(struct fr_comm *comm, bool *did_work);
 /* An agreement runs or owes messages, or recovery has begun on a failed
  * communicator: rounds must poll, failed or not. */
 bool fr_engine_busy(const struct fr_comm *comm);
+/* ... of which an agreement or exchange runs or owes (the busy part). */
+bool fr_engine_agreeing(const struct fr_comm *comm);
 /* Run the engine until the agreement begun (agree.h) has decided. */
 void fr_engine_agree_wait(struct fr_comm *comm);
 void fr_requests_abandon(struct fr_comm *comm);

@@ -41,7 +41,11 @@ static void *progress_main(void *arg)
 			fr_cond_wait(comm);
 			continue;
 		}
-		pending = fr_engine_step(comm, &work) || fr_engine_busy(comm);
+		/* pending: spin before sleeping; not for a failed
+		 * communicator that only answers late ranks (a sleep of
+		 * fr_sleep_ms, woken by what arrives) */
+		pending =
+			fr_engine_step(comm, &work) || fr_engine_agreeing(comm);
 		now = fr_now_ns();
 		if (work) {
 			idle_since = now;

@@ -385,6 +385,11 @@ static bool engine_step(struct fr_comm *comm, bool *did_work, bool watch_idle)
 	return first_pending(comm) != NULL || comm->eng.p2p;
 }
 
+bool fr_engine_agreeing(const struct fr_comm *comm)
+{
+	return agree_busy(comm);
+}
+
 bool fr_engine_busy(const struct fr_comm *comm)
 {
 	return agree_busy(comm) || (comm->fail.failed && comm->agr.sets);

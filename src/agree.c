@@ -338,8 +338,8 @@ static void learn_failed(struct fr_comm *c, int r)
 	/* nothing more goes to it (a write to a dead peer over RDMA may
 	 * wait seconds for its error, and the states owed to live ranks
 	 * behind it); it gets our state again only if it writes to us */
-	a->owed[r / 64] &= ~((fr_rankset_t)1 << (r % 64));
-	a->xowed[r / 64] &= ~((fr_rankset_t)1 << (r % 64));
+	fr_rankset_del(a->owed, r);
+	fr_rankset_del(a->xowed, r);
 	fr_dbg("rank %d: agreement #%u: rank %d failed", c->rank, a->inst, r);
 }
 
@@ -423,45 +423,54 @@ static void absorb(struct fr_comm *c, bool *did_work)
 	}
 }
 
-/* Send our latest state to every peer owed it. */
-static void flush(struct fr_comm *c, bool *did_work)
+/* Whether FR_FAULT_AGREE kills this rank in its next sends on channel
+ * ch: the coordinator's proposals (phase 1) or decisions (2), the
+ * exchange's cards (3). */
+static bool fault_armed(const struct fr_agree *a, int ch)
+{
+	if (ch == AG_CH_XCHG)
+		return a->fault_phase == 3;
+	return (a->fault_phase == 1 && a->proposing && !a->decided) ||
+	       (a->fault_phase == 2 && a->proposing && a->decided &&
+		a->dec_inst == a->inst);
+}
+
+/* buf (len bytes) on channel ch to every rank in owed, which keeps those
+ * that cannot take it yet; a rank that refuses it has failed. */
+static void send_owed(struct fr_comm *c, int ch, fr_rankset_t *owed,
+		      const void *buf, size_t len, bool *did_work)
 {
 	struct fr_agree *a = &c->agr;
-	size_t len = 0;
+	bool fault = fault_armed(a, ch);
 
-	if (set_empty(a, a->owed))
-		return;
 	for (int r = 0; r < c->nranks; r++) {
 		int rc;
 
-		if (!fr_rankset_has(a->owed, r))
+		if (!fr_rankset_has(owed, r))
 			continue;
-		if (a->fault_phase &&
-		    ((a->fault_phase == 1 && a->proposing && !a->decided) ||
-		     (a->fault_phase == 2 && a->proposing && a->decided &&
-		      a->dec_inst == a->inst)) &&
-		    a->fault_after-- <= 0) {
+		if (fault && a->fault_after-- <= 0) {
 			fr_info("rank %d: FR_FAULT_AGREE: dying now", c->rank);
 			kill(getpid(), SIGKILL);
 		}
-		if (!len)
-			len = encode(c);
-		rc = fr_peers_ctrl_send(c, r, AG_CH_AGREE, a->wire, len);
+		rc = fr_peers_ctrl_send(c, r, ch, buf, len);
 		if (rc == FR_EAGAIN) {
 			if (fr_coarse_since(a->owing_ms) > 1000)
-				fr_dbg("rank %d: agreement #%u: rank %d cannot take our state yet (connection %d, %d writes outstanding, outbox 0x%llx)",
+				fr_dbg("rank %d: agreement #%u: rank %d cannot take our %s yet (connection %d, %d writes outstanding, outbox 0x%llx)",
 				       c->rank, a->inst, r,
+				       ch == AG_CH_XCHG ? "card" : "state",
 				       (int)c->peer.peers[r].state,
 				       c->peer.outstanding,
 				       (unsigned long long)c->peer.out_busy);
 			continue;
 		}
-		a->owed[r / 64] &= ~((fr_rankset_t)1 << (r % 64));
+		fr_rankset_del(owed, r);
 		if (rc == FR_EINVAL) {
-			/* ours, not the peer's: the state does not fit (the
-			 * mailbox is sized so that it does) */
-			fr_err("rank %d: agreement #%u: cannot send our state to rank %d: %s",
-			       c->rank, a->inst, r, fr_strerror(rc));
+			/* ours, not the peer's: it does not fit (the mailbox
+			 * is sized so that it does) */
+			fr_err("rank %d: agreement #%u: cannot send our %s to rank %d: %s",
+			       c->rank, a->inst,
+			       ch == AG_CH_XCHG ? "card" : "state", r,
+			       fr_strerror(rc));
 		} else if (rc) {
 			learn_failed(c, r);
 		} else {
@@ -469,6 +478,16 @@ static void flush(struct fr_comm *c, bool *did_work)
 			a->owing_ms = fr_coarse_ms();
 		}
 	}
+}
+
+/* Send our latest state to every peer owed it. */
+static void flush(struct fr_comm *c, bool *did_work)
+{
+	struct fr_agree *a = &c->agr;
+
+	if (!set_empty(a, a->owed))
+		send_owed(c, AG_CH_AGREE, a->owed, a->wire, encode(c),
+			  did_work);
 }
 
 /* Wait on r: connect, PING; failed when it closed, or when neither a
@@ -707,32 +726,9 @@ static void xflush(struct fr_comm *c, bool *did_work)
 {
 	struct fr_agree *a = &c->agr;
 
-	if (set_empty(a, a->xowed))
-		return;
-	for (int r = 0; r < c->nranks; r++) {
-		int rc;
-
-		if (!fr_rankset_has(a->xowed, r))
-			continue;
-		if (a->fault_phase == 3 && a->fault_after-- <= 0) {
-			fr_info("rank %d: FR_FAULT_AGREE: dying now", c->rank);
-			kill(getpid(), SIGKILL);
-		}
-		rc = fr_peers_ctrl_send(c, r, AG_CH_XCHG, a->xcard[c->rank],
-					a->xlen[c->rank]);
-		if (rc == FR_EAGAIN)
-			continue;
-		a->xowed[r / 64] &= ~((fr_rankset_t)1 << (r % 64));
-		if (rc == FR_EINVAL) {
-			fr_err("rank %d: exchange %u: cannot send our card to rank %d: %s",
-			       c->rank, a->xtag, r, fr_strerror(rc));
-		} else if (rc) {
-			learn_failed(c, r);
-		} else {
-			*did_work = true;
-			a->owing_ms = fr_coarse_ms();
-		}
-	}
+	if (!set_empty(a, a->xowed))
+		send_owed(c, AG_CH_XCHG, a->xowed, a->xcard[c->rank],
+			  a->xlen[c->rank], did_work);
 }
 
 /* Done when every rank in the exchange and not known failed sent its

@@ -41,6 +41,10 @@ static inline void fr_rankset_add(fr_rankset_t *s, int r)
 {
 	s[r / 64] |= (fr_rankset_t)1 << (r % 64);
 }
+static inline void fr_rankset_del(fr_rankset_t *s, int r)
+{
+	s[r / 64] &= ~((fr_rankset_t)1 << (r % 64));
+}
 
 /* A peer's latest state as its CTRL message said (agree.c, "Wire"). */
 struct fr_agree_peer {

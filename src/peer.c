@@ -584,11 +584,11 @@ static int ping_interval_ms(const struct fr_comm *c)
 /* Take the connections that wait for us (transport's pending op): over
  * the shared endpoint, a peer that has written to us, whichever rank is
  * lower. */
-static void accept_early(struct fr_comm *c, bool *did_work)
+static void accept_pending(struct fr_comm *c, bool *did_work)
 {
 	int q[32], n;
 
-	if (!c->tp_ops->pending || c->fail.failed)
+	if (!c->tp_ops->pending)
 		return;
 	n = c->tp_ops->pending(c->tp, q, 32);
 	for (int i = 0; i < n; i++) {
@@ -606,6 +606,14 @@ static void accept_early(struct fr_comm *c, bool *did_work)
 		if (!peer_advance(c, p))
 			*did_work = true;
 	}
+}
+
+/* A failed communicator takes no new connections, unless in recovery
+ * (fr_peers_recovery_progress). */
+static void accept_early(struct fr_comm *c, bool *did_work)
+{
+	if (!c->fail.failed)
+		accept_pending(c, did_work);
 }
 
 /* Liveness: a completion that only says a peer is alive (a PING, a PONG,
@@ -1706,24 +1714,8 @@ bool fr_peers_probe(struct fr_comm *c, int rank)
 
 void fr_peers_recovery_progress(struct fr_comm *c, bool *did_work)
 {
-	int q[32],
-		n = c->tp_ops->pending ? c->tp_ops->pending(c->tp, q, 32) : 0;
-
-	/* as accept_early, on a failed communicator too */
-	for (int i = 0; i < n; i++) {
-		struct fr_peer *p;
-
-		if (q[i] < 0 || q[i] >= c->nranks || q[i] == c->rank)
-			continue;
-		p = &c->peer.peers[q[i]];
-		if (p->state != FR_PEER_IDLE)
-			continue;
-		p->state = FR_PEER_CONNECTING;
-		p->next_active = c->peer.active;
-		c->peer.active = p;
-		if (!peer_advance(c, p))
-			*did_work = true;
-	}
+	/* the peers that connect to us: on a failed communicator too */
+	accept_pending(c, did_work);
 	for (struct fr_peer *p = c->peer.active; p; p = p->next_active) {
 		if (p->state == FR_PEER_CONNECTING && !peer_advance(c, p))
 			*did_work = true;

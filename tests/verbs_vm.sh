@@ -28,17 +28,38 @@ mkdir -p "$out"
 # qemu, the kernel and the image: installed / downloaded / built once.
 bash "$run" --prepare >"$out/prepare.log" 2>&1 ||
 	{ tail -5 "$out/prepare.log"; skip "cannot prepare the VM (see $out/prepare.log)"; }
+# boot LOG ARGS...: one boot of the VM(s), tried a second time only when a
+# guest kernel panicked (the run's status 125 and "Kernel panic" on a
+# console). Debian 12's kernel (6.1) has a Soft-RoCE bug that panics it now
+# and then: a packet of a destroyed QP still queued in the NIC is freed later
+# and its destructor reads the freed QP (rxe_skb_tx_dtor; fixed upstream by
+# "RDMA/rxe: Flush delayed SKBs while releasing RXE resources"). It is not
+# the library's doing, but the retry is said aloud, with the panic's lines.
+boot() {
+	local log=$1 try r f
+	shift
+	for try in 1 2; do
+		bash "$run" --log "$log" "$@"
+		r=$?
+		[ "$r" = 125 ] || return $r
+		f=$(grep -l "Kernel panic" "$log" "${log%.log}".node*.log 2>/dev/null)
+		[ -n "$f" ] || return $r
+		echo "!! the guest kernel panicked ($(echo $f)):"
+		grep -h -A1 -m3 "RIP:\|Kernel panic" $f | head -8
+		[ "$try" = 1 ] && echo "!! booting again, once"
+	done
+	return $r
+}
 rc=0
 t0=$SECONDS
 echo "== single VM: conformance, matrix, registration, failures, perf =="
-bash "$run" --share "$src" --share "$B" --timeout "${FR_VM_TIMEOUT:-2400}" \
-	--log "$out/console.log" -- \
+boot "$out/console.log" --share "$src" --share "$B" --timeout "${FR_VM_TIMEOUT:-2400}" -- \
 	env FR_BUILDDIR="$B" FR_VM_OUT="$out" FR_TEST_FULL="${FR_TEST_FULL:-0}" bash "$src/tests/verbs_guest.sh" || rc=1
 echo "== the single VM took $((SECONDS - t0)) s =="
 t0=$SECONDS
 echo "== 3 VMs on a wire: one rank each =="
-bash "$run" --nodes 3 --smp 1 --mem 1G --share "$src" --share "$B" \
-	--timeout "${FR_VM_TIMEOUT:-1200}" --log "$out/nodes.log" -- \
+boot "$out/nodes.log" --nodes 3 --smp 1 --mem 1G --share "$src" --share "$B" \
+	--timeout "${FR_VM_TIMEOUT:-1200}" -- \
 	env FR_BUILDDIR="$B" FR_VM_OUT="$out" FR_TEST_FULL="${FR_TEST_FULL:-0}" bash "$src/tests/verbs_nodes.sh" || rc=1
 echo "== the 3 VMs took $((SECONDS - t0)) s =="
 exit $rc

@@ -6,7 +6,7 @@
  *         [--compress none|bf16|fp16|int8] [--ef] [--buckets]
  *         [--steps N] [--batch B] [--hidden H] [--lr X] [--momentum X]
  *         [--seed S] [--test N] [--bucket-bytes N] [--csv FILE]
- *         [--recover] [--kill-rank R --kill-step S [--kill-us U]]
+ *         [--recover [--grow]] [--kill-rank R --kill-step S [--kill-us U]]
  *         [--drop-rank R --drop-step S]
  *
  * A 64-H-10 perceptron (ReLU, softmax cross-entropy) learns the 8x8
@@ -29,7 +29,11 @@
  * U microseconds into step S, from a thread, at whatever the step is
  * doing then; --drop-rank/--drop-step take a rank out cleanly at a step
  * (fr_comm_split), the clean run with the same sequence of ranks that a
- * recovered run must match bit for bit.
+ * recovered run must match bit for bit.  With --grow the survivors then
+ * re-admit as many newcomers as ranks failed (fr_comm_grow; frrun
+ * --respawn starts them, with FR_JOIN=1), rank 0 sends them the state,
+ * and the interrupted step is redone with the full number of ranks: the
+ * clean run to match is then the one nothing happened to.
  *
  * Output: rank 0 writes "step,loss" (the global minibatch's mean loss,
  * itself All-Reduced) to --csv, and every rank prints one line
@@ -76,6 +80,7 @@ struct opts {
 	size_t bucket_bytes;
 	int tp; /* tensor-parallel group size; 1: data parallel only */
 	bool recover;		  /* survive a failed step */
+	bool grow;		  /* and re-admit newcomers */
 	int kill_rank, kill_step; /* -1: none */
 	long kill_us;
 	int drop_rank, drop_step; /* -1: none */
@@ -528,6 +533,70 @@ static bool recover(fr_comm_t **comm, struct reducer *red,
 }
 
 /*
+ * --grow: what a newcomer needs, from rank 0: the step to do next, the
+ * weights and momentum, the data order, where it stands and the generator
+ * that shuffles it, the recoveries so far.  Every rank calls it.
+ */
+static int share_state(fr_comm_t *comm, int *step, float *w, float *vel,
+		       int *perm, int ntrain, int *pos, uint64_t *s,
+		       int *rounds, const struct layout *l)
+{
+	uint64_t h[4] = {(uint64_t)*step, (uint64_t)*pos, *s,
+			 (uint64_t)*rounds};
+	int err = fr_broadcast(comm, h, 4, FR_U64, 0);
+
+	if (!err)
+		err = fr_broadcast(comm, w, l->n, FR_F32, 0);
+	if (!err)
+		err = fr_broadcast(comm, vel, l->n, FR_F32, 0);
+	if (!err)
+		err = fr_broadcast(comm, perm, (size_t)ntrain, FR_I32, 0);
+	if (err)
+		return err;
+	*step = (int)h[0];
+	*pos = (int)h[1];
+	*s = h[2];
+	*rounds = (int)h[3];
+	return 0;
+}
+
+/*
+ * --grow, on the survivors of a recovery: re-admit nnew newcomers
+ * (fr_comm_grow), all of them or none (the survivors agree on it: a grow
+ * may fail on some and not others), and make the reducer anew on the grown
+ * communicator.  Returns whether it grew.
+ */
+static bool grow_back(fr_comm_t **comm, struct reducer *red,
+		      const struct layout *l, float *grad, const struct opts *o,
+		      int nnew)
+{
+	fr_comm_t *gc = NULL;
+	int err = fr_comm_grow(*comm, nnew, &gc);
+	uint32_t ok = !err;
+
+	if (err)
+		fprintf(stderr, "train_mlp: fr_comm_grow: %s: %s\n",
+			fr_strerror(err), fr_comm_last_error(*comm));
+	if (fr_comm_agree(*comm, &ok) || !ok) {
+		fr_comm_destroy(gc);
+		if (fr_comm_rank(*comm) == 0)
+			printf("train_mlp: no newcomer joined; going on with %d ranks\n",
+			       fr_comm_size(*comm));
+		return false;
+	}
+	reducer_destroy(red);
+	fr_comm_destroy(*comm);
+	*comm = gc;
+	reducer_init(red, gc, l, grad, o);
+	if (fr_comm_rank(gc) == 0) {
+		printf("train_mlp: %d newcomer%s joined; going on with %d ranks\n",
+		       nnew, nnew == 1 ? "" : "s", fr_comm_size(gc));
+		fflush(stdout);
+	}
+	return true;
+}
+
+/*
  * One step on this rank's shard idx[0..m) of a global minibatch of gb
  * samples: gradients into grad (scaled so that FR_AVG over the ranks gives
  * the mean over the whole minibatch, whatever the shard sizes), the
@@ -913,6 +982,8 @@ static void usage(int rc)
 		"                        the single-process reference\n"
 		"  --recover             survive failed ranks: agree, shrink, redo the\n"
 		"                        step on the survivors\n"
+		"  --grow                with --recover: re-admit newcomers (frrun\n"
+		"                        --respawn) in place of the failed ranks\n"
 		"  --kill-rank R --kill-step S [--kill-us U]   rank R dies (SIGKILL)\n"
 		"                        U us (0) into step S (tests of --recover)\n"
 		"  --drop-rank R --drop-step S   rank R leaves cleanly before step S\n"
@@ -966,6 +1037,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		{"csv", required_argument, NULL, 'o'},
 		{"tp", required_argument, NULL, 'T'},
 		{"recover", no_argument, NULL, 'R'},
+		{"grow", no_argument, NULL, 6},
 		{"kill-rank", required_argument, NULL, 1},
 		{"kill-step", required_argument, NULL, 2},
 		{"kill-us", required_argument, NULL, 3},
@@ -1067,6 +1139,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			o->drop_step =
 				num_arg("--drop-step", optarg, 0, 1 << 30);
 			break;
+		case 6:
+			o->grow = true;
+			break;
 		case 'h':
 			usage(0);
 			break;
@@ -1087,6 +1162,13 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		 * back a step of it */
 		fprintf(stderr,
 			"train_mlp: --recover, --kill-* and --drop-* go without --tp and without --buckets --ef\n");
+		exit(2);
+	}
+	if (o->grow && (!o->recover || o->ef)) {
+		/* error feedback's residual is each rank's own: a newcomer
+		 * has none to take over */
+		fprintf(stderr,
+			"train_mlp: --grow goes with --recover, without --ef\n");
 		exit(2);
 	}
 	if ((o->kill_rank >= 0) != (o->kill_step >= 0) ||
@@ -1114,6 +1196,8 @@ int main(int argc, char **argv)
 	float *w, *grad, *vel;
 	int *order, *perm, *shard;
 	int rank, nranks, ntrain, pos, err, ret, job_rank, rounds = 0;
+	int job_size, first = 0;
+	bool joined;
 	struct snapshot start = {0}, last = {0};
 	double *losses = NULL;
 	pthread_t kt;
@@ -1126,11 +1210,14 @@ int main(int argc, char **argv)
 	bool same = true;
 
 	parse_args(argc, argv, &o);
+	/* FR_JOIN=1 (frrun --respawn): this process is a newcomer, and
+	 * fr_comm_create_from_env joins the survivors' fr_comm_grow */
+	joined = getenv("FR_JOIN") && strcmp(getenv("FR_JOIN"), "0");
 	err = fr_comm_create_from_env(NULL, &comm);
 	if (err)
 		die("fr_comm_create_from_env", NULL, err);
 	rank = job_rank = fr_comm_rank(comm);
-	nranks = fr_comm_size(comm);
+	nranks = job_size = fr_comm_size(comm);
 	snprintf(mode, sizeof(mode), "%s%s%s", fr_compress_name(o.compress),
 		 o.ef ? "+ef" : "", o.buckets ? "+buckets" : "");
 
@@ -1210,9 +1297,18 @@ int main(int argc, char **argv)
 	/* Same seed on every rank: the same minibatches in the same order. */
 	s = o.seed ^ 0xda7a;
 	pos = ntrain;
+	if (joined) {
+		err = share_state(comm, &first, w, vel, perm, ntrain, &pos, &s,
+				  &rounds, &l);
+		if (err)
+			die("joining (the state from rank 0)", comm, err);
+		printf("train_mlp: joined as rank %d of %d at step %d\n", rank,
+		       nranks, first);
+		redone = true;
+	}
 	fr_comm_stats(comm, &st0);
 	t0 = now_s();
-	for (int step = 0; step < o.steps; step++) {
+	for (int step = first; step < o.steps; step++) {
 		int lo, hi;
 		double loss;
 
@@ -1252,7 +1348,7 @@ int main(int argc, char **argv)
 			keep = NULL;
 		}
 		if (job_rank == o.kill_rank && step == o.kill_step &&
-		    !killing) {
+		    !killing && !joined) {
 			killing =
 				!pthread_create(&kt, NULL, killer, &o.kill_us);
 			if (!killing)
@@ -1296,7 +1392,21 @@ int main(int argc, char **argv)
 			if (red.residual && to->residual)
 				memcpy(red.residual, to->residual,
 				       sizeof(float) * l.n);
-			step = to->step - 1; /* redo it */
+			step = to->step; /* redo it */
+			if (o.grow && nranks < job_size &&
+			    grow_back(&comm, &red, &l, grad, &o,
+				      job_size - nranks)) {
+				rank = fr_comm_rank(comm);
+				nranks = fr_comm_size(comm);
+				err = share_state(comm, &step, w, vel, perm,
+						  ntrain, &pos, &s, &rounds,
+						  &l);
+				if (err)
+					fprintf(stderr,
+						"train_mlp: the state to the newcomers: %s\n",
+						fr_strerror(err));
+			}
+			step--;
 			redone = true;
 			/* the counters are the new communicator's */
 			memset((char *)&st0 + sizeof(st0.size), 0,

@@ -342,6 +342,31 @@ FR_API int fr_comm_failed(fr_comm_t *comm, int *ranks, int max, int *nfailed);
 FR_API int fr_comm_shrink(fr_comm_t *comm, fr_comm_t **newcomm);
 
 /*
+ * Grow (re-admission): collective over the ranks of comm and nnew
+ * newcomers, processes that call fr_comm_join (or fr_comm_create_from_env
+ * with FR_JOIN=1, as frrun --respawn starts them).  *newcomm has
+ * comm->nranks + nnew ranks: comm's, in their order, then the newcomers in
+ * the order they reached comm's rank 0, which listens for them at
+ * FR_GROW_RENDEZVOUS, else at the job's rendezvous address, for up to the
+ * timeout.  New connections; comm stays as it is (destroy it).  0,
+ * FR_ETIMEDOUT on every rank of comm when not all newcomers came,
+ * FR_EINVAL (nnew < 1, NULL), or what creating a communicator returns.
+ * See fr_comm_grow(3).
+ */
+FR_API int fr_comm_grow(fr_comm_t *comm, int nnew, fr_comm_t **newcomm);
+
+/*
+ * Join a running job as a newcomer of its next fr_comm_grow: take a rank
+ * from the grow's leader at cfg->rendezvous, else FR_GROW_RENDEZVOUS, else
+ * the job's rendezvous address from the launcher's environment (waiting
+ * for it up to FR_SLOW_TIMEOUT_MS), then create the communicator with the
+ * others.  cfg may be NULL; its rank and nranks are ignored.  The
+ * failures of fr_comm_create; fr_comm_last_error(NULL) says why.  See
+ * fr_comm_grow(3).
+ */
+FR_API int fr_comm_join(const fr_config_t *cfg, fr_comm_t **newcomm);
+
+/*
  * Sub-communicators.  fr_comm_split is collective over comm: the ranks that
  * pass the same color (>= 0) form a new communicator, ordered by (key,
  * rank in comm); a rank passing FR_UNDEFINED gets *newcomm = NULL.

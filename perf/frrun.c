@@ -2,8 +2,10 @@
 /*
  * frrun - start N local ranks of a libfastreduce program.
  *
- *   frrun -n N [--transport auto|tcp|shm|verbs|shm+tcp|shm+verbs] [--timeout SEC] [--host ADDR]
- *         [--port P] [--no-prefix] [--keep-going] [--env NAME=VALUE]...
+ *   frrun -n N [--transport auto|tcp|shm|verbs|shm+tcp|shm+verbs] [--timeout
+ * SEC] [--host ADDR]
+ *         [--port P] [--no-prefix] [--keep-going] [--respawn N]
+ *         [--env NAME=VALUE]...
  *         [--] PROGRAM [ARGS...]
  *
  * Every rank is fork()+execvp() of PROGRAM with the environment that
@@ -25,6 +27,10 @@
  * and frrun exits with that first status (128+signal for signals), like
  * mpirun and srun --kill-on-bad-exit.  --keep-going lets the others run on
  * (failure-handling tests want to see what the survivors report).
+ * --respawn N replaces a rank that fails, up to N times in all, by a new
+ * process of the same program with FR_JOIN=1 (and the rank's FR_RANK), for
+ * the survivors to re-admit with fr_comm_grow: fr_comm_create_from_env()
+ * joins then; a failure so replaced does not count as the job's.
  *
  * Each rank runs in its own process group so that SIGTERM also reaches what
  * the rank started (a shell wrapper's children), and a rank that outlives a
@@ -97,6 +103,7 @@ struct opts {
 	long port; /* 0: pick a free one */
 	bool no_prefix;
 	bool keep_going;   /* a failure does not stop the others */
+	int respawn;	   /* replacements left (--respawn) */
 	int bind;          /* BIND_AUTO, BIND_CORE, BIND_NONE */
 	const char **envs; /* NAME=VALUE strings from --env */
 	int nenvs;
@@ -146,6 +153,8 @@ static void usage(FILE *f)
 		"  -p, --port P            rendezvous port (default: a free one)\n"
 		"      --no-prefix         let ranks write to stdout/stderr directly\n"
 		"  -k, --keep-going        a failing rank does not stop the others\n"
+		"  -r, --respawn N         replace a failing rank by a newcomer (FR_JOIN=1)\n"
+		"                          that fr_comm_grow re-admits, up to N times\n"
 		"  -b, --bind auto|core|none  pin rank r to the r-th CPU frrun may use\n"
 		"                          (auto, the default: only if each rank gets one)\n"
 		"  -e, --env NAME=VALUE    set a variable for every rank (repeatable)\n"
@@ -208,6 +217,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"port", required_argument, NULL, 'p'},
 		{"no-prefix", no_argument, NULL, 'P'},
 		{"keep-going", no_argument, NULL, 'k'},
+		{"respawn", required_argument, NULL, 'r'},
 		{"bind", required_argument, NULL, 'b'},
 		{"env", required_argument, NULL, 'e'},
 		{"help", no_argument, NULL, 'h'},
@@ -225,8 +235,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	}
 	opterr = 0;
 	/* '+': stop at the program name, its options are its own. */
-	while ((c = getopt_long(argc, argv, "+:n:x:t:H:p:e:b:kh", lopts, NULL)) !=
-	       -1) {
+	while ((c = getopt_long(argc, argv, "+:n:x:t:H:p:e:b:r:kh", lopts,
+				NULL)) != -1) {
 		switch (c) {
 		case 'n':
 			if (pc_parse_long(optarg, 1, MAX_RANKS, &v))
@@ -264,6 +274,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case 'k':
 			o->keep_going = true;
+			break;
+		case 'r':
+			if (pc_parse_long(optarg, 0, 1 << 20, &v))
+				return bad_usage("invalid respawn count '%s'",
+						 optarg);
+			o->respawn = (int)v;
 			break;
 		case 'b':
 			if (!strcmp(optarg, "auto"))
@@ -410,8 +426,9 @@ static void set_env_int(const char *name, long v)
 
 /* In the child, between fork and exec: never returns. */
 static void __attribute__((noreturn))
-exec_rank(const struct opts *o, int rank, const char *rdv, const char *token,
-	  const sigset_t *origmask, int out_fd, int err_fd, pid_t parent)
+exec_rank(const struct opts *o, int rank, bool join, const char *rdv,
+	  const char *token, const sigset_t *origmask, int out_fd, int err_fd,
+	  pid_t parent)
 {
 	int fd;
 
@@ -456,6 +473,10 @@ exec_rank(const struct opts *o, int rank, const char *rdv, const char *token,
 	setenv("FR_JOB_TOKEN", token, 1);
 	if (o->transport)
 		setenv("FR_TRANSPORT", o->transport, 1);
+	if (join)
+		setenv("FR_JOIN", "1", 1);
+	else
+		unsetenv("FR_JOIN");
 	/* --env last: the user may deliberately override any of the above. */
 	for (int i = 0; i < o->nenvs; i++) {
 		const char *eq = strchr(o->envs[i], '=');
@@ -568,7 +589,75 @@ struct job {
 	uint64_t timeout_at;  /* --timeout deadline, 0: none */
 	uint64_t drain_until; /* stop reading output after this */
 	struct outstream out[2];
+	/* what spawning a rank takes */
+	const char *rdv, *token;
+	const sigset_t *origmask;
+	pid_t self;
 };
+
+static void abort_job(struct job *j, int code, int sig);
+
+/*
+ * Start rank r (join: as a newcomer, FR_JOIN=1) with its output through
+ * two pipes of ours.  0, or -1 (said) after which the job is aborted.
+ */
+static int spawn_rank(struct job *j, int r, bool join)
+{
+	struct rank *rk = &j->ranks[r];
+	int po[2] = {-1, -1}, pe[2] = {-1, -1};
+
+	for (int w = 0; w < 2; w++) {
+		if (rk->fd[w] >= 0)
+			close(rk->fd[w]);
+		rk->fd[w] = -1;
+		rk->len[w] = 0;
+	}
+	if (!j->o->no_prefix) {
+		if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC)) {
+			perror("frrun: pipe");
+			goto fail;
+		}
+		if (!rk->line[0])
+			rk->line[0] = malloc(LINE_CAP);
+		if (!rk->line[1])
+			rk->line[1] = malloc(LINE_CAP);
+		if (!rk->line[0] || !rk->line[1]) {
+			perror("frrun");
+			goto fail;
+		}
+	}
+	rk->pid = fork();
+	if (rk->pid < 0) {
+		perror("frrun: fork");
+		rk->pid = 0;
+		goto fail;
+	}
+	if (rk->pid == 0)
+		exec_rank(j->o, r, join, j->rdv, j->token, j->origmask, po[1],
+			  pe[1], j->self);
+	/* Also here: the group must exist before we may signal it. */
+	setpgid(rk->pid, rk->pid);
+	j->live++;
+	if (!j->o->no_prefix) {
+		close(po[1]);
+		close(pe[1]);
+		rk->fd[0] = po[0];
+		rk->fd[1] = pe[0];
+		fcntl(po[0], F_SETFL, O_NONBLOCK);
+		fcntl(pe[0], F_SETFL, O_NONBLOCK);
+	}
+	return 0;
+
+fail:
+	for (int k = 0; k < 2; k++) {
+		if (po[k] >= 0)
+			close(po[k]);
+		if (pe[k] >= 0)
+			close(pe[k]);
+	}
+	abort_job(j, 1, SIGKILL);
+	return -1;
+}
 
 static void signal_all(struct job *j, int sig)
 {
@@ -665,6 +754,14 @@ static void reap(struct job *j)
 				"frrun: rank %d killed by signal %d (%s)\n", r,
 				WTERMSIG(st), strsignal(WTERMSIG(st)));
 		code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		if (j->o->respawn > 0 && !j->stopped) {
+			j->o->respawn--;
+			fprintf(stderr,
+				"frrun: starting a newcomer for rank %d (FR_JOIN=1; %d more allowed)\n",
+				r, j->o->respawn);
+			spawn_rank(j, r, true);
+			continue;
+		}
 		if (j->o->keep_going) {
 			if (!j->failed) {
 				j->failed = true;
@@ -884,54 +981,13 @@ int main(int argc, char **argv)
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	fflush(NULL);
 
-	for (r = 0; r < o.nranks; r++) {
-		struct rank *rk = &j.ranks[r];
-		int po[2] = {-1, -1}, pe[2] = {-1, -1};
-
-		if (!o.no_prefix) {
-			if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC)) {
-				perror("frrun: pipe");
-				goto fail_spawn;
-			}
-			rk->line[0] = malloc(LINE_CAP);
-			rk->line[1] = malloc(LINE_CAP);
-			if (!rk->line[0] || !rk->line[1]) {
-				perror("frrun");
-				goto fail_spawn;
-			}
-		}
-		rk->pid = fork();
-		if (rk->pid < 0) {
-			perror("frrun: fork");
-			rk->pid = 0;
-			goto fail_spawn;
-		}
-		if (rk->pid == 0)
-			exec_rank(&o, r, rdv, token, &origmask, po[1], pe[1],
-				  self);
-		/* Also here: the group must exist before we may signal it. */
-		setpgid(rk->pid, rk->pid);
-		j.live++;
-		if (!o.no_prefix) {
-			close(po[1]);
-			close(pe[1]);
-			rk->fd[0] = po[0];
-			rk->fd[1] = pe[0];
-			fcntl(po[0], F_SETFL, O_NONBLOCK);
-			fcntl(pe[0], F_SETFL, O_NONBLOCK);
-		}
-		continue;
-
-	fail_spawn:
-		for (int k = 0; k < 2; k++) {
-			if (po[k] >= 0)
-				close(po[k]);
-			if (pe[k] >= 0)
-				close(pe[k]);
-		}
-		abort_job(&j, 1, SIGKILL);
-		break;
-	}
+	j.rdv = rdv;
+	j.token = token;
+	j.origmask = &origmask;
+	j.self = self;
+	for (r = 0; r < o.nranks; r++)
+		if (spawn_rank(&j, r, false))
+			break;
 
 	if (o.timeout_s > 0 && !j.failed)
 		j.timeout_at = pc_now_ns() + (uint64_t)(o.timeout_s * 1e9);

@@ -7,6 +7,8 @@
  *           config, u16 card_len, card
  *   WELCOME u64 nonce, u32 nranks, nranks x (u16 card_len, card)
  *   REJECT  i32 code, u16 msg_len, msg
+ *   JOIN    u16 token_len, token              (re-admission, at the end)
+ *   TICKET  u32 rank, u32 nranks, u64 nonce
  *
  * Rank 0 serves every connection from one poll() loop with non-blocking
  * sockets, so a stranger that connects and says nothing, or says garbage,
@@ -83,7 +85,7 @@ int fr_boot_parse_header(const uint8_t *buf, size_t len, uint16_t *type,
 		return FR_EPROTO;
 	*type = fr_get_le16(buf + 6);
 	*plen = fr_get_le32(buf + 8);
-	if (*type < FR_BOOT_HELLO || *type > FR_BOOT_REJECT ||
+	if (*type < FR_BOOT_HELLO || *type > FR_BOOT_TICKET ||
 	    *plen > FR_BOOT_PAYLOAD_MAX)
 		return FR_EPROTO;
 	return 0;
@@ -885,6 +887,148 @@ int fr_boot_exchange(struct fr_boot *boot, const char *config,
 	if (boot->p.rank == 0)
 		return exchange_root(boot, config, mine, cards, nonce);
 	return exchange_client(boot, config, mine, cards, nonce);
+}
+
+/* ---- re-admission tickets
+ * ---------------------------------------------------- */
+
+/* Read one whole message of type want (or a REJECT) into buf before the
+ * deadline: its payload length, or a negative code. */
+static int recv_msg(struct fr_boot *b, int fd, uint16_t want, uint8_t *buf,
+		    size_t max, uint16_t *type)
+{
+	uint8_t hdr[FR_BOOT_HDR];
+	uint32_t plen;
+	int rc = recv_all(b, fd, hdr, sizeof(hdr));
+
+	if (rc)
+		return rc;
+	if (fr_boot_parse_header(hdr, sizeof(hdr), type, &plen) ||
+	    (*type != want && *type != FR_BOOT_REJECT) || plen > max)
+		return FR_EPROTO;
+	rc = recv_all(b, fd, buf, plen);
+	return rc ? rc : (int)plen;
+}
+
+int fr_boot_tickets_serve(const char *addr, const char *token, uint32_t first,
+			  int count, uint32_t nranks, uint64_t nonce,
+			  int timeout_ms, void (*idle)(void *), void *arg,
+			  int *served, char *err, size_t errlen)
+{
+	struct fr_boot b = {.fd = -1};
+	const char *tok = token ? token : "";
+	uint8_t buf[FR_BOOT_HDR + 2 + FR_BOOT_TOKEN_MAX];
+	int rc;
+
+	*served = 0;
+	b.p.rendezvous = addr;
+	b.p.err = err;
+	b.p.errlen = errlen;
+	b.deadline_ms = fr_now_ms() + (uint64_t)timeout_ms;
+	rc = listen_on(&b);
+	if (rc)
+		return rc;
+	while (*served < count) {
+		struct pollfd pfd = {b.fd, POLLIN, 0};
+		struct fr_boot one = b;
+		uint16_t type, tl;
+		int fd, ms = remaining_ms(&b), n;
+
+		if (!ms) {
+			rc = fail(&b, FR_ETIMEDOUT,
+				  "%d of %d newcomers came within %d ms",
+				  *served, count, timeout_ms);
+			break;
+		}
+		if (poll(&pfd, 1, FR_MIN(ms, 100)) <= 0) {
+			if (idle)
+				idle(arg);
+			continue;
+		}
+		fd = accept4(b.fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0)
+			continue;
+		/* a stranger that says nothing costs at most 2 s */
+		one.deadline_ms = FR_MIN(b.deadline_ms, fr_now_ms() + 2000);
+		n = recv_msg(&one, fd, FR_BOOT_JOIN, buf, sizeof(buf), &type);
+		if (n < 2 || type != FR_BOOT_JOIN ||
+		    (tl = fr_get_le16(buf)) != (uint32_t)n - 2) {
+			fr_warn("grow: dropped a connection that did not ask for a ticket");
+			close(fd);
+			continue;
+		}
+		if (!fr_ct_equal((const char *)buf + 2, tl, tok, strlen(tok))) {
+			fr_warn("grow: refused a newcomer: wrong job token");
+			send_reject(&b, fd, FR_EAUTH,
+				    "wrong job token (FR_JOB_TOKEN)");
+			close(fd);
+			continue;
+		}
+		fr_boot_put_header(buf, FR_BOOT_TICKET, 16);
+		fr_put_le32(buf + FR_BOOT_HDR, first + (uint32_t)*served);
+		fr_put_le32(buf + FR_BOOT_HDR + 4, nranks);
+		fr_put_le64(buf + FR_BOOT_HDR + 8, nonce);
+		if (!send_all(&one, fd, buf, FR_BOOT_HDR + 16))
+			(*served)++;
+		close(fd);
+	}
+	close(b.fd);
+	return *served == count ? 0 : rc;
+}
+
+int fr_boot_ticket_get(const char *addr, const char *token, int timeout_ms,
+		       struct fr_boot_ticket *t, char *err, size_t errlen)
+{
+	struct fr_boot b = {.fd = -1};
+	size_t tl = token ? strlen(token) : 0;
+	uint8_t buf[FR_BOOT_HDR + 2 + FR_BOOT_TOKEN_MAX];
+	uint16_t type;
+	int rc, n;
+
+	if (tl > FR_BOOT_TOKEN_MAX) {
+		snprintf(err, errlen, "job token longer than %d bytes",
+			 FR_BOOT_TOKEN_MAX);
+		return FR_EINVAL;
+	}
+	b.p.rank = -1;
+	b.p.rendezvous = addr;
+	b.p.err = err;
+	b.p.errlen = errlen;
+	b.deadline_ms = fr_now_ms() + (uint64_t)timeout_ms;
+	rc = connect_root(&b, false);
+	if (rc)
+		return fail(&b, rc, "cannot reach the grow's leader at %s (%s)",
+			    addr, fr_strerror(rc));
+	fr_boot_put_header(buf, FR_BOOT_JOIN, (uint32_t)(2 + tl));
+	fr_put_le16(buf + FR_BOOT_HDR, (uint16_t)tl);
+	if (tl)
+		memcpy(buf + FR_BOOT_HDR + 2, token, tl);
+	rc = send_all(&b, b.fd, buf, FR_BOOT_HDR + 2 + tl);
+	n = rc ? rc
+	       : recv_msg(&b, b.fd, FR_BOOT_TICKET, buf, sizeof(buf), &type);
+	close(b.fd);
+	if (n >= 0 && type == FR_BOOT_REJECT) {
+		int32_t code;
+		char msg[256];
+
+		if (fr_boot_parse_reject(buf, (size_t)n, &code, msg,
+					 sizeof(msg)))
+			return fail(&b, FR_EPROTO, "malformed answer from %s",
+				    addr);
+		return fail(&b, code < 0 ? code : FR_EBOOTSTRAP,
+			    "the grow's leader at %s refused us: %s", addr,
+			    msg);
+	}
+	if (n != 16)
+		return fail(&b, n < 0 ? n : FR_EPROTO,
+			    "no ticket from the grow's leader at %s (%s)", addr,
+			    fr_strerror(n < 0 ? n : FR_EPROTO));
+	t->rank = fr_get_le32(buf);
+	t->nranks = fr_get_le32(buf + 4);
+	t->nonce = fr_get_le64(buf + 8);
+	if (t->nranks < 2 || t->rank >= t->nranks)
+		return fail(&b, FR_EPROTO, "a malformed ticket from %s", addr);
+	return 0;
 }
 
 void fr_boot_end(struct fr_boot *boot)

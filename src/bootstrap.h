@@ -27,7 +27,13 @@
 #define FR_BOOT_CONFIG_MAX 256
 #define FR_BOOT_PAYLOAD_MAX (1u << 26)
 
-enum fr_boot_type { FR_BOOT_HELLO = 1, FR_BOOT_WELCOME = 2, FR_BOOT_REJECT = 3 };
+enum fr_boot_type {
+	FR_BOOT_HELLO = 1,
+	FR_BOOT_WELCOME = 2,
+	FR_BOOT_REJECT = 3,
+	FR_BOOT_JOIN = 4,   /* a newcomer asks for a ticket (fr_comm_join)  */
+	FR_BOOT_TICKET = 5, /* its rank, the size and the grow's nonce      */
+};
 
 struct fr_boot_card {
 	uint16_t len;
@@ -67,6 +73,33 @@ int fr_boot_exchange(struct fr_boot *boot, const char *config,
 		     const struct fr_boot_card *mine, struct fr_boot_card *cards,
 		     uint64_t *nonce);
 void fr_boot_end(struct fr_boot *boot);
+
+/*
+ * Re-admission tickets (fr_comm_grow, fr_comm_join): before a grown
+ * communicator is bootstrapped as usual, each newcomer learns its rank in
+ * it from the grow's leader.  JOIN carries u16 token_len, token (the job
+ * token); TICKET u32 rank, u32 nranks, u64 nonce; a wrong token gets a
+ * REJECT, and so does a newcomer beyond the count.
+ *
+ * fr_boot_tickets_serve: listen at addr and hand out tickets for ranks
+ * first .. first + count - 1 (of nranks) to the first count newcomers
+ * with the right token, until timeout_ms passes; *served says how many
+ * got one.  0 when all did, FR_ETIMEDOUT (with a message) otherwise.
+ * fr_boot_ticket_get: connect to addr (again and again until the leader
+ * listens or timeout_ms passes) and take a ticket.  The leader calls
+ * idle(arg), if not NULL, at least every 100 ms while it waits (so that
+ * its communicator answers the peers that wait for it).
+ */
+struct fr_boot_ticket {
+	uint32_t rank, nranks;
+	uint64_t nonce;
+};
+int fr_boot_tickets_serve(const char *addr, const char *token, uint32_t first,
+			  int count, uint32_t nranks, uint64_t nonce,
+			  int timeout_ms, void (*idle)(void *), void *arg,
+			  int *served, char *err, size_t errlen);
+int fr_boot_ticket_get(const char *addr, const char *token, int timeout_ms,
+		       struct fr_boot_ticket *t, char *err, size_t errlen);
 
 /* Message codecs, exposed for the unit tests.  Each returns the number of
  * bytes written / 0, or FR_EPROTO / FR_EINVAL on bad input. */

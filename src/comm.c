@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "affinity.h"
 #include "algo/algo.h"
@@ -47,23 +49,7 @@ void fr_config_init(fr_config_t *cfg)
 	cfg->size = sizeof(*cfg);
 }
 
-/* Settings after config, environment and defaults. */
-struct settings {
-	int rank, nranks;
-	char rendezvous[300];
-	const char *transport;
-	const char *token;
-	long timeout_ms;
-	size_t segment_bytes;
-	long slots, regcache, spin_us, slow_timeout_ms;
-	int algo;
-	size_t eager_bytes;
-	int progress;
-	int cpu_mode; /* FR_PROGRESS_CPU: enum fr_cpu_mode */
-	cpu_set_t cpus;
-	bool ring_by_rank;
-	long ll; /* FR_LL: small messages by write_inline (peer.c) */
-};
+#define settings fr_settings
 
 /* Fields of a caller's config that its size says it has. */
 #define CFG_HAS(cfg, field) \
@@ -105,14 +91,28 @@ static int resolve_settings(const fr_config_t *cfg, struct settings *s,
 	fr_getenv_fn get = fr_env_getenv;
 	int rc;
 
-	s->transport = cfg && CFG_HAS(cfg, transport) && cfg->transport
-			       ? cfg->transport
-			       : getenv("FR_TRANSPORT");
-	if (!s->transport || !*s->transport)
-		s->transport = "auto";
-	s->token = cfg && CFG_HAS(cfg, job_token) && cfg->job_token
-			   ? cfg->job_token
-			   : getenv("FR_JOB_TOKEN");
+	const char *tp, *tok;
+
+	tp = cfg && CFG_HAS(cfg, transport) && cfg->transport
+		     ? cfg->transport
+		     : getenv("FR_TRANSPORT");
+	if (!tp || !*tp)
+		tp = "auto";
+	tok = cfg && CFG_HAS(cfg, job_token) && cfg->job_token
+		      ? cfg->job_token
+		      : getenv("FR_JOB_TOKEN");
+	if (strlen(tp) >= sizeof(s->transport)) {
+		snprintf(err, errlen, "transport \"%.40s...\" is not one", tp);
+		return FR_EINVAL;
+	}
+	if (tok && strlen(tok) >= sizeof(s->token)) {
+		snprintf(err, errlen, "job token longer than %zu bytes",
+			 sizeof(s->token) - 1);
+		return FR_EINVAL;
+	}
+	snprintf(s->transport, sizeof(s->transport), "%s", tp);
+	s->has_token = tok != NULL;
+	snprintf(s->token, sizeof(s->token), "%s", tok ? tok : "");
 
 	s->timeout_ms = FR_DEFAULT_TIMEOUT_MS;
 	if (cfg && CFG_HAS(cfg, timeout_ms) && cfg->timeout_ms) {
@@ -493,10 +493,10 @@ out:
 static uint64_t job_hash(const struct settings *s)
 {
 	uint64_t h = 1469598103934665603ull;
-	char buf[400];
+	char buf[600];
 
-	snprintf(buf, sizeof(buf), "%s|%s|%d", s->token ? s->token : "",
-		 s->rendezvous, s->nranks);
+	snprintf(buf, sizeof(buf), "%s|%s|%d", s->token, s->rendezvous,
+		 s->nranks);
 	for (const char *p = buf; *p; p++) {
 		h ^= (unsigned char)*p;
 		h *= 1099511628211ull;
@@ -576,6 +576,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 		return FR_ENOMEM;
 	c->rank = s->rank;
 	c->nranks = s->nranks;
+	c->recipe = *s;
 	c->peer.timeout_ms = (int)s->timeout_ms;
 	c->peer.slow_timeout_ms = s->slow_timeout_ms;
 	c->algo.segment_bytes = s->segment_bytes;
@@ -615,7 +616,7 @@ static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
 	bp.rank = s->rank;
 	bp.nranks = s->nranks;
 	bp.rendezvous = s->rendezvous;
-	bp.token = s->token;
+	bp.token = s->has_token ? s->token : NULL;
 	bp.timeout_ms = (int)s->timeout_ms;
 	bp.err = err;
 	bp.errlen = errlen;
@@ -779,11 +780,22 @@ int fr_comm_create(const fr_config_t *cfg, fr_comm_t **comm)
 	return comm_create(&s, comm, create_err, sizeof(create_err));
 }
 
+static bool env_join(void)
+{
+	const char *e = getenv("FR_JOIN");
+
+	return e && *e && strcmp(e, "0");
+}
+
 int fr_comm_create_from_env(const fr_config_t *cfg, fr_comm_t **comm)
 {
 	struct fr_launch l;
 	struct settings s = {0};
 	int rc;
+
+	/* a replacement the launcher started (frrun --respawn) */
+	if (env_join())
+		return fr_comm_join(cfg, comm);
 
 	create_err[0] = '\0';
 	if (comm)
@@ -808,6 +820,165 @@ int fr_comm_create_from_env(const fr_config_t *cfg, fr_comm_t **comm)
 	fr_dbg("rank %d/%d from %s, rendezvous %s", l.rank, l.nranks,
 	       l.launcher, l.rendezvous);
 	return comm_create(&s, comm, create_err, sizeof(create_err));
+}
+
+/*
+ * Grow and join: re-admission (fastreduce(7), "Grow").  The ranks of comm
+ * and nnew newcomers make a communicator of n + nnew ranks: comm's ranks
+ * first, in their order, then the newcomers in the order they came.  Its
+ * rendezvous is the grow address - FR_GROW_RENDEZVOUS, else the job's
+ * rendezvous address - where the grow's leader, comm's rank 0, listens:
+ *   1. the leader hands each newcomer a ticket (its rank, the size and a
+ *      random nonce) there, for up to the timeout (bootstrap.c), making
+ *      progress on comm meanwhile so that the others, waiting for it in
+ *      step 2, see it alive;
+ *   2. it broadcasts the outcome and the nonce over comm: every rank of
+ *      comm fails alike, at once, when a newcomer did not come;
+ *   3. the n + nnew ranks bootstrap the communicator as at the start, at
+ *      the grow address, with the job token prefixed by the nonce (a
+ *      process that took no ticket from this grow cannot mix in).
+ * Its connections are new (a newcomer has none to reuse); comm is left as
+ * it was, for the caller to destroy.  The grown communicator's recipe is
+ * the job's, so that it can grow again.
+ */
+/* as many as a launcher may name (env.c) */
+#define GROW_MAX_RANKS (1 << 24)
+
+static void grow_token(struct settings *s, uint64_t nonce)
+{
+	char tok[sizeof(s->token)];
+
+	snprintf(tok, sizeof(tok), "%016llx#%.239s", (unsigned long long)nonce,
+		 s->token);
+	memcpy(s->token, tok, sizeof(tok));
+	s->has_token = true;
+}
+
+static int grow_create(const struct settings *base, const char *addr, int rank,
+		       int nranks, uint64_t nonce, fr_comm_t **out)
+{
+	struct settings s = *base;
+	int rc;
+
+	snprintf(s.rendezvous, sizeof(s.rendezvous), "%s", addr);
+	s.rank = rank;
+	s.nranks = nranks;
+	grow_token(&s, nonce);
+	rc = comm_create(&s, out, create_err, sizeof(create_err));
+	if (!rc) {
+		(*out)->recipe = *base;
+		(*out)->recipe.rank = rank;
+		(*out)->recipe.nranks = nranks;
+	}
+	return rc;
+}
+
+static void grow_idle(void *comm)
+{
+	(void)fr_progress(comm);
+}
+
+int fr_comm_grow(fr_comm_t *comm, int nnew, fr_comm_t **newcomm)
+{
+	const char *e = getenv("FR_GROW_RENDEZVOUS");
+	char addr[sizeof(comm->recipe.rendezvous)], err[FR_ERRMSG_MAX] = "";
+	uint64_t msg[2] = {0, 0}; /* outcome, nonce */
+	int served = 0, rc;
+
+	if (newcomm)
+		*newcomm = NULL;
+	if (!comm || !newcomm)
+		return FR_EINVAL;
+	if (nnew < 1 || nnew > GROW_MAX_RANKS - comm->nranks)
+		return fr_comm_seterr(comm, FR_EINVAL,
+				      "fr_comm_grow: %d newcomers (1 .. %d)",
+				      nnew, GROW_MAX_RANKS - comm->nranks);
+	snprintf(addr, sizeof(addr), "%s",
+		 e && *e ? e : comm->recipe.rendezvous);
+	if (comm->rank == 0) {
+		if (getrandom(&msg[1], sizeof(msg[1]), 0) != sizeof(msg[1]))
+			msg[1] = fr_now_ns() ^ ((uint64_t)getpid() << 32);
+		rc = fr_boot_tickets_serve(
+			addr,
+			comm->recipe.has_token ? comm->recipe.token : NULL,
+			(uint32_t)comm->nranks, nnew,
+			(uint32_t)(comm->nranks + nnew), msg[1],
+			(int)comm->recipe.timeout_ms, grow_idle, comm, &served,
+			err, sizeof(err));
+		msg[0] = (uint64_t)(int64_t)rc;
+	}
+	rc = fr_broadcast(comm, msg, 2, FR_U64, 0);
+	if (rc)
+		return rc;
+	if (msg[0])
+		return fr_comm_seterr(
+			comm, (int)(int64_t)msg[0], "fr_comm_grow: %s",
+			comm->rank == 0
+				? err
+				: "not every newcomer came to the grow's leader (rank 0) in time");
+	rc = grow_create(&comm->recipe, addr, comm->rank, comm->nranks + nnew,
+			 msg[1], newcomm);
+	if (rc)
+		fr_comm_seterr(comm, rc, "fr_comm_grow: %s", create_err);
+	return rc;
+}
+
+int fr_comm_join(const fr_config_t *cfg, fr_comm_t **newcomm)
+{
+	const char *e = getenv("FR_GROW_RENDEZVOUS");
+	struct fr_boot_ticket t;
+	struct settings s = {0};
+	struct fr_launch l;
+	char addr[sizeof(s.rendezvous)], host[256];
+	uint16_t port;
+	int rc;
+
+	create_err[0] = '\0';
+	if (newcomm)
+		*newcomm = NULL;
+	if (!newcomm || (cfg && cfg->size < offsetof(fr_config_t, transport))) {
+		snprintf(
+			create_err, sizeof(create_err), "fr_comm_join: %s",
+			!newcomm
+				? "NULL argument"
+				: "config size too small (use fr_config_init)");
+		return FR_EINVAL;
+	}
+	rc = resolve_settings(cfg, &s, create_err, sizeof(create_err));
+	if (rc)
+		return rc;
+	if (cfg && cfg->rendezvous && *cfg->rendezvous) {
+		snprintf(addr, sizeof(addr), "%s", cfg->rendezvous);
+	} else if (e && *e) {
+		snprintf(addr, sizeof(addr), "%s", e);
+	} else {
+		rc = fr_env_detect(fr_env_getenv, NULL, &l, create_err,
+				   sizeof(create_err));
+		if (rc) {
+			snprintf(
+				create_err, sizeof(create_err),
+				"fr_comm_join: where is the grow's leader? set FR_GROW_RENDEZVOUS=host:port (or the job's FR_RENDEZVOUS)");
+			return rc;
+		}
+		snprintf(addr, sizeof(addr), "%s", l.rendezvous);
+	}
+	if (fr_parse_hostport(addr, host, sizeof(host), &port)) {
+		snprintf(create_err, sizeof(create_err),
+			 "fr_comm_join: grow address \"%s\" is not host:port",
+			 addr);
+		return FR_EINVAL;
+	}
+	snprintf(s.rendezvous, sizeof(s.rendezvous), "%s", addr);
+	/* the survivors come to grow only once they have recovered: patience
+	 * as for a rank that has not entered a collective yet */
+	rc = fr_boot_ticket_get(addr, s.has_token ? s.token : NULL,
+				(int)s.slow_timeout_ms, &t, create_err,
+				sizeof(create_err));
+	if (rc)
+		return rc;
+	fr_dbg("joining as rank %u of %u at %s", t.rank, t.nranks, addr);
+	return grow_create(&s, addr, (int)t.rank, (int)t.nranks, t.nonce,
+			   newcomm);
 }
 
 int fr_comm_destroy(fr_comm_t *comm)

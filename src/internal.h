@@ -104,6 +104,25 @@ static inline const size_t *fr_req_vec(const struct fr_request *req, int which,
 /* The collective's name, for messages (errors.c). */
 const char *fr_coll_name(enum fr_coll coll);
 
+/* Settings after config, environment and defaults (comm.c). */
+struct fr_settings {
+	int rank, nranks;
+	char rendezvous[300];
+	char transport[32];
+	char token[257]; /* FR_BOOT_TOKEN_MAX + 1 */
+	bool has_token;
+	long timeout_ms;
+	size_t segment_bytes;
+	long slots, regcache, spin_us, slow_timeout_ms;
+	int algo;
+	size_t eager_bytes;
+	int progress;
+	int cpu_mode; /* FR_PROGRESS_CPU: enum fr_cpu_mode */
+	cpu_set_t cpus;
+	bool ring_by_rank;
+	long ll; /* FR_LL: small messages by write_inline (peer.c) */
+};
+
 struct fr_comm {
 	int rank, nranks;
 	/* a communicator split from another (split.c): its id on the shared
@@ -125,6 +144,9 @@ struct fr_comm {
 
 	fr_stats_t stats;
 	char errmsg[FR_ERRMSG_MAX];
+	/* what the job's communicator was made with (inherited by those split
+	 * from it): fr_comm_grow makes the grown one alike */
+	struct fr_settings recipe;
 };
 
 /* Total elements a collective's data spans on every rank (the full vector

@@ -77,6 +77,7 @@ static struct fr_comm *comm_like(const struct fr_comm *p, int rank, int n)
 	c->nranks = n;
 	c->job_rank = fr_share_member(p->tp, p->rank);
 	c->job_nonce = p->job_nonce;
+	c->recipe = p->recipe;
 	c->peer.timeout_ms = p->peer.timeout_ms;
 	c->peer.slow_timeout_ms = p->peer.slow_timeout_ms;
 	c->peer.mbx_slots = p->peer.mbx_slots;

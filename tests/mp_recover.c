@@ -471,6 +471,15 @@ static void shrink_after(fr_comm_t *world, const bool *dead, int nv)
 	rc = fr_comm_failed(s, NULL, 0, &nf);
 	CHECK(!rc && nf == 0, "shrunk: %d failed", nf);
 	CHECK(fr_comm_shrink(world, NULL) == FR_EINVAL, "shrink(NULL out)");
+	{
+		fr_comm_t *g = (fr_comm_t *)&rc; /* must come back NULL */
+
+		CHECK(fr_comm_grow(s, 0, &g) == FR_EINVAL && !g,
+		      "grow(0 newcomers)");
+		CHECK(fr_comm_grow(s, 1, NULL) == FR_EINVAL, "grow(NULL out)");
+		CHECK(fr_comm_grow(NULL, 1, &g) == FR_EINVAL, "grow(NULL)");
+		CHECK(fr_comm_join(NULL, NULL) == FR_EINVAL, "join(NULL)");
+	}
 	fr_comm_destroy(s);
 }
 

@@ -6,7 +6,10 @@
 # with the same sequence of ranks (the victim leaving cleanly, --drop-rank,
 # at the step the survivors redid), so the same loss curve too.  Prints, per
 # run, the time from the kill to the first step completed on the shrunk
-# communicator, and the median and worst at the end.
+# communicator, and the median and worst at the end.  With a newcomer
+# (frrun --respawn, train_mlp --grow) the survivors re-admit it after the
+# shrink and redo the step with all n ranks: the weights must then be a
+# clean n-rank run's, bit for bit.
 #
 #   FR_SURVIVE_RUNS=50 tests/mp_survive.sh     (the campaign; CI runs 3)
 #
@@ -67,6 +70,35 @@ survive() {
 		{ echo "FAIL: not the clean run's weights"; echo "$clean"; return 1; }
 }
 
+# regrow T: one random kill over transport T, a newcomer takes its place
+regrow() {
+	t=$1
+	v=$((RANDOM % n))
+	ks=$((5 + RANDOM % (steps / 2)))
+	us=$((RANDOM % 3000))
+	echo "transport $t: rank $v killed $us us into step $ks, a newcomer takes its place"
+	out=$(frrun -n "$n" --transport "$t" --respawn 1 --timeout 120 "$EX" \
+		--data "$DATA" --steps "$steps" --recover --grow \
+		--kill-rank "$v" --kill-step "$ks" --kill-us "$us" 2>&1)
+	echo "$out" | grep -v 'ERROR\|INFO'
+	echo "$out" | grep -q 'newcomer joined; going on with '"$n"' ranks' ||
+		{ echo "FAIL: no newcomer joined"; return 1; }
+	finals=$(echo "$out" | grep -c '^\[[0-9]*\] final .*ranks='"$n"' .*identical=yes.*recoveries=1')
+	[ "$finals" = "$n" ] ||
+		{ echo "FAIL: $finals of $n ranks finished"; return 1; }
+	h=$(echo "$out" | sed -n 's/^\[[0-9]*\] final .*hash=\([0-9a-f]*\).*/\1/p' | sort -u)
+	kat=$(echo "$out" | sed -n 's/^\[[0-9]*\] KILL at=\([0-9.]*\).*/\1/p')
+	rat=$(echo "$out" | sed -n 's/^\[[0-9]*\] RECOVERED .* at=\([0-9.]*\).*/\1/p' | sort -n | tail -1)
+	ms=$(awk -v a="$kat" -v b="$rat" 'BEGIN { printf "%.1f", (b - a) * 1000 }')
+	clean=$(frrun -n "$n" --transport "$t" --timeout 120 "$EX" \
+		--data "$DATA" --steps "$steps" 2>&1)
+	ch=$(echo "$clean" | sed -n 's/^\[[0-9]*\] final .*hash=\([0-9a-f]*\).*/\1/p' | sort -u)
+	echo "kill to first step on $n ranks again: $ms ms; weights $h, clean $ch"
+	[ -n "${FR_SURVIVE_LOG:-}" ] && echo "$t regrow victim=$v step=$ks us=$us ms=$ms same=$([ "$h" = "$ch" ] && echo yes || echo no)" >>"$FR_SURVIVE_LOG"
+	[ -n "$ch" ] && [ "$h" = "$ch" ] ||
+		{ echo "FAIL: not the clean run's weights"; return 1; }
+}
+
 transports=$TRANSPORT
 [ -z "${FR_TEST_TRANSPORT:-}" ] && transports="tcp shm"
 for t in $transports; do
@@ -76,6 +108,9 @@ for t in $transports; do
 	run "kill -9 at random, bf16 + error feedback ($t)" \
 		survive "$t" --compress bf16 --ef
 	run "kill -9 at random, buckets ($t)" survive "$t" --buckets
+	for i in $(seq 1 "${FR_REGROW_RUNS:-1}"); do
+		run "kill -9 at random, a newcomer takes its place ($t, $i)" regrow "$t"
+	done
 done
 sort -n "$times" | awk '{ v[NR] = $1 } END {
 	if (NR) printf "kill to first step on the survivors: median %.1f ms, worst %.1f ms (%d runs, FR_TIMEOUT_MS=%s)\n",

@@ -160,7 +160,7 @@ static void test_header(void **state)
 	uint32_t plen;
 
 	(void)state;
-	for (uint16_t t = FR_BOOT_HELLO; t <= FR_BOOT_REJECT; t++) {
+	for (uint16_t t = FR_BOOT_HELLO; t <= FR_BOOT_TICKET; t++) {
 		assert_int_equal(fr_boot_put_header(buf, t, 1234), FR_BOOT_HDR);
 		type = 0;
 		plen = 0;
@@ -201,7 +201,7 @@ static void test_header(void **state)
 				 FR_EPROTO);
 	}
 	/* bad type */
-	const uint16_t types[] = { 0, FR_BOOT_REJECT + 1, 0x100, 0xffff };
+	const uint16_t types[] = {0, FR_BOOT_TICKET + 1, 0x100, 0xffff};
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
 		fr_boot_put_header(m, types[i], 10);
 		assert_int_equal(fr_boot_parse_header(m, sizeof(m), &type,
@@ -681,7 +681,7 @@ static void test_fuzz_other(void **state)
 			assert_true(len >= FR_BOOT_HDR);
 			assert_true(fr_get_le32(buf) == FR_BOOT_MAGIC);
 			assert_true(type >= FR_BOOT_HELLO &&
-				    type <= FR_BOOT_REJECT);
+				    type <= FR_BOOT_TICKET);
 			assert_true(plen <= FR_BOOT_PAYLOAD_MAX);
 		}
 		/* welcome */
@@ -1500,9 +1500,152 @@ static void test_stranger_flood(void **state)
 	assert_int_equal(st, 0);
 }
 
+/* ---- re-admission tickets (fr_comm_grow / fr_comm_join) ---------------- */
+
+struct ticket_res {
+	int rc;
+	struct fr_boot_ticket t;
+};
+
+/* A newcomer in a child: takes a ticket with token, reports on a pipe. */
+static pid_t ticket_child(const char *token, int timeout_ms, int *rfd)
+{
+	int p[2];
+	pid_t pid;
+
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct ticket_res r = {0};
+		char err[256];
+
+		close(p[0]);
+		r.rc = fr_boot_ticket_get(rdv, token, timeout_ms, &r.t, err,
+					  sizeof(err));
+		if (write(p[1], &r, sizeof(r)) != sizeof(r))
+			_exit(1);
+		_exit(0);
+	}
+	close(p[1]);
+	*rfd = p[0];
+	return pid;
+}
+
+static struct ticket_res ticket_collect(pid_t pid, int fd)
+{
+	struct ticket_res r = {.rc = 12345};
+
+	assert_int_equal(read(fd, &r, sizeof(r)), sizeof(r));
+	close(fd);
+	waitpid(pid, NULL, 0);
+	return r;
+}
+
+static int idle_calls;
+
+static void count_idle(void *arg)
+{
+	(void)arg;
+	idle_calls++;
+}
+
+static void test_tickets(void **state)
+{
+	struct ticket_res a, b, c, d;
+	int fa, fb, fc, fd, served = -1, rc;
+	pid_t pa, pb, pc, pd;
+	char err[256] = "";
+
+	(void)state;
+	new_rendezvous();
+	/* wrong token first: refused, not counted; then two good ones; a
+	 * wrong one that comes after them finds the leader gone */
+	idle_calls = 0;
+	pa = ticket_child("wrong", 1500, &fa);
+	pb = ticket_child("secret", 5000, &fb);
+	pc = ticket_child("secret", 5000, &fc);
+	rc = fr_boot_tickets_serve(rdv, "secret", 5, 2, 7, 0x1234abcdull, 5000,
+				   count_idle, NULL, &served, err, sizeof(err));
+	assert_int_equal(rc, 0);
+	assert_int_equal(served, 2);
+	a = ticket_collect(pa, fa);
+	b = ticket_collect(pb, fb);
+	c = ticket_collect(pc, fc);
+	/* the wrong token may come after both good ones: then the leader is
+	 * gone and it times out; if before, it is refused */
+	assert_true(a.rc == FR_EAUTH || a.rc == FR_ETIMEDOUT);
+	assert_int_equal(b.rc, 0);
+	assert_int_equal(c.rc, 0);
+	assert_int_equal(b.t.nranks, 7);
+	assert_int_equal(c.t.nranks, 7);
+	assert_true(b.t.nonce == 0x1234abcdull && c.t.nonce == 0x1234abcdull);
+	assert_true((b.t.rank == 5 && c.t.rank == 6) ||
+		    (b.t.rank == 6 && c.t.rank == 5));
+
+	/* nobody comes: FR_ETIMEDOUT with a message, idle called meanwhile */
+	idle_calls = 0;
+	new_rendezvous();
+	rc = fr_boot_tickets_serve(rdv, NULL, 3, 1, 4, 1, 300, count_idle, NULL,
+				   &served, err, sizeof(err));
+	assert_int_equal(rc, FR_ETIMEDOUT);
+	assert_int_equal(served, 0);
+	assert_non_null(strstr(err, "0 of 1 newcomers"));
+	assert_true(idle_calls >= 2);
+
+	/* a newcomer with no leader: FR_ETIMEDOUT after its timeout */
+	new_rendezvous();
+	pd = ticket_child(NULL, 200, &fd);
+	d = ticket_collect(pd, fd);
+	assert_int_equal(d.rc, FR_ETIMEDOUT);
+}
+
+static void test_tickets_refused(void **state)
+{
+	struct ticket_res a, b;
+	int fa, fb, served = -1, rc, s;
+	pid_t pa, pb, ps;
+	char err[256] = "";
+	int p[2];
+
+	(void)state;
+	new_rendezvous();
+	/* the leader in a child, so that the wrong token is surely
+	 * refused (it comes first, the right one only after its answer) */
+	assert_int_equal(pipe(p), 0);
+	ps = fork();
+	assert_true(ps >= 0);
+	if (ps == 0) {
+		close(p[0]);
+		rc = fr_boot_tickets_serve(rdv, "secret", 1, 1, 2, 42, 5000,
+					   NULL, NULL, &served, err,
+					   sizeof(err));
+		if (write(p[1], &rc, sizeof(rc)) != sizeof(rc))
+			_exit(1);
+		_exit(served == 1 ? 0 : 1);
+	}
+	close(p[1]);
+	pa = ticket_child("wrong", 5000, &fa);
+	a = ticket_collect(pa, fa);
+	assert_int_equal(a.rc, FR_EAUTH);
+	pb = ticket_child("secret", 5000, &fb);
+	b = ticket_collect(pb, fb);
+	assert_int_equal(b.rc, 0);
+	assert_int_equal(b.t.rank, 1);
+	assert_int_equal(b.t.nranks, 2);
+	assert_true(b.t.nonce == 42);
+	assert_int_equal(read(p[0], &rc, sizeof(rc)), sizeof(rc));
+	close(p[0]);
+	assert_int_equal(rc, 0);
+	assert_int_equal(waitpid(ps, &s, 0), ps);
+	assert_true(WIFEXITED(s) && WEXITSTATUS(s) == 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_tickets),
+		cmocka_unit_test(test_tickets_refused),
 		cmocka_unit_test(test_header),
 		cmocka_unit_test(test_hello_roundtrip),
 		cmocka_unit_test(test_hello_build_invalid),

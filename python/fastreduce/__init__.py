@@ -790,6 +790,16 @@ class Comm:
         self._check(L.fr_comm_shrink(self._live(), ctypes.byref(h)))
         return Comm._of(h)
 
+    def grow(self, nnew: int) -> "Comm":
+        """Collective over this communicator's ranks and nnew newcomers
+        (processes whose Comm() joins: FR_JOIN=1, as frrun --respawn
+        starts them): a communicator of both, this one's ranks first;
+        this one stays open (close it).  Raises FR_ETIMEDOUT on every
+        rank here when not all newcomers came (fr_comm_grow(3))."""
+        h = ctypes.c_void_p()
+        self._check(L.fr_comm_grow(self._live(), int(nnew), ctypes.byref(h)))
+        return Comm._of(h)
+
     # ---- lifetime ----------------------------------------------------------
     def close(self) -> None:
         """Release the communicator.  Requests still in flight are

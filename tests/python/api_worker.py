@@ -12,6 +12,7 @@ Exits non-zero (with the failing case) on the first mismatch.
 
 import array
 import hashlib
+import os
 import sys
 import time
 
@@ -428,6 +429,51 @@ def test_agree_shrink(c):
     s.close()
 
 
+_NEWCOMER = r"""
+import sys
+import numpy as np
+import fastreduce as fr
+with fr.Comm() as c:  # FR_JOIN=1: joins the others' grow
+    got = c.allreduce(np.ones(4, np.float32))
+    if c.rank != c.size - 1 or not np.array_equal(
+            got, np.full(4, c.size, np.float32)):
+        sys.exit("FAIL newcomer: rank %d of %d, %s" % (c.rank, c.size, got))
+"""
+
+
+def test_grow(c):
+    """Re-admission: rank 0 starts a newcomer (FR_JOIN=1) and every rank
+    grows by one at an address rank 0 picked; the newcomer is the last
+    rank of the grown communicator, which reduces right."""
+    import socket
+    import subprocess
+    port = np.zeros(1, np.int32)
+    if c.rank == 0:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port[0] = s.getsockname()[1]
+        s.close()
+    c.broadcast(port, root=0)
+    addr = "127.0.0.1:%d" % port[0]
+    os.environ["FR_GROW_RENDEZVOUS"] = addr
+    kid = None
+    if c.rank == 0:
+        env = dict(os.environ, FR_JOIN="1")
+        kid = subprocess.Popen([sys.executable, "-c", _NEWCOMER], env=env)
+    try:
+        g = c.grow(1)
+    finally:
+        del os.environ["FR_GROW_RENDEZVOUS"]
+    if (g.rank, g.size) != (c.rank, c.size + 1):
+        sys.exit("FAIL grow: rank %d of %d" % (g.rank, g.size))
+    got = g.allreduce(np.ones(4, np.float32))
+    if not np.array_equal(got, np.full(4, g.size, np.float32)):
+        sys.exit("FAIL grown All-Reduce: %s" % got)
+    g.close()
+    if kid is not None and kid.wait(timeout=60) != 0:
+        sys.exit("FAIL newcomer exited %d" % kid.returncode)
+
+
 def main():
     with fr.Comm(progress=sys.argv[1] if len(sys.argv) > 1 else None) as c:
         test_errors(c)
@@ -449,6 +495,7 @@ def main():
     with fr.Comm(progress=sys.argv[1] if len(sys.argv) > 1 else None) as c:
         test_revoke(c)
         test_agree_shrink(c)
+        test_grow(c)
         test_split(c)
     rep = repr(c)
     if "closed" not in rep:

@@ -10,8 +10,8 @@ Importing :mod:`fastreduce.torch` registers it; then::
 
 Bootstrap goes through the store torch's ``init_process_group`` made, so the
 user chooses no port: rank 0 of each group picks a free one, and writes it,
-with its address and a random job token, into the group's store; the other
-ranks read them there.  The address is ``MASTER_ADDR`` when set (env://,
+with its address and a job token (FR_JOB_TOKEN where set, else a random
+one), into the group's store; the other ranks read them there.  The address is ``MASTER_ADDR`` when set (env://,
 torchrun), else the host part of ``FR_RENDEZVOUS`` (frrun), else the address
 this host reaches others by (its default route), else 127.0.0.1.  The
 timeout is ``init_process_group(timeout=)``'s.  ``pg_options`` may be None
@@ -234,7 +234,10 @@ def _create(dist_opts, pg_options):
         mod = _implementation()
         host = _my_address()
         port = _free_port(host)  # (another process may take it first: rare)
-        store.set(key, "%s:%d %s %s" % (host, port, secrets.token_hex(16),
+        # the job's token where the launcher set one (frrun), so that a
+        # newcomer it starts (fastreduce.torch.Survivor) presents the same
+        token = os.environ.get("FR_JOB_TOKEN") or secrets.token_hex(16)
+        store.set(key, "%s:%d %s %s" % (host, port, token,
                                         "python" if mod is None else "cpp"))
     value = store.get(key).decode()
     rdv, token, impl = value.split(" ", 2)

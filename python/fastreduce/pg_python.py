@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup, Work, _create_work_from_future
 
-from . import Comm, FastReduceError, UNDEFINED
+from . import EPEER, Comm, FastReduceError, UNDEFINED
 
 __all__ = ["ProcessGroupFastReducePy"]
 
@@ -157,6 +157,30 @@ class ProcessGroupFastReducePy(ProcessGroup):
         """new_group: fr_comm_split of this group's communicator."""
         sub = self.comm.split(color if color >= 0 else UNDEFINED, key)
         return None if sub is None else ProcessGroupFastReducePy(sub.rank, sub.size, sub)
+
+    # recovery (fastreduce.survive): as the C++ group's
+    def revoke(self) -> None:
+        self.comm.revoke()
+
+    def agree(self, flags: int):
+        """(0 or FR_EPEER, AND of the survivors' flags, failed ranks)."""
+        f, failed = self.comm.agree(flags)
+        return (EPEER if failed else 0), f, failed
+
+    def shrink(self) -> "ProcessGroupFastReducePy":
+        s = self.comm.shrink()
+        return ProcessGroupFastReducePy(s.rank, s.size, s)
+
+    def grow(self, nnew: int) -> "ProcessGroupFastReducePy":
+        g = self.comm.grow(nnew)
+        return ProcessGroupFastReducePy(g.rank, g.size, g)
+
+    @staticmethod
+    def join(timeout_ms: int = 0, transport: str = "", compress: str = "",
+             error_feedback: bool = True) -> "ProcessGroupFastReducePy":
+        """A newcomer (FR_JOIN=1 in the environment: Comm() joins)."""
+        c = Comm(transport=transport or None, timeout_ms=timeout_ms or None)
+        return ProcessGroupFastReducePy(c.rank, c.size, c)
 
     def _submit(self, what, start, outputs, done=None, p2p=False):
         return _work(self._st.submit(what, start, outputs, done, p2p))

@@ -34,11 +34,13 @@ import torch.distributed as dist
 
 from . import Comm, FastReduceError, Mem
 from . import backend as _backend
+from .survive import Survivor, is_failure, joining
 from .zero import ShardedDataParallel
 
 _backend.register()  # torch.distributed's backend "fastreduce"
 
-__all__ = ["FastReduceState", "ShardedDataParallel", "allreduce_hook", "init_process_group"]
+__all__ = ["FastReduceState", "ShardedDataParallel", "Survivor", "allreduce_hook",
+           "init_process_group", "is_failure", "joining"]
 
 
 def _launcher_rank_size() -> Tuple[int, int]:

@@ -20,16 +20,16 @@ os.environ.setdefault("FASTREDUCE_LIB", LIB)
 sys.path.insert(0, os.path.join(TOP, "python"))
 
 
-def launch(n, script, *args, env=None, timeout=600):
-    """Run tests/python/<script> on n ranks under frrun; return the
-    CompletedProcess (stdout and stderr together)."""
+def launch(n, script, *args, env=None, timeout=600, frrun_args=()):
+    """Run tests/python/<script> on n ranks under frrun (with frrun_args);
+    return the CompletedProcess (stdout and stderr together)."""
     e = dict(os.environ)
     e["PYTHONPATH"] = os.path.join(TOP, "python") + os.pathsep + e.get("PYTHONPATH", "")
     e["FASTREDUCE_LIB"] = os.environ["FASTREDUCE_LIB"]
     e.setdefault("FR_TIMEOUT_MS", "60000")
     e.update(env or {})
-    cmd = [os.path.join(BUILD, "frrun"), "-n", str(n), "--timeout", str(timeout),
-           sys.executable, os.path.join(HERE, script)] + [str(a) for a in args]
+    cmd = [os.path.join(BUILD, "frrun"), "-n", str(n), "--timeout", str(timeout)] + \
+        list(frrun_args) + [sys.executable, os.path.join(HERE, script)] + [str(a) for a in args]
     return subprocess.run(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=timeout + 30)
 

@@ -438,6 +438,90 @@ class ProcessGroupFastReduce : public ProcessGroup
 			sub, compress_, ef_);
 	}
 
+	// Recovery (fastreduce.survive): the communicator's revoke, agree,
+	// failed, shrink and grow, and a newcomer's join.  They work on a
+	// failed communicator: the collectives queued fail at once there.
+	void revoke()
+	{
+		fr_comm_revoke(comm_);
+	}
+
+	// (code, AND of the survivors' flags, the failed ranks): the code is
+	// 0 or FR_EPEER; anything else throws.
+	std::tuple<int, uint32_t, std::vector<int>> agree(uint32_t flags)
+	{
+		std::vector<int> failed;
+		int rc, n = 0;
+
+		drain();
+		rc = fr_comm_agree(comm_, &flags);
+		if (rc && rc != FR_EPEER)
+			throw std::runtime_error(
+				fr_message(comm_, "fr_comm_agree", rc));
+		fr_comm_failed(comm_, nullptr, 0, &n);
+		failed.resize((size_t)n);
+		if (n)
+			fr_comm_failed(comm_, failed.data(), n, &n);
+		failed.resize((size_t)n);
+		return std::make_tuple(rc, flags, failed);
+	}
+
+	c10::intrusive_ptr<ProcessGroupFastReduce> shrink()
+	{
+		fr_comm_t *nc = nullptr;
+		int rc;
+
+		drain();
+		rc = fr_comm_shrink(comm_, &nc);
+		if (rc)
+			throw std::runtime_error(
+				fr_message(comm_, "fr_comm_shrink", rc));
+		return c10::make_intrusive<ProcessGroupFastReduce>(
+			nc, compress_, ef_);
+	}
+
+	c10::intrusive_ptr<ProcessGroupFastReduce> grow(int nnew)
+	{
+		fr_comm_t *nc = nullptr;
+		int rc;
+
+		drain();
+		rc = fr_comm_grow(comm_, nnew, &nc);
+		if (rc)
+			throw std::runtime_error(
+				fr_message(comm_, "fr_comm_grow", rc));
+		return c10::make_intrusive<ProcessGroupFastReduce>(
+			nc, compress_, ef_);
+	}
+
+	// A newcomer (fr_comm_join): its rank and size come from the grow.
+	static c10::intrusive_ptr<ProcessGroupFastReduce>
+	join(int64_t timeout_ms, const std::string &transport,
+	     const std::string &compress, bool error_feedback)
+	{
+		fr_config_t cfg;
+		fr_comm_t *c = nullptr;
+		int rc;
+
+		fr_config_init(&cfg);
+		if (timeout_ms > 0)
+			cfg.timeout_ms =
+				(int)std::min<int64_t>(timeout_ms, INT32_MAX);
+		if (!transport.empty())
+			cfg.transport = transport.c_str();
+		{
+			py::gil_scoped_release nogil;
+			rc = fr_comm_join(&cfg, &c);
+		}
+		if (rc)
+			throw std::runtime_error(
+				fr_message(nullptr, "fr_comm_join", rc));
+		auto pg = c10::make_intrusive<ProcessGroupFastReduce>(
+			c, 0, error_feedback);
+		pg->set_compress(compress);
+		return pg;
+	}
+
 	c10::intrusive_ptr<Work>
 	broadcast(std::vector<at::Tensor> &tensors,
 		  const c10d::BroadcastOptions &opts) override
@@ -1219,7 +1303,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
 		     py::arg("job_token") = "", py::arg("compress") = "",
 		     py::arg("error_feedback") = true)
 		.def("split", &ProcessGroupFastReduce::split, py::arg("color"),
-		     py::arg("key"), py::call_guard<py::gil_scoped_release>());
+		     py::arg("key"), py::call_guard<py::gil_scoped_release>())
+		.def("revoke", &ProcessGroupFastReduce::revoke,
+		     py::call_guard<py::gil_scoped_release>())
+		.def("agree", &ProcessGroupFastReduce::agree, py::arg("flags"),
+		     py::call_guard<py::gil_scoped_release>())
+		.def("shrink", &ProcessGroupFastReduce::shrink,
+		     py::call_guard<py::gil_scoped_release>())
+		.def("grow", &ProcessGroupFastReduce::grow, py::arg("nnew"),
+		     py::call_guard<py::gil_scoped_release>())
+		.def_static("join", &ProcessGroupFastReduce::join,
+			    py::arg("timeout_ms") = 0,
+			    py::arg("transport") = "", py::arg("compress") = "",
+			    py::arg("error_feedback") = true);
 	m.attr("FR_VERSION") = fr_version();
 	// runs before the interpreter stops other threads (see drain())
 	py::module::import("atexit").attr("register")(py::cpp_function([]() {

@@ -68,6 +68,7 @@
 #define LINE_CAP 65536
 #define GRACE_NS (3ull * 1000000000u) /* SIGTERM -> SIGKILL            */
 #define DRAIN_NS (1ull * 1000000000u) /* output after the last rank    */
+#define JOINERS_NS (10ull * 1000000000u) /* newcomers alone, then stopped */
 #define TOKEN_BYTES 16
 
 /* Variables of other launchers that fr_comm_create_from_env() would read. */
@@ -122,6 +123,7 @@ struct rank {
 	int fd[2];     /* read ends of stdout, stderr pipes; -1 closed */
 	char *line[2]; /* partial line per stream */
 	size_t len[2];
+	bool joiner; /* a newcomer (--respawn) */
 };
 
 static volatile sig_atomic_t got_sigchld;
@@ -586,6 +588,8 @@ struct job {
 	bool failed;	      /* a first event (failure, timeout, signal) */
 	bool stopped;	      /* we sent the ranks SIGTERM (or worse) */
 	uint64_t kill_at;     /* SIGKILL deadline, 0: none */
+	bool joiners_stopped; /* only newcomers were left: we stopped them */
+	uint64_t joiners_at;  /* when to stop them (stop_joiners), 0: none */
 	uint64_t timeout_at;  /* --timeout deadline, 0: none */
 	uint64_t drain_until; /* stop reading output after this */
 	struct outstream out[2];
@@ -626,6 +630,7 @@ static int spawn_rank(struct job *j, int r, bool join)
 			goto fail;
 		}
 	}
+	rk->joiner = join;
 	rk->pid = fork();
 	if (rk->pid < 0) {
 		perror("frrun: fork");
@@ -716,6 +721,17 @@ static void drain_rank(struct job *j, int r)
  * (see main), so that they do not linger as zombies under an init that
  * never reaps, as in many containers.
  */
+/* Are newcomers (--respawn) all that is left running? */
+static bool only_joiners(const struct job *j)
+{
+	if (j->live <= 0 || j->stopped)
+		return false;
+	for (int r = 0; r < j->o->nranks; r++)
+		if (j->ranks[r].pid > 0 && !j->ranks[r].joiner)
+			return false;
+	return true;
+}
+
 static void reap(struct job *j)
 {
 	int st, code, r;
@@ -736,6 +752,8 @@ static void reap(struct job *j)
 		j->live--;
 		if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 			continue;
+		if (j->joiners_stopped && j->ranks[r].joiner)
+			continue; /* ours, below */
 		/*
 		 * After we stopped the job, failures are our own doing.  With
 		 * --keep-going nobody was stopped: report every failure, the
@@ -771,6 +789,26 @@ static void reap(struct job *j)
 			abort_job(j, code, SIGTERM);
 		}
 	}
+	if (only_joiners(j) && !j->joiners_at)
+		j->joiners_at = pc_now_ns() + JOINERS_NS;
+}
+
+/*
+ * --respawn: a newcomer waits (up to FR_SLOW_TIMEOUT_MS) for the
+ * survivors to re-admit it; once no other rank has been left for
+ * JOINERS_NS (one that was re-admitted ends with the others, within it),
+ * nobody will.  Stopping it then is not a failure of the job.
+ */
+static void stop_joiners(struct job *j)
+{
+	if (!only_joiners(j))
+		return;
+	fprintf(stderr,
+		"frrun: only newcomers are left, with nobody to re-admit them: stopping them\n");
+	j->joiners_stopped = true;
+	j->stopped = true;
+	signal_all(j, SIGTERM);
+	j->kill_at = pc_now_ns() + GRACE_NS;
 }
 
 /* Milliseconds until deadline t (0 = none): for the ppoll timeout. */
@@ -839,6 +877,10 @@ static int run_loop(struct job *j, const sigset_t *waitmask)
 			j->kill_at = 0;
 			signal_all(j, SIGKILL);
 		}
+		if (j->joiners_at && now >= j->joiners_at) {
+			j->joiners_at = 0;
+			stop_joiners(j);
+		}
 
 		nfd = 0;
 		for (int r = 0; r < nr; r++)
@@ -866,6 +908,7 @@ static int run_loop(struct job *j, const sigset_t *waitmask)
 		}
 		clamp_timeout(j->timeout_at, now, &wait_ns);
 		clamp_timeout(j->kill_at, now, &wait_ns);
+		clamp_timeout(j->joiners_at, now, &wait_ns);
 		if (wait_ns >= 0) {
 			ts.tv_sec = (time_t)(wait_ns / 1000000000);
 			ts.tv_nsec = (long)(wait_ns % 1000000000);

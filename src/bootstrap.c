@@ -918,17 +918,25 @@ int fr_boot_tickets_serve(const char *addr, const char *token, uint32_t first,
 	struct fr_boot b = {.fd = -1};
 	const char *tok = token ? token : "";
 	uint8_t buf[FR_BOOT_HDR + 2 + FR_BOOT_TOKEN_MAX];
-	int rc;
+	int *held, nheld = 0, rc = 0;
 
 	*served = 0;
+	if (count < 1)
+		return FR_EINVAL;
+	held = calloc((size_t)count, sizeof(*held));
+	if (!held)
+		return FR_ENOMEM;
 	b.p.rendezvous = addr;
 	b.p.err = err;
 	b.p.errlen = errlen;
 	b.deadline_ms = fr_now_ms() + (uint64_t)timeout_ms;
 	rc = listen_on(&b);
 	if (rc)
-		return rc;
-	while (*served < count) {
+		goto out_free;
+	/* The tickets go out together, once all newcomers are in: a newcomer
+	 * goes on to the grown communicator's bootstrap at this very address
+	 * as soon as it has its ticket, and must not find this listener. */
+	while (nheld < count) {
 		struct pollfd pfd = {b.fd, POLLIN, 0};
 		struct fr_boot one = b;
 		uint16_t type, tl;
@@ -936,20 +944,22 @@ int fr_boot_tickets_serve(const char *addr, const char *token, uint32_t first,
 
 		if (!ms) {
 			rc = fail(&b, FR_ETIMEDOUT,
-				  "%d of %d newcomers came within %d ms",
-				  *served, count, timeout_ms);
-			break;
+				  "%d of %d newcomers came within %d ms", nheld,
+				  count, timeout_ms);
+			goto out_close;
 		}
-		if (poll(&pfd, 1, FR_MIN(ms, 100)) <= 0) {
-			if (idle)
-				idle(arg);
+		if (idle)
+			idle(arg);
+		if (poll(&pfd, 1, FR_MIN(ms, 100)) <= 0)
 			continue;
-		}
 		fd = accept4(b.fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-		if (fd < 0)
+		if (fd < 0) {
+			usleep(10000); /* EMFILE and the like: no spinning */
 			continue;
-		/* a stranger that says nothing costs at most 2 s */
-		one.deadline_ms = FR_MIN(b.deadline_ms, fr_now_ms() + 2000);
+		}
+		/* a newcomer says JOIN as soon as it is connected: a stranger
+		 * that says nothing costs at most 500 ms */
+		one.deadline_ms = FR_MIN(b.deadline_ms, fr_now_ms() + 500);
 		n = recv_msg(&one, fd, FR_BOOT_JOIN, buf, sizeof(buf), &type);
 		if (n < 2 || type != FR_BOOT_JOIN ||
 		    (tl = fr_get_le16(buf)) != (uint32_t)n - 2) {
@@ -964,16 +974,33 @@ int fr_boot_tickets_serve(const char *addr, const char *token, uint32_t first,
 			close(fd);
 			continue;
 		}
-		fr_boot_put_header(buf, FR_BOOT_TICKET, 16);
-		fr_put_le32(buf + FR_BOOT_HDR, first + (uint32_t)*served);
-		fr_put_le32(buf + FR_BOOT_HDR + 4, nranks);
-		fr_put_le64(buf + FR_BOOT_HDR + 8, nonce);
-		if (!send_all(&one, fd, buf, FR_BOOT_HDR + 16))
-			(*served)++;
-		close(fd);
+		held[nheld++] = fd;
 	}
 	close(b.fd);
-	return *served == count ? 0 : rc;
+	b.fd = -1;
+	for (int i = 0; i < nheld; i++) {
+		struct fr_boot one = b;
+
+		one.deadline_ms = fr_now_ms() + 2000;
+		fr_boot_put_header(buf, FR_BOOT_TICKET, 16);
+		fr_put_le32(buf + FR_BOOT_HDR, first + (uint32_t)i);
+		fr_put_le32(buf + FR_BOOT_HDR + 4, nranks);
+		fr_put_le64(buf + FR_BOOT_HDR + 8, nonce);
+		if (!send_all(&one, held[i], buf, FR_BOOT_HDR + 16))
+			(*served)++;
+	}
+	if (*served < count)
+		rc = fail(&b, FR_EPEER,
+			  "%d of %d newcomers left before their ticket",
+			  count - *served, count);
+out_close:
+	for (int i = 0; i < nheld; i++)
+		close(held[i]);
+	if (b.fd >= 0)
+		close(b.fd);
+out_free:
+	free(held);
+	return rc;
 }
 
 int fr_boot_ticket_get(const char *addr, const char *token, int timeout_ms,
@@ -1026,7 +1053,8 @@ int fr_boot_ticket_get(const char *addr, const char *token, int timeout_ms,
 	t->rank = fr_get_le32(buf);
 	t->nranks = fr_get_le32(buf + 4);
 	t->nonce = fr_get_le64(buf + 8);
-	if (t->nranks < 2 || t->rank >= t->nranks)
+	if (t->nranks < 2 || t->nranks > (1u << 24) || t->rank < 1 ||
+	    t->rank >= t->nranks)
 		return fail(&b, FR_EPROTO, "a malformed ticket from %s", addr);
 	return 0;
 }

@@ -79,16 +79,18 @@ void fr_boot_end(struct fr_boot *boot);
  * communicator is bootstrapped as usual, each newcomer learns its rank in
  * it from the grow's leader.  JOIN carries u16 token_len, token (the job
  * token); TICKET u32 rank, u32 nranks, u64 nonce; a wrong token gets a
- * REJECT, and so does a newcomer beyond the count.
+ * REJECT.  The tickets go out together once all newcomers are in.
  *
  * fr_boot_tickets_serve: listen at addr and hand out tickets for ranks
  * first .. first + count - 1 (of nranks) to the first count newcomers
  * with the right token, until timeout_ms passes; *served says how many
- * got one.  0 when all did, FR_ETIMEDOUT (with a message) otherwise.
+ * got one.  0 when all did, FR_ETIMEDOUT (not all came) or FR_EPEER (one
+ * left before its ticket), with a message, otherwise.
  * fr_boot_ticket_get: connect to addr (again and again until the leader
  * listens or timeout_ms passes) and take a ticket.  The leader calls
- * idle(arg), if not NULL, at least every 100 ms while it waits (so that
- * its communicator answers the peers that wait for it).
+ * idle(arg), if not NULL, every 100 ms or so while it waits (600 ms at
+ * most, behind a stranger that says nothing), so that its communicator
+ * answers the peers that wait for it.
  */
 struct fr_boot_ticket {
 	uint32_t rank, nranks;

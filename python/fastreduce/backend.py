@@ -237,10 +237,11 @@ def _create(dist_opts, pg_options):
         # the job's token where the launcher set one (frrun), so that a
         # newcomer it starts (fastreduce.torch.Survivor) presents the same
         token = os.environ.get("FR_JOB_TOKEN") or secrets.token_hex(16)
-        store.set(key, "%s:%d %s %s" % (host, port, token,
-                                        "python" if mod is None else "cpp"))
+        # the token last: it may hold blanks
+        store.set(key, "%s:%d %s %s" % (host, port, "python" if mod is None else "cpp",
+                                        token))
     value = store.get(key).decode()
-    rdv, token, impl = value.split(" ", 2)
+    rdv, impl, token = value.split(" ", 2)
     if rank != 0:
         mod = _implementation(follow=impl)
     compress = getattr(pg_options, "compress", None) or ""

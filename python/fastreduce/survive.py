@@ -187,19 +187,25 @@ class Survivor:
             redo = step - 1
         was = self.size
         new = self.pg.shrink()
-        old, self.pg = self.pg, None
-        del self.ddp
+        old, self.pg, self.ddp = self.pg, None, None
         # the default group (the job's first) cannot be used any more
         if dist.is_initialized() and dist.distributed_c10d._get_default_group() is old:
             dist.destroy_process_group()
         del old
-        self._adopt(new)
-        self._say("step %d failed: rank%s %s failed; going on with %d of %d ranks%s" %
-                  (redo, "" if len(failed) == 1 else "s",
-                   " ".join(str(r) for r in failed), self.size, was,
-                   ", a step rolled back" if redo != step else ""))
-        if self.grow and self.size < self.size0:
-            redo = self._grow_back(redo)
+        try:
+            self._adopt(new)
+            self._say("step %d failed: rank%s %s failed; going on with %d of %d ranks%s" %
+                      (redo, "" if len(failed) == 1 else "s",
+                       " ".join(str(r) for r in failed), self.size, was,
+                       ", a step rolled back" if redo != step else ""))
+            if self.grow and self.size < self.size0:
+                redo = self._grow_back(redo)
+        except RuntimeError as e:
+            # a rank (a newcomer, say) failed during the recovery: all
+            # here are at step redo now; recover again on the new group
+            if not is_failure(e):
+                raise
+            return self._recover(redo, e)
         return redo
 
     def _grow_back(self, redo: int) -> int:
@@ -217,9 +223,7 @@ class Survivor:
             del grown
             self._say("going on with %d ranks" % self.size)
             return redo
-        old = self.pg
-        del self.ddp
-        self.pg = None
+        old, self.pg, self.ddp = self.pg, None, None
         del old
         self._adopt(grown)
         self._say("%d newcomer%s joined; going on with %d ranks" %

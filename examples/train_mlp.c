@@ -1212,7 +1212,9 @@ int main(int argc, char **argv)
 	parse_args(argc, argv, &o);
 	/* FR_JOIN=1 (frrun --respawn): this process is a newcomer, and
 	 * fr_comm_create_from_env joins the survivors' fr_comm_grow */
-	joined = getenv("FR_JOIN") && strcmp(getenv("FR_JOIN"), "0");
+	/* as the library reads it: set, not empty and not "0" */
+	joined = getenv("FR_JOIN") && *getenv("FR_JOIN") &&
+		 strcmp(getenv("FR_JOIN"), "0");
 	err = fr_comm_create_from_env(NULL, &comm);
 	if (err)
 		die("fr_comm_create_from_env", NULL, err);

@@ -2,8 +2,8 @@
 /*
  * frrun - start N local ranks of a libfastreduce program.
  *
- *   frrun -n N [--transport auto|tcp|shm|verbs|shm+tcp|shm+verbs] [--timeout
- * SEC] [--host ADDR]
+ *   frrun -n N [--transport auto|tcp|shm|verbs|shm+tcp|shm+verbs]
+ *         [--timeout SEC] [--host ADDR]
  *         [--port P] [--no-prefix] [--keep-going] [--respawn N]
  *         [--env NAME=VALUE]...
  *         [--] PROGRAM [ARGS...]
@@ -600,6 +600,17 @@ struct job {
 };
 
 static void abort_job(struct job *j, int code, int sig);
+static void signal_all(struct job *j, int sig);
+
+/* Send sig to every rank left, and SIGKILL after the grace period. */
+static void stop_all(struct job *j, int sig)
+{
+	if (j->stopped)
+		return;
+	j->stopped = true;
+	signal_all(j, sig);
+	j->kill_at = pc_now_ns() + GRACE_NS;
+}
 
 /*
  * Start rank r (join: as a newcomer, FR_JOIN=1) with its output through
@@ -685,11 +696,7 @@ static void abort_job(struct job *j, int code, int sig)
 		j->failed = true;
 		j->exit_code = code;
 	}
-	if (j->stopped)
-		return;
-	j->stopped = true;
-	signal_all(j, sig);
-	j->kill_at = pc_now_ns() + GRACE_NS;
+	stop_all(j, sig);
 }
 
 /*
@@ -806,9 +813,7 @@ static void stop_joiners(struct job *j)
 	fprintf(stderr,
 		"frrun: only newcomers are left, with nobody to re-admit them: stopping them\n");
 	j->joiners_stopped = true;
-	j->stopped = true;
-	signal_all(j, SIGTERM);
-	j->kill_at = pc_now_ns() + GRACE_NS;
+	stop_all(j, SIGTERM);
 }
 
 /* Milliseconds until deadline t (0 = none): for the ppoll timeout. */

@@ -49,13 +49,11 @@ void fr_config_init(fr_config_t *cfg)
 	cfg->size = sizeof(*cfg);
 }
 
-#define settings fr_settings
-
 /* Fields of a caller's config that its size says it has. */
 #define CFG_HAS(cfg, field) \
 	((cfg)->size >= offsetof(fr_config_t, field) + sizeof((cfg)->field))
 
-static int resolve_progress(const fr_config_t *cfg, struct settings *s,
+static int resolve_progress(const fr_config_t *cfg, struct fr_settings *s,
 			    char *err, size_t errlen)
 {
 	const char *e = getenv("FR_PROGRESS");
@@ -85,7 +83,7 @@ static int resolve_progress(const fr_config_t *cfg, struct settings *s,
 				 &s->cpus, err, errlen);
 }
 
-static int resolve_settings(const fr_config_t *cfg, struct settings *s,
+static int resolve_settings(const fr_config_t *cfg, struct fr_settings *s,
 			    char *err, size_t errlen)
 {
 	fr_getenv_fn get = fr_env_getenv;
@@ -490,7 +488,7 @@ out:
 }
 
 /* FNV-1a: the transport's job nonce, equal on all ranks of one job. */
-static uint64_t job_hash(const struct settings *s)
+static uint64_t job_hash(const struct fr_settings *s)
 {
 	uint64_t h = 1469598103934665603ull;
 	char buf[600];
@@ -558,7 +556,7 @@ void fr_comm_free_cards(struct fr_comm *c)
 	free(c->peer.addrs);
 }
 
-static int comm_create(const struct settings *s, fr_comm_t **out, char *err,
+static int comm_create(const struct fr_settings *s, fr_comm_t **out, char *err,
 		       size_t errlen)
 {
 	struct fr_tp_params tp = {.size = sizeof(tp)};
@@ -740,7 +738,7 @@ err_transport:
 
 int fr_comm_create(const fr_config_t *cfg, fr_comm_t **comm)
 {
-	struct settings s = {0};
+	struct fr_settings s = {0};
 	char host[256];
 	uint16_t port;
 	int rc;
@@ -790,7 +788,7 @@ static bool env_join(void)
 int fr_comm_create_from_env(const fr_config_t *cfg, fr_comm_t **comm)
 {
 	struct fr_launch l;
-	struct settings s = {0};
+	struct fr_settings s = {0};
 	int rc;
 
 	/* a replacement the launcher started (frrun --respawn) */
@@ -844,7 +842,7 @@ int fr_comm_create_from_env(const fr_config_t *cfg, fr_comm_t **comm)
 /* as many as a launcher may name (env.c) */
 #define GROW_MAX_RANKS (1 << 24)
 
-static void grow_token(struct settings *s, uint64_t nonce)
+static void grow_token(struct fr_settings *s, uint64_t nonce)
 {
 	char tok[sizeof(s->token)];
 
@@ -854,10 +852,10 @@ static void grow_token(struct settings *s, uint64_t nonce)
 	s->has_token = true;
 }
 
-static int grow_create(const struct settings *base, const char *addr, int rank,
-		       int nranks, uint64_t nonce, fr_comm_t **out)
+static int grow_create(const struct fr_settings *base, const char *addr,
+		       int rank, int nranks, uint64_t nonce, fr_comm_t **out)
 {
-	struct settings s = *base;
+	struct fr_settings s = *base;
 	int rc;
 
 	snprintf(s.rendezvous, sizeof(s.rendezvous), "%s", addr);
@@ -915,7 +913,7 @@ int fr_comm_grow(fr_comm_t *comm, int nnew, fr_comm_t **newcomm)
 			comm, (int)(int64_t)msg[0], "fr_comm_grow: %s",
 			comm->rank == 0
 				? err
-				: "not every newcomer came to the grow's leader (rank 0) in time");
+				: "the grow's leader (rank 0) could not admit every newcomer (see its message)");
 	rc = grow_create(&comm->recipe, addr, comm->rank, comm->nranks + nnew,
 			 msg[1], newcomm);
 	if (rc)
@@ -927,7 +925,7 @@ int fr_comm_join(const fr_config_t *cfg, fr_comm_t **newcomm)
 {
 	const char *e = getenv("FR_GROW_RENDEZVOUS");
 	struct fr_boot_ticket t;
-	struct settings s = {0};
+	struct fr_settings s = {0};
 	struct fr_launch l;
 	char addr[sizeof(s.rendezvous)], host[256];
 	uint16_t port;

@@ -1013,6 +1013,140 @@ static void test_verbs_qps(void **state)
 	free(old_s);
 }
 
+/*
+ * verbs, a connection that fails and resumes (fr_verbs.c, "Link flaps"):
+ * bad FR_IB_FAULT / FR_IB_STALL_MS values fail open() with FR_EINVAL;
+ * with FR_IB_FAULT=0:n rank 0 stops its QPs at every n-th write, and a
+ * burst of write_imm (whole and striped over 2 QPs) and write_inline both
+ * ways still arrives exactly once each, in order, intact, every write_imm
+ * completing once with its ctx, in order, and no error anywhere.
+ */
+static void test_verbs_resume(void **state)
+{
+	static const char *const bad_fault[] = {"1",   "x:3",  "1:0",
+						"1:x", "-1:2", "1:2x"};
+	static const char *const bad_stall[] = {"x", "-1", "1e3"};
+	static const char *const every[] = {"7", "1"};
+	enum { N = 240, SLOT = 24 * 1024 };
+	char *old_f = getenv("FR_IB_FAULT"), *old_q = getenv("FR_IB_QPS"),
+	     *old_s = getenv("FR_IB_STRIPE_BYTES");
+	struct ep *e;
+	size_t k;
+
+	(void)state;
+	if (strcmp(ops->name, "verbs"))
+		skip();
+	old_f = old_f ? strdup(old_f) : NULL;
+	old_q = old_q ? strdup(old_q) : NULL;
+	old_s = old_s ? strdup(old_s) : NULL;
+	for (k = 0; k < sizeof(bad_fault) / sizeof(bad_fault[0]); k++) {
+		env_set("FR_IB_FAULT", bad_fault[k]);
+		assert_int_equal(
+			ep_try_open(0, NONCE, "127.0.0.1", 0, DEADLINE_MS, &e),
+			FR_EINVAL);
+	}
+	env_set("FR_IB_FAULT", NULL);
+	for (k = 0; k < sizeof(bad_stall) / sizeof(bad_stall[0]); k++) {
+		env_set("FR_IB_STALL_MS", bad_stall[k]);
+		assert_int_equal(
+			ep_try_open(0, NONCE, "127.0.0.1", 0, DEADLINE_MS, &e),
+			FR_EINVAL);
+	}
+	env_set("FR_IB_STALL_MS", NULL);
+	env_set("FR_IB_QPS", "2");
+	env_set("FR_IB_STRIPE_BYTES", "4K");
+	for (size_t p = 0; p < sizeof(every) / sizeof(every[0]); p++) {
+		char fault[16];
+		struct ep *a, *b;
+		struct fr_tp_conn *ab, *ba;
+		uint8_t *src = tbuf((size_t)N * SLOT);
+		struct gbuf da = gbuf_new((size_t)N * SLOT, 0),
+			    db = gbuf_new((size_t)N * SLOT, 0);
+		struct fr_tp_mr *sa, *sb, *ma, *mb;
+		struct fr_tp_rkey ka, kb;
+		size_t len[N], nimm = 0;
+		uint64_t ctx[N];
+
+		snprintf(fault, sizeof(fault), "0:%s", every[p]);
+		env_set("FR_IB_FAULT", fault);
+		a = ep_open(0);
+		b = ep_open(1);
+		env_set("FR_IB_FAULT", NULL);
+		connect_pair(a, b, &ab, &ba);
+		fill(src, (size_t)N * SLOT, 90 + p);
+		sa = reg(a, src, (size_t)N * SLOT, FR_TP_LOCAL_READ);
+		sb = reg(b, src, (size_t)N * SLOT, FR_TP_LOCAL_READ);
+		ma = reg(a, da.p, da.len,
+			 FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+		mb = reg(b, db.p, db.len,
+			 FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+		kb = rkey_of(b, mb, a);
+		ka = rkey_of(a, ma, b);
+		pump_for(100);
+		for (uint32_t i = 0; i < N; i++) {
+			size_t o = (size_t)i * SLOT;
+			int rc = FR_EAGAIN;
+
+			len[i] = i % 5 == 1   ? 20 * 1024 + i
+				 : i % 5 == 3 ? 300 + i
+					      : i % FR_TP_INLINE_MAX + 1;
+			if (len[i] <= FR_TP_INLINE_MAX && ops->write_inline)
+				rc = ops->write_inline(ab, src + o, &kb, o,
+						       len[i], i);
+			assert_true(rc == 0 || rc == FR_EAGAIN);
+			if (rc) {
+				ctx[nimm++] = 7000u + i;
+				post(ab, sa, o, &kb, o, len[i], i, 7000u + i);
+			}
+			post(ba, sb, o, &ka, o, len[i], 1000u + i, 9000u + i);
+			if (i % 16 == 0)
+				pump();
+		}
+		PUMP_UNTIL(n_ok(b, ba, FR_CQE_RECV) >= N &&
+			   n_ok(a, ab, FR_CQE_RECV) >= N &&
+			   n_ok(a, ab, FR_CQE_SEND) >= nimm &&
+			   n_ok(b, ba, FR_CQE_SEND) >= N);
+		pump_for(50);
+		assert_int_equal(n_ok(b, ba, FR_CQE_RECV), N);
+		assert_int_equal(n_ok(a, ab, FR_CQE_RECV), N);
+		assert_int_equal(n_ok(a, ab, FR_CQE_SEND), nimm);
+		assert_int_equal(n_ok(b, ba, FR_CQE_SEND), N);
+		for (uint32_t i = 0; i < N; i++) {
+			size_t o = (size_t)i * SLOT;
+			const struct fr_tp_cqe *q =
+				nth_ok(b, ba, FR_CQE_RECV, i);
+
+			assert_int_equal(q->imm, i);
+			assert_int_equal(q->len, len[i]);
+			q = nth_ok(a, ab, FR_CQE_RECV, i);
+			assert_int_equal(q->imm, 1000u + i);
+			assert_int_equal(q->len, len[i]);
+			assert_int_equal(nth_ok(b, ba, FR_CQE_SEND, i)->ctx,
+					 9000u + i);
+			assert_memory_equal(db.p + o, src + o, len[i]);
+			assert_memory_equal(da.p + o, src + o, len[i]);
+			assert_true(
+				all_bytes(db.p + o + len[i], SLOT - len[i], 0));
+			assert_true(
+				all_bytes(da.p + o + len[i], SLOT - len[i], 0));
+		}
+		for (k = 0; k < nimm; k++)
+			assert_int_equal(nth_ok(a, ab, FR_CQE_SEND, k)->ctx,
+					 ctx[k]);
+		check_guards(&da);
+		check_guards(&db);
+		assert_int_equal(n_err(a, ab) + n_err(b, ba), 0);
+		ep_close(a);
+		ep_close(b);
+	}
+	env_set("FR_IB_FAULT", old_f);
+	env_set("FR_IB_QPS", old_q);
+	env_set("FR_IB_STRIPE_BYTES", old_s);
+	free(old_f);
+	free(old_q);
+	free(old_s);
+}
+
 static void test_fifo_many(void **state)
 {
 	enum { N = 2000, SLOT = 2048 };
@@ -2423,6 +2557,7 @@ int main(int argc, char **argv)
 		T(test_pending),
 		T(test_write_sizes),
 		T(test_verbs_qps),
+		T(test_verbs_resume),
 		T(test_zero_length),
 		T(test_write_inline),
 		T(test_fifo_many),

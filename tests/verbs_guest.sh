@@ -116,6 +116,9 @@ suite "matrix over verbs, FR_IB_QPS=3, 4 KiB stripes" bash -c '. "$0/tests/lib.s
 	run "matrix n=2 rabenseifner, 3 QPs" frrun -n 2 -e FR_ALGO=rabenseifner \
 		--transport verbs --timeout 600 "$MP" matrix --counts 3,65537 --dtypes f32,f64 --ops sum
 	finish' "$src"
+# Connections that fail and are re-established (FR_IB_FAULT), their writes
+# sent again: the same digest as without faults.
+suite "link failures over verbs: resume" bash "$src/tests/mp_resume.sh"
 
 # --- perf: the same rxe device, side by side (emulated: ratios only) -------
 {

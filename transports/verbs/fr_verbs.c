@@ -18,6 +18,8 @@
  *                 the class the base knows us by
  *   verbs_data.c  the data path: write_imm() and striping, the
  *                 notification FIFO, fences, completions, poll(), wait()
+ *   verbs_resume.c  a connection that was up, re-established after a QP
+ *                 failure (below, "Link flaps")
  *   verbs_cm.c    rdma_cm events: the hello / accept / reject handshake,
  *                 the lanes handshake, retries and deadlines
  *   verbs_mr.c    memory registration and remote keys
@@ -134,20 +136,54 @@
  *     connection (slot, generation) and the ring position; wc.qp_num must
  *     also match, so completions of a QP destroyed meanwhile (they stay in
  *     a shared CQ) are recognised and ignored.
- *   - Failure: the first error on a connection (a work completion in
- *     error, the peer's DISCONNECTED, a local error) fails it: we
- *     rdma_disconnect() (the peer learns at once, and the QP enters the
- *     error state, which flushes every outstanding WR with a completion:
- *     each write gets its FR_CQE_SEND with an error, once; a write whose
- *     notification was never posted gets it once its parts are flushed
- *     and lane 0's ring is empty, in order), and we owe the
- *     caller one FR_CQE_RECV with the error unless the failure itself was
- *     a receive completion.  Flushed receives raise nothing.  Later
- *     write_imm() calls return FR_EPEER.  Answering DISCONNECTED with
- *     rdma_disconnect() sends the DREP; without it the peer waits out the
- *     CM's DREQ timeout (~100 s).  The DISCONNECTED of a live connection is
- *     applied only after the CQ has been drained, so that completions that
- *     happened before it (a receive in error, the last writes) come first.
+ *   - Failure: an error on a connection that resume (below) does not take
+ *     (the peer's DISCONNECTED, a registration broken, a local error, a
+ *     resume that timed out) fails it: we rdma_disconnect() (the peer
+ *     learns at once, and the QP enters the error state, which flushes
+ *     every outstanding WR with a completion), and once no lane's ring
+ *     holds a WR any more each write not known to have arrived gets its
+ *     FR_CQE_SEND with an error, once, in order, from the message log
+ *     (below); we owe the caller one FR_CQE_RECV with the error unless the
+ *     failure itself was a receive completion.  Flushed receives raise
+ *     nothing.  Later write_imm() calls return FR_EPEER.  Answering
+ *     DISCONNECTED with rdma_disconnect() sends the DREP; without it the
+ *     peer waits out the CM's DREQ timeout (~100 s).  The DISCONNECTED of
+ *     a live connection is applied only after the CQ has been drained, so
+ *     that completions that happened before it (a receive in error, the
+ *     last writes) come first.
+ *   - Link flaps (resume, verbs_resume.c; FR_IB_RESUME=0 turns it off): a
+ *     link that goes down fails a QP (a local QP operation error, the
+ *     retries run out) or leaves it retrying for ever (retry count 7 on
+ *     rxe).  Either way the connection was up, the peer is alive, and what
+ *     was lost is a few writes: so a work completion in error that is
+ *     FR_EPEER, or no send acknowledged for FR_IB_STALL_MS (default the
+ *     larger of 1 s and a tenth of the timeout; 0: never), re-establishes
+ *     the connection instead of failing it.  Each connection keeps a log
+ *     of its messages (write_imm and write_inline, whole: source region
+ *     and offset or the inline bytes, destination, immediate, ctx) until
+ *     the WR carrying the immediate completes; the receiver counts the
+ *     immediates it takes on lane 0 (rx_msgs), in the same order.  The
+ *     side that notices moves its QPs to the error state (not
+ *     rdma_disconnect(): that is a close), drains them (flushes, or 50 ms
+ *     of CQ polling: rxe does not always flush), destroys them, and dials
+ *     the peer's listener with a RESUME request naming both connections
+ *     and carrying its rx_msgs; the peer, still up or not, drains the
+ *     same way, accepts with its own rx_msgs, and each side then
+ *     completes the messages the other counted (FR_CQE_SEND 0) and posts
+ *     the rest again, in order, whole, on one QP (no striping after a
+ *     resume); new writes wait (FR_EAGAIN) until that is done.  A write
+ *     lands twice at most in the same place with the same bytes (its
+ *     source is not released before it is known to have arrived), and
+ *     its immediate is taken once.  Old cm ids are destroyed only once
+ *     both sides are on the new connection (their DREQ would be read as a
+ *     close).  When both sides dial, the connection's original
+ *     connector's dial wins (the acceptor refuses ours with FR_EBUSY and
+ *     we wait).  Failed dials are retried with back-off; the whole resume
+ *     is bounded by 3/4 of the timeout, then the connection fails as
+ *     above.  A peer that died is not resumed: its kernel closes its
+ *     connections (DISCONNECTED), and a dial to it is refused.
+ *     FR_IB_FAULT=rank:n (tests) stops that rank's QPs at every n-th
+ *     write_imm().
  *   - CQ size: every QP reserves its send and receive depth in the shared
  *     CQ (ibv_resize_cq when it would not fit), so the CQ cannot overflow.
  *     A destroyed QP's reservation is kept until the CQ has been seen
@@ -163,18 +199,22 @@
  *
  * Wire formats (all integers little-endian)
  *
- *   connection request private data (hello), 24 + 4 * x bytes (<= 52)
- *      0 u32 magic "FRVB" (0x42565246)   4 u16 version (1)
+ *   connection request private data (hello), 28 + 4 * x bytes (<= 56,
+ *   what rdma_cm leaves of an IB CM REQ)
+ *      0 u32 magic "FRVB" (0x42565246)   4 u16 version (2)
  *      6 u16 kind (1 = hello)            8 i32 connector's rank
  *     12 u16 x: extra QPs proposed (0..7, FR_IB_QPS - 1)
- *     14 u16 reserved (0)               16 u64 job nonce
- *     24 u32[x] QP numbers of the connector's lanes 1..x
- *     (x used to be part of a reserved u32 that had to be 0: a peer
- *     without FR_IB_QPS refuses x > 0 as malformed, FR_EPROTO, and
- *     sends x = 0, so one QP interoperates both ways)
- *   accept private data, 12 or 16 + 4 * y bytes: magic, version, kind 2,
- *     i32 our rank, then u16 y: extra QPs taken (<= x; absent or zero
- *     padding: 0), u16 reserved (0), u32[y] QP numbers of our lanes 1..y
+ *     14 u16 connector's listening port 16 u64 job nonce
+ *     24 u32 connector's connection id (slot | generation << 16, not 0)
+ *     28 u32[x] QP numbers of the connector's lanes 1..x
+ *   resume request (kind 4), 40 bytes: magic, version, kind, rank, u16 0,
+ *     u16 the dialer's listening port, u64 nonce, 24 u32 the dialer's
+ *     connection id, 28 u32 the peer's connection id (from its hello or
+ *     accept), 32 u64 messages the dialer has received on it
+ *   accept private data, 28 + 4 * y bytes: magic, version, kind 2, i32 our
+ *     rank, then u16 y: extra QPs taken (<= x; 0 for a resume), u16 0,
+ *     16 u32 our connection id, 20 u64 messages we have received on it (0
+ *     for a new connection), 28 u32[y] QP numbers of our lanes 1..y
  *   lane 0 messages other than writes with immediate, 8 bytes each:
  *     notification: SEND WITH IMM (the write's immediate), payload u32
  *       length of the whole write, u32 magic "FNOT" (0x544f4e46)
@@ -182,9 +222,11 @@
  *       of its own): SEND, payload u32 magic "FRDY" (0x59445246), u32 n
  *   reject private data, 12 bytes: magic, version, kind 3, i32 status
  *     (FR_EPROTO: version or malformed, FR_EAUTH: wrong nonce, FR_EBUSY:
- *     that rank is already connected).  A request without our magic is
- *     rejected without private data.  A rejection without our reply (no
- *     listener yet) is retried; one with it is final.
+ *     that rank is already connected, or for a resume: my dial wins, wait
+ *     for it; FR_EPEER: a resume of a connection we do not have).  A
+ *     request without our magic is rejected without private data.  A
+ *     rejection without our reply (no listener yet) is retried; one with it
+ *     is final.
  *   address blob, 28 bytes: u8 magic (0xfb), u8 version (1), u8 family
  *     (4 = IPv4, 6 = IPv6), u8 reserved (0), u16 port, u16 reserved (0),
  *     u32 IPv6 scope id (0 for IPv4), u8[16] address (IPv4: first 4 bytes).
@@ -199,11 +241,13 @@
  * (ACK timeout exponent), FR_IB_RETRY_CNT=n, FR_IB_QPS=n (QPs per
  * connection, 1..8), FR_IB_STRIPE_BYTES=size (smallest striped write, K/M/G
  * suffixes, 1 B..1 GiB), FR_POLL=spin (wait() returns at once: the core
- * then busy-polls).
+ * then busy-polls), FR_IB_RESUME=0 (no resume), FR_IB_STALL_MS=ms,
+ * FR_IB_FAULT=rank:n (tests).
  */
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,6 +340,33 @@ static int verbs_options(struct verbs_opts *o, char *err, size_t errlen)
 			e);
 		return FR_EINVAL;
 	}
+	e = getenv("FR_IB_RESUME");
+	o->resume = !(e && !strcmp(e, "0"));
+	o->fault_every = 0;
+	e = getenv("FR_IB_FAULT");
+	if (e && *e) {
+		long r, n;
+		char *colon = strchr(e, ':');
+
+		if (!colon || sscanf(e, "%ld:%ld", &r, &n) != 2 || r < 0 ||
+		    n < 1 || fr_parse_long(colon + 1, 1, LONG_MAX, &n)) {
+			verbs_msg(err, errlen,
+				  "FR_IB_FAULT=\"%s\" is not rank:n (n >= 1)",
+				  e);
+			return FR_EINVAL;
+		}
+		o->fault_rank = (int)r;
+		o->fault_every = (unsigned long)n;
+	}
+	o->stall_ms = -1;
+	e = getenv("FR_IB_STALL_MS");
+	if (e && *e && fr_parse_long(e, 0, INT_MAX, &o->stall_ms)) {
+		verbs_msg(
+			err, errlen,
+			"FR_IB_STALL_MS=\"%s\" is not a number of ms (0: off)",
+			e);
+		return FR_EINVAL;
+	}
 	e = getenv("FR_POLL");
 	o->spin = e && !strcmp(e, "spin");
 	o->ack_timeout = (uint8_t)ack;
@@ -330,6 +401,10 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 	if (!tp)
 		return FR_ENOMEM;
 	tp->opt = opt;
+	tp->stall_ms = opt.stall_ms >= 0
+			       ? (unsigned int)opt.stall_ms
+			       : (unsigned int)FR_MAX(VERBS_STALL_MIN_MS,
+						      tp->b.timeout_ms / 10);
 	tp->b.cq = &tp->ring;
 
 	rc = FR_ESYS;

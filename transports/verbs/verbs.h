@@ -26,13 +26,15 @@
 #include "transport.h"
 
 #define VERBS_MAGIC 0x42565246u /* "FRVB" */
-#define VERBS_VERSION 1
+#define VERBS_VERSION 2
 #define VERBS_KIND_HELLO 1
 #define VERBS_KIND_ACCEPT 2
 #define VERBS_KIND_REJECT 3
-#define VERBS_HELLO_LEN 24 /* plus 4 bytes per extra QP */
+#define VERBS_KIND_RESUME 4
+#define VERBS_HELLO_LEN 28 /* plus 4 bytes per extra QP: 56 at most */
+#define VERBS_RESUME_LEN 40
 #define VERBS_REPLY_LEN 12
-#define VERBS_ACCEPT_LEN 16 /* plus 4 bytes per extra QP */
+#define VERBS_ACCEPT_LEN 28 /* plus 4 bytes per extra QP */
 
 #define VERBS_ADDR_LEN FR_SOCKADDR_BLOB_LEN
 #define VERBS_ADDR_MAGIC 0xfb /* util.h's address blob, tagged as ours */
@@ -77,8 +79,27 @@
  * fails with a transport retry error.
  */
 #define VERBS_ACK_TIMEOUT 14
+/*
+ * A resume's drain: the flushes of a QP moved to the error state should
+ * come at once, but not every one always does (Linux 6.1's rxe may leave
+ * the last send WR unflushed for good).  Once the QP is in the error state
+ * nothing more arrives, so what the CQ holds this long after is all that
+ * came; destroying the QP then stops it reading our memory, and what was
+ * not flushed is in the log.
+ */
+#define VERBS_DRAIN_MS 50
+/* A resume's dial unanswered this long is dropped and made again; a side
+ * waiting for the peer's dial this long dials itself (the peer may not
+ * know: its dial, or ours, was lost). */
+#define VERBS_RESUME_DIAL_MS 4000
+#define VERBS_RESUME_WAIT_MS 1000
 
 #define VERBS_WRID_RECV (1ull << 32)
+
+/* A connection whose sends are not acknowledged for this long (or a tenth
+ * of the timeout, if longer) is taken as failed and resumed: a QP that
+ * retries for ever (rnr/retry count 7 on rxe) never fails by itself. */
+#define VERBS_STALL_MIN_MS 1000
 
 /* Multi-QP striping (FR_IB_QPS, FR_IB_STRIPE_BYTES; see fr_verbs.c). */
 #define VERBS_MAX_QPS 8
@@ -112,8 +133,37 @@ enum verbs_sqe_kind {
 struct verbs_sqe {
 	uint64_t ctx;
 	struct fr_tp_mr *mr; /* NULL once it no longer reads it */
-	uint64_t note;	     /* PART: its notification's seq in c->notes */
-	uint8_t kind;	     /* enum verbs_sqe_kind */
+	/* PART: its notification's seq in c->notes; USER, INLINE: its
+	 * message's seq in c->log */
+	uint64_t seq;
+	uint8_t kind; /* enum verbs_sqe_kind */
+};
+
+/*
+ * A message (a write with immediate, whole) not yet known to have reached
+ * the peer, kept so that a resumed connection can send it again: its
+ * source (a region and offset, or the bytes of an inline write), its
+ * destination and immediate.  Message seqs count every write_imm() and
+ * write_inline() of the connection, in the order their immediates leave
+ * lane 0, which is the order the peer counts them in (c->rx_msgs).
+ */
+struct verbs_msg {
+	uint64_t ctx;
+	struct fr_tp_mr *mr; /* NULL: inline (data) or empty */
+	size_t loff;
+	uint64_t raddr;
+	uint32_t rkey, len, imm;
+	bool user; /* a write_imm(): owes an FR_CQE_SEND */
+	uint8_t data[VERBS_MAX_INLINE];
+};
+
+/* Where a resume stands (c->rs, while c->b.state is VERBS_RESUME). */
+enum verbs_rs {
+	VERBS_RS_DRAIN,	  /* our QPs are in the error state: flushing */
+	VERBS_RS_DIAL,	  /* our resume request is on its way (c->id) */
+	VERBS_RS_BACKOFF, /* the next dial at c->b.retry_ms */
+	VERBS_RS_WAIT,	  /* the peer dials us (it won the crossing) */
+	VERBS_RS_ACCEPT,  /* we accepted its request (c->id) */
 };
 
 /*
@@ -142,9 +192,9 @@ struct verbs_lane {
  */
 struct verbs_note {
 	uint64_t ctx;
+	uint64_t msg; /* its seq in c->log */
 	uint32_t imm, len;
 	unsigned int parts_left; /* parts on QPs 1..n-1 not completed yet */
-	bool silent; /* write_imm() failed: no FR_CQE_SEND is owed for it */
 };
 
 /* A receive completion held back until accept() hands the conn out. */
@@ -155,6 +205,10 @@ struct verbs_held {
 /* What the environment sets (fr_verbs.c reads it at open()). */
 struct verbs_opts {
 	bool spin;	     /* FR_POLL=spin: wait() never blocks */
+	bool resume;	     /* FR_IB_RESUME (default 1) */
+	int fault_rank;	     /* FR_IB_FAULT=rank:n: fail the QP of every */
+	unsigned long fault_every; /* n-th write_imm() (0: never) */
+	long stall_ms;		   /* FR_IB_STALL_MS; -1: unset */
 	uint8_t ack_timeout; /* FR_IB_TIMEOUT; 0: rdma_cm's own */
 	uint8_t retry_cnt;   /* FR_IB_RETRY_CNT */
 	unsigned int nqps;   /* FR_IB_QPS: QPs per connection we propose */
@@ -170,6 +224,7 @@ enum verbs_state {
 	VERBS_ROUTE,		      /* outgoing: resolving the route */
 	VERBS_CONNECTING, /* outgoing: request sent, awaiting the reply */
 	VERBS_ACCEPTING,  /* incoming: accepted, awaiting ESTABLISHED */
+	VERBS_RESUME,	  /* was up; a QP failed: re-establishing (c->rs) */
 };
 
 struct fr_tp_conn {
@@ -185,6 +240,34 @@ struct fr_tp_conn {
 	bool synth;	   /* no flush will come: complete the ring ourselves */
 	bool disconnected; /* rdma_disconnect() was called */
 	bool peer_gone;	   /* DISCONNECTED seen, applied after the CQ drain */
+	bool no_resume;	   /* the failure at hand is ours: do not resume */
+	bool lanes_stopped; /* moved to the error state (resume): flushing */
+
+	/* resume (fr_verbs.c, "Link flaps"): our id and the peer's for the
+	 * connection, stable over resumes; the messages not known to have
+	 * arrived (seqs msg_head .. msg_tail-1; up to ack_upto the peer has
+	 * them, from replay_next on they are still to be posted again); the
+	 * messages we received */
+	uint32_t cid, peer_cid;
+	uint16_t peer_port; /* the peer's listener (its hello) */
+	struct verbs_msg *log;
+	unsigned int log_cap;
+	uint64_t msg_head, msg_tail, ack_upto, replay_next;
+	uint64_t rx_msgs;
+	unsigned int rq_out; /* receives posted on lane 0, not completed */
+	enum verbs_rs rs;
+	uint64_t rs_deadline;	   /* give up then */
+	uint64_t stop_ms;	   /* when the lanes were stopped */
+	uint64_t rs_peer_rx;	   /* the peer's rx_msgs from its request */
+	struct rdma_cm_id *rs_req; /* a request held while we drain */
+	struct rdma_cm_id *old_id; /* the previous id, until established */
+	bool rs_lost;		   /* our dial lost the crossing: wait */
+	unsigned int nresumes;
+	/* stalls: sends completed, as seen at the last look and since when */
+	uint64_t sends_done, stall_seen, stall_ms, stall_look_ms;
+	uint64_t bad_msg; /* the message whose WR failed first (+1; 0: none) */
+	int bad_st;	  /* ... and its status */
+	char rs_why[128]; /* what made us resume */
 
 	/* establishment */
 	struct sockaddr_storage dst;
@@ -244,6 +327,10 @@ struct fr_tp {
 	uint32_t *slot_gen;
 	uint32_t nslots;
 	struct fr_tpb_link *mrs; /* our registrations (struct fr_tp_mr) */
+	unsigned long nwrites;	 /* write_imm()s, for FR_IB_FAULT */
+	bool cq_empty;		 /* the last verbs_cq_drain() emptied the CQ */
+	unsigned int stall_ms;	 /* FR_IB_STALL_MS (0: no stall detection) */
+	uint64_t stall_tick;	 /* fr_coarse_ms() of the last stall scan */
 
 	struct fr_cqring ring; /* the completions poll() hands out (b.cq) */
 };
@@ -280,6 +367,7 @@ static inline uint8_t *verbs_recv_buf(const struct fr_tp_conn *c, uint32_t idx)
 
 const char *verbs_strerror(int e, char *buf, size_t len);
 void verbs_sa_set_port(struct sockaddr_storage *sa, uint16_t port);
+uint16_t verbs_sa_port(const struct sockaddr_storage *sa);
 /* A connection with its buffers, slot and control region, in no list
  * (fr_tpb_conn_link); fr_tpb_conn_destroy / fr_tpb_conn_free end it,
  * through the class's hooks: verbs_drop_id, then verbs_conn_release. */
@@ -290,9 +378,12 @@ void verbs_drop_qp(struct fr_tp_conn *c);
 void verbs_drop_id(struct fr_tp_conn *c);
 void __attribute__((format(printf, 3, 4)))
 verbs_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...);
+void verbs_lanes_stop(struct fr_tp_conn *c);
+void verbs_drop_lanes(struct fr_tp_conn *c);
 int verbs_post_recvs(struct fr_tp_conn *c, unsigned int n);
 int verbs_lane_connect(struct fr_tp_conn *c, unsigned int i, uint32_t peer_qpn);
 int verbs_qp_create(struct fr_tp_conn *c);
+struct fr_tp_conn *verbs_conn_by_cid(struct fr_tp *tp, uint32_t cid);
 
 /* ---- verbs_dev.c: device choice, probe, limits, locality ----------------- */
 
@@ -310,6 +401,17 @@ void verbs_start_connect(struct fr_tp_conn *c);
 void verbs_cm_drain(struct fr_tp *tp);
 void verbs_timers(struct fr_tp *tp);
 void verbs_sweep(struct fr_tp *tp);
+void verbs_refuse(struct rdma_cm_id *id, int status);
+/* verbs_resume.c: a connection that was up, again after a link flap */
+bool verbs_resumable(const struct fr_tp_conn *c, int err);
+void verbs_resume_enter(struct fr_tp_conn *c, const char *why);
+void verbs_resume_request(struct fr_tp *tp, struct rdma_cm_id *id,
+			  const uint8_t *pd, size_t pdlen);
+bool verbs_resume_event(struct fr_tp_conn *c, enum rdma_cm_event_type type,
+			int status, struct rdma_cm_id *id, const uint8_t *pd,
+			size_t pdlen);
+void verbs_resume_timers(struct fr_tp_conn *c, uint64_t now);
+void verbs_set_ack_timeout(struct fr_tp *tp, struct rdma_cm_id *id);
 
 /* ---- verbs_mr.c: memory registration and remote keys --------------------- */
 
@@ -323,6 +425,9 @@ int verbs_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
 /* ---- verbs_data.c: the data path, poll and wait -------------------------- */
 
 void verbs_progress(struct fr_tp *tp, bool eager);
+bool verbs_drained(const struct fr_tp_conn *c);
+int verbs_cq_drain(struct fr_tp *tp);
+void verbs_log_settle(struct fr_tp_conn *c);
 int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 		    const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
 		    uint32_t imm, uint64_t ctx);

@@ -28,7 +28,7 @@
 /* Before rdma_connect / rdma_accept: the QP's ACK timeout (see
  * VERBS_ACK_TIMEOUT).  A kernel that refuses the option keeps its own:
  * slower recovery from loss, nothing worse. */
-static void verbs_set_ack_timeout(struct fr_tp *tp, struct rdma_cm_id *id)
+void verbs_set_ack_timeout(struct fr_tp *tp, struct rdma_cm_id *id)
 {
 	uint8_t t = tp->opt.ack_timeout;
 
@@ -139,8 +139,9 @@ static void verbs_on_route_resolved(struct fr_tp_conn *c)
 	fr_put_le16(hello + 6, VERBS_KIND_HELLO);
 	fr_put_le32(hello + 8, (uint32_t)tp->b.rank);
 	fr_put_le16(hello + 12, (uint16_t)(c->nqps - 1));
-	fr_put_le16(hello + 14, 0);
+	fr_put_le16(hello + 14, verbs_sa_port(&tp->addr));
 	fr_put_le64(hello + 16, tp->b.nonce);
+	fr_put_le32(hello + 24, c->cid);
 	for (i = 1; i < c->nqps; i++)
 		fr_put_le32(hello + VERBS_HELLO_LEN + 4 * (i - 1),
 			    c->lane[i].qp->qp_num);
@@ -258,15 +259,16 @@ static void verbs_on_established(struct fr_tp_conn *c, const uint8_t *pd,
 		return;
 	}
 	rank = (int32_t)fr_get_le32(pd + 8);
-	if (fr_get_le16(pd + 4) != VERBS_VERSION || rank != c->b.peer) {
+	if (fr_get_le16(pd + 4) != VERBS_VERSION || rank != c->b.peer ||
+	    pdlen < VERBS_ACCEPT_LEN || !fr_get_le32(pd + 16)) {
 		verbs_conn_fail(
 			c, FR_EPROTO,
 			"%s answered as rank %d (protocol version %u), expected rank %d",
 			where, rank, fr_get_le16(pd + 4), c->b.peer);
 		return;
 	}
-	/* A reply of 12 bytes (or zero padding) takes no extra QP. */
-	extra = pdlen >= VERBS_ACCEPT_LEN ? fr_get_le16(pd + 12) : 0;
+	c->peer_cid = fr_get_le32(pd + 16);
+	extra = fr_get_le16(pd + 12);
 	if (extra > c->nqps - 1 ||
 	    (extra && pdlen < VERBS_ACCEPT_LEN + 4 * (size_t)extra)) {
 		verbs_conn_fail(
@@ -313,7 +315,7 @@ static void verbs_on_rejected(struct fr_tp_conn *c, int status,
 }
 
 /* Refuse a request; `status` 0 = without a reply (not our protocol). */
-static void verbs_refuse(struct rdma_cm_id *id, int status)
+void verbs_refuse(struct rdma_cm_id *id, int status)
 {
 	uint8_t b[VERBS_REPLY_LEN];
 
@@ -344,6 +346,11 @@ static void verbs_on_request(struct fr_tp *tp, struct rdma_cm_id *id,
 	unsigned int extra, i;
 	int rank, rc;
 
+	if (pdlen >= VERBS_REPLY_LEN && fr_get_le32(pd) == VERBS_MAGIC &&
+	    fr_get_le16(pd + 6) == VERBS_KIND_RESUME) {
+		verbs_resume_request(tp, id, pd, pdlen);
+		return;
+	}
 	if (pdlen < VERBS_HELLO_LEN || fr_get_le32(pd) != VERBS_MAGIC ||
 	    fr_get_le16(pd + 6) != VERBS_KIND_HELLO) {
 		fr_warn("verbs: rank %d: refused a connection request that is not a fastreduce hello",
@@ -359,7 +366,7 @@ static void verbs_on_request(struct fr_tp *tp, struct rdma_cm_id *id,
 		return;
 	}
 	extra = fr_get_le16(pd + 12);
-	if (rank < 0 || fr_get_le16(pd + 14) || extra >= VERBS_MAX_QPS ||
+	if (rank < 0 || !fr_get_le32(pd + 24) || extra >= VERBS_MAX_QPS ||
 	    pdlen < VERBS_HELLO_LEN + 4 * (size_t)extra) {
 		fr_warn("verbs: rank %d: refused a malformed hello (rank %d, %u extra queue pairs)",
 			tp->b.rank, rank, extra);
@@ -400,6 +407,15 @@ static void verbs_on_request(struct fr_tp *tp, struct rdma_cm_id *id,
 	c->id = id;
 	id->context = c;
 	c->b.peer = rank;
+	/* For a resume: who it is, and where it listens (from the address
+	 * it connects from) should we have to dial it. */
+	c->peer_cid = fr_get_le32(pd + 24);
+	c->peer_port = fr_get_le16(pd + 14);
+	memcpy(&c->dst, rdma_get_peer_addr(id),
+	       rdma_get_peer_addr(id)->sa_family == AF_INET6
+		       ? sizeof(struct sockaddr_in6)
+		       : sizeof(struct sockaddr_in));
+	verbs_sa_set_port(&c->dst, c->peer_port);
 	/* linked, counted as parked until accept() takes it */
 	fr_tpb_conn_park(c, VERBS_ACCEPTING, fr_now_ms());
 	/* As many QPs as both want. */
@@ -423,6 +439,8 @@ static void verbs_on_request(struct fr_tp *tp, struct rdma_cm_id *id,
 	verbs_put_reply(reply, VERBS_KIND_ACCEPT, tp->b.rank);
 	fr_put_le16(reply + 12, (uint16_t)(c->nqps - 1));
 	fr_put_le16(reply + 14, 0);
+	fr_put_le32(reply + 16, c->cid);
+	fr_put_le64(reply + 20, 0); /* messages received: none yet */
 	for (i = 1; i < c->nqps; i++)
 		fr_put_le32(reply + VERBS_ACCEPT_LEN + 4 * (i - 1),
 			    c->lane[i].qp->qp_num);
@@ -478,6 +496,10 @@ static void verbs_cm_event(struct fr_tp *tp, enum rdma_cm_event_type type,
 		return;
 	}
 	c = id->context;
+	/* A resume's ids, old and new, are its own business. */
+	if (c && c->b.state == VERBS_RESUME &&
+	    verbs_resume_event(c, type, status, id, pd, pdlen))
+		return;
 	if (!c || c->id != id) {
 		/* The listener: only the loss of the device matters. */
 		if (type == RDMA_CM_EVENT_DEVICE_REMOVAL && !tp->fatal) {
@@ -579,6 +601,10 @@ void verbs_timers(struct fr_tp *tp)
 
 	for (c = tp->b.conns; c; c = next) {
 		next = c->b.next;
+		if (c->b.state == VERBS_RESUME) {
+			verbs_resume_timers(c, now);
+			continue;
+		}
 		if (c->b.state == VERBS_UP || c->b.state == VERBS_FAILED)
 			continue;
 		if (now >= c->b.deadline_ms) {

@@ -35,6 +35,13 @@ void verbs_sa_set_port(struct sockaddr_storage *sa, uint16_t port)
 		((struct sockaddr_in *)sa)->sin_port = htons(port);
 }
 
+uint16_t verbs_sa_port(const struct sockaddr_storage *sa)
+{
+	if (sa->ss_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+	return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+}
+
 /*
  * strerror(), plus the likely cause of EACCES: librdmacm opens each device
  * once per process, and a child forked after that inherits the parent's
@@ -110,12 +117,18 @@ struct fr_tp_conn *verbs_conn_new(struct fr_tp *tp)
 	c->notes = calloc(tp->b.sq_depth, sizeof(*c->notes));
 	c->held = calloc(tp->rq_depth, sizeof(*c->held));
 	c->ctl = calloc(1, ctl_len);
-	if (!c->notes || !c->held || !c->ctl)
+	/* Messages not known to have arrived: at most a ring of lane 0
+	 * and the notifications waiting. */
+	c->log_cap = tp->sq_cap + tp->b.sq_depth;
+	c->log = calloc(c->log_cap, sizeof(*c->log));
+	if (!c->notes || !c->held || !c->ctl || !c->log)
 		goto err;
 	/* Notification payloads are sent from and received into it. */
 	c->ctl_mr = ibv_reg_mr(tp->pd, c->ctl, ctl_len, IBV_ACCESS_LOCAL_WRITE);
 	if (!c->ctl_mr || verbs_slot_get(tp, c))
 		goto err;
+	/* Never 0 (a generation is 1..0x7fff): 0 is "not known". */
+	c->cid = c->slot | c->gen << 16;
 	return c;
 
 err:
@@ -137,6 +150,7 @@ void verbs_conn_release(struct fr_tp_conn *c)
 		tp->slots[c->slot] = NULL;
 	if (c->ctl_mr)
 		ibv_dereg_mr(c->ctl_mr);
+	free(c->log);
 	free(c->ctl);
 	free(c->held);
 	free(c->notes);
@@ -189,9 +203,9 @@ void verbs_drop_qp(struct fr_tp_conn *c)
 
 	for (i = 0; i < VERBS_MAX_QPS; i++)
 		verbs_drop_lane(c, i);
-	/* Nothing will complete the writes still waiting to notify. */
+	/* Nothing will post the notifications still waiting (the log
+	 * fails their writes). */
 	c->note_head = c->note_tail = 0;
-	c->user_inflight = 0;
 	c->lanes_ready = false;
 }
 
@@ -205,6 +219,58 @@ void verbs_drop_id(struct fr_tp_conn *c)
 		rdma_destroy_id(c->id);
 		c->id = NULL;
 	}
+	if (c->old_id) {
+		rdma_destroy_id(c->old_id);
+		c->old_id = NULL;
+	}
+	if (c->rs_req) {
+		rdma_reject(c->rs_req, NULL, 0);
+		rdma_destroy_id(c->rs_req);
+		c->rs_req = NULL;
+	}
+}
+
+/* Every QP of c to the error state, which flushes what was posted, without
+ * telling the peer (a resume: rdma_disconnect() would be a close). */
+void verbs_lanes_stop(struct fr_tp_conn *c)
+{
+	struct ibv_qp_attr a;
+	unsigned int i;
+
+	for (i = 0; i < c->nqps; i++) {
+		if (!c->lane[i].qp)
+			continue;
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_ERR;
+		if (ibv_modify_qp(c->lane[i].qp, &a, IBV_QP_STATE))
+			fr_dbg("verbs: rank %d: ibv_modify_qp to ERR (rank %d, QP %u): %s",
+			       c->b.tp->b.rank, c->b.peer, i + 1,
+			       fr_syserr(errno));
+	}
+	c->lanes_stopped = true;
+	c->stop_ms = fr_now_ms();
+}
+
+/* A resume: the drained QPs go (the id stays, see verbs_resume.c); what
+ * was in flight is in the log, the notifications with it. */
+void verbs_drop_lanes(struct fr_tp_conn *c)
+{
+	unsigned int i;
+
+	for (i = 0; i < VERBS_MAX_QPS; i++)
+		verbs_drop_lane(c, i);
+	c->note_head = c->note_tail;
+	c->lanes_ready = false;
+	c->rq_out = 0;
+}
+
+struct fr_tp_conn *verbs_conn_by_cid(struct fr_tp *tp, uint32_t cid)
+{
+	uint32_t slot = cid & 0xffff;
+
+	if (slot < tp->nslots && tp->slots[slot] && tp->slots[slot]->cid == cid)
+		return tp->slots[slot];
+	return NULL;
 }
 
 /*
@@ -249,11 +315,23 @@ static void verbs_stop_qp(struct fr_tp_conn *c)
 void __attribute__((format(printf, 3, 4)))
 verbs_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
 {
-	bool up = c->b.state == VERBS_UP;
+	bool resuming = c->b.state == VERBS_RESUME;
+	bool up = c->b.state == VERBS_UP || resuming;
 	va_list ap;
 
 	if (c->b.state == VERBS_FAILED)
 		return;
+	/* A failed QP of a connection that was up: re-establish it
+	 * (verbs_resume.c); one failing while we do is part of it. */
+	if (verbs_resumable(c, err)) {
+		char why[128];
+
+		va_start(ap, fmt);
+		vsnprintf(why, sizeof(why), fmt, ap);
+		va_end(ap);
+		verbs_resume_enter(c, why);
+		return;
+	}
 	va_start(ap, fmt);
 	fr_tpb_conn_verr(c, err, up, fmt, ap);
 	va_end(ap);
@@ -262,7 +340,11 @@ verbs_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
 	c->was_up = up;
 	c->b.err_owed = up && c->b.owned;
 	c->peer_gone = false;
-	if (up)
+	/* The log owes the writes their completions (verbs_log_fail). */
+	c->note_head = c->note_tail;
+	/* A resume has nothing in flight that the caller waits on: its QP
+	 * and ids go at once, as do those of one that never came up. */
+	if (up && !resuming)
 		verbs_stop_qp(c);
 	else
 		verbs_drop_id(c);
@@ -332,6 +414,7 @@ int verbs_post_recvs(struct fr_tp_conn *c, unsigned int n)
 		rc = ibv_post_recv(c->lane[0].qp, wr, &bad);
 		if (rc)
 			return rc;
+		c->rq_out += k;
 		c->rq_tail += k;
 		n -= k;
 	}
@@ -501,11 +584,14 @@ int verbs_qp_create(struct fr_tp_conn *c)
 	 * never match this one, even if its number is reused. */
 	tp->slot_gen[c->slot] = (tp->slot_gen[c->slot] + 1) & 0x7fff;
 	c->gen = tp->slot_gen[c->slot];
-	c->user_inflight = 0;
 	c->note_head = c->note_tail = 0;
 	c->lanes_ready = false;
+	c->lanes_stopped = false;
 	c->rq_tail = 0;
-	rc = verbs_post_recvs(c, tp->rq_depth);
+	c->rq_out = 0;
+	/* After a resume, receives held for accept() keep their slots until
+	 * handed out (then each is posted again). */
+	rc = verbs_post_recvs(c, tp->rq_depth - c->held_count);
 	if (rc) {
 		fr_tpb_seterr(&tp->b, FR_LOG_WARN, "ibv_post_recv: %s",
 			      strerror(rc));

@@ -77,7 +77,7 @@ static bool verbs_lane_room(const struct fr_tp_conn *c,
  */
 static int verbs_lane_post(struct fr_tp_conn *c, unsigned int i,
 			   struct ibv_send_wr *wr, enum verbs_sqe_kind kind,
-			   uint64_t ctx, struct fr_tp_mr *mr, uint64_t note,
+			   uint64_t ctx, struct fr_tp_mr *mr, uint64_t seq,
 			   bool sig)
 {
 	struct fr_tp *tp = c->b.tp;
@@ -105,13 +105,14 @@ static int verbs_lane_post(struct fr_tp_conn *c, unsigned int i,
 		fr_warn("verbs: rank %d: ibv_post_send to rank %d (queue pair %u): %s",
 			tp->b.rank, c->b.peer, i + 1,
 			verbs_strerror(rc, why, sizeof(why)));
+		c->no_resume = true;
 		verbs_conn_fail(c, FR_EPEER, "ibv_post_send: %s", strerror(rc));
 		return FR_EPEER;
 	}
 	e = &l->sq[l->sq_tail % c->sq_cap];
 	e->ctx = ctx;
 	e->kind = (uint8_t)kind;
-	e->note = note;
+	e->seq = seq;
 	e->mr = mr && wr->num_sge && !(wr->send_flags & IBV_SEND_INLINE) ? mr
 									 : NULL;
 	if (e->mr)
@@ -158,8 +159,8 @@ static void verbs_notes_post(struct fr_tp_conn *c)
 		wr.num_sge = 1;
 		/* The reservation becomes the WR. */
 		c->note_head++;
-		if (verbs_lane_post(c, 0, &wr, VERBS_SQE_USER, n->ctx, NULL, 0,
-				    false)) {
+		if (verbs_lane_post(c, 0, &wr, VERBS_SQE_USER, n->ctx, NULL,
+				    n->msg, false)) {
 			/* Still owed: it fails with the connection. */
 			c->note_head--;
 			return;
@@ -169,8 +170,15 @@ static void verbs_notes_post(struct fr_tp_conn *c)
 
 /* ---- data path: completions ---------------------------------------------- */
 
-/* Retire a lane's ring up to seq s: the WRs before it completed without
- * error (RC completes in order), s itself with `status`. */
+/*
+ * Retire a lane's ring up to seq s: the WRs before it completed without
+ * error (RC completes in order), s itself with `status`.  A write with
+ * immediate that completed has reached the peer: its FR_CQE_SEND, and its
+ * message leaves the log.  One that failed owes nothing here: its message
+ * stays in the log, to be sent again by a resume or failed from the log
+ * (verbs_log_fail), so that every write gets its one completion whatever
+ * way it ends.
+ */
 static void verbs_sq_retire(struct fr_tp_conn *c, struct verbs_lane *l,
 			    uint64_t s, int status)
 {
@@ -178,6 +186,7 @@ static void verbs_sq_retire(struct fr_tp_conn *c, struct verbs_lane *l,
 
 	while (l->sq_head <= s) {
 		struct verbs_sqe *e = &l->sq[l->sq_head % c->sq_cap];
+		bool ok = l->sq_head != s || !status;
 
 		if (e->mr) {
 			e->mr->inflight--;
@@ -185,15 +194,21 @@ static void verbs_sq_retire(struct fr_tp_conn *c, struct verbs_lane *l,
 		}
 		switch (e->kind) {
 		case VERBS_SQE_USER:
-			fr_cqring_push(tp->b.cq, FR_CQE_SEND,
-				       l->sq_head == s ? status : 0, c, e->ctx,
-				       0, 0);
-			c->user_inflight--;
+		case VERBS_SQE_INLINE:
+			if (!ok)
+				break;
+			if (e->kind == VERBS_SQE_USER) {
+				fr_cqring_push(tp->b.cq, FR_CQE_SEND, 0, c,
+					       e->ctx, 0, 0);
+				c->user_inflight--;
+			}
+			if (e->seq >= c->msg_head)
+				c->msg_head = e->seq + 1;
 			break;
 		case VERBS_SQE_PART:
 			/* In error too: the notification's turn comes
 			 * when its source is no longer read. */
-			c->notes[e->note % c->b.tp->b.sq_depth].parts_left--;
+			c->notes[e->seq % c->b.tp->b.sq_depth].parts_left--;
 			break;
 		default:
 			break;
@@ -206,38 +221,126 @@ static void verbs_sq_retire(struct fr_tp_conn *c, struct verbs_lane *l,
 		l->unsignaled = l->unsig_owed = 0;
 }
 
+/* Has every lane retired its ring (nothing reads a source any more)? */
+static bool verbs_rings_empty(const struct fr_tp_conn *c)
+{
+	for (unsigned int i = 0; i < c->nqps; i++)
+		if (c->lane[i].sq_head != c->lane[i].sq_tail)
+			return false;
+	return true;
+}
+
 /*
- * A failed connection's writes that never got their notification posted:
- * each gets its FR_CQE_SEND with the error, in order, once its parts are
- * retired (flushed: the source is no longer read) and lane 0 has retired
- * the writes posted before it.  Returns false when the ring is full.
+ * A failed connection's writes not known to have arrived (the log): each
+ * gets its FR_CQE_SEND, in order, once no lane reads a source any more:
+ * 0 for those a resume found the peer had, the error for the rest (the
+ * one whose WR failed first with its own status).  Returns false when the
+ * ring is full.
  */
-static bool verbs_notes_fail(struct fr_tp_conn *c)
+static bool verbs_log_fail(struct fr_tp_conn *c)
 {
 	struct fr_tp *tp = c->b.tp;
 
-	while (verbs_note_ready(c) &&
-	       c->lane[0].sq_head == c->lane[0].sq_tail) {
-		struct verbs_note *n = &c->notes[c->note_head % tp->b.sq_depth];
+	if (!verbs_rings_empty(c))
+		return true;
+	while (c->msg_head < c->msg_tail) {
+		struct verbs_msg *m = &c->log[c->msg_head % c->log_cap];
+		int st = c->was_up ? FR_EPEER : c->b.error;
 
-		if (!n->silent) {
+		if (c->msg_head < c->ack_upto)
+			st = 0;
+		else if (c->bad_msg == c->msg_head + 1)
+			st = c->bad_st;
+		if (m->user) {
 			if (!fr_cqring_room(tp->b.cq))
 				return false;
-			fr_cqring_push(tp->b.cq, FR_CQE_SEND,
-				       c->was_up ? FR_EPEER : c->b.error, c,
-				       n->ctx, 0, 0);
+			fr_cqring_push(tp->b.cq, FR_CQE_SEND, st, c, m->ctx, 0,
+				       0);
+			c->user_inflight--;
 		}
-		c->user_inflight--;
-		c->note_head++;
+		c->msg_head++;
 	}
 	return true;
+}
+
+/*
+ * After a resume: the messages the peer turned out to have get their
+ * FR_CQE_SEND (their WRs failed with the old QP), then the others are
+ * posted again, in order, whole, on lane 0, as room allows.  New writes
+ * wait (FR_EAGAIN) until this is done, so that the order holds.
+ */
+void verbs_log_settle(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->b.tp;
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+
+	while (c->msg_head < c->ack_upto) {
+		struct verbs_msg *m = &c->log[c->msg_head % c->log_cap];
+
+		if (m->user) {
+			if (!fr_cqring_room(tp->b.cq))
+				return;
+			fr_cqring_push(tp->b.cq, FR_CQE_SEND, 0, c, m->ctx, 0,
+				       0);
+			c->user_inflight--;
+		}
+		c->msg_head++;
+	}
+	while (c->b.state == VERBS_UP && c->replay_next < c->msg_tail &&
+	       verbs_lane_room(c, &c->lane[0], 1)) {
+		struct verbs_msg *m = &c->log[c->replay_next % c->log_cap];
+
+		memset(&wr, 0, sizeof(wr));
+		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wr.imm_data = htonl(m->imm);
+		wr.wr.rdma.remote_addr = m->raddr;
+		wr.wr.rdma.rkey = m->rkey;
+		if (m->len) {
+			sge.length = m->len;
+			if (m->mr) {
+				sge.addr = (uint64_t)(uintptr_t)(m->mr->base +
+								 m->loff);
+				sge.lkey = m->mr->mr->lkey;
+			} else if (m->len <= c->lane[0].max_inline) {
+				sge.addr = (uint64_t)(uintptr_t)m->data;
+				sge.lkey = 0;
+			} else {
+				c->no_resume = true;
+				verbs_conn_fail(
+					c, FR_EPEER,
+					"the new queue pair with rank %d cannot inline %u bytes",
+					c->b.peer, m->len);
+				return;
+			}
+			wr.sg_list = &sge;
+			wr.num_sge = 1;
+		}
+		if (verbs_lane_post(c, 0, &wr,
+				    m->user ? VERBS_SQE_USER : VERBS_SQE_INLINE,
+				    m->user ? m->ctx : 0, m->mr, c->replay_next,
+				    false))
+			return;
+		c->replay_next++;
+	}
+}
+
+/* Is a stopped connection's old QP done: its sends and lane 0's receives
+ * (which tell what arrived) flushed, or the CQ polled a while after the
+ * stop (see VERBS_DRAIN_MS)? */
+bool verbs_drained(const struct fr_tp_conn *c)
+{
+	return (verbs_rings_empty(c) && !c->rq_out) ||
+	       fr_now_ms() >= c->stop_ms + VERBS_DRAIN_MS;
 }
 
 static void verbs_repost(struct fr_tp_conn *c)
 {
 	int rc;
 
-	if (c->b.state == VERBS_FAILED || !c->lane[0].qp)
+	/* A stopped QP only flushes it; a resume's new QP posts what is
+	 * missing. */
+	if (c->b.state == VERBS_FAILED || !c->lane[0].qp || c->lanes_stopped)
 		return;
 	rc = verbs_post_recvs(c, 1);
 	if (rc)
@@ -296,10 +399,12 @@ static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 	int64_t len;
 	int st;
 
+	c->rq_out--;
 	if (wc->status != IBV_WC_SUCCESS) {
 		/* Flushed receives (and any after the first error) say
-		 * nothing new: the connection has its one error. */
-		if (c->b.state == VERBS_FAILED)
+		 * nothing new: the connection has its one error, or is
+		 * resuming. */
+		if (c->b.state == VERBS_FAILED || c->b.state == VERBS_RESUME)
 			return;
 		st = verbs_wc_status(wc->status);
 		/* What the HCA says is worth seeing: the caller's message only
@@ -319,6 +424,9 @@ static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 	}
 	if (c->b.state == VERBS_FAILED)
 		return; /* landed before the failure; nobody reads it now */
+	/* A message, counted for a resume (the lanes-ready one is not). */
+	if (wc->wc_flags & IBV_WC_WITH_IMM)
+		c->rx_msgs++;
 	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 		len = wc->byte_len;
 	} else {
@@ -351,11 +459,20 @@ static void verbs_wc_send(struct fr_tp_conn *c, struct verbs_lane *l,
 		return;
 	s = l->sq_head + off;
 	if (wc->status == IBV_WC_SUCCESS) {
+		c->sends_done++;
 		verbs_sq_retire(c, l, s, 0);
 		return;
 	}
 	st = wc->status == IBV_WC_WR_FLUSH_ERR ? FR_EPEER
 					       : verbs_wc_status(wc->status);
+	if (!c->bad_msg && wc->status != IBV_WC_WR_FLUSH_ERR) {
+		const struct verbs_sqe *e = &l->sq[s % c->sq_cap];
+
+		if (e->kind == VERBS_SQE_USER || e->kind == VERBS_SQE_INLINE) {
+			c->bad_msg = e->seq + 1;
+			c->bad_st = st;
+		}
+	}
 	if (wc->status != IBV_WC_WR_FLUSH_ERR && c->b.state == VERBS_UP)
 		fr_warn("verbs: rank %d: RDMA write to rank %d failed: %s",
 			c->b.tp->b.rank, c->b.peer,
@@ -380,7 +497,7 @@ static void verbs_wc_send(struct fr_tp_conn *c, struct verbs_lane *l,
 static void verbs_wc_lane_recv(struct fr_tp_conn *c, unsigned int i,
 			       const struct ibv_wc *wc)
 {
-	if (c->b.state == VERBS_FAILED)
+	if (c->b.state == VERBS_FAILED || c->b.state == VERBS_RESUME)
 		return;
 	if (wc->status == IBV_WC_SUCCESS) {
 		verbs_conn_fail(c, FR_EPROTO,
@@ -424,12 +541,14 @@ static void verbs_wc(struct fr_tp *tp, const struct ibv_wc *wc)
 }
 
 /* Poll the CQ while the ring has room for what a batch can produce.
- * Returns the number of work completions taken, or FR_ESYS. */
-static int verbs_cq_drain(struct fr_tp *tp)
+ * Returns the number of work completions taken, or FR_ESYS; tp->cq_empty
+ * says whether it saw the CQ empty. */
+int verbs_cq_drain(struct fr_tp *tp)
 {
 	struct ibv_wc wc[VERBS_POLL_BATCH];
 	int n, i, batch, total = 0;
 
+	tp->cq_empty = false;
 	for (;;) {
 		batch = (int)FR_MIN(fr_cqring_room(tp->b.cq) / VERBS_WC_FANOUT,
 				    (unsigned int)VERBS_POLL_BATCH);
@@ -448,6 +567,7 @@ static int verbs_cq_drain(struct fr_tp *tp)
 		if (n < batch) {
 			/* Seen empty: destroyed QPs left nothing behind. */
 			tp->cq_linger = 0;
+			tp->cq_empty = true;
 			return total;
 		}
 	}
@@ -491,6 +611,7 @@ static void verbs_post_fences(struct fr_tp *tp)
 				fr_warn("verbs: rank %d: ibv_post_send (fence) to rank %d: %s",
 					tp->b.rank, c->b.peer,
 					verbs_strerror(rc, why, sizeof(why)));
+				c->no_resume = true;
 				verbs_conn_fail(c, FR_EPEER,
 						"ibv_post_send (fence): %s",
 						strerror(rc));
@@ -564,8 +685,10 @@ static void verbs_flush_owed(struct fr_tp *tp)
 				verbs_sq_retire(c, l, l->sq_head, FR_EPEER);
 			}
 		}
-		if (c->b.state == VERBS_FAILED && !verbs_notes_fail(c))
+		if (c->b.state == VERBS_FAILED && !verbs_log_fail(c))
 			return;
+		if (c->b.state == VERBS_UP)
+			verbs_log_settle(c);
 	}
 }
 
@@ -581,10 +704,18 @@ static bool verbs_owes(const struct fr_tp *tp)
 			continue;
 		if (c->held_count || c->b.err_owed || c->peer_gone)
 			return true;
-		/* A ready notification: posted (up) or failed (not). */
-		if (verbs_note_ready(c) &&
-		    (c->b.state == VERBS_UP ||
-		     c->lane[0].sq_head == c->lane[0].sq_tail))
+		/* A ready notification to post; messages to fail, to
+		 * complete or to send again; a drained resume to go on. */
+		if (c->b.state == VERBS_UP &&
+		    (verbs_note_ready(c) || c->msg_head < c->ack_upto ||
+		     (c->replay_next < c->msg_tail &&
+		      verbs_lane_room(c, &c->lane[0], 1))))
+			return true;
+		if (c->b.state == VERBS_FAILED && c->msg_head < c->msg_tail &&
+		    verbs_rings_empty(c))
+			return true;
+		if (c->b.state == VERBS_RESUME && c->rs == VERBS_RS_DRAIN &&
+		    verbs_drained(c))
 			return true;
 		for (i = 0; c->synth && i < c->nqps; i++)
 			if (c->lane[i].sq_head < c->lane[i].sq_tail)
@@ -637,12 +768,50 @@ static unsigned int verbs_parts(const struct fr_tp_conn *c, size_t len,
 	return (unsigned int)((len + k - 1) / k);
 }
 
-/* Can c take a write now: 0, FR_EAGAIN (not up yet) or its failure. */
+/* Can c take a write now: 0, FR_EAGAIN (not up yet, resuming, sending
+ * the log again, the log full) or its failure. */
 static int verbs_conn_writable(const struct fr_tp_conn *c)
 {
 	if (c->b.state == VERBS_FAILED)
 		return c->was_up ? FR_EPEER : c->b.error;
-	return c->b.state == VERBS_UP ? 0 : FR_EAGAIN;
+	if (c->b.state != VERBS_UP || c->msg_head < c->ack_upto ||
+	    c->replay_next < c->msg_tail ||
+	    c->msg_tail - c->msg_head >= c->log_cap)
+		return FR_EAGAIN;
+	return 0;
+}
+
+/* Enter a message in the log (verbs_conn_writable() made room): its seq. */
+static uint64_t verbs_log_add(struct fr_tp_conn *c, struct fr_tp_mr *mr,
+			      size_t loff, uint64_t raddr, uint32_t rkey,
+			      size_t len, uint32_t imm, uint64_t ctx, bool user)
+{
+	struct verbs_msg *m = &c->log[c->msg_tail % c->log_cap];
+
+	m->ctx = ctx;
+	m->mr = len ? mr : NULL;
+	m->loff = loff;
+	m->raddr = raddr;
+	m->rkey = rkey;
+	m->len = (uint32_t)len;
+	m->imm = imm;
+	m->user = user;
+	c->replay_next = c->msg_tail + 1;
+	return c->msg_tail++;
+}
+
+/* FR_IB_FAULT: every n-th write_imm() of the rank stops its connection's
+ * QPs, as a link that went down does (tests). */
+static void verbs_fault(struct fr_tp_conn *c)
+{
+	struct fr_tp *tp = c->b.tp;
+
+	if (!tp->opt.fault_every || tp->opt.fault_rank != tp->b.rank ||
+	    ++tp->nwrites % tp->opt.fault_every)
+		return;
+	fr_info("verbs: rank %d: FR_IB_FAULT: stopping the queue pairs with rank %d",
+		tp->b.rank, c->b.peer);
+	verbs_lanes_stop(c);
 }
 
 /* len bytes at roff of the peer's region rkey: FR_EINVAL for a key not
@@ -666,7 +835,7 @@ int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 	struct fr_tp *tp;
 	unsigned int nparts, i;
 	size_t chunk;
-	uint64_t seq;
+	uint64_t seq, msg;
 	int rc;
 
 	if (!c)
@@ -720,11 +889,17 @@ int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 			sge.length = (uint32_t)len;
 			wr.wr.rdma.remote_addr = rkey->a + roff;
 		}
-		rc = verbs_lane_post(c, 0, &wr, VERBS_SQE_USER, ctx, lmr, 0,
+		msg = verbs_log_add(c, lmr, loff, wr.wr.rdma.remote_addr,
+				    wr.wr.rdma.rkey, len, imm, ctx, true);
+		rc = verbs_lane_post(c, 0, &wr, VERBS_SQE_USER, ctx, lmr, msg,
 				     false);
-		if (rc)
+		if (rc) {
+			/* The caller learns from rc: no completion owed. */
+			c->replay_next = c->msg_tail = msg;
 			return rc;
+		}
 		c->user_inflight++;
+		verbs_fault(c);
 		return 0;
 	}
 
@@ -740,13 +915,15 @@ int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 			return FR_EAGAIN;
 	if (nparts > 1)
 		c->nstriped++;
+	msg = verbs_log_add(c, lmr, loff, len ? rkey->a + roff : 0,
+			    len ? rkey->c : 0, len, imm, ctx, true);
 	seq = c->note_tail;
 	n = &c->notes[seq % tp->b.sq_depth];
+	n->msg = msg;
 	n->ctx = ctx;
 	n->imm = imm;
 	n->len = (uint32_t)len;
 	n->parts_left = nparts ? nparts - 1 : 0;
-	n->silent = false;
 	c->note_tail++;
 	c->user_inflight++;
 	/* Lanes 1.. first, each part signalled: its completion (the data
@@ -764,13 +941,16 @@ int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 				     lmr, seq, i > 0);
 		if (rc) {
 			/* The parts not posted never count down; the
-			 * caller learns from rc, not from a completion. */
+			 * caller learns from rc, not from a completion
+			 * (the post failed the connection: no resume). */
 			n->parts_left -= i ? i : 0;
-			n->silent = true;
+			c->log[msg % c->log_cap].user = false;
+			c->user_inflight--;
 			return rc;
 		}
 	}
 	verbs_notes_post(c);
+	verbs_fault(c);
 	return 0;
 }
 
@@ -789,6 +969,7 @@ int verbs_write_inline(struct fr_tp_conn *c, const void *buf,
 {
 	struct ibv_send_wr wr;
 	struct ibv_sge sge;
+	uint64_t msg;
 	int rc;
 
 	if (!c || !buf || !rkey || !len || len > FR_TP_INLINE_MAX)
@@ -812,7 +993,14 @@ int verbs_write_inline(struct fr_tp_conn *c, const void *buf,
 	wr.send_flags = IBV_SEND_INLINE;
 	wr.wr.rdma.remote_addr = rkey->a + roff;
 	wr.wr.rdma.rkey = rkey->c;
-	return verbs_lane_post(c, 0, &wr, VERBS_SQE_INLINE, 0, NULL, 0, false);
+	msg = verbs_log_add(c, NULL, 0, wr.wr.rdma.remote_addr, rkey->c, len,
+			    imm, 0, false);
+	/* Kept for a resume: the caller may reuse buf at once. */
+	memcpy(c->log[msg % c->log_cap].data, buf, len);
+	rc = verbs_lane_post(c, 0, &wr, VERBS_SQE_INLINE, 0, NULL, msg, false);
+	if (rc)
+		c->replay_next = c->msg_tail = msg;
+	return rc;
 }
 
 /* ---- poll and wait ------------------------------------------------------- */
@@ -835,6 +1023,49 @@ static bool verbs_cm_due(struct fr_tp *tp)
 	return fr_coarse_tick_new(&tp->cm_ms);
 }
 
+/* Does c wait for a send completion (a signalled WR in a ring)? */
+static bool verbs_sends_pending(const struct fr_tp_conn *c)
+{
+	for (unsigned int i = 0; i < c->nqps; i++) {
+		const struct verbs_lane *l = &c->lane[i];
+
+		if (l->qp && l->sq_tail - l->sq_head > l->unsignaled)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Stalls: a connection waiting for a send completion that has seen none
+ * for tp->stall_ms fails (and so resumes).  Looked at once per coarse tick,
+ * after the CQ was drained; a gap between looks (the caller was away)
+ * starts the count again, since what completed meanwhile was not seen.
+ */
+static void verbs_stall_scan(struct fr_tp *tp)
+{
+	uint64_t now;
+
+	if (!tp->stall_ms || !fr_coarse_tick_new(&tp->stall_tick))
+		return;
+	now = tp->stall_tick;
+	for (struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next) {
+		if (c->b.state != VERBS_UP)
+			continue;
+		if (!verbs_sends_pending(c) || c->sends_done != c->stall_seen ||
+		    now - c->stall_look_ms > tp->stall_ms / 2) {
+			c->stall_seen = c->sends_done;
+			c->stall_ms = now;
+		} else if (now - c->stall_ms >= tp->stall_ms) {
+			verbs_conn_fail(
+				c, FR_EPEER,
+				"no send to rank %d acknowledged for %llu ms",
+				c->b.peer,
+				(unsigned long long)(now - c->stall_ms));
+		}
+		c->stall_look_ms = now;
+	}
+}
+
 int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 {
 	int n = 0, rc;
@@ -850,6 +1081,7 @@ int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 	if (rc < 0)
 		return rc;
 	verbs_apply_peer_gone(tp);
+	verbs_stall_scan(tp);
 	verbs_flush_owed(tp);
 	verbs_notes_post_all(tp);
 	verbs_post_fences(tp);
@@ -863,8 +1095,14 @@ static int verbs_wait_cap(const struct fr_tp *tp, int t)
 {
 	uint64_t now = fr_now_ms();
 
-	for (const struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next)
+	for (const struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next) {
 		t = fr_tpb_due(c, t, now);
+		/* Wake to look for a stall (see verbs_stall_scan). */
+		if (tp->stall_ms && c->b.state == VERBS_UP &&
+		    verbs_sends_pending(c) &&
+		    (t < 0 || (unsigned int)t > tp->stall_ms / 4))
+			t = (int)(tp->stall_ms / 4);
+	}
 	return t;
 }
 

@@ -401,7 +401,9 @@ static int verbs_open(const struct fr_tp_params *params, struct fr_tp **out,
 	if (!tp)
 		return FR_ENOMEM;
 	tp->opt = opt;
-	tp->stall_ms = opt.stall_ms >= 0
+	/* Without resume a stall would only fail a slow connection. */
+	tp->stall_ms = !opt.resume ? 0
+		       : opt.stall_ms >= 0
 			       ? (unsigned int)opt.stall_ms
 			       : (unsigned int)FR_MAX(VERBS_STALL_MIN_MS,
 						      tp->b.timeout_ms / 10);

@@ -93,13 +93,19 @@
  * know: its dial, or ours, was lost). */
 #define VERBS_RESUME_DIAL_MS 4000
 #define VERBS_RESUME_WAIT_MS 1000
+/* The IB CM's reject reason when nobody listens on the service (port). */
+#define VERBS_REJ_NO_LISTENER 8
 
 #define VERBS_WRID_RECV (1ull << 32)
 
 /* A connection whose sends are not acknowledged for this long (or a tenth
  * of the timeout, if longer) is taken as failed and resumed: a QP that
  * retries for ever (rnr/retry count 7 on rxe) never fails by itself. */
-#define VERBS_STALL_MIN_MS 1000
+#define VERBS_STALL_MIN_MS 2000
+/* Writes of this many bytes or more are signalled, so that a healthy
+ * connection busy with large writes still completes something often (the
+ * stall detector counts completions). */
+#define VERBS_SIG_BYTES (64u * 1024u)
 
 /* Multi-QP striping (FR_IB_QPS, FR_IB_STRIPE_BYTES; see fr_verbs.c). */
 #define VERBS_MAX_QPS 8
@@ -262,6 +268,7 @@ struct fr_tp_conn {
 	struct rdma_cm_id *rs_req; /* a request held while we drain */
 	struct rdma_cm_id *old_id; /* the previous id, until established */
 	bool rs_lost;		   /* our dial lost the crossing: wait */
+	bool rs_progress; /* something arrived or completed since a resume */
 	unsigned int nresumes;
 	/* stalls: sends completed, as seen at the last look and since when */
 	uint64_t sends_done, stall_seen, stall_ms, stall_look_ms;
@@ -411,6 +418,7 @@ bool verbs_resume_event(struct fr_tp_conn *c, enum rdma_cm_event_type type,
 			int status, struct rdma_cm_id *id, const uint8_t *pd,
 			size_t pdlen);
 void verbs_resume_timers(struct fr_tp_conn *c, uint64_t now);
+void verbs_resume_arrived(struct fr_tp_conn *c);
 void verbs_set_ack_timeout(struct fr_tp *tp, struct rdma_cm_id *id);
 
 /* ---- verbs_mr.c: memory registration and remote keys --------------------- */
@@ -426,6 +434,8 @@ int verbs_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
 
 void verbs_progress(struct fr_tp *tp, bool eager);
 bool verbs_drained(const struct fr_tp_conn *c);
+void verbs_log_pop(struct fr_tp_conn *c, uint64_t upto);
+void verbs_log_release(struct fr_tp_conn *c);
 int verbs_cq_drain(struct fr_tp *tp);
 void verbs_log_settle(struct fr_tp_conn *c);
 int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,

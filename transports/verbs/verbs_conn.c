@@ -148,6 +148,8 @@ void verbs_conn_release(struct fr_tp_conn *c)
 
 	if (c->slot < tp->nslots && tp->slots[c->slot] == c)
 		tp->slots[c->slot] = NULL;
+	if (c->log)
+		verbs_log_release(c);
 	if (c->ctl_mr)
 		ibv_dereg_mr(c->ctl_mr);
 	free(c->log);
@@ -285,6 +287,7 @@ static void verbs_stop_qp(struct fr_tp_conn *c)
 	bool flushing = true;
 	unsigned int i;
 
+	c->stop_ms = fr_now_ms();
 	/* rdma_disconnect() moves lane 0's QP to the error state. */
 	if (c->id && !c->disconnected && !rdma_disconnect(c->id))
 		c->disconnected = true;

@@ -40,6 +40,18 @@ static int verbs_wc_status(enum ibv_wc_status s)
 	}
 }
 
+/*
+ * Is a failed work completion the network's doing, worth a resume (a link
+ * that went down: the retries ran out, the QP could not send, or it was
+ * stopped)?  Others (a request the peer refused, a length, a protection
+ * error) would fail the same way again.
+ */
+static bool verbs_wc_resumable(enum ibv_wc_status s)
+{
+	return s == IBV_WC_RETRY_EXC_ERR || s == IBV_WC_RNR_RETRY_EXC_ERR ||
+	       s == IBV_WC_LOC_QP_OP_ERR || s == IBV_WC_WR_FLUSH_ERR;
+}
+
 /* ---- data path: posting -------------------------------------------------- */
 
 /* Is the oldest unposted notification ready (its parts all done)? */
@@ -88,6 +100,7 @@ static int verbs_lane_post(struct fr_tp_conn *c, unsigned int i,
 	int rc;
 
 	sig = sig || ctx || l->unsignaled + 1 >= VERBS_SIG_INTERVAL ||
+	      (wr->num_sge && wr->sg_list->length >= VERBS_SIG_BYTES) ||
 	      c->user_inflight + 1 >= tp->b.sq_depth ||
 	      l->nwr + r + 2 >= tp->b.sq_depth ||
 	      l->sq_tail - l->sq_head + r + 1 >= c->sq_cap;
@@ -202,8 +215,8 @@ static void verbs_sq_retire(struct fr_tp_conn *c, struct verbs_lane *l,
 					       e->ctx, 0, 0);
 				c->user_inflight--;
 			}
-			if (e->seq >= c->msg_head)
-				c->msg_head = e->seq + 1;
+			verbs_log_pop(c, e->seq + 1);
+			c->rs_progress = true;
 			break;
 		case VERBS_SQE_PART:
 			/* In error too: the notification's turn comes
@@ -219,6 +232,31 @@ static void verbs_sq_retire(struct fr_tp_conn *c, struct verbs_lane *l,
 	}
 	if (l->sq_head == l->sq_tail)
 		l->unsignaled = l->unsig_owed = 0;
+}
+
+/*
+ * The log's messages up to seq upto (exclusive) have reached the peer or
+ * are given up: they leave it, and their regions are free to go (a
+ * logged message keeps its region registered: dereg_mem says FR_EBUSY,
+ * since a resume may send it again).
+ */
+void verbs_log_pop(struct fr_tp_conn *c, uint64_t upto)
+{
+	while (c->msg_head < upto) {
+		struct verbs_msg *m = &c->log[c->msg_head % c->log_cap];
+
+		if (m->mr) {
+			m->mr->inflight--;
+			m->mr = NULL;
+		}
+		c->msg_head++;
+	}
+}
+
+/* A connection that goes: what its log still holds. */
+void verbs_log_release(struct fr_tp_conn *c)
+{
+	verbs_log_pop(c, c->msg_tail);
 }
 
 /* Has every lane retired its ring (nothing reads a source any more)? */
@@ -258,7 +296,7 @@ static bool verbs_log_fail(struct fr_tp_conn *c)
 				       0);
 			c->user_inflight--;
 		}
-		c->msg_head++;
+		verbs_log_pop(c, c->msg_head + 1);
 	}
 	return true;
 }
@@ -285,7 +323,7 @@ void verbs_log_settle(struct fr_tp_conn *c)
 				       0);
 			c->user_inflight--;
 		}
-		c->msg_head++;
+		verbs_log_pop(c, c->msg_head + 1);
 	}
 	while (c->b.state == VERBS_UP && c->replay_next < c->msg_tail &&
 	       verbs_lane_room(c, &c->lane[0], 1)) {
@@ -400,6 +438,8 @@ static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 	int st;
 
 	c->rq_out--;
+	if (wc->status == IBV_WC_SUCCESS)
+		c->rs_progress = true;
 	if (wc->status != IBV_WC_SUCCESS) {
 		/* Flushed receives (and any after the first error) say
 		 * nothing new: the connection has its one error, or is
@@ -415,6 +455,8 @@ static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 				ibv_wc_status_str(wc->status));
 		/* This completion becomes the one error the caller is owed
 		 * (after any held receives, which came first). */
+		if (!verbs_wc_resumable(wc->status))
+			c->no_resume = true;
 		verbs_conn_fail(
 			c, st,
 			"receive from rank %d failed: %s (vendor error 0x%x)",
@@ -424,6 +466,8 @@ static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 	}
 	if (c->b.state == VERBS_FAILED)
 		return; /* landed before the failure; nobody reads it now */
+	if (c->b.state == VERBS_RESUME && !c->lanes_stopped)
+		verbs_resume_arrived(c);
 	/* A message, counted for a resume (the lanes-ready one is not). */
 	if (wc->wc_flags & IBV_WC_WITH_IMM)
 		c->rx_msgs++;
@@ -477,6 +521,8 @@ static void verbs_wc_send(struct fr_tp_conn *c, struct verbs_lane *l,
 		fr_warn("verbs: rank %d: RDMA write to rank %d failed: %s",
 			c->b.tp->b.rank, c->b.peer,
 			ibv_wc_status_str(wc->status));
+	if (c->b.state != VERBS_FAILED && !verbs_wc_resumable(wc->status))
+		c->no_resume = true;
 	if (c->b.state != VERBS_FAILED)
 		verbs_conn_fail(
 			c, st,
@@ -669,6 +715,12 @@ static void verbs_flush_owed(struct fr_tp *tp)
 		}
 		if (c->held_count)
 			return;
+		/* A failed connection whose QP left a WR unflushed (see
+		 * VERBS_DRAIN_MS): complete its rings ourselves. */
+		if (c->b.state == VERBS_FAILED && !c->synth &&
+		    !verbs_rings_empty(c) &&
+		    fr_now_ms() >= c->stop_ms + VERBS_DRAIN_MS)
+			c->synth = true;
 		if (c->b.err_owed) {
 			if (!fr_cqring_room(tp->b.cq))
 				return;
@@ -790,6 +842,8 @@ static uint64_t verbs_log_add(struct fr_tp_conn *c, struct fr_tp_mr *mr,
 
 	m->ctx = ctx;
 	m->mr = len ? mr : NULL;
+	if (m->mr)
+		m->mr->inflight++;
 	m->loff = loff;
 	m->raddr = raddr;
 	m->rkey = rkey;
@@ -798,6 +852,18 @@ static uint64_t verbs_log_add(struct fr_tp_conn *c, struct fr_tp_mr *mr,
 	m->user = user;
 	c->replay_next = c->msg_tail + 1;
 	return c->msg_tail++;
+}
+
+/* Take back the newest message (its post failed at once). */
+static void verbs_log_unadd(struct fr_tp_conn *c, uint64_t msg)
+{
+	struct verbs_msg *m = &c->log[msg % c->log_cap];
+
+	if (m->mr) {
+		m->mr->inflight--;
+		m->mr = NULL;
+	}
+	c->replay_next = c->msg_tail = msg;
 }
 
 /* FR_IB_FAULT: every n-th write_imm() of the rank stops its connection's
@@ -895,7 +961,7 @@ int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 				     false);
 		if (rc) {
 			/* The caller learns from rc: no completion owed. */
-			c->replay_next = c->msg_tail = msg;
+			verbs_log_unadd(c, msg);
 			return rc;
 		}
 		c->user_inflight++;
@@ -999,7 +1065,7 @@ int verbs_write_inline(struct fr_tp_conn *c, const void *buf,
 	memcpy(c->log[msg % c->log_cap].data, buf, len);
 	rc = verbs_lane_post(c, 0, &wr, VERBS_SQE_INLINE, 0, NULL, msg, false);
 	if (rc)
-		c->replay_next = c->msg_tail = msg;
+		verbs_log_unadd(c, msg);
 	return rc;
 }
 
@@ -1097,6 +1163,10 @@ static int verbs_wait_cap(const struct fr_tp *tp, int t)
 
 	for (const struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next) {
 		t = fr_tpb_due(c, t, now);
+		/* Wake to complete what a failed QP did not flush. */
+		if (c->b.state == VERBS_FAILED && !c->synth &&
+		    !verbs_rings_empty(c) && (t < 0 || t > VERBS_DRAIN_MS))
+			t = VERBS_DRAIN_MS;
 		/* Wake to look for a stall (see verbs_stall_scan). */
 		if (tp->stall_ms && c->b.state == VERBS_UP &&
 		    verbs_sends_pending(c) &&

@@ -85,7 +85,11 @@ void verbs_resume_enter(struct fr_tp_conn *c, const char *why)
 	c->b.state = VERBS_RESUME;
 	c->rs = VERBS_RS_DRAIN;
 	c->rs_lost = false;
-	c->rs_deadline = now + (uint64_t)tp->b.timeout_ms * 3 / 4;
+	/* Back-to-back resumes with nothing done in between (an error that
+	 * comes back with the replay) share one deadline. */
+	if (c->rs_progress || !c->rs_deadline)
+		c->rs_deadline = now + (uint64_t)tp->b.timeout_ms * 3 / 4;
+	c->rs_progress = false;
 	c->b.backoff_ms = VERBS_BACKOFF_MIN_MS;
 	rs_due(c, now + VERBS_DRAIN_MS);
 	/* The log sends the waiting notifications' writes again. */
@@ -205,7 +209,7 @@ static void rs_accept(struct fr_tp_conn *c)
 	c->nqps = 1;
 	rc = verbs_qp_create(c);
 	if (rc) {
-		verbs_refuse(c->id, FR_EBUSY);
+		verbs_refuse(c->id, FR_EPEER);
 		c->id = NULL;
 		rs_fail(c, "cannot create a queue pair: %s", tp->b.errbuf);
 		return;
@@ -265,6 +269,7 @@ static void rs_done(struct fr_tp_conn *c, uint64_t peer_rx)
 	c->ack_upto = peer_rx;
 	c->replay_next = peer_rx;
 	c->bad_msg = 0;
+	c->rs_progress = false;
 	c->b.state = VERBS_UP;
 	c->nresumes++;
 	fr_warn("verbs: rank %d: the connection with rank %d is re-established (%llu ms); %llu message(s) to send again",
@@ -335,12 +340,21 @@ bool verbs_resume_event(struct fr_tp_conn *c, enum rdma_cm_event_type type,
 			int status, struct rdma_cm_id *id, const uint8_t *pd,
 			size_t pdlen)
 {
-	(void)status;
 	if (type == RDMA_CM_EVENT_DEVICE_REMOVAL)
 		return false;
-	/* The old connection's events (the peer's DREQ as it drops its
-	 * old id), a request we hold: nothing to do. */
-	if (id != c->id)
+	/*
+	 * The old connection's DREQ: the peer closed it, or died (its kernel
+	 * closes its ids), unless we are accepting its dial (then it is the
+	 * peer dropping its old id, once on the new connection).  During the
+	 * drain the old id is still c->id.
+	 */
+	if (type == RDMA_CM_EVENT_DISCONNECTED && c->rs != VERBS_RS_ACCEPT &&
+	    (id == c->old_id || (id == c->id && c->rs == VERBS_RS_DRAIN))) {
+		rs_fail(c, "rank %d closed the connection", c->b.peer);
+		return true;
+	}
+	/* Other events of the old id, a request we hold: nothing to do. */
+	if (id != c->id || c->rs == VERBS_RS_DRAIN)
 		return true;
 	switch (type) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -376,6 +390,12 @@ bool verbs_resume_event(struct fr_tp_conn *c, enum rdma_cm_event_type type,
 	case RDMA_CM_EVENT_REJECTED:
 		if (c->rs != VERBS_RS_DIAL)
 			break;
+		/* Nobody listens there any more: its endpoint is gone (it
+		 * listened for as long as the connection lived). */
+		if (status == VERBS_REJ_NO_LISTENER) {
+			rs_fail(c, "rank %d no longer listens", c->b.peer);
+			break;
+		}
 		if (pdlen >= VERBS_REPLY_LEN &&
 		    fr_get_le32(pd) == VERBS_MAGIC &&
 		    fr_get_le16(pd + 6) == VERBS_KIND_REJECT) {
@@ -391,22 +411,31 @@ bool verbs_resume_event(struct fr_tp_conn *c, enum rdma_cm_event_type type,
 				c->b.peer, fr_strerror(st));
 			break;
 		}
-		rs_backoff(c, "rejected (nobody listening?)");
+		rs_backoff(c, "rejected");
 		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE:
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 	case RDMA_CM_EVENT_DISCONNECTED:
+		/* An accepted dial stays until it is established or the
+		 * dialer dials again: dropping it would close the connection
+		 * for a dialer already on it (its RTU lost). */
 		if (c->rs == VERBS_RS_DIAL)
 			rs_backoff(c, rdma_event_str(type));
-		else if (c->rs == VERBS_RS_ACCEPT)
-			rs_wait(c);
 		break;
 	default:
 		break;
 	}
 	return true;
+}
+
+/* A message arrived on the QP of a dial we accepted: the dialer is on the
+ * new connection, whether or not our ESTABLISHED comes (its RTU lost). */
+void verbs_resume_arrived(struct fr_tp_conn *c)
+{
+	if (c->b.state == VERBS_RESUME && c->rs == VERBS_RS_ACCEPT)
+		rs_done(c, c->rs_peer_rx);
 }
 
 void verbs_resume_timers(struct fr_tp_conn *c, uint64_t now)

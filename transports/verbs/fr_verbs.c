@@ -155,13 +155,16 @@
  *     link that goes down fails a QP (a local QP operation error, the
  *     retries run out) or leaves it retrying for ever (retry count 7 on
  *     rxe).  Either way the connection was up, the peer is alive, and what
- *     was lost is a few writes: so a work completion in error that is
- *     FR_EPEER, or no send acknowledged for FR_IB_STALL_MS (default the
- *     larger of 1 s and a tenth of the timeout; 0: never), re-establishes
- *     the connection instead of failing it.  Each connection keeps a log
- *     of its messages (write_imm and write_inline, whole: source region
- *     and offset or the inline bytes, destination, immediate, ctx) until
- *     the WR carrying the immediate completes; the receiver counts the
+ *     was lost is a few writes: so a work completion with a network error
+ *     (retries run out, the QP could not send, a flush), or no send
+ *     acknowledged for FR_IB_STALL_MS (default the larger of 2 s and a
+ *     tenth of the timeout; 0: never; writes of 64 KiB and more are
+ *     signalled, so a busy link completes something that often),
+ *     re-establishes the connection instead of failing it.  Each
+ *     connection keeps a log of its messages (write_imm and write_inline,
+ *     whole: source region and offset or the inline bytes, destination,
+ *     immediate, ctx; the region stays registered, dereg_mem FR_EBUSY)
+ *     until the WR carrying the immediate completes; the receiver counts the
  *     immediates it takes on lane 0 (rx_msgs), in the same order.  The
  *     side that notices moves its QPs to the error state (not
  *     rdma_disconnect(): that is a close), drains them (flushes, or 50 ms
@@ -179,9 +182,13 @@
  *     close).  When both sides dial, the connection's original
  *     connector's dial wins (the acceptor refuses ours with FR_EBUSY and
  *     we wait).  Failed dials are retried with back-off; the whole resume
+ *     (resumes in a row with nothing completed in between count as one)
  *     is bounded by 3/4 of the timeout, then the connection fails as
  *     above.  A peer that died is not resumed: its kernel closes its
- *     connections (DISCONNECTED), and a dial to it is refused.
+ *     connections (DISCONNECTED, also on the old id during a resume), and
+ *     a dial to it finds no listener: both fail the connection at once.
+ *     An accepted dial is never dropped (its dialer may already be on it);
+ *     a message arriving on its QP establishes it if the RTU was lost.
  *     FR_IB_FAULT=rank:n (tests) stops that rank's QPs at every n-th
  *     write_imm().
  *   - CQ size: every QP reserves its send and receive depth in the shared

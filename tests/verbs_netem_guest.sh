@@ -12,6 +12,8 @@
 #      either way every rank succeeds and the digest is the clean one.
 #      FR_IB_RESUME=0 on the verbs run (FR_FLAP_NORESUME=1) shows the old
 #      way: every rank fails cleanly, with an FR_E* code, in the timeout.
+#      FR_FLAP_RUNS=n flaps the verbs run n times (the campaign:
+#      tests/verbs_flaps.sh).
 # Each node checks its own rank and exits non-zero on a failure.
 set -u
 B=${FR_BUILDDIR:?}
@@ -65,7 +67,7 @@ tc qdisc del dev eth0 root
 one tcp "$FLAP_ITERS" 60000
 must_pass "clean, tcp, $FLAP_ITERS collectives" ""
 fref=$(digest)
-for tp in tcp verbs; do
+for tp in tcp $(for _ in $(seq "${FR_FLAP_RUNS:-1}"); do echo verbs; done); do
 	flap_at=""
 	if [ "$FR_RANK" = 1 ]; then
 		(sleep 3; ip link set eth0 down; sleep 3; ip link set eth0 up) &

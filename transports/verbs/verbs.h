@@ -13,6 +13,7 @@
 #ifndef FR_VERBS_H
 #define FR_VERBS_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -246,7 +247,6 @@ struct fr_tp_conn {
 	bool synth;	   /* no flush will come: complete the ring ourselves */
 	bool disconnected; /* rdma_disconnect() was called */
 	bool peer_gone;	   /* DISCONNECTED seen, applied after the CQ drain */
-	bool no_resume;	   /* the failure at hand is ours: do not resume */
 	bool lanes_stopped; /* moved to the error state (resume): flushing */
 
 	/* resume (fr_verbs.c, "Link flaps"): our id and the peer's for the
@@ -385,6 +385,12 @@ void verbs_drop_qp(struct fr_tp_conn *c);
 void verbs_drop_id(struct fr_tp_conn *c);
 void __attribute__((format(printf, 3, 4)))
 verbs_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...);
+void verbs_conn_vfail(struct fr_tp_conn *c, int err, const char *fmt,
+		      va_list ap);
+void verbs_log_pop(struct fr_tp_conn *c, uint64_t upto);
+void verbs_set_ack_timeout(struct fr_tp *tp, struct rdma_cm_id *id);
+void verbs_put_reply(uint8_t *b, int kind, int32_t value);
+void verbs_refuse(struct rdma_cm_id *id, int status);
 void verbs_lanes_stop(struct fr_tp_conn *c);
 void verbs_drop_lanes(struct fr_tp_conn *c);
 int verbs_post_recvs(struct fr_tp_conn *c, unsigned int n);
@@ -408,10 +414,14 @@ void verbs_start_connect(struct fr_tp_conn *c);
 void verbs_cm_drain(struct fr_tp *tp);
 void verbs_timers(struct fr_tp *tp);
 void verbs_sweep(struct fr_tp *tp);
-void verbs_refuse(struct rdma_cm_id *id, int status);
-/* verbs_resume.c: a connection that was up, again after a link flap */
-bool verbs_resumable(const struct fr_tp_conn *c, int err);
-void verbs_resume_enter(struct fr_tp_conn *c, const char *why);
+
+/* ---- verbs_resume.c: a connection that was up, again after a flap -------- */
+
+/* A connection broke: resume it when the cause is the network's (net) and
+ * it may, else fail it with err (verbs_conn_fail). */
+void __attribute__((format(printf, 4, 5)))
+verbs_conn_broke(struct fr_tp_conn *c, int err, bool net, const char *fmt, ...);
+void verbs_resume_drained(struct fr_tp_conn *c);
 void verbs_resume_request(struct fr_tp *tp, struct rdma_cm_id *id,
 			  const uint8_t *pd, size_t pdlen);
 bool verbs_resume_event(struct fr_tp_conn *c, enum rdma_cm_event_type type,
@@ -419,7 +429,6 @@ bool verbs_resume_event(struct fr_tp_conn *c, enum rdma_cm_event_type type,
 			size_t pdlen);
 void verbs_resume_timers(struct fr_tp_conn *c, uint64_t now);
 void verbs_resume_arrived(struct fr_tp_conn *c);
-void verbs_set_ack_timeout(struct fr_tp *tp, struct rdma_cm_id *id);
 
 /* ---- verbs_mr.c: memory registration and remote keys --------------------- */
 
@@ -433,11 +442,6 @@ int verbs_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
 /* ---- verbs_data.c: the data path, poll and wait -------------------------- */
 
 void verbs_progress(struct fr_tp *tp, bool eager);
-bool verbs_drained(const struct fr_tp_conn *c);
-void verbs_log_pop(struct fr_tp_conn *c, uint64_t upto);
-void verbs_log_release(struct fr_tp_conn *c);
-int verbs_cq_drain(struct fr_tp *tp);
-void verbs_log_settle(struct fr_tp_conn *c);
 int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 		    const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
 		    uint32_t imm, uint64_t ctx);

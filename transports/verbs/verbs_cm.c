@@ -25,28 +25,7 @@
 
 /* ---- small helpers ------------------------------------------------------- */
 
-/* Before rdma_connect / rdma_accept: the QP's ACK timeout (see
- * VERBS_ACK_TIMEOUT).  A kernel that refuses the option keeps its own:
- * slower recovery from loss, nothing worse. */
-void verbs_set_ack_timeout(struct fr_tp *tp, struct rdma_cm_id *id)
-{
-	uint8_t t = tp->opt.ack_timeout;
-
-	if (t && rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
-				 &t, sizeof(t)))
-		fr_dbg("verbs: rank %d: RDMA_OPTION_ID_ACK_TIMEOUT %u: %s",
-		       tp->b.rank, t, fr_syserr(errno));
-}
-
 /* ---- establishment ------------------------------------------------------- */
-
-static void verbs_put_reply(uint8_t *b, int kind, int32_t value)
-{
-	fr_put_le32(b, VERBS_MAGIC);
-	fr_put_le16(b + 4, VERBS_VERSION);
-	fr_put_le16(b + 6, (uint16_t)kind);
-	fr_put_le32(b + 8, (uint32_t)value);
-}
 
 static bool verbs_outgoing_pending(const struct fr_tp_conn *c)
 {
@@ -312,17 +291,6 @@ static void verbs_on_rejected(struct fr_tp_conn *c, int status,
 		return;
 	}
 	verbs_retry(c, "rejected (reason %d)", status);
-}
-
-/* Refuse a request; `status` 0 = without a reply (not our protocol). */
-void verbs_refuse(struct rdma_cm_id *id, int status)
-{
-	uint8_t b[VERBS_REPLY_LEN];
-
-	verbs_put_reply(b, VERBS_KIND_REJECT, status);
-	if (rdma_reject(id, status ? b : NULL, status ? sizeof(b) : 0))
-		fr_dbg("verbs: rdma_reject: %s", fr_syserr(errno));
-	rdma_destroy_id(id);
 }
 
 static struct fr_tp_conn *verbs_incoming_from(struct fr_tp *tp, int rank)

@@ -35,6 +35,39 @@ void verbs_sa_set_port(struct sockaddr_storage *sa, uint16_t port)
 		((struct sockaddr_in *)sa)->sin_port = htons(port);
 }
 
+/* Before rdma_connect / rdma_accept: the QP's ACK timeout (see
+ * VERBS_ACK_TIMEOUT).  A kernel that refuses the option keeps its own:
+ * slower recovery from loss, nothing worse. */
+void verbs_set_ack_timeout(struct fr_tp *tp, struct rdma_cm_id *id)
+{
+	uint8_t t = tp->opt.ack_timeout;
+
+	if (t && rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+				 &t, sizeof(t)))
+		fr_dbg("verbs: rank %d: RDMA_OPTION_ID_ACK_TIMEOUT %u: %s",
+		       tp->b.rank, t, fr_syserr(errno));
+}
+
+/* The 12 bytes every reply starts with (fr_verbs.c, wire formats). */
+void verbs_put_reply(uint8_t *b, int kind, int32_t value)
+{
+	fr_put_le32(b, VERBS_MAGIC);
+	fr_put_le16(b + 4, VERBS_VERSION);
+	fr_put_le16(b + 6, (uint16_t)kind);
+	fr_put_le32(b + 8, (uint32_t)value);
+}
+
+/* Refuse a request; `status` 0 = without a reply (not our protocol). */
+void verbs_refuse(struct rdma_cm_id *id, int status)
+{
+	uint8_t b[VERBS_REPLY_LEN];
+
+	verbs_put_reply(b, VERBS_KIND_REJECT, status);
+	if (rdma_reject(id, status ? b : NULL, status ? sizeof(b) : 0))
+		fr_dbg("verbs: rdma_reject: %s", fr_syserr(errno));
+	rdma_destroy_id(id);
+}
+
 uint16_t verbs_sa_port(const struct sockaddr_storage *sa)
 {
 	if (sa->ss_family == AF_INET6)
@@ -149,7 +182,7 @@ void verbs_conn_release(struct fr_tp_conn *c)
 	if (c->slot < tp->nslots && tp->slots[c->slot] == c)
 		tp->slots[c->slot] = NULL;
 	if (c->log)
-		verbs_log_release(c);
+		verbs_log_pop(c, c->msg_tail);
 	if (c->ctl_mr)
 		ibv_dereg_mr(c->ctl_mr);
 	free(c->log);
@@ -266,6 +299,25 @@ void verbs_drop_lanes(struct fr_tp_conn *c)
 	c->rq_out = 0;
 }
 
+/*
+ * The log's messages up to seq upto (exclusive) have reached the peer or
+ * are given up: they leave it, and their regions are free to go (a
+ * logged message keeps its region registered: dereg_mem says FR_EBUSY,
+ * since a resume may send it again).
+ */
+void verbs_log_pop(struct fr_tp_conn *c, uint64_t upto)
+{
+	while (c->msg_head < upto) {
+		struct verbs_msg *m = &c->log[c->msg_head % c->log_cap];
+
+		if (m->mr) {
+			m->mr->inflight--;
+			m->mr = NULL;
+		}
+		c->msg_head++;
+	}
+}
+
 struct fr_tp_conn *verbs_conn_by_cid(struct fr_tp *tp, uint32_t cid)
 {
 	uint32_t slot = cid & 0xffff;
@@ -315,29 +367,15 @@ static void verbs_stop_qp(struct fr_tp_conn *c)
  * it was established and is theirs, and stop the QP.  A connection that
  * never came up has nothing in flight: its QP and id go at once.
  */
-void __attribute__((format(printf, 3, 4)))
-verbs_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
+void verbs_conn_vfail(struct fr_tp_conn *c, int err, const char *fmt,
+		      va_list ap)
 {
 	bool resuming = c->b.state == VERBS_RESUME;
 	bool up = c->b.state == VERBS_UP || resuming;
-	va_list ap;
 
 	if (c->b.state == VERBS_FAILED)
 		return;
-	/* A failed QP of a connection that was up: re-establish it
-	 * (verbs_resume.c); one failing while we do is part of it. */
-	if (verbs_resumable(c, err)) {
-		char why[128];
-
-		va_start(ap, fmt);
-		vsnprintf(why, sizeof(why), fmt, ap);
-		va_end(ap);
-		verbs_resume_enter(c, why);
-		return;
-	}
-	va_start(ap, fmt);
 	fr_tpb_conn_verr(c, err, up, fmt, ap);
-	va_end(ap);
 	c->b.state = VERBS_FAILED;
 	c->b.error = err;
 	c->was_up = up;
@@ -351,6 +389,16 @@ verbs_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
 		verbs_stop_qp(c);
 	else
 		verbs_drop_id(c);
+}
+
+void __attribute__((format(printf, 3, 4)))
+verbs_conn_fail(struct fr_tp_conn *c, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	verbs_conn_vfail(c, err, fmt, ap);
+	va_end(ap);
 }
 
 /* ---- memory in the CQ ---------------------------------------------------- */

@@ -118,7 +118,6 @@ static int verbs_lane_post(struct fr_tp_conn *c, unsigned int i,
 		fr_warn("verbs: rank %d: ibv_post_send to rank %d (queue pair %u): %s",
 			tp->b.rank, c->b.peer, i + 1,
 			verbs_strerror(rc, why, sizeof(why)));
-		c->no_resume = true;
 		verbs_conn_fail(c, FR_EPEER, "ibv_post_send: %s", strerror(rc));
 		return FR_EPEER;
 	}
@@ -234,31 +233,6 @@ static void verbs_sq_retire(struct fr_tp_conn *c, struct verbs_lane *l,
 		l->unsignaled = l->unsig_owed = 0;
 }
 
-/*
- * The log's messages up to seq upto (exclusive) have reached the peer or
- * are given up: they leave it, and their regions are free to go (a
- * logged message keeps its region registered: dereg_mem says FR_EBUSY,
- * since a resume may send it again).
- */
-void verbs_log_pop(struct fr_tp_conn *c, uint64_t upto)
-{
-	while (c->msg_head < upto) {
-		struct verbs_msg *m = &c->log[c->msg_head % c->log_cap];
-
-		if (m->mr) {
-			m->mr->inflight--;
-			m->mr = NULL;
-		}
-		c->msg_head++;
-	}
-}
-
-/* A connection that goes: what its log still holds. */
-void verbs_log_release(struct fr_tp_conn *c)
-{
-	verbs_log_pop(c, c->msg_tail);
-}
-
 /* Has every lane retired its ring (nothing reads a source any more)? */
 static bool verbs_rings_empty(const struct fr_tp_conn *c)
 {
@@ -307,7 +281,7 @@ static bool verbs_log_fail(struct fr_tp_conn *c)
  * posted again, in order, whole, on lane 0, as room allows.  New writes
  * wait (FR_EAGAIN) until this is done, so that the order holds.
  */
-void verbs_log_settle(struct fr_tp_conn *c)
+static void verbs_log_settle(struct fr_tp_conn *c)
 {
 	struct fr_tp *tp = c->b.tp;
 	struct ibv_send_wr wr;
@@ -344,7 +318,6 @@ void verbs_log_settle(struct fr_tp_conn *c)
 				sge.addr = (uint64_t)(uintptr_t)m->data;
 				sge.lkey = 0;
 			} else {
-				c->no_resume = true;
 				verbs_conn_fail(
 					c, FR_EPEER,
 					"the new queue pair with rank %d cannot inline %u bytes",
@@ -366,10 +339,23 @@ void verbs_log_settle(struct fr_tp_conn *c)
 /* Is a stopped connection's old QP done: its sends and lane 0's receives
  * (which tell what arrived) flushed, or the CQ polled a while after the
  * stop (see VERBS_DRAIN_MS)? */
-bool verbs_drained(const struct fr_tp_conn *c)
+static bool verbs_drained(const struct fr_tp_conn *c)
 {
 	return (verbs_rings_empty(c) && !c->rq_out) ||
 	       fr_now_ms() >= c->stop_ms + VERBS_DRAIN_MS;
+}
+
+/* Resumes whose old QPs are drained go on (verbs_resume.c); only after a
+ * drain that saw the CQ empty, so that every receive of the old QP was
+ * counted. */
+static void verbs_resume_drains(struct fr_tp *tp)
+{
+	if (!tp->cq_empty)
+		return;
+	for (struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next)
+		if (c->b.state == VERBS_RESUME && c->rs == VERBS_RS_DRAIN &&
+		    verbs_drained(c))
+			verbs_resume_drained(c);
 }
 
 static void verbs_repost(struct fr_tp_conn *c)
@@ -454,11 +440,10 @@ static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 				c->b.tp->b.rank, c->b.peer,
 				ibv_wc_status_str(wc->status));
 		/* This completion becomes the one error the caller is owed
-		 * (after any held receives, which came first). */
-		if (!verbs_wc_resumable(wc->status))
-			c->no_resume = true;
-		verbs_conn_fail(
-			c, st,
+		 * (after any held receives, which came first), unless the
+		 * connection resumes. */
+		verbs_conn_broke(
+			c, st, verbs_wc_resumable(wc->status),
 			"receive from rank %d failed: %s (vendor error 0x%x)",
 			c->b.peer, ibv_wc_status_str(wc->status),
 			wc->vendor_err);
@@ -521,11 +506,9 @@ static void verbs_wc_send(struct fr_tp_conn *c, struct verbs_lane *l,
 		fr_warn("verbs: rank %d: RDMA write to rank %d failed: %s",
 			c->b.tp->b.rank, c->b.peer,
 			ibv_wc_status_str(wc->status));
-	if (c->b.state != VERBS_FAILED && !verbs_wc_resumable(wc->status))
-		c->no_resume = true;
 	if (c->b.state != VERBS_FAILED)
-		verbs_conn_fail(
-			c, st,
+		verbs_conn_broke(
+			c, st, verbs_wc_resumable(wc->status),
 			"write to rank %d failed: %s (vendor error 0x%x)",
 			c->b.peer, ibv_wc_status_str(wc->status),
 			wc->vendor_err);
@@ -555,10 +538,13 @@ static void verbs_wc_lane_recv(struct fr_tp_conn *c, unsigned int i,
 		fr_warn("verbs: rank %d: queue pair %u with rank %d failed: %s",
 			c->b.tp->b.rank, i + 1, c->b.peer,
 			ibv_wc_status_str(wc->status));
-	verbs_conn_fail(
+	/* A flush may also be the link's doing: a resume tells (a broken
+	 * registration breaks the write again when it is sent again). */
+	verbs_conn_broke(
 		c,
 		wc->status == IBV_WC_WR_FLUSH_ERR ? FR_ERANGE
 						  : verbs_wc_status(wc->status),
+		wc->status == IBV_WC_WR_FLUSH_ERR,
 		"queue pair %u stopped: %s (a write by rank %d outside our registrations)",
 		i + 1, ibv_wc_status_str(wc->status), c->b.peer);
 }
@@ -589,7 +575,7 @@ static void verbs_wc(struct fr_tp *tp, const struct ibv_wc *wc)
 /* Poll the CQ while the ring has room for what a batch can produce.
  * Returns the number of work completions taken, or FR_ESYS; tp->cq_empty
  * says whether it saw the CQ empty. */
-int verbs_cq_drain(struct fr_tp *tp)
+static int verbs_cq_drain(struct fr_tp *tp)
 {
 	struct ibv_wc wc[VERBS_POLL_BATCH];
 	int n, i, batch, total = 0;
@@ -657,7 +643,6 @@ static void verbs_post_fences(struct fr_tp *tp)
 				fr_warn("verbs: rank %d: ibv_post_send (fence) to rank %d: %s",
 					tp->b.rank, c->b.peer,
 					verbs_strerror(rc, why, sizeof(why)));
-				c->no_resume = true;
 				verbs_conn_fail(c, FR_EPEER,
 						"ibv_post_send (fence): %s",
 						strerror(rc));
@@ -1122,8 +1107,8 @@ static void verbs_stall_scan(struct fr_tp *tp)
 			c->stall_seen = c->sends_done;
 			c->stall_ms = now;
 		} else if (now - c->stall_ms >= tp->stall_ms) {
-			verbs_conn_fail(
-				c, FR_EPEER,
+			verbs_conn_broke(
+				c, FR_EPEER, true,
 				"no send to rank %d acknowledged for %llu ms",
 				c->b.peer,
 				(unsigned long long)(now - c->stall_ms));
@@ -1147,6 +1132,7 @@ int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 	if (rc < 0)
 		return rc;
 	verbs_apply_peer_gone(tp);
+	verbs_resume_drains(tp);
 	verbs_stall_scan(tp);
 	verbs_flush_owed(tp);
 	verbs_notes_post_all(tp);

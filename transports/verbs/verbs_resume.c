@@ -3,9 +3,11 @@
  * verbs_resume.c - a connection that was up, re-established after one of
  * its QPs failed (a link flap), with the writes the peer did not get sent
  * again; the design is at the top of fr_verbs.c ("Link flaps").  Called by
- * verbs_conn.c (verbs_conn_fail decides a failure is worth resuming),
- * verbs_cm.c (the resume's requests, events and timers); posts through
- * verbs_data.c's log once the connection is up again.
+ * verbs_data.c (verbs_conn_broke: a work completion in error or a stall;
+ * the drain is over; a message on an accepted dial's QP) and verbs_cm.c
+ * (the resume's requests, events and timers); calls verbs_conn.c (QPs,
+ * ids, failure) only.  verbs_data.c's poll completes and re-posts the log
+ * once the connection is up again.
  *
  * The steps, on each side:
  *   drain   every QP of the connection to the error state (not
@@ -42,12 +44,12 @@
 #include "util.h"
 #include "verbs.h"
 
-bool verbs_resumable(const struct fr_tp_conn *c, int err)
+/* May c resume (instead of failing)? */
+static bool verbs_resumable(const struct fr_tp_conn *c)
 {
 	const struct fr_tp *tp = c->b.tp;
 
-	return tp->opt.resume && err == FR_EPEER && c->peer_cid &&
-	       !c->no_resume && !c->peer_gone && !tp->fatal &&
+	return tp->opt.resume && c->peer_cid && !c->peer_gone && !tp->fatal &&
 	       (c->b.state == VERBS_UP || c->b.state == VERBS_RESUME);
 }
 
@@ -67,12 +69,11 @@ rs_fail(struct fr_tp_conn *c, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	c->no_resume = true;
 	verbs_conn_fail(c, FR_EPEER, "%s (the connection had failed: %s)", why,
 			c->rs_why);
 }
 
-void verbs_resume_enter(struct fr_tp_conn *c, const char *why)
+static void verbs_resume_enter(struct fr_tp_conn *c, const char *why)
 {
 	uint64_t now = fr_now_ms();
 	struct fr_tp *tp = c->b.tp;
@@ -95,6 +96,27 @@ void verbs_resume_enter(struct fr_tp_conn *c, const char *why)
 	/* The log sends the waiting notifications' writes again. */
 	c->note_head = c->note_tail;
 	verbs_lanes_stop(c);
+}
+
+void __attribute__((format(printf, 4, 5)))
+verbs_conn_broke(struct fr_tp_conn *c, int err, bool net, const char *fmt, ...)
+{
+	char why[128];
+	va_list ap;
+
+	if (c->b.state == VERBS_FAILED)
+		return;
+	va_start(ap, fmt);
+	if (net && verbs_resumable(c)) {
+		/* One failing while we resume is part of it. */
+		if (c->b.state != VERBS_RESUME) {
+			vsnprintf(why, sizeof(why), fmt, ap);
+			verbs_resume_enter(c, why);
+		}
+	} else {
+		verbs_conn_vfail(c, err, fmt, ap);
+	}
+	va_end(ap);
 }
 
 /* Drop the attempt at hand (our dial or the request we accepted): its QP
@@ -231,8 +253,9 @@ static void rs_accept(struct fr_tp_conn *c)
 		rs_wait(c); /* the dialer tries again */
 }
 
-/* Drained: the old QPs go, the old id waits; then meet the peer. */
-static void rs_drained(struct fr_tp_conn *c)
+/* Drained (verbs_data.c saw to it): the old QPs go, the old id waits;
+ * then meet the peer. */
+void verbs_resume_drained(struct fr_tp_conn *c)
 {
 	verbs_drop_lanes(c);
 	if (c->old_id)
@@ -278,7 +301,7 @@ static void rs_done(struct fr_tp_conn *c, uint64_t peer_rx)
 				     (uint64_t)tp->b.timeout_ms * 3 / 4 -
 				     c->rs_deadline),
 		(unsigned long long)(c->msg_tail - peer_rx));
-	verbs_log_settle(c);
+	/* verbs_data.c's next poll completes and sends the log. */
 }
 
 void verbs_resume_request(struct fr_tp *tp, struct rdma_cm_id *id,
@@ -448,12 +471,7 @@ void verbs_resume_timers(struct fr_tp_conn *c, uint64_t now)
 	}
 	switch (c->rs) {
 	case VERBS_RS_DRAIN:
-		/* Every completion of the old QPs taken first: the receives
-		 * are counted. */
-		if (verbs_drained(c) && verbs_cq_drain(c->b.tp) >= 0 &&
-		    c->b.tp->cq_empty && c->b.state == VERBS_RESUME)
-			rs_drained(c);
-		break;
+		break; /* verbs_data.c's poll ends it */
 	case VERBS_RS_BACKOFF:
 		if (now >= c->b.retry_ms)
 			rs_dial(c);

@@ -16,12 +16,13 @@
  *   fr_verbs.c    this description; open(), close(), connect(), accept(),
  *                 connect_done(), close_conn(), the operations table and
  *                 the class the base knows us by
+ *   verbs_poll.c  poll() and wait(): one pass of all of the below
  *   verbs_data.c  the data path: write_imm() and striping, the
- *                 notification FIFO, fences, completions, poll(), wait()
+ *                 notification FIFO, fences, completions, the message log
  *   verbs_cm.c    rdma_cm events: the hello / accept / reject handshake,
  *                 the lanes handshake, retries and deadlines
  *   verbs_resume.c  a connection that was up, re-established after a QP
- *                 failure (below, "Link flaps"); verbs_data.c says when
+ *                 failure (below, "Link flaps"); verbs_poll.c says when
  *                 its old QPs are drained, verbs_cm.c hands it its events
  *   verbs_mr.c    memory registration and remote keys
  *   verbs_conn.c  connection objects, their QPs (creation, lanes' state

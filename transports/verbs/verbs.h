@@ -439,7 +439,7 @@ int verbs_pack_rkey(struct fr_tp_mr *mr, void *blob, size_t *len);
 int verbs_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
 		      struct fr_tp_rkey *rkey);
 
-/* ---- verbs_data.c: the data path, poll and wait -------------------------- */
+/* ---- verbs_data.c: the data path, completions, the log ------------------- */
 
 void verbs_progress(struct fr_tp *tp, bool eager);
 int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
@@ -448,6 +448,18 @@ int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 int verbs_write_inline(struct fr_tp_conn *c, const void *buf,
 		       const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
 		       uint32_t imm);
+/* the pieces of a poll (verbs_poll.c) */
+int verbs_cq_drain(struct fr_tp *tp);
+void verbs_apply_peer_gone(struct fr_tp *tp);
+void verbs_resume_drains(struct fr_tp *tp);
+void verbs_flush_owed(struct fr_tp *tp);
+void verbs_notes_post_all(struct fr_tp *tp);
+void verbs_post_fences(struct fr_tp *tp);
+bool verbs_owes(const struct fr_tp *tp);
+bool verbs_rings_empty(const struct fr_tp_conn *c);
+
+/* ---- verbs_poll.c: poll and wait ----------------------------------------- */
+
 int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max);
 int verbs_wait_prepare(struct fr_tp *tp, int *timeout_ms);
 int verbs_wait_fd(struct fr_tp *tp);

@@ -3,11 +3,11 @@
  * verbs_resume.c - a connection that was up, re-established after one of
  * its QPs failed (a link flap), with the writes the peer did not get sent
  * again; the design is at the top of fr_verbs.c ("Link flaps").  Called by
- * verbs_data.c (verbs_conn_broke: a work completion in error or a stall;
- * the drain is over; a message on an accepted dial's QP) and verbs_cm.c
- * (the resume's requests, events and timers); calls verbs_conn.c (QPs,
- * ids, failure) only.  verbs_data.c's poll completes and re-posts the log
- * once the connection is up again.
+ * verbs_poll.c and verbs_data.c (verbs_conn_broke: a work completion in
+ * error or a stall; the drain is over; a message on an accepted dial's
+ * QP) and verbs_cm.c (the resume's requests, events and timers); calls
+ * verbs_conn.c (QPs, ids, failure) only.  The next poll completes and
+ * re-posts the log once the connection is up again.
  *
  * The steps, on each side:
  *   drain   every QP of the connection to the error state (not
@@ -253,7 +253,7 @@ static void rs_accept(struct fr_tp_conn *c)
 		rs_wait(c); /* the dialer tries again */
 }
 
-/* Drained (verbs_data.c saw to it): the old QPs go, the old id waits;
+/* Drained (verbs_poll.c saw to it): the old QPs go, the old id waits;
  * then meet the peer. */
 void verbs_resume_drained(struct fr_tp_conn *c)
 {
@@ -471,7 +471,7 @@ void verbs_resume_timers(struct fr_tp_conn *c, uint64_t now)
 	}
 	switch (c->rs) {
 	case VERBS_RS_DRAIN:
-		break; /* verbs_data.c's poll ends it */
+		break; /* verbs_poll.c's poll ends it */
 	case VERBS_RS_BACKOFF:
 		if (now >= c->b.retry_ms)
 			rs_dial(c);

@@ -1573,8 +1573,11 @@ static void test_tickets(void **state)
 	b = ticket_collect(pb, fb);
 	c = ticket_collect(pc, fc);
 	/* the wrong token may come after both good ones: then the leader is
-	 * gone and it times out; if before, it is refused */
-	assert_true(a.rc == FR_EAUTH || a.rc == FR_ETIMEDOUT);
+	 * gone: it times out, or its connection, queued by the kernel, is
+	 * closed unread (an error of the exchange); if before, it is
+	 * refused.  Never a ticket. */
+	if (a.rc >= 0)
+		fail_msg("the wrong token got %d", a.rc);
 	assert_int_equal(b.rc, 0);
 	assert_int_equal(c.rc, 0);
 	assert_int_equal(b.t.nranks, 7);

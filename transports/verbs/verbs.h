@@ -391,6 +391,8 @@ void verbs_log_pop(struct fr_tp_conn *c, uint64_t upto);
 void verbs_set_ack_timeout(struct fr_tp *tp, struct rdma_cm_id *id);
 void verbs_put_reply(uint8_t *b, int kind, int32_t value);
 void verbs_refuse(struct rdma_cm_id *id, int status);
+int verbs_hello_rank(struct fr_tp *tp, struct rdma_cm_id *id, const uint8_t *pd,
+		     int *rank);
 void verbs_lanes_stop(struct fr_tp_conn *c);
 void verbs_drop_lanes(struct fr_tp_conn *c);
 int verbs_post_recvs(struct fr_tp_conn *c, unsigned int n);

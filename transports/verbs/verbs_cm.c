@@ -113,10 +113,7 @@ static void verbs_on_route_resolved(struct fr_tp_conn *c)
 				tp->b.errbuf);
 		return;
 	}
-	fr_put_le32(hello, VERBS_MAGIC);
-	fr_put_le16(hello + 4, VERBS_VERSION);
-	fr_put_le16(hello + 6, VERBS_KIND_HELLO);
-	fr_put_le32(hello + 8, (uint32_t)tp->b.rank);
+	verbs_put_reply(hello, VERBS_KIND_HELLO, tp->b.rank);
 	fr_put_le16(hello + 12, (uint16_t)(c->nqps - 1));
 	fr_put_le16(hello + 14, verbs_sa_port(&tp->addr));
 	fr_put_le64(hello + 16, tp->b.nonce);
@@ -326,13 +323,8 @@ static void verbs_on_request(struct fr_tp *tp, struct rdma_cm_id *id,
 		verbs_refuse(id, 0);
 		return;
 	}
-	rank = (int32_t)fr_get_le32(pd + 8);
-	rc = fr_tpb_hello_check(&tp->b, rank, fr_get_le16(pd + 4),
-				VERBS_VERSION, fr_get_le64(pd + 16));
-	if (rc) {
-		verbs_refuse(id, rc);
+	if (verbs_hello_rank(tp, id, pd, &rank))
 		return;
-	}
 	extra = fr_get_le16(pd + 12);
 	if (rank < 0 || !fr_get_le32(pd + 24) || extra >= VERBS_MAX_QPS ||
 	    pdlen < VERBS_HELLO_LEN + 4 * (size_t)extra) {

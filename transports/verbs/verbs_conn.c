@@ -68,6 +68,21 @@ void verbs_refuse(struct rdma_cm_id *id, int status)
 	rdma_destroy_id(id);
 }
 
+/* A request's rank (hello and resume alike: rank, version, job nonce at
+ * the same offsets), or the request refused and FR_E*. */
+int verbs_hello_rank(struct fr_tp *tp, struct rdma_cm_id *id, const uint8_t *pd,
+		     int *rank)
+{
+	int rc;
+
+	*rank = (int32_t)fr_get_le32(pd + 8);
+	rc = fr_tpb_hello_check(&tp->b, *rank, fr_get_le16(pd + 4),
+				VERBS_VERSION, fr_get_le64(pd + 16));
+	if (rc)
+		verbs_refuse(id, rc);
+	return rc;
+}
+
 uint16_t verbs_sa_port(const struct sockaddr_storage *sa)
 {
 	if (sa->ss_family == AF_INET6)

@@ -193,10 +193,7 @@ static void rs_connect(struct fr_tp_conn *c)
 		rs_backoff(c, "cannot create a queue pair");
 		return;
 	}
-	fr_put_le32(hello, VERBS_MAGIC);
-	fr_put_le16(hello + 4, VERBS_VERSION);
-	fr_put_le16(hello + 6, VERBS_KIND_RESUME);
-	fr_put_le32(hello + 8, (uint32_t)tp->b.rank);
+	verbs_put_reply(hello, VERBS_KIND_RESUME, tp->b.rank);
 	fr_put_le16(hello + 12, 0);
 	fr_put_le16(hello + 14, verbs_sa_port(&tp->addr));
 	fr_put_le64(hello + 16, tp->b.nonce);
@@ -238,10 +235,7 @@ static void rs_accept(struct fr_tp_conn *c)
 	}
 	verbs_set_ack_timeout(tp, c->id);
 	memset(reply, 0, sizeof(reply));
-	fr_put_le32(reply, VERBS_MAGIC);
-	fr_put_le16(reply + 4, VERBS_VERSION);
-	fr_put_le16(reply + 6, VERBS_KIND_ACCEPT);
-	fr_put_le32(reply + 8, (uint32_t)tp->b.rank);
+	verbs_put_reply(reply, VERBS_KIND_ACCEPT, tp->b.rank);
 	fr_put_le32(reply + 16, c->cid);
 	fr_put_le64(reply + 20, c->rx_msgs);
 	memset(&param, 0, sizeof(param));
@@ -308,19 +302,14 @@ void verbs_resume_request(struct fr_tp *tp, struct rdma_cm_id *id,
 			  const uint8_t *pd, size_t pdlen)
 {
 	struct fr_tp_conn *c;
-	int rank, rc;
+	int rank;
 
 	if (pdlen < VERBS_RESUME_LEN) {
 		verbs_refuse(id, FR_EPROTO);
 		return;
 	}
-	rank = (int32_t)fr_get_le32(pd + 8);
-	rc = fr_tpb_hello_check(&tp->b, rank, fr_get_le16(pd + 4),
-				VERBS_VERSION, fr_get_le64(pd + 16));
-	if (rc) {
-		verbs_refuse(id, rc);
+	if (verbs_hello_rank(tp, id, pd, &rank))
 		return;
-	}
 	c = verbs_conn_by_cid(tp, fr_get_le32(pd + 28));
 	if (!c || c->b.peer != rank || c->peer_cid != fr_get_le32(pd + 24) ||
 	    (c->b.state != VERBS_UP && c->b.state != VERBS_RESUME) ||

@@ -228,9 +228,14 @@ static void rs_accept(struct fr_tp_conn *c)
 	c->nqps = 1;
 	rc = verbs_qp_create(c);
 	if (rc) {
-		verbs_refuse(c->id, FR_EPEER);
+		/* A request its dialer gave up while we drained (its id is
+		 * dead: EINVAL); a live dialer dials again on FR_EBUSY, and we
+		 * dial ourselves after a while (rs_wait). */
+		fr_dbg("verbs: rank %d: accepting rank %d's resume: %s",
+		       tp->b.rank, c->b.peer, tp->b.errbuf);
+		verbs_refuse(c->id, FR_EBUSY);
 		c->id = NULL;
-		rs_fail(c, "cannot create a queue pair: %s", tp->b.errbuf);
+		rs_wait(c);
 		return;
 	}
 	verbs_set_ack_timeout(tp, c->id);

@@ -152,9 +152,14 @@ struct fr_tp_ops {
 	 * the connection's other writes.  A transport sends them the cheapest
 	 * way it has: shm writes data, header and sequence word into one
 	 * cache line that the receiver polls, verbs posts them inline in an
-	 * unsignalled work request.  FR_EAGAIN when they cannot go
-	 * at once (no room, or writes queued before them): the caller sends
-	 * them by write_imm instead, which keeps the order.
+	 * unsignalled work request or as a line the peer polls.  FR_EAGAIN
+	 * when they cannot go at once (no room, or writes queued before
+	 * them): the caller sends them by write_imm instead, which keeps the
+	 * order.  A transport may put the bytes in place only when it raises
+	 * the RECV completion (verbs' lines): a later write into the same
+	 * bytes before that completion was taken may then be overwritten,
+	 * which the core never does (a mailbox slot is written again only
+	 * after its receiver handed back its credit).
 	 */
 	int (*write_inline)(struct fr_tp_conn *conn, const void *buf,
 			    const struct fr_tp_rkey *rkey, uint64_t roff,

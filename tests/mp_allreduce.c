@@ -31,9 +31,12 @@
  *       rank R enters collective I T ms late (alive, progress thread on):
  *       late: within FR_SLOW_TIMEOUT_MS every collective must succeed;
  *       toolate: beyond it every other rank must fail, saying so;
- *   mp_allreduce faults [--iters N]
+ *   mp_allreduce faults [--iters N] [--jitter-us U]
  *       a seeded sequence of N collectives of every kind on exact inputs;
  *       prints the digest of all results (the fault matrix compares it);
+ *       with U, each rank first sleeps a seeded 0..U-1 us before each
+ *       collective, so ranks alternate between polling and sleeping
+ *       (verbs' polled lines: their sleep and wake-up protocol);
  *   mp_allreduce fdhog --victim R [--what fds|mem]
  *       rank R runs out of file descriptors before an All-Reduce that needs
  *       new connections (run it with FR_ALGO=rd), or (mem: run R under a
@@ -1123,7 +1126,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 	return h;
 }
 
-static int run_faults(fr_comm_t *comm, int iters)
+static int run_faults(fr_comm_t *comm, int iters, long jitter_us)
 {
 	static const size_t counts[] = { 1, 7, 1000, 65537, 262144 };
 	size_t maxc = 262144 + 64;
@@ -1138,6 +1141,12 @@ static int run_faults(fr_comm_t *comm, int iters)
 		fr_dtype_t dt = which == 0 ? FR_F32 : which == 1 ? FR_F64 : FR_I32;
 		fr_op_t op = (rnd >> 24) % 2 ? FR_SUM : FR_MAX;
 		size_t es = fr_dtype_size(dt), blk;
+
+		/* not from rnd: every rank's calls stay the same */
+		if (jitter_us > 0)
+			usleep((useconds_t)(mix((uint64_t)it * 977 +
+						(uint64_t)rank) %
+					    (uint64_t)jitter_us));
 
 		for (size_t i = 0; i < count * (size_t)nranks; i++) {
 			int v = (int)((rank * 31 + (int)i * 7 + it) % 97);
@@ -1681,13 +1690,14 @@ int main(int argc, char **argv)
 		{ "round-robin-nodes", required_argument, 0, 'R' },
 		{ "node-map", required_argument, 0, 'M' },
 		{ "late-ms", required_argument, 0, 'L' },
+		{ "jitter-us", required_argument, 0, 'J' },
 		{ "expect", required_argument, 0, 'E' },
 		{ 0, 0, 0, 0 }
 	};
 	const char *counts = NULL, *dtypes = NULL, *ops = NULL, *how = "kill",
 		   *what = "count", *expect = NULL;
 	int iters = 1000, victim = 1, at = 3, c;
-	long late_ms = 5000;
+	long late_ms = 5000, jitter_us = 0;
 
 	size_t count = 4099;
 	fr_comm_t *comm;
@@ -1714,6 +1724,7 @@ int main(int argc, char **argv)
 		case 'h': how = optarg; break;
 		case 'w': what = optarg; break;
 		case 'L': late_ms = atol(optarg); break;
+		case 'J': jitter_us = atol(optarg); break;
 		case 'E': expect = optarg; break;
 		case 'N':
 			/* nodes of K ranks: rank r is on node r / K */
@@ -1769,7 +1780,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(argv[1], "late") || !strcmp(argv[1], "toolate"))
 		run_late(comm, victim, at, late_ms, !strcmp(argv[1], "toolate"));
 	else if (!strcmp(argv[1], "faults"))
-		run_faults(comm, iters);
+		run_faults(comm, iters, jitter_us);
 	else if (!strcmp(argv[1], "fdhog"))
 		run_fdhog(comm, victim, what);
 	else if (!strcmp(argv[1], "mismatch"))

@@ -79,6 +79,15 @@ suite "small messages over verbs, FR_LL=0 and mixed" bash -c '. "$0/tests/lib.sh
 		--timeout 600 bash -c "[ \$FR_RANK = 1 ] && export FR_LL=0; exec \"\$0\" \"\$@\"" \
 		"$MP" colls --counts 0,1,2,5
 	finish' "$src"
+# small messages as polled lines (FR_IB_LL=1; off by default on Soft-RoCE):
+# the conformance suite (its small writes as lines, through each side of
+# shm+verbs too), and ranks that poll, sleep, differ, and resume
+suite "transport conformance over verbs, FR_IB_LL=1" \
+	env FR_IB_LL=1 "$B/tests/test_transport"
+suite "transport conformance over shm+verbs (verbs side), FR_IB_LL=1" \
+	env FR_IB_LL=1 FR_TEST_TRANSPORT=shm+verbs FR_TEST_MUX_NODES=1 \
+	"$B/tests/test_transport"
+suite "polled lines over verbs" bash "$src/tests/mp_lines.sh"
 suite "register once over verbs" bash "$src/tests/mp_regonce.sh"
 suite "dead and stalled peers over verbs" bash "$src/tests/mp_kill.sh"
 suite "mismatched arguments over verbs" bash "$src/tests/mp_mismatch.sh"
@@ -146,14 +155,16 @@ suite "link failures over verbs: resume" bash "$src/tests/mp_resume.sh"
 	echo "# ib_write_lat vs fr_transport_perf -x verbs --lat, 8 B"
 	perftest ib_write_lat 18516 't_min' -s 8 -n 1000
 	"$B/fr_transport_perf" -x verbs --ip "$RDMAVM_IP" --lat -s 8 -n 1000 2>&1 | tail -2
-	# small messages inline (FR_LL=1, the default) or as ordinary
-	# writes from the outbox (FR_LL=0), alternating; printed, not judged
+	# small messages as polled lines (FR_IB_LL=1, ranks that poll,
+	# FR_POLL=spin), as inline writes with immediate (FR_IB_LL=0, the
+	# default on Soft-RoCE), or as ordinary writes from the outbox
+	# (FR_LL=0), alternating; printed, not judged
 	for r in 1 2; do
-		for ll in 1 0; do
-			echo "# fr_allreduce_perf, 2 ranks, verbs, 8 B, FR_LL=$ll (round $r)"
-			"$B/frrun" -n 2 --host "$RDMAVM_IP" -x verbs -e FR_LL=$ll \
-				--timeout 300 "$B/fr_allreduce_perf" -b 8 -e 8 -n 2000 \
-				-w 100 -I 1 -c 0 2>&1 | grep -v '#' | tail -1
+		for v in "FR_IB_LL=1" "FR_IB_LL=0" "FR_LL=0"; do
+			echo "# fr_allreduce_perf, 2 ranks, verbs, 8 B, FR_POLL=spin $v (round $r)"
+			"$B/frrun" -n 2 --host "$RDMAVM_IP" -x verbs -e "$v" \
+				-e FR_POLL=spin --timeout 300 "$B/fr_allreduce_perf" \
+				-b 8 -e 8 -n 2000 -w 100 -I 1 -c 0 2>&1 | grep -v '#' | tail -1
 		done
 	done
 	for t in verbs tcp; do

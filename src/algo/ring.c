@@ -489,8 +489,13 @@ static int ring_waiting_on(const struct fr_comm *comm,
 	const struct fr_ring_state *st = req->algo_state;
 	const struct fr_ring_comm *rc = ring_of(comm);
 
+	/* Next: before its READY, when our sends wait for its credits, and
+	 * once all that comes from prev has come (only sends are left; prev
+	 * may well have finished and left meanwhile). */
 	if (st && rc &&
-	    (!st->ready_next || (!cur_done(st, RS_SEND) && rc->credits == 0)))
+	    (!st->ready_next || (!cur_done(st, RS_SEND) && rc->credits == 0) ||
+	     (st->ready_prev && cur_done(st, RS_RECV) &&
+	      cur_done(st, AG_RECV))))
 		return rc->next;
 	return rc ? rc->prev
 		  : comm->topo.ring_order[(comm->topo.ring_pos + comm->nranks -

@@ -27,7 +27,7 @@
 #include "transport.h"
 
 #define VERBS_MAGIC 0x42565246u /* "FRVB" */
-#define VERBS_VERSION 2
+#define VERBS_VERSION 3
 #define VERBS_KIND_HELLO 1
 #define VERBS_KIND_ACCEPT 2
 #define VERBS_KIND_REJECT 3
@@ -54,7 +54,10 @@
 #define VERBS_FENCE_SLOTS 4
 /* At most this many WRs in a row go unsignalled. */
 #define VERBS_SIG_INTERVAL 16
-#define VERBS_MAX_INLINE 64
+/* Inline sizes asked of a QP, largest first: a polled line, then what
+ * a small message needs. */
+#define VERBS_MAX_INLINE 128
+#define VERBS_MIN_INLINE 64
 #define VERBS_POLL_BATCH 32
 /* One work completion becomes at most this many FR completions (the
  * writes it retires, plus an owed receive error). */
@@ -108,16 +111,44 @@
  * stall detector counts completions). */
 #define VERBS_SIG_BYTES (64u * 1024u)
 
+/* ibv_device_attr.vendor_id of the software devices (rxe, siw), where
+ * FR_IB_LL is 0 unless set (fr_verbs.c, "Small writes"). */
+#define VERBS_VENDOR_RXE 0xffffffu
+#define VERBS_VENDOR_SIW 0x626d74u
+
 /* Multi-QP striping (FR_IB_QPS, FR_IB_STRIPE_BYTES; see fr_verbs.c). */
 #define VERBS_MAX_QPS 8
 #define VERBS_DEFAULT_STRIPE (256u * 1024u)
 #define VERBS_MAX_STRIPE (1ul << 30)
 /* Parts start on this boundary (except the last one's end). */
 #define VERBS_PART_ALIGN 64
-/* The payload of a notification or a lanes-ready message. */
-#define VERBS_CTL_LEN 8
+/* The payload of a message on lane 0 that is not a write: a
+ * notification, lanes ready, a polled-lines key or a wake-up. */
+#define VERBS_CTL_LEN 16
 #define VERBS_NOTE_MAGIC 0x544f4e46u  /* "FNOT" */
 #define VERBS_READY_MAGIC 0x59445246u /* "FRDY" */
+#define VERBS_LLKEY_MAGIC 0x594b4c46u /* "FLKY" */
+#define VERBS_WAKE_MAGIC 0x4b415746u  /* "FWAK" */
+
+/*
+ * Polled lines (fr_verbs.c, "Small writes"): each side of a connection
+ * keeps a ring of VERBS_LL_LINES lines of VERBS_LL_LINE bytes that the
+ * peer RDMA-writes its small writes into, followed by two words the peer
+ * writes too: how many of our lines it has taken (the credit), and its
+ * state (a counter, odd while it polls).  A line is 16 words of 8 bytes:
+ * 4 payload bytes, then 4 bytes of flag (the line's number + 1), so a
+ * line whose 16 flags match is whole, in whatever order its bytes landed.
+ */
+#define VERBS_LL_LINES 64u
+#define VERBS_LL_LINE 128u
+#define VERBS_LL_WORDS (VERBS_LL_LINE / 8)
+#define VERBS_LL_RX_BYTES (VERBS_LL_LINES * VERBS_LL_LINE)
+#define VERBS_LL_BYTES (VERBS_LL_RX_BYTES + 64u)
+/* offsets of the peer's words in our region */
+#define VERBS_LL_CREDIT_OFF VERBS_LL_RX_BYTES
+#define VERBS_LL_STATE_OFF (VERBS_LL_RX_BYTES + 8u)
+/* The credit goes back after this many lines taken. */
+#define VERBS_LL_CREDIT_BATCH (VERBS_LL_LINES / 4)
 
 struct fr_tp_mr {
 	struct fr_tpb_link link; /* in tp->mrs (first: converts back) */
@@ -126,6 +157,7 @@ struct fr_tp_mr {
 	uint8_t *base;
 	size_t len;
 	unsigned int inflight; /* posted writes still reading from it */
+	bool remote;	       /* peers may write into it */
 };
 
 enum verbs_sqe_kind {
@@ -134,6 +166,8 @@ enum verbs_sqe_kind {
 	VERBS_SQE_USER,	  /* the WR that completes a write_imm(): FR_CQE_SEND */
 	VERBS_SQE_PART,	  /* a part on QP 1..n-1: its notification waits */
 	VERBS_SQE_INLINE, /* a write_inline(): nobody waits for it */
+	VERBS_SQE_LINE,	  /* a write_inline() as a polled line: signalled */
+	VERBS_SQE_WORD,	  /* a credit, state or wake-up for polled lines */
 };
 
 /* A posted send WR, in posting order. */
@@ -161,7 +195,7 @@ struct verbs_msg {
 	uint64_t raddr;
 	uint32_t rkey, len, imm;
 	bool user; /* a write_imm(): owes an FR_CQE_SEND */
-	uint8_t data[VERBS_MAX_INLINE];
+	uint8_t data[FR_TP_INLINE_MAX];
 };
 
 /* Where a resume stands (c->rs, while c->b.state is VERBS_RESUME). */
@@ -204,15 +238,19 @@ struct verbs_note {
 	unsigned int parts_left; /* parts on QPs 1..n-1 not completed yet */
 };
 
-/* A receive completion held back until accept() hands the conn out. */
+/* A receive completion held back until accept() hands the conn out (or
+ * the ring of completions has room): a write's, or a polled line's. */
 struct verbs_held {
 	uint32_t imm, len;
+	bool line;
 };
 
 /* What the environment sets (fr_verbs.c reads it at open()). */
 struct verbs_opts {
 	bool spin;	     /* FR_POLL=spin: wait() never blocks */
 	bool resume;	     /* FR_IB_RESUME (default 1) */
+	bool ll;	     /* polled lines (FR_IB_LL, ll_auto) */
+	bool ll_auto;	     /* FR_IB_LL unset: by the device (verbs_limits) */
 	int fault_rank;	     /* FR_IB_FAULT=rank:n: fail the QP of every */
 	unsigned long fault_every; /* n-th write_imm() (0: never) */
 	long stall_ms;		   /* FR_IB_STALL_MS; -1: unset */
@@ -299,9 +337,32 @@ struct fr_tp_conn {
 	uint32_t rq_tail;  /* receives posted on lane 0 so far */
 	uint64_t nstriped; /* writes striped so far (logged at close) */
 
-	/* receive completions held back until accept() */
+	/* receive completions held back until accept() (held_cap: rq_depth
+	 * receives and VERBS_LL_LINES lines) */
 	struct verbs_held *held;
-	unsigned int held_head, held_count;
+	unsigned int held_head, held_count, held_cap;
+
+	/*
+	 * Polled lines (fr_verbs.c, "Small writes").  ll is our region (the
+	 * peer's lines, then its credit and state words; ll_mr), ll_peer_*
+	 * the peer's.  ll_rx: we take lines (our key sent, no resume drained
+	 * yet); ll_tx: we may send them (the peer's key came, no resume yet).
+	 * Our lines: ll_tail sent; the peer's: ll_head taken from the ring,
+	 * ll_freed handed out (the credit we give back, last sent
+	 * ll_credit_sent).  ll_state: our state as last told the peer (odd:
+	 * we poll); ll_rung: the peer's state we last woke it for.  ll_off:
+	 * a resume began; no lines either way for good (not even on a key
+	 * that arrives late).
+	 */
+	uint8_t *ll;
+	struct ibv_mr *ll_mr;
+	uint64_t ll_peer_addr;
+	uint32_t ll_peer_rkey;
+	bool ll_rx, ll_tx, ll_off;
+	bool ll_ring_owed, ll_credit_owed, ll_awake_owed;
+	uint64_t ll_tail, ll_head, ll_freed, ll_credit_sent;
+	uint64_t ll_state, ll_rung;
+	uint64_t ll_sent, ll_taken, ll_rings; /* counted for the close log */
 };
 
 struct fr_tp {
@@ -336,6 +397,8 @@ struct fr_tp {
 	struct fr_tpb_link *mrs; /* our registrations (struct fr_tp_mr) */
 	unsigned long nwrites;	 /* write_imm()s, for FR_IB_FAULT */
 	bool cq_empty;		 /* the last verbs_cq_drain() emptied the CQ */
+	struct fr_tp_mr *mr_hint; /* the region a polled line last went to */
+	bool woke; /* poll() has not run since a wait() returned */
 	unsigned int stall_ms;	 /* FR_IB_STALL_MS (0: no stall detection) */
 	uint64_t stall_tick;	 /* fr_coarse_ms() of the last stall scan */
 
@@ -370,6 +433,27 @@ static inline uint8_t *verbs_recv_buf(const struct fr_tp_conn *c, uint32_t idx)
 	return c->ctl + (size_t)(c->sq_cap + idx) * VERBS_CTL_LEN;
 }
 
+/* c->ctl after the send and receive slots: our outgoing lines (line i
+ * from slot i % VERBS_LL_LINES), then the words we send (credit, state). */
+static inline uint8_t *verbs_ll_out(const struct fr_tp_conn *c, uint64_t i)
+{
+	return c->ctl +
+	       (size_t)(c->sq_cap + c->b.tp->rq_depth) * VERBS_CTL_LEN +
+	       (size_t)(i % VERBS_LL_LINES) * VERBS_LL_LINE;
+}
+
+static inline uint8_t *verbs_ll_word_out(const struct fr_tp_conn *c, int w)
+{
+	return verbs_ll_out(c, 0) + VERBS_LL_RX_BYTES + 8 * w;
+}
+
+/* The bytes of c->ctl. */
+static inline size_t verbs_ctl_bytes(const struct fr_tp *tp)
+{
+	return (size_t)(tp->sq_cap + tp->rq_depth) * VERBS_CTL_LEN +
+	       VERBS_LL_RX_BYTES + 16;
+}
+
 /* ---- verbs_conn.c: error messages, connections and their QPs ------------- */
 
 const char *verbs_strerror(int e, char *buf, size_t len);
@@ -396,6 +480,8 @@ int verbs_hello_rank(struct fr_tp *tp, struct rdma_cm_id *id, const uint8_t *pd,
 void verbs_lanes_stop(struct fr_tp_conn *c);
 void verbs_drop_lanes(struct fr_tp_conn *c);
 int verbs_post_recvs(struct fr_tp_conn *c, unsigned int n);
+int verbs_post_ctl(struct fr_tp_conn *c, const uint8_t *pl, const char *what);
+int verbs_ll_send_key(struct fr_tp_conn *c);
 int verbs_lane_connect(struct fr_tp_conn *c, unsigned int i, uint32_t peer_qpn);
 int verbs_qp_create(struct fr_tp_conn *c);
 struct fr_tp_conn *verbs_conn_by_cid(struct fr_tp *tp, uint32_t cid);
@@ -440,6 +526,8 @@ int verbs_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr);
 int verbs_pack_rkey(struct fr_tp_mr *mr, void *blob, size_t *len);
 int verbs_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
 		      struct fr_tp_rkey *rkey);
+struct fr_tp_mr *verbs_mr_find(struct fr_tp *tp, uint32_t rkey, uint64_t addr,
+			       size_t len);
 
 /* ---- verbs_data.c: the data path, completions, the log ------------------- */
 
@@ -459,6 +547,9 @@ void verbs_notes_post_all(struct fr_tp *tp);
 void verbs_post_fences(struct fr_tp *tp);
 bool verbs_owes(const struct fr_tp *tp);
 bool verbs_rings_empty(const struct fr_tp_conn *c);
+void verbs_lines_poll(struct fr_tp *tp);
+bool verbs_line_ready(const struct fr_tp_conn *c);
+int verbs_ll_sleep(struct fr_tp *tp);
 
 /* ---- verbs_poll.c: poll and wait ----------------------------------------- */
 

@@ -156,11 +156,7 @@ static bool verbs_qpn_ok(uint32_t qpn)
 static int verbs_lanes_up(struct fr_tp_conn *c, unsigned int n,
 			  const uint8_t *qpns)
 {
-	struct verbs_lane *l0 = &c->lane[0];
-	struct ibv_send_wr wr, *bad;
-	struct verbs_sqe *e;
-	struct ibv_sge sge;
-	uint8_t *b;
+	uint8_t pl[VERBS_CTL_LEN] = {0};
 	unsigned int i;
 	int rc;
 
@@ -182,31 +178,11 @@ static int verbs_lanes_up(struct fr_tp_conn *c, unsigned int n,
 			return rc;
 	}
 	/* Nothing has been posted yet: lane 0's ring is empty. */
-	b = c->ctl + (size_t)(l0->sq_tail % c->sq_cap) * VERBS_CTL_LEN;
-	fr_put_le32(b, VERBS_READY_MAGIC);
-	fr_put_le32(b + 4, n);
-	sge.addr = (uint64_t)(uintptr_t)b;
-	sge.length = VERBS_CTL_LEN;
-	sge.lkey = c->ctl_mr->lkey;
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = verbs_wrid(c, false, (uint32_t)l0->sq_tail);
-	wr.opcode = IBV_WR_SEND;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	if (l0->max_inline >= VERBS_CTL_LEN)
-		wr.send_flags |= IBV_SEND_INLINE;
-	rc = ibv_post_send(l0->qp, &wr, &bad);
-	if (rc) {
-		fr_tpb_seterr(&c->b.tp->b, FR_LOG_WARN,
-			      "ibv_post_send (lanes ready): %s", strerror(rc));
-		return FR_ESYS;
-	}
-	e = &l0->sq[l0->sq_tail % c->sq_cap];
-	memset(e, 0, sizeof(*e));
-	e->kind = VERBS_SQE_PLAIN;
-	l0->sq_tail++;
-	l0->nwr++;
+	fr_put_le32(pl, VERBS_READY_MAGIC);
+	fr_put_le32(pl + 4, n);
+	rc = verbs_post_ctl(c, pl, "lanes ready");
+	if (rc)
+		return rc;
 	c->lanes_ready = true;
 	return 0;
 }
@@ -219,6 +195,11 @@ static void verbs_on_established(struct fr_tp_conn *c, const uint8_t *pd,
 	int rank, rc;
 
 	if (c->b.state == VERBS_ACCEPTING) {
+		rc = verbs_ll_send_key(c);
+		if (rc) {
+			verbs_conn_fail(c, rc, "%s", c->b.tp->b.errbuf);
+			return;
+		}
 		c->b.state = VERBS_UP;
 		fr_dbg("verbs: rank %d: connection from rank %d established",
 		       c->b.tp->b.rank, c->b.peer);
@@ -258,6 +239,11 @@ static void verbs_on_established(struct fr_tp_conn *c, const uint8_t *pd,
 		verbs_conn_fail(c, rc,
 				"cannot connect the extra queue pairs: %s",
 				c->b.tp->b.errbuf);
+		return;
+	}
+	rc = verbs_ll_send_key(c);
+	if (rc) {
+		verbs_conn_fail(c, rc, "%s", c->b.tp->b.errbuf);
 		return;
 	}
 	c->b.state = VERBS_UP;

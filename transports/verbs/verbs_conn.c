@@ -148,7 +148,7 @@ static int verbs_slot_get(struct fr_tp *tp, struct fr_tp_conn *c)
 struct fr_tp_conn *verbs_conn_new(struct fr_tp *tp)
 {
 	struct fr_tp_conn *c;
-	size_t ctl_len = (size_t)(tp->sq_cap + tp->rq_depth) * VERBS_CTL_LEN;
+	size_t ctl_len = verbs_ctl_bytes(tp);
 	unsigned int i;
 
 	/* No send queue of the base's: the lanes keep their own rings. */
@@ -163,7 +163,8 @@ struct fr_tp_conn *verbs_conn_new(struct fr_tp *tp)
 			goto err;
 	}
 	c->notes = calloc(tp->b.sq_depth, sizeof(*c->notes));
-	c->held = calloc(tp->rq_depth, sizeof(*c->held));
+	c->held_cap = tp->rq_depth + VERBS_LL_LINES;
+	c->held = calloc(c->held_cap, sizeof(*c->held));
 	c->ctl = calloc(1, ctl_len);
 	/* Messages not known to have arrived: at most a ring of lane 0
 	 * and the notifications waiting. */
@@ -175,6 +176,18 @@ struct fr_tp_conn *verbs_conn_new(struct fr_tp *tp)
 	c->ctl_mr = ibv_reg_mr(tp->pd, c->ctl, ctl_len, IBV_ACCESS_LOCAL_WRITE);
 	if (!c->ctl_mr || verbs_slot_get(tp, c))
 		goto err;
+	/* Our ring of the peer's polled lines and its words, which it
+	 * writes; zero: no line is valid yet. */
+	if (tp->opt.ll) {
+		if (posix_memalign((void **)&c->ll, 4096, VERBS_LL_BYTES))
+			goto err;
+		memset(c->ll, 0, VERBS_LL_BYTES);
+		c->ll_mr = ibv_reg_mr(tp->pd, c->ll, VERBS_LL_BYTES,
+				      IBV_ACCESS_LOCAL_WRITE |
+					      IBV_ACCESS_REMOTE_WRITE);
+		if (!c->ll_mr)
+			goto err;
+	}
 	/* Never 0 (a generation is 1..0x7fff): 0 is "not known". */
 	c->cid = c->slot | c->gen << 16;
 	return c;
@@ -198,8 +211,11 @@ void verbs_conn_release(struct fr_tp_conn *c)
 		tp->slots[c->slot] = NULL;
 	if (c->log)
 		verbs_log_pop(c, c->msg_tail);
+	if (c->ll_mr)
+		ibv_dereg_mr(c->ll_mr);
 	if (c->ctl_mr)
 		ibv_dereg_mr(c->ctl_mr);
+	free(c->ll);
 	free(c->log);
 	free(c->ctl);
 	free(c->held);
@@ -487,6 +503,74 @@ int verbs_post_recvs(struct fr_tp_conn *c, unsigned int n)
 	return 0;
 }
 
+/*
+ * Post a SEND of VERBS_CTL_LEN bytes (pl) on lane 0, signalled, outside the
+ * data path's accounting of writes (lanes ready, a polled-lines key): the
+ * ring must have room, which it has right after establishment.  0 or
+ * FR_ESYS with a message.
+ */
+int verbs_post_ctl(struct fr_tp_conn *c, const uint8_t *pl, const char *what)
+{
+	struct verbs_lane *l0 = &c->lane[0];
+	struct ibv_send_wr wr, *bad;
+	struct verbs_sqe *e;
+	struct ibv_sge sge;
+	uint8_t *b = c->ctl + (size_t)(l0->sq_tail % c->sq_cap) * VERBS_CTL_LEN;
+	int rc;
+
+	if (l0->sq_tail - l0->sq_head >= c->sq_cap) {
+		fr_tpb_seterr(&c->b.tp->b, FR_LOG_WARN,
+			      "no room on the queue pair for the %s message",
+			      what);
+		return FR_ESYS;
+	}
+	memcpy(b, pl, VERBS_CTL_LEN);
+	sge.addr = (uint64_t)(uintptr_t)b;
+	sge.length = VERBS_CTL_LEN;
+	sge.lkey = c->ctl_mr->lkey;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = verbs_wrid(c, false, (uint32_t)l0->sq_tail);
+	wr.opcode = IBV_WR_SEND;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	if (l0->max_inline >= VERBS_CTL_LEN)
+		wr.send_flags |= IBV_SEND_INLINE;
+	rc = ibv_post_send(l0->qp, &wr, &bad);
+	if (rc) {
+		fr_tpb_seterr(&c->b.tp->b, FR_LOG_WARN,
+			      "ibv_post_send (%s): %s", what, strerror(rc));
+		return FR_ESYS;
+	}
+	e = &l0->sq[l0->sq_tail % c->sq_cap];
+	memset(e, 0, sizeof(*e));
+	e->kind = VERBS_SQE_PLAIN;
+	l0->sq_tail++;
+	l0->nwr++;
+	return 0;
+}
+
+/*
+ * Tell the peer where our ring of polled lines is (once, on a new
+ * connection; none after a resume, and none with FR_IB_LL=0: the peer then
+ * never sends us a line).  From now on we take lines.
+ */
+int verbs_ll_send_key(struct fr_tp_conn *c)
+{
+	uint8_t pl[VERBS_CTL_LEN];
+	int rc;
+
+	if (!c->ll_mr || c->ll_off)
+		return 0;
+	fr_put_le32(pl, VERBS_LLKEY_MAGIC);
+	fr_put_le32(pl + 4, c->ll_mr->rkey);
+	fr_put_le64(pl + 8, (uint64_t)(uintptr_t)c->ll);
+	rc = verbs_post_ctl(c, pl, "polled lines key");
+	if (!rc)
+		c->ll_rx = true;
+	return rc;
+}
+
 /* The PSN a hand-connected QP starts sending with: derived from its number,
  * so the peer's receive side knows it without another field. */
 static uint32_t verbs_lane_psn(uint32_t qpn)
@@ -515,7 +599,8 @@ static int verbs_rc_qp(struct fr_tp_conn *c, unsigned int i)
 	rc = verbs_cq_reserve(tp, need);
 	if (rc)
 		return rc;
-	for (inl = VERBS_MAX_INLINE;; inl = 0) {
+	for (inl = VERBS_MAX_INLINE;;
+	     inl = inl == VERBS_MAX_INLINE ? VERBS_MIN_INLINE : 0) {
 		memset(&attr, 0, sizeof(attr));
 		attr.send_cq = tp->cq;
 		attr.recv_cq = tp->cq;
@@ -533,7 +618,8 @@ static int verbs_rc_qp(struct fr_tp_conn *c, unsigned int i)
 								  : c->id->qp;
 		if (qp)
 			break;
-		/* A device that cannot inline: send from registered memory. */
+		/* A device that cannot inline that much: ask less, then
+		 * none (sends from registered memory). */
 		if (!inl) {
 			int e = errno;
 			char why[192];
@@ -630,7 +716,7 @@ int verbs_lane_connect(struct fr_tp_conn *c, unsigned int i, uint32_t peer_qpn)
 int verbs_qp_create(struct fr_tp_conn *c)
 {
 	struct fr_tp *tp = c->b.tp;
-	unsigned int i;
+	unsigned int i, held;
 	int rc;
 
 	if (c->id->verbs != tp->pd->context) {
@@ -656,8 +742,11 @@ int verbs_qp_create(struct fr_tp_conn *c)
 	c->rq_tail = 0;
 	c->rq_out = 0;
 	/* After a resume, receives held for accept() keep their slots until
-	 * handed out (then each is posted again). */
-	rc = verbs_post_recvs(c, tp->rq_depth - c->held_count);
+	 * handed out (then each is posted again); held lines took none. */
+	held = c->held_count;
+	for (i = 0; i < c->held_count; i++)
+		held -= c->held[(c->held_head + i) % c->held_cap].line;
+	rc = verbs_post_recvs(c, tp->rq_depth - held);
 	if (rc) {
 		fr_tpb_seterr(&tp->b, FR_LOG_WARN, "ibv_post_recv: %s",
 			      strerror(rc));

@@ -11,6 +11,7 @@
  */
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -52,6 +53,8 @@ static bool verbs_wc_resumable(enum ibv_wc_status s)
 	return s == IBV_WC_RETRY_EXC_ERR || s == IBV_WC_RNR_RETRY_EXC_ERR ||
 	       s == IBV_WC_LOC_QP_OP_ERR || s == IBV_WC_WR_FLUSH_ERR;
 }
+
+static void verbs_lines_take(struct fr_tp_conn *c);
 
 /* ---- data path: posting -------------------------------------------------- */
 
@@ -138,7 +141,9 @@ static int verbs_lane_post(struct fr_tp_conn *c, unsigned int i,
 	l->sq_tail++;
 	l->nwr++;
 	l->unsignaled = sig ? 0 : l->unsignaled + 1;
-	l->unsig_owed = sig ? 0 : l->unsig_owed + (kind != VERBS_SQE_INLINE);
+	l->unsig_owed = sig ? 0
+			    : l->unsig_owed + (kind != VERBS_SQE_INLINE &&
+					       kind != VERBS_SQE_WORD);
 	return 0;
 }
 
@@ -160,6 +165,7 @@ static void verbs_notes_post(struct fr_tp_conn *c)
 		uint8_t *b = c->ctl +
 			     (size_t)(l0->sq_tail % c->sq_cap) * VERBS_CTL_LEN;
 
+		memset(b, 0, VERBS_CTL_LEN);
 		fr_put_le32(b, n->len);
 		fr_put_le32(b + 4, VERBS_NOTE_MAGIC);
 		sge.addr = (uint64_t)(uintptr_t)b;
@@ -208,6 +214,7 @@ static void verbs_sq_retire(struct fr_tp_conn *c, struct verbs_lane *l,
 		switch (e->kind) {
 		case VERBS_SQE_USER:
 		case VERBS_SQE_INLINE:
+		case VERBS_SQE_LINE:
 			if (!ok)
 				break;
 			if (e->kind == VERBS_SQE_USER) {
@@ -215,6 +222,9 @@ static void verbs_sq_retire(struct fr_tp_conn *c, struct verbs_lane *l,
 					       e->ctx, 0, 0);
 				c->user_inflight--;
 			}
+			/* A line is placed: is the peer asleep now? */
+			if (e->kind == VERBS_SQE_LINE)
+				c->ll_ring_owed = true;
 			verbs_log_pop(c, e->seq + 1);
 			c->rs_progress = true;
 			break;
@@ -353,10 +363,18 @@ void verbs_resume_drains(struct fr_tp *tp)
 {
 	if (!tp->cq_empty)
 		return;
-	for (struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next)
-		if (c->b.state == VERBS_RESUME && c->rs == VERBS_RS_DRAIN &&
-		    verbs_drained(c))
+	for (struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next) {
+		if (c->b.state != VERBS_RESUME || c->rs != VERBS_RS_DRAIN ||
+		    !verbs_drained(c))
+			continue;
+		/* The lines that landed are counted with what arrived; the
+		 * connection takes none after (the peer sends them again as
+		 * writes). */
+		verbs_lines_take(c);
+		c->ll_rx = false;
+		if (c->b.state == VERBS_RESUME)
 			verbs_resume_drained(c);
+	}
 }
 
 static void verbs_repost(struct fr_tp_conn *c)
@@ -372,12 +390,298 @@ static void verbs_repost(struct fr_tp_conn *c)
 		verbs_conn_fail(c, FR_ESYS, "ibv_post_recv: %s", strerror(rc));
 }
 
+/* ---- polled lines (fr_verbs.c, "Small writes") -------------------------- */
+
+/* A word of our region that the peer writes (its credit or its state). */
+static uint64_t verbs_ll_word(const struct fr_tp_conn *c, size_t off)
+{
+	const uint64_t *w = (const uint64_t *)(const void *)(c->ll + off);
+
+	return le64toh(__atomic_load_n(w, __ATOMIC_ACQUIRE));
+}
+
+/* Does c take the peer's lines now: up, or draining for a resume (what
+ * landed before the link went is taken then, and counted for it)? */
+static bool verbs_ll_taking(const struct fr_tp_conn *c)
+{
+	return c->ll_rx &&
+	       (c->b.state == VERBS_UP ||
+		(c->b.state == VERBS_RESUME && c->rs == VERBS_RS_DRAIN));
+}
+
+/* Read the line at the head of our ring into p (16 payload words): false
+ * while any of its flags is not the line's number + 1 (not all there). */
+static bool verbs_line_read(const struct fr_tp_conn *c, uint32_t *p)
+{
+	const uint64_t *w =
+		(const uint64_t *)(const void *)(c->ll +
+						 (size_t)(c->ll_head %
+							  VERBS_LL_LINES) *
+							 VERBS_LL_LINE);
+	uint32_t flag = (uint32_t)(c->ll_head + 1);
+
+	for (unsigned int i = 0; i < VERBS_LL_WORDS; i++) {
+		uint64_t v = le64toh(__atomic_load_n(&w[i], __ATOMIC_ACQUIRE));
+
+		if ((uint32_t)(v >> 32) != flag)
+			return false;
+		p[i] = (uint32_t)v;
+	}
+	return true;
+}
+
+/* Is the next message of c a line that is all there (poll() would hand
+ * it out)? */
+bool verbs_line_ready(const struct fr_tp_conn *c)
+{
+	uint32_t p[VERBS_LL_WORDS];
+
+	return verbs_ll_taking(c) && verbs_line_read(c, p) &&
+	       p[0] == (uint32_t)c->rx_msgs;
+}
+
+/* An 8-byte RDMA WRITE of v into the peer's region at off (our credit or
+ * state word), signalled if sig.  False when lane 0 has no room now (or the
+ * post failed the connection). */
+static bool verbs_ll_put_word(struct fr_tp_conn *c, size_t off, uint64_t v,
+			      bool sig)
+{
+	uint8_t *b = verbs_ll_word_out(c, off == VERBS_LL_STATE_OFF);
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+
+	if (c->b.state != VERBS_UP || !c->ll_tx ||
+	    !verbs_lane_room(c, &c->lane[0], 1))
+		return false;
+	fr_put_le64(b, v);
+	sge.addr = (uint64_t)(uintptr_t)b;
+	sge.length = 8;
+	sge.lkey = c->ctl_mr->lkey;
+	memset(&wr, 0, sizeof(wr));
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.wr.rdma.remote_addr = c->ll_peer_addr + off;
+	wr.wr.rdma.rkey = c->ll_peer_rkey;
+	return !verbs_lane_post(c, 0, &wr, VERBS_SQE_WORD, 0, NULL, 0, sig);
+}
+
+/* Give the peer its credit back once a batch of its lines has been
+ * handed out. */
+static void verbs_ll_credit(struct fr_tp_conn *c)
+{
+	c->ll_credit_owed = false;
+	if (!c->ll_tx ||
+	    c->ll_freed - c->ll_credit_sent < VERBS_LL_CREDIT_BATCH)
+		return;
+	if (verbs_ll_put_word(c, VERBS_LL_CREDIT_OFF, c->ll_freed, false))
+		c->ll_credit_sent = c->ll_freed;
+	else
+		c->ll_credit_owed = c->b.state == VERBS_UP;
+}
+
+/*
+ * Tell the peer we poll (our state word odd): from now on it may send us
+ * small writes as lines.  Said when one of its small writes came another
+ * way while it thought we slept.
+ */
+static void verbs_ll_awake(struct fr_tp_conn *c)
+{
+	c->ll_awake_owed = false;
+	if (!c->ll_rx || !c->ll_tx || (c->ll_state & 1))
+		return;
+	if (verbs_ll_put_word(c, VERBS_LL_STATE_OFF, c->ll_state + 1, false))
+		c->ll_state++;
+	else
+		c->ll_awake_owed = c->b.state == VERBS_UP;
+}
+
+/*
+ * One of our lines was placed (its write completed): if the peer has
+ * said since that it sleeps (state even), and we have not woken it for
+ * that sleep, wake it with a SEND, which raises a completion there.  The
+ * peer looks at its lines after its asleep word is acknowledged, so a
+ * line placed before we read the word is seen either way (fr_verbs.c).
+ */
+static void verbs_ll_ring(struct fr_tp_conn *c)
+{
+	uint64_t s = verbs_ll_word(c, VERBS_LL_STATE_OFF);
+	struct verbs_lane *l0 = &c->lane[0];
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+	uint8_t *b;
+
+	c->ll_ring_owed = false;
+	if (!c->ll_tx || (s & 1) || s == c->ll_rung)
+		return;
+	if (!verbs_lane_room(c, l0, 1)) {
+		c->ll_ring_owed = true;
+		return;
+	}
+	b = c->ctl + (size_t)(l0->sq_tail % c->sq_cap) * VERBS_CTL_LEN;
+	memset(b, 0, VERBS_CTL_LEN);
+	fr_put_le32(b, VERBS_WAKE_MAGIC);
+	sge.addr = (uint64_t)(uintptr_t)b;
+	sge.length = VERBS_CTL_LEN;
+	sge.lkey = c->ctl_mr->lkey;
+	memset(&wr, 0, sizeof(wr));
+	wr.opcode = IBV_WR_SEND;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	if (verbs_lane_post(c, 0, &wr, VERBS_SQE_WORD, 0, NULL, 0, false))
+		return;
+	c->ll_rung = s;
+	c->ll_rings++;
+}
+
+/* A receive (a write's, or a line's) handed out: its receive goes back,
+ * or the line's slot counts towards the peer's credit. */
+static void verbs_delivered(struct fr_tp_conn *c, bool line)
+{
+	if (!line) {
+		verbs_repost(c);
+		return;
+	}
+	c->ll_freed++;
+	verbs_ll_credit(c);
+}
+
+/* Hand a message out, or hold it (asked to, not accepted yet, older ones
+ * held, or no room in the ring of completions). */
+static void verbs_deliver(struct fr_tp_conn *c, uint32_t imm, uint32_t len,
+			  bool line, bool hold)
+{
+	struct fr_tp *tp = c->b.tp;
+	struct verbs_held *h;
+
+	if (hold || !c->b.owned || c->held_count || !fr_cqring_room(tp->b.cq)) {
+		h = &c->held[(c->held_head + c->held_count) % c->held_cap];
+		h->imm = imm;
+		h->len = len;
+		h->line = line;
+		c->held_count++;
+		return;
+	}
+	fr_cqring_push(tp->b.cq, FR_CQE_RECV, 0, c, 0, imm, len);
+	verbs_delivered(c, line);
+}
+
+/*
+ * Take the line at the head of the ring if it is the next message: check
+ * it as the HCA would a write (its destination one of our regions that
+ * peers may write, all of it inside), copy its bytes there and hand it
+ * out (or hold it: inside a CQ drain, whose room in the ring of
+ * completions is spoken for).  1 taken, 0 not (not there, or a write with
+ * immediate comes first), or a negative code: the connection failed.
+ */
+static int verbs_line_take(struct fr_tp_conn *c, bool hold)
+{
+	struct fr_tp *tp = c->b.tp;
+	uint32_t p[VERBS_LL_WORDS], len;
+	uint8_t data[FR_TP_INLINE_MAX];
+	struct fr_tp_mr *mr;
+	uint64_t raddr;
+
+	if (!verbs_line_read(c, p))
+		return 0;
+	/* A line behind the messages taken would stop the ring for good. */
+	if ((int32_t)(p[0] - (uint32_t)c->rx_msgs) < 0) {
+		verbs_conn_fail(
+			c, FR_EPROTO,
+			"rank %d sent a line out of order (message %u, expected %u)",
+			c->b.peer, p[0], (uint32_t)c->rx_msgs);
+		return FR_EPROTO;
+	}
+	if (p[0] != (uint32_t)c->rx_msgs)
+		return 0;
+	len = p[2];
+	raddr = p[4] | (uint64_t)p[5] << 32;
+	if (!len || len > FR_TP_INLINE_MAX || p[6] || p[7]) {
+		verbs_conn_fail(c, FR_EPROTO,
+				"rank %d sent a malformed line (%u bytes)",
+				c->b.peer, len);
+		return FR_EPROTO;
+	}
+	mr = verbs_mr_find(tp, p[3], raddr, len);
+	if (!mr) {
+		verbs_conn_fail(
+			c, FR_ERANGE,
+			"rank %d wrote %u bytes at 0x%llx outside our registrations (a line)",
+			c->b.peer, len, (unsigned long long)raddr);
+		return FR_ERANGE;
+	}
+	for (uint32_t i = 0; i < len; i++)
+		data[i] = (uint8_t)(p[8 + i / 4] >> (8 * (i % 4)));
+	memcpy(mr->base + (raddr - (uint64_t)(uintptr_t)mr->base), data, len);
+	c->ll_head++;
+	c->ll_taken++;
+	c->rx_msgs++;
+	c->rs_progress = true;
+	verbs_deliver(c, p[1], len, true, hold);
+	return 1;
+}
+
+/* Take every line that is the next message (those before a write with
+ * immediate that just arrived, or what a resume's drain found), held:
+ * poll() hands them out after the drain. */
+static void verbs_lines_take(struct fr_tp_conn *c)
+{
+	while (verbs_ll_taking(c) && verbs_line_take(c, true) > 0)
+		;
+}
+
+/*
+ * poll()'s part: on every connection, post what polled lines owe (a
+ * wake-up, credit, our awake word), then hand out the lines that are the
+ * next messages, as the ring of completions has room.
+ */
+void verbs_lines_poll(struct fr_tp *tp)
+{
+	for (struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next) {
+		if (c->b.state == VERBS_UP) {
+			if (c->ll_ring_owed)
+				verbs_ll_ring(c);
+			if (c->ll_credit_owed)
+				verbs_ll_credit(c);
+			if (c->ll_awake_owed)
+				verbs_ll_awake(c);
+		}
+		if (!c->b.owned)
+			continue;
+		while (!c->held_count && fr_cqring_room(tp->b.cq) &&
+		       verbs_ll_taking(c) && verbs_line_take(c, false) > 0)
+			;
+	}
+}
+
+/*
+ * Before wait() sleeps: tell every peer we said we poll that we may sleep
+ * now (our state word even, signalled).  The caller arms the CQ and looks
+ * once more; the word's completion wakes us, and the wait() after that
+ * looks at the lines once they are all placed that the peer sent before
+ * it saw the word.  1 when a word cannot go now (lane 0 full): do not
+ * sleep yet.
+ */
+int verbs_ll_sleep(struct fr_tp *tp)
+{
+	for (struct fr_tp_conn *c = tp->b.conns; c; c = c->b.next) {
+		if (c->b.state != VERBS_UP || !c->ll_tx || !(c->ll_state & 1))
+			continue;
+		if (!verbs_ll_put_word(c, VERBS_LL_STATE_OFF, c->ll_state + 1,
+				       true))
+			return 1;
+		c->ll_state++;
+	}
+	return 0;
+}
+
 /*
  * A receive on lane 0 that is not a write with immediate: a notification
  * (send with immediate; its payload holds the length of the whole striped
- * write) or, at the acceptor, the connector's lanes-ready message.
- * Returns the write's length, or -1 when it was handled here (ready) or
- * the connection failed (a malformed message).
+ * write), at the acceptor the connector's lanes-ready message, the peer's
+ * polled-lines key, or a wake-up (fr_verbs.c, "Small writes").  Returns
+ * the write's length, or -1 when it was handled here or the connection
+ * failed (a malformed message).
  */
 static int64_t verbs_recv_ctl(struct fr_tp_conn *c, const struct ibv_wc *wc)
 {
@@ -401,6 +705,23 @@ static int64_t verbs_recv_ctl(struct fr_tp_conn *c, const struct ibv_wc *wc)
 		}
 		return fr_get_le32(b);
 	}
+	if (fr_get_le32(b) == VERBS_LLKEY_MAGIC) {
+		/* Ours are sent from a new connection only: one that began
+		 * a resume sends no lines (a key late from before it, taken
+		 * in its drain, is not used). */
+		if (c->b.tp->opt.ll && !c->ll_off) {
+			c->ll_peer_rkey = fr_get_le32(b + 4);
+			c->ll_peer_addr = fr_get_le64(b + 8);
+			c->ll_tx = true;
+		}
+		verbs_repost(c);
+		return -1;
+	}
+	if (fr_get_le32(b) == VERBS_WAKE_MAGIC) {
+		/* It woke us; it raises no completion of its own. */
+		verbs_repost(c);
+		return -1;
+	}
 	if (!c->b.incoming || c->nqps < 2 || c->lanes_ready ||
 	    fr_get_le32(b) != VERBS_READY_MAGIC ||
 	    fr_get_le32(b + 4) != c->nqps) {
@@ -419,8 +740,6 @@ static int64_t verbs_recv_ctl(struct fr_tp_conn *c, const struct ibv_wc *wc)
 
 static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 {
-	struct fr_tp *tp = c->b.tp;
-	struct verbs_held *h;
 	int64_t len;
 	int st;
 
@@ -454,9 +773,14 @@ static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 		return; /* landed before the failure; nobody reads it now */
 	if (c->b.state == VERBS_RESUME && !c->lanes_stopped)
 		verbs_resume_arrived(c);
-	/* A message, counted for a resume (the lanes-ready one is not). */
-	if (wc->wc_flags & IBV_WC_WITH_IMM)
+	/* A message, counted for a resume (the lanes-ready one is not);
+	 * the lines sent before it were placed before it: they go first. */
+	if (wc->wc_flags & IBV_WC_WITH_IMM) {
+		verbs_lines_take(c);
+		if (c->b.state == VERBS_FAILED)
+			return;
 		c->rx_msgs++;
+	}
 	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 		len = wc->byte_len;
 	} else {
@@ -464,17 +788,13 @@ static void verbs_wc_recv(struct fr_tp_conn *c, const struct ibv_wc *wc)
 		if (len < 0)
 			return;
 	}
-	/* Held back until accept(), and behind older held ones. */
-	if (!c->b.owned || c->held_count) {
-		h = &c->held[(c->held_head + c->held_count) % tp->rq_depth];
-		h->imm = ntohl(wc->imm_data);
-		h->len = (uint32_t)len;
-		c->held_count++;
-		return;
-	}
-	fr_cqring_push(tp->b.cq, FR_CQE_RECV, 0, c, 0, ntohl(wc->imm_data),
-		       (uint32_t)len);
-	verbs_repost(c);
+	/* A small write that came as a write while the peer thought we
+	 * slept, and found us polling (not just woken: a rank that sleeps
+	 * for every message would pay two words a message for nothing):
+	 * tell the peer we poll. */
+	if (len <= FR_TP_INLINE_MAX && !(c->ll_state & 1) && !c->b.tp->woke)
+		verbs_ll_awake(c);
+	verbs_deliver(c, ntohl(wc->imm_data), (uint32_t)len, false, false);
 }
 
 static void verbs_wc_send(struct fr_tp_conn *c, struct verbs_lane *l,
@@ -498,7 +818,8 @@ static void verbs_wc_send(struct fr_tp_conn *c, struct verbs_lane *l,
 	if (!c->bad_msg && wc->status != IBV_WC_WR_FLUSH_ERR) {
 		const struct verbs_sqe *e = &l->sq[s % c->sq_cap];
 
-		if (e->kind == VERBS_SQE_USER || e->kind == VERBS_SQE_INLINE) {
+		if (e->kind == VERBS_SQE_USER || e->kind == VERBS_SQE_INLINE ||
+		    e->kind == VERBS_SQE_LINE) {
 			c->bad_msg = e->seq + 1;
 			c->bad_st = st;
 		}
@@ -667,16 +988,21 @@ void verbs_notes_post_all(struct fr_tp *tp)
 			verbs_notes_post(c);
 }
 
-/* Apply the DISCONNECTED events of live connections (after the drain). */
+/* Apply the DISCONNECTED events of live connections (after the drain,
+ * and after the lines that landed before it: they came first). */
 void verbs_apply_peer_gone(struct fr_tp *tp)
 {
 	struct fr_tp_conn *c;
 
-	for (c = tp->b.conns; c; c = c->b.next)
-		if (c->peer_gone && c->b.state == VERBS_UP)
+	for (c = tp->b.conns; c; c = c->b.next) {
+		if (!c->peer_gone || c->b.state != VERBS_UP)
+			continue;
+		verbs_lines_take(c);
+		if (c->b.state == VERBS_UP)
 			verbs_conn_fail(c, FR_EPEER,
 					"rank %d closed the connection",
 					c->b.peer);
+	}
 }
 
 /* Move what connections owe the caller into the ring, as room allows:
@@ -695,9 +1021,9 @@ void verbs_flush_owed(struct fr_tp *tp)
 
 			fr_cqring_push(tp->b.cq, FR_CQE_RECV, 0, c, 0, h->imm,
 				       h->len);
-			c->held_head = (c->held_head + 1) % tp->rq_depth;
+			c->held_head = (c->held_head + 1) % c->held_cap;
 			c->held_count--;
-			verbs_repost(c);
+			verbs_delivered(c, h->line);
 		}
 		if (c->held_count)
 			return;
@@ -741,6 +1067,12 @@ bool verbs_owes(const struct fr_tp *tp)
 		if (!c->b.owned)
 			continue;
 		if (c->held_count || c->b.err_owed || c->peer_gone)
+			return true;
+		/* A line to hand out, or something polled lines owe. */
+		if (verbs_line_ready(c) ||
+		    (c->b.state == VERBS_UP &&
+		     (c->ll_ring_owed || c->ll_credit_owed ||
+		      c->ll_awake_owed)))
 			return true;
 		/* A ready notification to post; messages to fail, to
 		 * complete or to send again; a drained resume to go on. */
@@ -1007,9 +1339,69 @@ int verbs_write_imm(struct fr_tp_conn *c, struct fr_tp_mr *lmr, size_t loff,
 }
 
 /*
- * write_inline: one RDMA WRITE WITH IMM whose bytes travel inside the work
- * request (IBV_SEND_INLINE: copied at the post, no DMA read of the source,
- * which may be any memory), unsignalled and raising no FR_CQE_SEND: a later
+ * A small write as a polled line (fr_verbs.c, "Small writes"): a plain RDMA
+ * WRITE of one line into the peer's ring, which the peer polls: no
+ * immediate, no receive consumed, no completion at the peer.  Only while
+ * the peer says it polls (its state word odd) and our lines in its ring
+ * are fewer than the ring holds (its credit).  Signalled: its completion
+ * says the line is placed, and then we look whether the peer has gone to
+ * sleep meanwhile (verbs_ll_ring).  1 posted, 0 not now (the caller sends
+ * it another way), or the code of a failed post.
+ */
+static int verbs_line_post(struct fr_tp_conn *c, const void *buf,
+			   const struct fr_tp_rkey *rkey, uint64_t roff,
+			   size_t len, uint32_t imm)
+{
+	uint8_t pl[VERBS_LL_WORDS * 4] = {0};
+	uint8_t *line = verbs_ll_out(c, c->ll_tail);
+	uint32_t flag = (uint32_t)(c->ll_tail + 1);
+	uint64_t raddr = rkey->a + roff, msg;
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+	int rc;
+
+	if (!c->ll_tx || !(verbs_ll_word(c, VERBS_LL_STATE_OFF) & 1) ||
+	    c->ll_tail - verbs_ll_word(c, VERBS_LL_CREDIT_OFF) >=
+		    VERBS_LL_LINES)
+		return 0;
+	msg = verbs_log_add(c, NULL, 0, raddr, rkey->c, len, imm, 0, false);
+	memcpy(c->log[msg % c->log_cap].data, buf, len);
+	fr_put_le32(pl, (uint32_t)msg);
+	fr_put_le32(pl + 4, imm);
+	fr_put_le32(pl + 8, (uint32_t)len);
+	fr_put_le32(pl + 12, rkey->c);
+	fr_put_le64(pl + 16, raddr);
+	memcpy(pl + 32, buf, len);
+	for (unsigned int i = 0; i < VERBS_LL_WORDS; i++) {
+		memcpy(line + 8 * i, pl + 4 * i, 4);
+		fr_put_le32(line + 8 * i + 4, flag);
+	}
+	sge.addr = (uint64_t)(uintptr_t)line;
+	sge.length = VERBS_LL_LINE;
+	sge.lkey = c->ctl_mr->lkey;
+	memset(&wr, 0, sizeof(wr));
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.wr.rdma.remote_addr =
+		c->ll_peer_addr +
+		(c->ll_tail % VERBS_LL_LINES) * (uint64_t)VERBS_LL_LINE;
+	wr.wr.rdma.rkey = c->ll_peer_rkey;
+	rc = verbs_lane_post(c, 0, &wr, VERBS_SQE_LINE, 0, NULL, msg, true);
+	if (rc) {
+		verbs_log_unadd(c, msg);
+		return rc;
+	}
+	c->ll_tail++;
+	c->ll_sent++;
+	return 1;
+}
+
+/*
+ * write_inline: a polled line where the peer takes them (above), else one
+ * RDMA WRITE WITH IMM whose bytes travel inside the work request
+ * (IBV_SEND_INLINE: copied at the post, no DMA read of the source, which
+ * may be any memory), unsignalled and raising no FR_CQE_SEND: a later
  * signalled WR retires it (every VERBS_SIG_INTERVAL-th is), and it owes no
  * fence.  Only on lane 0 with no notification waiting (the order of
  * writes), and only as long as the device inlines that much; else
@@ -1031,9 +1423,13 @@ int verbs_write_inline(struct fr_tp_conn *c, const void *buf,
 		rc = verbs_remote_check(rkey, roff, len);
 	if (rc)
 		return rc;
+	/* A line too: a resume sends its bytes again inline. */
 	if (len > c->lane[0].max_inline || c->note_head != c->note_tail ||
 	    !verbs_lane_room(c, &c->lane[0], 1))
 		return FR_EAGAIN;
+	rc = verbs_line_post(c, buf, rkey, roff, len, imm);
+	if (rc)
+		return rc < 0 ? rc : 0;
 	memset(&wr, 0, sizeof(wr));
 	sge.addr = (uint64_t)(uintptr_t)buf;
 	sge.length = (uint32_t)len;

@@ -561,6 +561,15 @@ int verbs_limits(struct fr_tp *tp, char *err, size_t errlen)
 	 * and control messages beside them. */
 	tp->rq_depth = FR_MIN(2 * depth, (unsigned int)da.max_qp_wr);
 	tp->max_cqe = da.max_cqe;
+	/* On a software device a receive's completion is a write to memory
+	 * like a line, and a line's bytes cost more than the immediate. */
+	if (tp->opt.ll_auto && (da.vendor_id == VERBS_VENDOR_RXE ||
+				da.vendor_id == VERBS_VENDOR_SIW))
+		tp->opt.ll = false;
+	fr_dbg("verbs: device %s (vendor 0x%x): polled lines %s%s",
+	       ibv_get_device_name(ctx->device), da.vendor_id,
+	       tp->opt.ll ? "on" : "off",
+	       tp->opt.ll_auto ? " (FR_IB_LL unset)" : "");
 	tp->cq_size = (int)FR_MIN(4ul * (tp->sq_cap + tp->rq_depth),
 				  (unsigned long)da.max_cqe);
 	tp->max_msg = pa.max_msg_sz;

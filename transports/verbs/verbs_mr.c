@@ -76,6 +76,7 @@ int verbs_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
 	mr->tp = tp;
 	mr->base = buf;
 	mr->len = len;
+	mr->remote = access & FR_TP_REMOTE_WRITE;
 	fr_tpb_list_add(&tp->mrs, &mr->link);
 	*out = mr;
 	return 0;
@@ -98,9 +99,45 @@ int verbs_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
 			return FR_ESYS;
 		}
 	}
+	if (tp->mr_hint == mr)
+		tp->mr_hint = NULL;
 	fr_tpb_list_del(&tp->mrs, &mr->link);
 	free(mr);
 	return 0;
+}
+
+/*
+ * The region of ours a peer's polled line may write len bytes into at
+ * addr under rkey: registered with FR_TP_REMOTE_WRITE, and holding all of
+ * it; NULL otherwise.  What the HCA checks for a write, checked by us for
+ * the bytes we copy out of a line.  The last match is tried first: small
+ * messages go to the same mailbox.
+ */
+static bool verbs_mr_holds(const struct fr_tp_mr *mr, uint32_t rkey,
+			   uint64_t addr, size_t len)
+{
+	uint64_t base = (uint64_t)(uintptr_t)mr->base;
+
+	return mr->mr && mr->remote && mr->mr->rkey == rkey && addr >= base &&
+	       len <= mr->len && addr - base <= mr->len - len;
+}
+
+struct fr_tp_mr *verbs_mr_find(struct fr_tp *tp, uint32_t rkey, uint64_t addr,
+			       size_t len)
+{
+	struct fr_tpb_link *l;
+
+	if (tp->mr_hint && verbs_mr_holds(tp->mr_hint, rkey, addr, len))
+		return tp->mr_hint;
+	for (l = tp->mrs; l; l = l->next) {
+		struct fr_tp_mr *mr = (struct fr_tp_mr *)(void *)l;
+
+		if (verbs_mr_holds(mr, rkey, addr, len)) {
+			tp->mr_hint = mr;
+			return mr;
+		}
+	}
+	return NULL;
 }
 
 int verbs_pack_rkey(struct fr_tp_mr *mr, void *blob, size_t *len)

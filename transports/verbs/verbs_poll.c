@@ -100,6 +100,7 @@ int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 	rc = verbs_cq_drain(tp);
 	if (rc < 0)
 		return rc;
+	verbs_lines_poll(tp);
 	verbs_apply_peer_gone(tp);
 	verbs_resume_drains(tp);
 	verbs_stall_scan(tp);
@@ -107,6 +108,7 @@ int verbs_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 	verbs_notes_post_all(tp);
 	verbs_post_fences(tp);
 	verbs_sweep(tp);
+	tp->woke = false;
 	n = fr_cqring_pop(tp->b.cq, cqe, max);
 	return n;
 }
@@ -146,6 +148,10 @@ int verbs_wait_prepare(struct fr_tp *tp, int *timeout_ms)
 		return FR_EINVAL;
 	if (tp->opt.spin || verbs_owes(tp))
 		return 1;
+	/* Peers that send us polled lines must know we may sleep (their
+	 * next line then wakes us), before we look for the last time. */
+	if (verbs_ll_sleep(tp))
+		return 1;
 	/* A notification left unposted (its parts completed in a drain
 	 * outside poll) or an uncovered tail would never raise the
 	 * completion we sleep on. */
@@ -181,6 +187,7 @@ void verbs_wait_finish(struct fr_tp *tp)
 	}
 	fr_tpb_wake_drain(&tp->b);
 	tp->cm_ms = 0; /* the wake may have been a cm event */
+	tp->woke = true;
 }
 
 int verbs_wait_fd(struct fr_tp *tp)

@@ -86,6 +86,12 @@ static void verbs_resume_enter(struct fr_tp_conn *c, const char *why)
 	c->b.state = VERBS_RESUME;
 	c->rs = VERBS_RS_DRAIN;
 	c->rs_lost = false;
+	/* No more polled lines, either way: the log sends what is left as
+	 * writes, the peer's lines are taken in the drain (fr_verbs.c,
+	 * "Small writes"); nothing of theirs is owed or told any more. */
+	c->ll_off = true;
+	c->ll_tx = false;
+	c->ll_ring_owed = c->ll_credit_owed = c->ll_awake_owed = false;
 	/* Back-to-back resumes with nothing done in between (an error that
 	 * comes back with the replay) share one deadline. */
 	if (c->rs_progress || !c->rs_deadline)

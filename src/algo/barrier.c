@@ -88,8 +88,11 @@ static int dis_waiting_on(const struct fr_comm *comm,
 {
 	const struct dis_state *st = req->algo_state;
 
-	return st && st->k < st->rounds ? from(comm, st->k)
-					: (comm->rank + 1) % comm->nranks;
+	if (!st || st->k >= st->rounds)
+		return (comm->rank + 1) % comm->nranks;
+	/* Once from's message is in, only our send to `to` is left (it may
+	 * wait for a connection): `to` needs it, from may well have left. */
+	return fr_xfer_complete(&st->rx) ? to(comm, st->k) : from(comm, st->k);
 }
 
 const struct fr_algo fr_algo_dissemination = {

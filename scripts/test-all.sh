@@ -105,7 +105,14 @@ tests/test_peer tests/test_engine tests/test_share \
 tests/mp_matrix.sh tests/mp_example.sh tests/mp_perf_smoke.sh tests/mp_python.sh"
 (cd build && FR_VM_TESTS=0 FR_TEST_RANKS="$dist_ranks" \
 	FR_PY_TEST_FILES="test_api.py test_backend.py" \
-	make -j"$jobs" distcheck TESTS="$dist_tests" >/dev/null) ||
-	{ echo "distcheck failed"; exit 1; }
+	make -j"$jobs" distcheck TESTS="$dist_tests" >/dev/null) || {
+	# distcheck keeps its tree when it fails: the failed tests' logs are in
+	# its test-suite.log, which a CI log must show.
+	for f in build/libfastreduce-*/_build/sub/test-suite.log; do
+		[ -f "$f" ] && tail -200 "$f"
+	done
+	echo "distcheck failed"
+	exit 1
+}
 echo "distcheck: ok"
 step "all stages passed"

@@ -106,23 +106,37 @@ c.close()
 """
 
 
-def _free_port():
+def _free_port_pair():
+    """A port p with p + 1 free too: the rendezvous and torch's store take
+    MASTER_PORT and MASTER_PORT + 1 (torchrun), or the other way round.
+    Both are bound at once, so neither is a listener's at this moment; one
+    may still be taken before the workers bind it (another test running in
+    parallel), which the caller sees and retries."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for _ in range(100):
+        a, b = socket.socket(), socket.socket()
+        try:
+            a.bind(("127.0.0.1", 0))
+            p = a.getsockname()[1]
+            if p >= 65535:
+                continue
+            b.bind(("127.0.0.1", p + 1))
+            return p
+        except OSError:
+            continue
+        finally:
+            a.close()
+            b.close()
+    raise RuntimeError("no two adjacent free ports on 127.0.0.1")
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "openmpi"])
-def test_launcher_environment(launcher):
-    """Comm() and init_process_group() from the variables torchrun or Open
-    MPI set (Debian's torchrun itself cannot start processes, see README),
-    without frrun: every process started here by hand."""
+def _run_workers(launcher, n, port):
+    """Start the n workers by hand; (returncodes, outputs).  A worker still
+    running after 120 s is killed (its output says where it stood)."""
     import subprocess
     import sys
 
-    n, port = 3, _free_port()
     procs = []
     for r in range(n):
         env = {k: v for k, v in os.environ.items() if not k.startswith("FR_")}
@@ -140,7 +154,29 @@ def test_launcher_environment(launcher):
         procs.append(subprocess.Popen([sys.executable, "-c", ENV_WORKER], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    for r, (p, o) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, o
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            outs.append(p.communicate()[0] + "\n[killed after 120 s]")
+    return [p.wait() for p in procs], outs
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "openmpi"])
+def test_launcher_environment(launcher):
+    """Comm() and init_process_group() from the variables torchrun or Open
+    MPI set (Debian's torchrun itself cannot start processes, see README),
+    without frrun: every process started here by hand."""
+    n = 3
+    # A port taken between our check and the workers' bind (by a test
+    # running alongside) fails the run with "in use": try again on others.
+    for attempt in range(3):
+        codes, outs = _run_workers(launcher, n, _free_port_pair())
+        if all(c == 0 for c in codes) or not any("in use" in o for o in outs):
+            break
+    for r, (c, o) in enumerate(zip(codes, outs)):
+        assert c == 0, "rank %d:\n%s" % (r, "\n".join(outs))
         assert "env-ok %d %d" % (r, n) in o, o

@@ -11,7 +11,12 @@
  *   4. rendezvous phase 2: trade "cards" (endpoint address + mailbox key),
  *      and check that every rank has the same settings.
  * Nothing is connected here: peers connect on first use (peer.c), so only
- * pairs that ever talk open a connection.
+ * pairs that ever talk open a connection.  Steps 1 and 3 are comm_new and
+ * comm_open, step 4's end comm_finish; a job whose ranks all live in this
+ * process (fr_comm_create_local: the simulator, the unit tests) runs them
+ * for every rank in turn, handing the cards over in memory instead of at a
+ * rendezvous, and fr_comm_destroy_local takes its goodbyes in turns from
+ * one thread.
  *
  * Global state: the message of the last failed fr_comm_create*() is kept
  * per thread (for fr_comm_last_error(NULL)); that and the log level are the
@@ -26,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "affinity.h"
@@ -556,16 +562,11 @@ void fr_comm_free_cards(struct fr_comm *c)
 	free(c->peer.addrs);
 }
 
-static int comm_create(const struct fr_settings *s, fr_comm_t **out, char *err,
-		       size_t errlen)
+/* Step 1's result in a communicator: its fields, its transport's table
+ * and its lock (undone by comm_unnew). */
+static int comm_new(const struct fr_settings *s, struct fr_comm **out,
+		    char *err, size_t errlen)
 {
-	struct fr_tp_params tp = {.size = sizeof(tp)};
-	struct fr_boot_params bp = {0};
-	struct fr_boot *boot = NULL;
-	struct fr_boot_card mine, *cards = NULL;
-	uint8_t addr[FR_TP_ADDR_MAX];
-	size_t addrlen = sizeof(addr);
-	char config[128];
 	struct fr_comm *c;
 	int rc;
 
@@ -600,6 +601,146 @@ static int comm_create(const struct fr_settings *s, fr_comm_t **out, char *err,
 		snprintf(err, errlen, "cannot create the communicator's lock");
 		goto err_transport;
 	}
+	*out = c;
+	return 0;
+
+err_transport:
+	free(c);
+	return rc;
+}
+
+static void comm_unnew(struct fr_comm *c)
+{
+	fr_lock_fini(c);
+	free(c);
+}
+
+/*
+ * Step 3: the endpoint (reached over local_ip, NULL: any), its view, the
+ * peers' state with the mailbox, and this rank's card for the others
+ * (rtt_us: its handshake with rank 0; node_id: its host).  Undone by
+ * comm_unopen.
+ */
+static int comm_open(struct fr_comm *c, const struct fr_settings *s,
+		     const char *local_ip, uint32_t rtt_us, uint64_t node_id,
+		     struct fr_boot_card *card, char *err, size_t errlen)
+{
+	struct fr_tp_params tp = {.size = sizeof(tp)};
+	uint8_t addr[FR_TP_ADDR_MAX];
+	size_t addrlen = sizeof(addr);
+	int rc;
+
+	tp.rank = s->rank;
+	tp.job_nonce = job_hash(s);
+	tp.local_ip = local_ip;
+	tp.timeout_ms = (int)s->timeout_ms;
+	tp.errbuf = err;
+	tp.errlen = errlen;
+	rc = c->tp_ops->open(&tp, &c->tp, addr, &addrlen);
+	if (rc && !strcmp(s->transport, "auto") &&
+	    strcmp(c->tp_ops->name, "tcp")) {
+		/* auto: an RDMA port that cannot be used means TCP (should
+		 * the other ranks differ, the rendezvous says so) */
+		const char *fb = !strcmp(c->tp_ops->name, "shm+verbs")
+					 ? "shm+tcp"
+					 : "tcp";
+
+		fr_warn("rank %d: %s transport unusable (%s); using %s",
+			s->rank, c->tp_ops->name, err, fb);
+		c->tp_ops = fr_transport_find(fb);
+		addrlen = sizeof(addr);
+		rc = c->tp_ops->open(&tp, &c->tp, addr, &addrlen);
+		if (!rc)
+			err[0] = '\0';
+	}
+	if (rc)
+		return rc;
+	/* every communicator talks through a view of the endpoint, which
+	 * the ones split from this one share (transports/share) */
+	rc = fr_share_new(c->tp_ops, c->tp, c->rank, c->nranks, &c->tp_ops,
+			  &c->tp);
+	if (rc) {
+		snprintf(err, errlen, "rank %d: cannot share the endpoint: %s",
+			 c->rank, fr_strerror(rc));
+		goto err_share;
+	}
+	c->peer.ll = s->ll && c->tp_ops->write_inline;
+	rc = fr_tune_load(&c->algo.tune, c->tp_ops->name, err, errlen);
+	if (rc)
+		goto err_share;
+	rc = fr_peers_init(c);
+	if (rc) {
+		copy_msg(err, errlen, c->errmsg);
+		goto err_share;
+	}
+	c->topo.node_id = node_id;
+	rc = card_build(c, addr, addrlen, rtt_us, card);
+	if (rc)
+		goto err_card;
+	return 0;
+
+err_card:
+	fr_peers_fini(c);
+err_share:
+	c->tp_ops->close(c->tp);
+	return rc;
+}
+
+static void comm_unopen(struct fr_comm *c)
+{
+	fr_peers_fini(c);
+	c->tp_ops->close(c->tp);
+}
+
+/* Step 4's end: every rank's card taken (the peers' addresses, the
+ * layout), the cost model told of the job, the progress thread started. */
+static int comm_finish(struct fr_comm *c, const struct fr_boot_card *cards,
+		       char *err, size_t errlen)
+{
+	int rc;
+
+	if (cards_take(c, cards)) {
+		snprintf(err, errlen,
+			 "rank %d: malformed card at the rendezvous", c->rank);
+		rc = FR_EPROTO;
+		goto err_cards;
+	}
+	rc = fr_share_set_addrs(fr_share_of(c->tp), c->peer.addrs,
+				c->peer.addrlens);
+	if (rc)
+		goto err_cards;
+	fr_tune_oversub(c);
+	fr_tune_link(c);
+	c->errmsg[0] = '\0';
+	c->peer.last_activity_ms = fr_coarse_ms();
+	/* one rank has nothing to progress */
+	if (c->thr.progress_mode == FR_PROGRESS_THREAD && c->nranks > 1) {
+		rc = fr_progress_thread_start(c, err, errlen);
+		if (rc)
+			goto err_cards;
+	}
+	fr_info("rank %d/%d: communicator up over %s (job %016llx)", c->rank,
+		c->nranks, c->tp_ops->name, (unsigned long long)c->job_nonce);
+	return 0;
+
+err_cards:
+	fr_comm_free_cards(c);
+	return rc;
+}
+
+static int comm_create(const struct fr_settings *s, fr_comm_t **out, char *err,
+		       size_t errlen)
+{
+	struct fr_boot_params bp = {0};
+	struct fr_boot *boot = NULL;
+	struct fr_boot_card mine, *cards = NULL;
+	char config[128];
+	struct fr_comm *c;
+	int rc;
+
+	rc = comm_new(s, &c, err, errlen);
+	if (rc)
+		return rc;
 
 	/* Descriptors: rank 0 holds one per rank during the rendezvous, every
 	 * rank one per connected partner and a few of its own.  Raise the soft
@@ -623,54 +764,10 @@ static int comm_create(const struct fr_settings *s, fr_comm_t **out, char *err,
 		goto err_boot;
 
 	/* 3. endpoint and the areas peers write into */
-	tp.rank = s->rank;
-	tp.job_nonce = job_hash(s);
-	tp.local_ip = fr_boot_local_ip(boot);
-	tp.timeout_ms = (int)s->timeout_ms;
-	tp.errbuf = err;
-	tp.errlen = errlen;
-	rc = c->tp_ops->open(&tp, &c->tp, addr, &addrlen);
-	if (rc && !strcmp(s->transport, "auto") &&
-	    strcmp(c->tp_ops->name, "tcp")) {
-		/* auto: an RDMA port that cannot be used means TCP (should
-		 * the other ranks differ, the rendezvous says so) */
-		const char *fb = !strcmp(c->tp_ops->name, "shm+verbs")
-					 ? "shm+tcp"
-					 : "tcp";
-
-		fr_warn("rank %d: %s transport unusable (%s); using %s",
-			s->rank, c->tp_ops->name, err, fb);
-		c->tp_ops = fr_transport_find(fb);
-		addrlen = sizeof(addr);
-		rc = c->tp_ops->open(&tp, &c->tp, addr, &addrlen);
-		if (!rc)
-			err[0] = '\0';
-	}
+	rc = comm_open(c, s, fr_boot_local_ip(boot), fr_boot_rtt_us(boot),
+		       fr_node_id(), &mine, err, errlen);
 	if (rc)
 		goto err_open;
-	/* every communicator talks through a view of the endpoint, which
-	 * the ones split from this one share (transports/share) */
-	rc = fr_share_new(c->tp_ops, c->tp, c->rank, c->nranks, &c->tp_ops,
-			  &c->tp);
-	if (rc) {
-		snprintf(err, errlen, "rank %d: cannot share the endpoint: %s",
-			 c->rank, fr_strerror(rc));
-		c->tp_ops->close(c->tp);
-		goto err_open;
-	}
-	c->peer.ll = s->ll && c->tp_ops->write_inline;
-	rc = fr_tune_load(&c->algo.tune, c->tp_ops->name, err, errlen);
-	if (rc)
-		goto err_areas;
-	rc = fr_peers_init(c);
-	if (rc) {
-		copy_msg(err, errlen, c->errmsg);
-		goto err_areas;
-	}
-	c->topo.node_id = fr_node_id();
-	rc = card_build(c, addr, addrlen, fr_boot_rtt_us(boot), &mine);
-	if (rc)
-		goto err_cards;
 
 	/* 4. rendezvous, phase 2: everything here must match on all ranks */
 	cards = calloc((size_t)s->nranks, sizeof(*cards));
@@ -691,48 +788,21 @@ static int comm_create(const struct fr_settings *s, fr_comm_t **out, char *err,
 	fr_boot_end(boot);
 	boot = NULL;
 
-	if (cards_take(c, cards)) {
-		snprintf(err, errlen,
-			 "rank %d: malformed card at the rendezvous", s->rank);
-		rc = FR_EPROTO;
-		goto err_connect;
-	}
-	rc = fr_share_set_addrs(fr_share_of(c->tp), c->peer.addrs,
-				c->peer.addrlens);
+	rc = comm_finish(c, cards, err, errlen);
 	if (rc)
-		goto err_connect;
+		goto err_exchange;
 	free(cards);
-	cards = NULL;
-	fr_tune_oversub(c);
-	fr_tune_link(c);
-	c->errmsg[0] = '\0';
-	c->peer.last_activity_ms = fr_coarse_ms();
-	/* one rank has nothing to progress */
-	if (c->thr.progress_mode == FR_PROGRESS_THREAD && c->nranks > 1) {
-		rc = fr_progress_thread_start(c, err, errlen);
-		if (rc)
-			goto err_thread;
-	}
-	fr_info("rank %d/%d: communicator up over %s (job %016llx)", c->rank,
-		c->nranks, c->tp_ops->name, (unsigned long long)c->job_nonce);
 	*out = c;
 	return 0;
 
-err_thread:
-err_connect:
-	fr_comm_free_cards(c);
 err_exchange:
 	free(cards);
 err_cards:
-	fr_peers_fini(c);
-err_areas:
-	c->tp_ops->close(c->tp);
+	comm_unopen(c);
 err_open:
 	fr_boot_end(boot);
 err_boot:
-	fr_lock_fini(c);
-err_transport:
-	free(c);
+	comm_unnew(c);
 	return rc;
 }
 
@@ -776,6 +846,168 @@ int fr_comm_create(const fr_config_t *cfg, fr_comm_t **comm)
 	snprintf(s.rendezvous, sizeof(s.rendezvous), "%s",
 		 cfg->rendezvous ? cfg->rendezvous : "127.0.0.1:1");
 	return comm_create(&s, comm, create_err, sizeof(create_err));
+}
+
+/* fr_comm_destroy after the goodbye (clean: every peer said it). */
+static void comm_destroy_rest(struct fr_comm *comm, bool clean)
+{
+	/* before the mailbox goes: whether a late write may still need it */
+	fr_share_closing(comm->tp, clean);
+	fr_algos_comm_free(comm);
+	fr_scratch_free(comm);
+	fr_mem_cache_flush(comm);
+	fr_agree_fini(comm);
+	comm_unopen(comm);
+	fr_comm_free_cards(comm);
+	comm_unnew(comm);
+}
+
+/*
+ * A job in this process (internal.h): every rank's communicator opened,
+ * every card built, then every card taken, which is what the rendezvous
+ * does between processes; the job nonce is the settings' hash, the same
+ * on every rank, so a run is repeatable.
+ */
+int fr_comm_create_local(const fr_config_t *cfg, int n,
+			 const uint64_t *node_ids, fr_comm_t **comms)
+{
+	struct fr_settings s = {0};
+	struct fr_boot_card *cards = NULL;
+	char *err = create_err;
+	size_t errlen = sizeof(create_err);
+	int r = 0, opened = 0, rc;
+
+	create_err[0] = '\0';
+	if (!cfg || !comms || n < 1 ||
+	    cfg->size < offsetof(fr_config_t, transport)) {
+		snprintf(err, errlen, "fr_comm_create_local: %s",
+			 !cfg || !comms ? "NULL argument"
+			 : n < 1	? "fewer than one rank"
+					: "config size too small");
+		return FR_EINVAL;
+	}
+	for (int i = 0; i < n; i++)
+		comms[i] = NULL;
+	rc = resolve_settings(cfg, &s, err, errlen);
+	if (rc)
+		return rc;
+	s.nranks = n;
+	snprintf(s.rendezvous, sizeof(s.rendezvous), "local:%d", n);
+	cards = calloc((size_t)n, sizeof(*cards));
+	if (!cards)
+		return FR_ENOMEM;
+	/* an endpoint may hold a descriptor or two (the fake's eventfd) */
+	rc = fr_fd_reserve(2L * n + 32, err, errlen);
+	if (rc)
+		goto out;
+	for (r = 0; r < n; r++) {
+		s.rank = r;
+		rc = comm_new(&s, &comms[r], err, errlen);
+		if (rc)
+			goto unwind;
+		rc = comm_open(comms[r], &s, NULL, 0,
+			       node_ids ? node_ids[r] : fr_node_id(), &cards[r],
+			       err, errlen);
+		if (rc) {
+			comm_unnew(comms[r]);
+			comms[r] = NULL;
+			goto unwind;
+		}
+		comms[r]->job_nonce = job_hash(&s);
+	}
+	opened = n;
+	for (r = 0; r < n; r++) {
+		rc = comm_finish(comms[r], cards, err, errlen);
+		if (rc)
+			goto unfinish;
+	}
+	rc = 0;
+	goto out;
+
+unfinish:
+	/* the finished ones first: their progress threads may run */
+	while (r-- > 0) {
+		fr_progress_thread_stop(comms[r]);
+		fr_comm_free_cards(comms[r]);
+	}
+	r = opened;
+unwind:
+	while (r-- > 0) {
+		comm_unopen(comms[r]);
+		comm_unnew(comms[r]);
+		comms[r] = NULL;
+	}
+out:
+	free(cards);
+	return rc;
+}
+
+/*
+ * Destroy a job of this process: fr_comm_destroy on each, with the
+ * goodbyes (each rank's BYE to its peers and theirs to it) taken in turns
+ * from this one thread, so that no rank waits for a peer nobody drives.
+ */
+int fr_comm_destroy_local(int n, fr_comm_t **comms)
+{
+	uint64_t wait_ms = 0, deadline;
+	bool *done, *clean;
+	int left = 0;
+
+	done = calloc(n > 0 ? (size_t)n : 1, sizeof(*done));
+	clean = calloc(n > 0 ? (size_t)n : 1, sizeof(*clean));
+	if (!done || !clean) {
+		/* one at a time: slower (each waits out its goodbye), sound */
+		for (int r = 0; r < n; r++)
+			fr_comm_destroy(comms[r]);
+		goto out;
+	}
+	for (int r = 0; r < n; r++) {
+		struct fr_comm *c = comms[r];
+
+		if (!c) {
+			done[r] = true;
+			continue;
+		}
+		fr_progress_thread_stop(c);
+		fr_requests_abandon(c);
+		wait_ms = FR_MAX(wait_ms, fr_peers_goodbye_ms(c));
+		clean[r] = c->nranks == 1;
+		done[r] = clean[r];
+		left += !done[r];
+	}
+	deadline = fr_now_ms() + wait_ms;
+	while (left && fr_now_ms() < deadline) {
+		bool busy = false;
+
+		for (int r = 0; r < n; r++) {
+			bool idle;
+			int rc;
+
+			if (done[r])
+				continue;
+			rc = fr_peers_goodbye_step(comms[r], &clean[r], &idle);
+			if (rc) {
+				if (rc < 0)
+					clean[r] = false;
+				done[r] = true;
+				left--;
+			}
+			busy |= !idle;
+		}
+		/* nothing moved anywhere: a peer of this process that is
+		 * gone, or a transport with a real delay; do not spin */
+		if (!busy && left)
+			nanosleep(&(struct timespec){0, 1000000}, NULL);
+	}
+	for (int r = 0; r < n; r++)
+		if (comms[r])
+			comm_destroy_rest(comms[r], clean[r]);
+out:
+	for (int r = 0; r < n; r++)
+		comms[r] = NULL;
+	free(clean);
+	free(done);
+	return 0;
 }
 
 static bool env_join(void)
@@ -989,17 +1221,7 @@ int fr_comm_destroy(fr_comm_t *comm)
 	fr_progress_thread_stop(comm);
 	fr_requests_abandon(comm);
 	clean = comm->nranks == 1 || fr_peers_goodbye(comm);
-	/* before the mailbox goes: whether a late write may still need it */
-	fr_share_closing(comm->tp, clean);
-	fr_algos_comm_free(comm);
-	fr_scratch_free(comm);
-	fr_mem_cache_flush(comm);
-	fr_agree_fini(comm);
-	fr_peers_fini(comm);
-	comm->tp_ops->close(comm->tp);
-	fr_comm_free_cards(comm);
-	fr_lock_fini(comm);
-	free(comm);
+	comm_destroy_rest(comm, clean);
 	return 0;
 }
 

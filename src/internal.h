@@ -179,6 +179,22 @@ int fr_comm_nodes_take(struct fr_comm *c, const uint64_t *ids,
 void fr_comm_free_cards(struct fr_comm *c);
 
 /*
+ * comm.c: a whole job of n communicators in this process, without a
+ * rendezvous, for what simulates or tests a job in one process (perf/sim,
+ * the unit tests): comms[r] is rank r, on node node_ids[r] (NULL: all on
+ * this host).  cfg as for fr_comm_create but for rank, nranks and
+ * rendezvous, which it ignores; its transport must connect endpoints of
+ * this process (the tests' fake, the simulator's).  0, or an error that
+ * fr_comm_last_error(NULL) explains, with nothing left behind.  Not
+ * exported.  fr_comm_destroy_local destroys such a job (or any n
+ * communicators of this process that talk only among themselves) from
+ * one thread; fr_comm_destroy on each would wait out every goodbye.
+ */
+int fr_comm_create_local(const fr_config_t *cfg, int n,
+			 const uint64_t *node_ids, fr_comm_t **comms);
+int fr_comm_destroy_local(int n, fr_comm_t **comms);
+
+/*
  * split.c, for fr_comm_shrink (recover.c), without the parent's lock: a
  * new communicator's state and mailbox before its group is known, and its
  * mailbox's key (kl bytes); undone (keep: a peer may have the key, so the

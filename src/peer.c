@@ -1796,89 +1796,106 @@ static bool everyone_left(const struct fr_comm *c)
 	return true;
 }
 
+uint64_t fr_peers_goodbye_ms(const struct fr_comm *c)
+{
+	return (uint64_t)(c->fail.failed ? FR_MIN(c->peer.timeout_ms, 2000)
+					 : c->peer.timeout_ms);
+}
+
+int fr_peers_goodbye_step(struct fr_comm *c, bool *clean, bool *idle)
+{
+	struct fr_tp_cqe cqe[32];
+	bool all = true;
+	int n;
+
+	*idle = false;
+	if (!c->peer.peers) {
+		*clean = true;
+		return 1;
+	}
+	/* an ABORT that found no room when we failed goes first, and
+	 * to a peer still connecting to us (it may only learn of the
+	 * failure from us) once the connection is up */
+	if (c->fail.failed) {
+		for (struct fr_peer *p = c->peer.active; p; p = p->next_active)
+			if (p->state == FR_PEER_CONNECTING)
+				peer_advance(c, p);
+		fr_peers_send_abort(c, c->fail.failed,
+				    c->fail.fail_origin >= 0
+					    ? c->fail.fail_origin
+					    : c->rank);
+	}
+
+	for (struct fr_peer *p = c->peer.active; p; p = p->next_active) {
+		struct fr_msg m = {.type = FR_MSG_BYE, .seq = c->peer.seq};
+
+		/* a connection still coming up: finish it, so that
+		 * the peer gets the ABORT, unless it is only ours to
+		 * tell (fr_peers_tell_all) or the peer never connected
+		 * to us (it does not need us) */
+		if (c->fail.failed && p->state == FR_PEER_CONNECTING &&
+		    p->conn && (!p->told_only || c->rank > p->rank))
+			all = false;
+		if (p->state != FR_PEER_UP)
+			continue;
+		/* a peer already gone cannot be told: give up on it */
+		if (!p->bye_sent &&
+		    fr_msg_send(c, p->rank, &m, NULL, 0) != FR_EAGAIN)
+			p->bye_sent = true;
+		if (!p->bye_sent || !p->bye)
+			all = false;
+	}
+	if (all && c->peer.outstanding <= 0) {
+		*clean = everyone_left(c);
+		return 1;
+	}
+	n = c->tp_ops->poll(c->tp, cqe, 32);
+	if (n < 0)
+		return n;
+	*idle = !n;
+	for (int i = 0; i < n; i++) {
+		struct fr_peer *p = cqe_peer(c, &cqe[i]);
+		const uint8_t *b;
+		struct fr_msg m;
+
+		if (cqe[i].kind == FR_CQE_SEND)
+			send_done(c, &cqe[i]);
+		if (cqe[i].kind == FR_CQE_SEND) {
+			if (cqe[i].status && p)
+				p->bye = true;
+			continue;
+		}
+		if (!p)
+			continue;
+		if (cqe[i].status) {
+			p->bye = true; /* gone: nothing more will come */
+			continue;
+		}
+		if (FR_IMM_TYPE(cqe[i].imm) != FR_IMM_MSG ||
+		    FR_IMM_PAYLOAD(cqe[i].imm) !=
+			    (uint32_t)c->peer.mbx_slots + 1)
+			continue;
+		b = mbx_slot(c, p->rank, c->peer.mbx_slots + 1);
+		if (!fr_msg_decode(b, fr_msg_payload_max(c), &m) &&
+		    m.type == FR_MSG_BYE)
+			p->bye = true;
+	}
+	return 0;
+}
+
 bool fr_peers_goodbye(struct fr_comm *c)
 {
-	uint64_t wait_ms =
-		(uint64_t)(c->fail.failed ? FR_MIN(c->peer.timeout_ms, 2000)
-					  : c->peer.timeout_ms);
-	uint64_t deadline = fr_now_ms() + wait_ms;
-	struct fr_tp_cqe cqe[32];
+	uint64_t deadline = fr_now_ms() + fr_peers_goodbye_ms(c);
 
-	if (!c->peer.peers)
-		return true;
 	while (fr_now_ms() < deadline) {
-		bool all = true;
-		int n;
+		bool clean, idle;
+		int rc = fr_peers_goodbye_step(c, &clean, &idle);
 
-		/* an ABORT that found no room when we failed goes first, and
-		 * to a peer still connecting to us (it may only learn of the
-		 * failure from us) once the connection is up */
-		if (c->fail.failed) {
-			for (struct fr_peer *p = c->peer.active; p;
-			     p = p->next_active)
-				if (p->state == FR_PEER_CONNECTING)
-					peer_advance(c, p);
-			fr_peers_send_abort(c, c->fail.failed,
-					    c->fail.fail_origin >= 0
-						    ? c->fail.fail_origin
-						    : c->rank);
-		}
-
-		for (struct fr_peer *p = c->peer.active; p;
-		     p = p->next_active) {
-			struct fr_msg m = {.type = FR_MSG_BYE,
-					   .seq = c->peer.seq};
-
-			/* a connection still coming up: finish it, so that
-			 * the peer gets the ABORT, unless it is only ours to
-			 * tell (fr_peers_tell_all) or the peer never connected
-			 * to us (it does not need us) */
-			if (c->fail.failed && p->state == FR_PEER_CONNECTING &&
-			    p->conn && (!p->told_only || c->rank > p->rank))
-				all = false;
-			if (p->state != FR_PEER_UP)
-				continue;
-			/* a peer already gone cannot be told: give up on it */
-			if (!p->bye_sent &&
-			    fr_msg_send(c, p->rank, &m, NULL, 0) != FR_EAGAIN)
-				p->bye_sent = true;
-			if (!p->bye_sent || !p->bye)
-				all = false;
-		}
-		if (all && c->peer.outstanding <= 0)
-			return everyone_left(c);
-		n = c->tp_ops->poll(c->tp, cqe, 32);
-		if (n < 0)
+		if (rc > 0)
+			return clean;
+		if (rc < 0)
 			break;
-		for (int i = 0; i < n; i++) {
-			struct fr_peer *p = cqe_peer(c, &cqe[i]);
-			const uint8_t *b;
-			struct fr_msg m;
-
-			if (cqe[i].kind == FR_CQE_SEND)
-				send_done(c, &cqe[i]);
-			if (cqe[i].kind == FR_CQE_SEND) {
-				if (cqe[i].status && p)
-					p->bye = true;
-				continue;
-			}
-			if (!p)
-				continue;
-			if (cqe[i].status) {
-				p->bye =
-					true; /* gone: nothing more will come */
-				continue;
-			}
-			if (FR_IMM_TYPE(cqe[i].imm) != FR_IMM_MSG ||
-			    FR_IMM_PAYLOAD(cqe[i].imm) !=
-				    (uint32_t)c->peer.mbx_slots + 1)
-				continue;
-			b = mbx_slot(c, p->rank, c->peer.mbx_slots + 1);
-			if (!fr_msg_decode(b, fr_msg_payload_max(c), &m) &&
-			    m.type == FR_MSG_BYE)
-				p->bye = true;
-		}
-		if (!n)
+		if (idle)
 			c->tp_ops->wait(c->tp, 20);
 	}
 	fr_dbg("rank %d: goodbye incomplete", c->rank);

@@ -363,6 +363,13 @@ void fr_peers_tell_all(struct fr_comm *comm);
 /* BYE to every connected peer, wait (bounded) for theirs: true if all came
  * (nothing more can come from them). */
 bool fr_peers_goodbye(struct fr_comm *comm);
+/* The same in steps, for ranks of one process driven in turn
+ * (fr_comm_destroy_local): one pass sends what it can and takes what came;
+ * 1 once done (*clean: as fr_peers_goodbye's result), 0 for more passes
+ * (*idle: this one found nothing), negative if the endpoint failed.  The
+ * bound a goodbye waits for is fr_peers_goodbye_ms. */
+int fr_peers_goodbye_step(struct fr_comm *comm, bool *clean, bool *idle);
+uint64_t fr_peers_goodbye_ms(const struct fr_comm *comm);
 /* A failed communicator whose sends still read the application's buffers:
  * let them finish for a moment, then cut every connection (see peer.c). */
 void fr_peers_quiesce(struct fr_comm *comm);

@@ -105,6 +105,28 @@ void fake_tp_fault(int from, int to, int imm_type, int skip,
 /* Has the armed fault fired? */
 bool fake_tp_fault_fired(void);
 
+/* ---- virtual time: the simulator's (perf/sim) ------------------------- */
+
+/*
+ * With a clock, the fake runs in the clock's time, for one thread that
+ * drives every endpoint itself (the simulator): a write posted from rank
+ * `from` to rank `to` asks due() when it lands (at or after now, in order
+ * on its connection: one never overtakes the one before) and waits in
+ * its send queue until the clock's owner has moved now there and polled
+ * the writer; ready() says which endpoint has something to poll (a
+ * completion, a connection to accept), in place of the eventfd, which is
+ * then neither written nor read (wait() must not be called).  The write
+ * log is not kept (fake_tp_write_head, fake_tp_imms see nothing).
+ */
+struct fake_clock {
+	uint64_t now; /* ns, moved forward by the owner only */
+	uint64_t (*due)(struct fake_clock *clk, int from, int to, size_t len);
+	void (*ready)(struct fake_clock *clk, int rank);
+};
+/* Set the clock (NULL: none, the default: writes land at once).  Call
+ * while no endpoint is open. */
+void fake_tp_clock(struct fake_clock *clk);
+
 /* ---- a job of communicators in this process -------------------------- */
 
 /*

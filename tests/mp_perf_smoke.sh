@@ -171,6 +171,23 @@ c2c_probe() {
 	rm -rf "$d"
 	return $rc
 }
+# the simulator (perf/sim): its table for every algorithm, each result
+# checked by the tool; the times the same on a second run (all but the
+# real seconds); a network it cannot model and a bad option refused
+sim_table() {
+	out=$("$B/fr_sim" -n 6 -k 2 -b 8 -e 512K -f 16 -a all 2>&1) || { echo "$out"; return 1; }
+	echo "$out" | grep -Eq '^ +8  ring +[0-9.]+ ' &&
+		echo "$out" | grep -Eq '^ +524288  hier +[0-9.]+ ' &&
+		echo "$out" | grep -Eq '^ +8  auto:[a-z]+ +[0-9.]+ ' &&
+		echo "$out" | grep -q '^# fr_sim: 6 ranks, 2 per node' || { echo "$out"; return 1; }
+	again=$("$B/fr_sim" -n 6 -k 2 -b 8 -e 512K -f 16 -a all 2>&1) || return 1
+	[ "$(echo "$out" | awk '{NF--; print}')" = "$(echo "$again" | awk '{NF--; print}')" ] ||
+		{ echo "two runs differ:"; echo "$out"; echo "$again"; return 1; }
+	out=$("$B/fr_sim" -n 5 -k 2 -e 1K 2>&1)
+	[ $? -eq 1 ] && echo "$out" | grep -q "nodes of 2" || { echo "$out"; return 1; }
+	"$B/fr_sim" -n 4x >/dev/null 2>&1
+	[ $? -eq 2 ] || { echo "fr_sim -n 4x: not refused"; return 1; }
+}
 run "fr_tune writes a tune file that FR_TUNE_FILE reads" tune
 run "fr_allreduce_perf every dtype, 3 ranks" allreduce_table
 run "fr_allreduce_perf --csv / --json" allreduce_csv_json
@@ -179,6 +196,7 @@ run "fr_allreduce_perf per-call median / p99 / min, --stat, --calls" percall_sta
 run "fr_transport_perf bw + lat" transport_perf
 run "fr_reduce_perf" reduce_perf
 run "fr_allreduce_perf -Z / --ef / --overlap-ms" compress_overlap
+run "fr_sim: every algorithm, repeatable, errors" sim_table
 if command -v "${CC:-cc}" >/dev/null && command -v taskset >/dev/null &&
 	[ "$(nproc)" -ge 2 ]; then
 	run "compare.sh's core-to-core probe (perf/bench/c2c_rtt.c)" c2c_probe

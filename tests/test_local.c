@@ -57,15 +57,17 @@ static void destroy_job(fr_comm_t **c, int n)
 
 	assert_int_equal(fr_comm_destroy_local(n, c), 0);
 	if (now_ms() - t0 > 10000)
-		fail_msg("fr_comm_destroy_local took %llu ms: a goodbye was waited out",
-			 (unsigned long long)(now_ms() - t0));
+		fail_msg(
+			"fr_comm_destroy_local took %llu ms: a goodbye was waited out",
+			(unsigned long long)(now_ms() - t0));
 	for (int a = 0; a < n; a++)
 		for (int b = 0; b < n; b++)
 			if (fake_tp_connects(a, b) &&
 			    (!fake_tp_writes_imm(a, b, bye) ||
 			     !fake_tp_writes_imm(b, a, bye)))
-				fail_msg("ranks %d and %d of %d connected but did not both say goodbye",
-					 a, b, n);
+				fail_msg(
+					"ranks %d and %d of %d connected but did not both say goodbye",
+					a, b, n);
 	for (int r = 0; r < n; r++)
 		assert_null(c[r]);
 	assert_int_equal(fake_tp_endpoints(), 0);
@@ -106,11 +108,11 @@ static void allreduce_check(fr_comm_t **c, int n, fr_dtype_t dt, fr_op_t op,
 				 fr_dtype_name(dt), fr_op_name(op), count, r,
 				 fr_errname(rc[r]), fr_comm_last_error(c[r]));
 		if (memcmp(buf[r], want, bytes))
-			fail_msg("%d ranks, %s %s x %zu: rank %d differs from the reference at %s",
-				 n, fr_dtype_name(dt), fr_op_name(op), count,
-				 r,
-				 ref_first_diff(dt, buf[r], want, count, diff,
-						sizeof(diff)));
+			fail_msg(
+				"%d ranks, %s %s x %zu: rank %d differs from the reference at %s",
+				n, fr_dtype_name(dt), fr_op_name(op), count, r,
+				ref_first_diff(dt, buf[r], want, count, diff,
+					       sizeof(diff)));
 		free(buf[r]);
 	}
 	free(want);
@@ -182,8 +184,9 @@ static void test_local_nodes(void **state)
 		assert_int_equal(c[r]->topo.nlocal, 2);
 		for (int k = 0; k < c[r]->topo.nlocal; k++)
 			assert_int_equal(ids[c[r]->topo.local[k]], ids[r]);
-		assert_int_equal(c[r]->topo.node_of[r],
-				 ids[r] == 70 ? 0 : ids[r] == 90 ? 1 : 2);
+		assert_int_equal(c[r]->topo.node_of[r], ids[r] == 70   ? 0
+							: ids[r] == 90 ? 1
+								       : 2);
 	}
 	allreduce_check(c, 6, FR_F32, FR_SUM, 1031, 3);
 	allreduce_check(c, 6, FR_I64, FR_MIN, 5, 4);

@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fr_sim - All-Reduce of the library's own schedules, every rank in this
+ * process, timed on a simulated network (sim.h, perf/sim/README.md).
+ *
+ *   fr_sim -n 16 -k 4 --gbps 100 --lat-us 2 -b 8 -e 64M -f 8 -a all
+ *
+ * For each size and algorithm: one warm-up call (connections come up),
+ * then one timed call; the time is virtual and the same on every run, so
+ * one call says all.  Every result is checked against a reference (small
+ * integers in f32, exact in any order): a schedule that computes a wrong
+ * sum fails the run, as one that stalls does.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "perf_common.h"
+#include "sim.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: fr_sim [options]\n"
+		"  -n, --ranks N          ranks (default 8)\n"
+		"  -k, --per-node K       ranks per node, consecutive (default 1)\n"
+		"      --gbps G           each node's link, each way (default 100)\n"
+		"      --lat-us U         one way across the switch (default 2)\n"
+		"      --shm-gbps G       a copy within a node (default 200)\n"
+		"      --shm-lat-us U     (default 0.5)\n"
+		"      --overhead B       bytes on the wire per write besides its\n"
+		"                         payload (default 0)\n"
+		"  -b, --min-bytes S      smallest size (default 8)\n"
+		"  -e, --max-bytes S      largest size (default 64M)\n"
+		"  -f, --factor F         size step (default 4)\n"
+		"  -a, --algos LIST       comma-separated: auto, ring, rd,\n"
+		"                         rabenseifner, tree, hier, oneshot; all\n"
+		"                         (default auto)\n"
+		"      --max-mem-mib M    refuse sizes whose buffers need more\n"
+		"                         (default 4096)\n"
+		"  -h, --help\n"
+		"Sizes take K/M/G suffixes (powers of 1024).\n");
+}
+
+/* the All-Reduce algorithms "all" means */
+static const char *const all_algos[] = {
+	"auto", "ring", "rd", "rabenseifner", "tree", "hier", "oneshot"};
+
+static int parse_double(const char *s, double *out)
+{
+	char *end;
+
+	*out = strtod(s, &end);
+	return end == s || *end ? -1 : 0;
+}
+
+static int parse_algos(const char *list, int *ids, const char **names, int max)
+{
+	char buf[256], *save = NULL, *tok;
+	int n = 0;
+
+	if (!strcmp(list, "all")) {
+		for (size_t i = 0; i < PC_ARRAY_SIZE(all_algos); i++) {
+			fr_algo_t a;
+
+			fr_algo_from_name(all_algos[i], &a);
+			ids[n] = (int)a;
+			names[n++] = all_algos[i];
+		}
+		return n;
+	}
+	snprintf(buf, sizeof(buf), "%s", list);
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		fr_algo_t a;
+
+		if (n == max || fr_algo_from_name(tok, &a)) {
+			fprintf(stderr, "fr_sim: unknown algorithm \"%s\"\n",
+				tok);
+			return -1;
+		}
+		ids[n] = (int)a;
+		names[n++] = fr_algo_name((int)a);
+	}
+	return n;
+}
+
+/* small integers, exact in f32 whatever the order of the sum */
+static float val(int r, size_t i)
+{
+	return (float)((r % 5 + 1) * (int)(i % 7));
+}
+
+static int check(struct sim *s, void **bufs, size_t count, char *msg,
+		 size_t len)
+{
+	for (size_t i = 0; i < count; i++) {
+		float want = 0;
+
+		for (int r = 0; r < s->n; r++)
+			want += val(r, i);
+		for (int r = 0; r < s->n; r++)
+			if (((float *)bufs[r])[i] != want) {
+				snprintf(msg, len,
+					 "rank %d element %zu: %g, want %g", r,
+					 i, (double)((float *)bufs[r])[i],
+					 (double)want);
+				return -1;
+			}
+	}
+	return 0;
+}
+
+static void fill(struct sim *s, void **bufs, size_t count)
+{
+	for (int r = 0; r < s->n; r++)
+		for (size_t i = 0; i < count; i++)
+			((float *)bufs[r])[i] = val(r, i);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"ranks", required_argument, NULL, 'n'},
+		{"per-node", required_argument, NULL, 'k'},
+		{"gbps", required_argument, NULL, 'G'},
+		{"lat-us", required_argument, NULL, 'L'},
+		{"shm-gbps", required_argument, NULL, 'S'},
+		{"shm-lat-us", required_argument, NULL, 'T'},
+		{"overhead", required_argument, NULL, 'O'},
+		{"min-bytes", required_argument, NULL, 'b'},
+		{"max-bytes", required_argument, NULL, 'e'},
+		{"factor", required_argument, NULL, 'f'},
+		{"algos", required_argument, NULL, 'a'},
+		{"max-mem-mib", required_argument, NULL, 'M'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct sim_net_params p = {
+		.nranks = 8,
+		.ranks_per_node = 1,
+		.link_gbps = 100,
+		.link_lat_ns = 2000,
+		.shm_gbps = 200,
+		.shm_lat_ns = 500,
+	};
+	size_t minb = 8, maxb = 64u << 20;
+	long factor = 4, maxmem = 4096, v;
+	int ids[16], nalgo;
+	const char *names[16], *algos = "auto";
+	double d;
+	struct sim s;
+	void **bufs;
+	int opt, rc = 0;
+
+	while ((opt = getopt_long(argc, argv, "n:k:b:e:f:a:h", longopts,
+				  NULL)) != -1) {
+		switch (opt) {
+		case 'n':
+		case 'k':
+			if (pc_parse_long(optarg, 1, 1 << 20, &v))
+				goto bad;
+			*(opt == 'n' ? &p.nranks : &p.ranks_per_node) = (int)v;
+			break;
+		case 'G':
+		case 'S':
+			if (parse_double(optarg, &d) || !(d > 0))
+				goto bad;
+			*(opt == 'G' ? &p.link_gbps : &p.shm_gbps) = d;
+			break;
+		case 'L':
+		case 'T':
+			if (parse_double(optarg, &d) || !(d >= 0))
+				goto bad;
+			*(opt == 'L' ? &p.link_lat_ns : &p.shm_lat_ns) =
+				d * 1e3;
+			break;
+		case 'O':
+			if (pc_parse_long(optarg, 0, 1 << 16, &v))
+				goto bad;
+			p.overhead_bytes = (unsigned int)v;
+			break;
+		case 'b':
+		case 'e':
+			if (pc_parse_size(optarg, opt == 'b' ? &minb : &maxb))
+				goto bad;
+			break;
+		case 'f':
+			if (pc_parse_long(optarg, 2, 1 << 20, &factor))
+				goto bad;
+			break;
+		case 'a':
+			algos = optarg;
+			break;
+		case 'M':
+			if (pc_parse_long(optarg, 1, 1L << 30, &maxmem))
+				goto bad;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind != argc || minb > maxb) {
+		usage(stderr);
+		return 2;
+	}
+	nalgo = parse_algos(algos, ids, names, (int)PC_ARRAY_SIZE(ids));
+	if (nalgo < 0)
+		return 2;
+	if ((double)p.nranks * (double)(maxb / sizeof(float) * sizeof(float)) >
+	    (double)maxmem * (1 << 20)) {
+		fprintf(stderr,
+			"fr_sim: %d ranks x %zu bytes exceed --max-mem-mib %ld\n",
+			p.nranks, maxb, maxmem);
+		return 2;
+	}
+	bufs = calloc((size_t)p.nranks, sizeof(*bufs));
+	if (!bufs)
+		return 1;
+	for (int r = 0; r < p.nranks; r++) {
+		bufs[r] = malloc(maxb < sizeof(float) ? sizeof(float) : maxb);
+		if (!bufs[r]) {
+			fprintf(stderr, "fr_sim: out of memory\n");
+			return 1;
+		}
+	}
+	rc = sim_open(&s, &p, NULL);
+	if (rc) {
+		fprintf(stderr, "fr_sim: %s\n", s.err);
+		return 1;
+	}
+	printf("# fr_sim: %d ranks, %d per node; star of %g Gbit/s links, %g us; shm %g Gbit/s, %g us; %u bytes of overhead per write\n",
+	       p.nranks, p.ranks_per_node, p.link_gbps, p.link_lat_ns / 1e3,
+	       p.shm_gbps, p.shm_lat_ns / 1e3, p.overhead_bytes);
+	printf("# time: simulated, one call after a warm-up; busbw = bytes / time x 2(n-1)/n\n");
+	printf("%12s  %-17s %12s %11s %11s %10s %8s\n", "bytes", "algo",
+	       "time_us", "algbw_GB/s", "busbw_GB/s", "events", "real_s");
+	for (size_t bytes = minb; bytes <= maxb && !rc;
+	     bytes *= (size_t)factor) {
+		size_t count = bytes / sizeof(float);
+
+		for (int a = 0; a < nalgo && !rc; a++) {
+			uint64_t ns = 0, ev0;
+			double t0 = (double)pc_now_ns(), real, sec;
+			char msg[200], label[40];
+
+			for (int r = 0; r < p.nranks; r++)
+				fr_algo_force(s.comms[r], ids[a]);
+			for (int it = 0; it < 2 && !rc; it++) {
+				fill(&s, bufs, count);
+				ev0 = s.events;
+				rc = sim_allreduce(&s, bufs, count, FR_F32,
+						   FR_SUM, &ns);
+				if (rc) {
+					fprintf(stderr,
+						"fr_sim: %zu bytes, %s: %s: %s\n",
+						bytes, names[a], fr_errname(rc),
+						s.err);
+				} else if (check(&s, bufs, count, msg,
+						 sizeof(msg))) {
+					fprintf(stderr,
+						"fr_sim: %zu bytes, %s: wrong result: %s\n",
+						bytes, names[a], msg);
+					rc = FR_EPROTO;
+				}
+			}
+			if (rc)
+				break;
+			real = ((double)pc_now_ns() - t0) / 1e9;
+			sec = (double)ns / 1e9;
+			/* what ran: a forced algorithm that cannot run
+			 * here gives way to another, and auto names its
+			 * choice */
+			snprintf(label, sizeof(label), "%s%s",
+				 ids[a] ? "" : "auto:",
+				 fr_algo_name(fr_comm_last_algo(s.comms[0])));
+			printf("%12zu  %-17s %12.2f %11.3f %11.3f %10llu %8.2f\n",
+			       count * sizeof(float), label, (double)ns / 1e3,
+			       sec > 0 ? (double)(count * sizeof(float)) / sec /
+						 1e9
+				       : 0.0,
+			       sec > 0 ? (double)(count * sizeof(float)) / sec /
+						 1e9 * 2.0 * (p.nranks - 1) /
+						 p.nranks
+				       : 0.0,
+			       (unsigned long long)(s.events - ev0), real);
+			fflush(stdout);
+		}
+		if (bytes > maxb / (size_t)factor)
+			break;
+	}
+	sim_close(&s);
+	for (int r = 0; r < p.nranks; r++)
+		free(bufs[r]);
+	free(bufs);
+	return rc ? 1 : 0;
+bad:
+	fprintf(stderr, "fr_sim: bad value \"%s\"\n", optarg);
+	usage(stderr);
+	return 2;
+}

@@ -295,6 +295,13 @@ int fr_peers_alloc(struct fr_comm *c)
 	return 0;
 }
 
+struct fr_peer_keys *fr_peer_keys(struct fr_peer *p)
+{
+	if (!p->keys)
+		p->keys = calloc(1, sizeof(*p->keys));
+	return p->keys;
+}
+
 int fr_peers_mailbox(struct fr_comm *c, int rows, bool populate)
 {
 	size_t sz;
@@ -363,6 +370,7 @@ void fr_peers_fini(struct fr_comm *c)
 			}
 			for (int ch = 0; ch < FR_CTRL_CHANNELS; ch++)
 				free(p->ctrl[ch]);
+			free(p->keys);
 		}
 	if (c->peer.peers)
 		for (struct fr_peer *p = c->peer.active; p; p = p->next_active)

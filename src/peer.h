@@ -183,10 +183,18 @@ struct fr_peer {
 	uint32_t pong_started;
 	uint16_t pong_level; /* 0, or it waits for a late rank (peer.c) */
 	bool pong_owed;
-	/* ids of our registrations whose key it has (direct-mapped) */
-	uint32_t rkey_sent[FR_RKEY_CACHE];
-	/* its registrations' keys we have (direct-mapped by id) */
-	uint32_t rkey_id[FR_RKEY_CACHE];
+	/* the registrations' keys traded with it, made on first use
+	 * (fr_peer_keys): 3.5 KiB a peer that most peers of a large job
+	 * never need, as only the ring's neighbours trade keys */
+	struct fr_peer_keys *keys;
+};
+
+/* The keys traded with one peer, direct-mapped by registration id. */
+struct fr_peer_keys {
+	/* ids of our registrations whose key it has */
+	uint32_t sent[FR_RKEY_CACHE];
+	/* its registrations' keys we have */
+	uint32_t id[FR_RKEY_CACHE];
 	struct fr_tp_rkey rkey[FR_RKEY_CACHE];
 };
 
@@ -360,6 +368,10 @@ int fr_peer_write(struct fr_comm *comm, int rank, struct fr_mem *lmem,
 void fr_peers_send_abort(struct fr_comm *comm, int err, int origin);
 /* A failed rank's ABORT to every rank, connecting as needed (bounded). */
 void fr_peers_tell_all(struct fr_comm *comm);
+/* p's key caches, made (all ids 0: none known) on first use; NULL without
+ * memory. */
+struct fr_peer_keys *fr_peer_keys(struct fr_peer *p);
+
 /* BYE to every connected peer, wait (bounded) for theirs: true if all came
  * (nothing more can come from them). */
 bool fr_peers_goodbye(struct fr_comm *comm);

@@ -1021,6 +1021,13 @@ const char *fr_reduce_level_name(int level)
 	return names[level];
 }
 
+static fr_reduce_fn reduce_hook; /* fr_reduce_set_hook */
+
+void fr_reduce_set_hook(fr_reduce_fn fn)
+{
+	reduce_hook = fn;
+}
+
 fr_reduce_fn fr_reduce_kernel(fr_dtype_t dtype, fr_op_t op)
 {
 	const fr_reduce_fn *set;
@@ -1029,6 +1036,8 @@ fr_reduce_fn fr_reduce_kernel(fr_dtype_t dtype, fr_op_t op)
 	if ((unsigned)dtype >= FR_DTYPE_COUNT || (unsigned)op >= FR_OP_COUNT)
 		return NULL;
 	set = fr_kernels[dtype][op];
+	if (set && reduce_hook)
+		return reduce_hook;
 	return set ? set[fr_level()] : NULL;
 }
 

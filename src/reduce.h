@@ -28,6 +28,14 @@ typedef void (*fr_reduce_fn)(void *dst, const void *a, const void *b,
 /* The kernel for (dtype, op), or NULL if the pair is invalid (AVG on an
  * integer type, out-of-range values). */
 fr_reduce_fn fr_reduce_kernel(fr_dtype_t dtype, fr_op_t op);
+/*
+ * For the simulator (perf/sim), which times schedules without their data:
+ * from now on fr_reduce_kernel() returns fn for every valid pair (NULL:
+ * the real kernels again).  Process-wide and not thread-safe: set it
+ * while no communicator runs a collective; kernels already returned keep
+ * theirs.
+ */
+void fr_reduce_set_hook(fr_reduce_fn fn);
 /* 0 if (dtype, op) is a valid pair, else FR_EINVAL. */
 int fr_reduce_check(fr_dtype_t dtype, fr_op_t op);
 /* buf[i] = buf[i] / nranks for a floating dtype (f16/bf16 through float,

@@ -502,7 +502,10 @@ static bool deliver_one(struct fr_tp_conn *c)
 			return false;
 		}
 		memcpy(mr->base + roff,
-		       e->inl ? e->inl_bytes : e->lmr->base + e->loff, e->len);
+		       e->inl ? e->inl_bytes : e->lmr->base + e->loff,
+		       clk && clk->copy_max && e->len > clk->copy_max
+			       ? clk->copy_max
+			       : e->len);
 		if (hit && fault.kind == FAKE_CORRUPT)
 			mr->base[roff + fault.offset] ^= fault.xor_mask;
 	}

@@ -120,6 +120,10 @@ bool fake_tp_fault_fired(void);
  */
 struct fake_clock {
 	uint64_t now; /* ns, moved forward by the owner only */
+	/* 0: a write's bytes all land; else only its first copy_max (a
+	 * simulation of sizes without their data: the messages' headers
+	 * and keys must still arrive) */
+	size_t copy_max;
 	uint64_t (*due)(struct fake_clock *clk, int from, int to, size_t len);
 	void (*ready)(struct fake_clock *clk, int rank);
 };

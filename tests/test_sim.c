@@ -29,6 +29,7 @@
 #include "fake_tp.h"
 #include "fastreduce.h"
 #include "internal.h"
+#include "reduce.h"
 #include "sim.h"
 
 #define SMAX 9
@@ -135,6 +136,17 @@ static uint64_t run_checked(struct sim *s, float **b, size_t count)
 	return ns;
 }
 
+/* After a sizes-only job: fr_reduce_kernel computes again. */
+static void run_reduce_check(void)
+{
+	float a[3] = {1, 2, 3}, b[3] = {10, 20, 30}, d[3];
+	fr_reduce_fn k = fr_reduce_kernel(FR_F32, FR_SUM);
+
+	assert_non_null(k);
+	k(d, a, b, 3);
+	assert_true(d[0] == 11 && d[1] == 22 && d[2] == 33);
+}
+
 static float **bufs_new(int n, size_t count)
 {
 	float **b = calloc((size_t)n, sizeof(*b));
@@ -174,7 +186,7 @@ static void test_sim_results(void **state)
 		struct sim_net_params p = net_params(n, 1);
 		struct sim s;
 
-		if (sim_open(&s, &p, NULL))
+		if (sim_open(&s, &p, NULL, 0))
 			fail_msg("%d ranks: %s", n, s.err);
 		for (size_t a = 0; a < sizeof(algos) / sizeof(*algos); a++) {
 			force(&s, algos[a]);
@@ -211,7 +223,7 @@ static void test_sim_closed_forms(void **state)
 		uint64_t t1, t2;
 		struct sim s;
 
-		if (sim_open(&s, &p, NULL))
+		if (sim_open(&s, &p, NULL, 0))
 			fail_msg("%d ranks: %s", n, s.err);
 		force(&s, FR_ALGO_RING);
 		run_checked(&s, b, count); /* connections come up */
@@ -255,7 +267,7 @@ static void test_sim_nodes(void **state)
 	struct sim s;
 
 	(void)state;
-	if (sim_open(&s, &p, NULL))
+	if (sim_open(&s, &p, NULL, 0))
 		fail_msg("%s", s.err);
 	assert_int_equal(s.comms[0]->topo.nnodes, 2);
 	force(&s, FR_ALGO_HIER);
@@ -268,6 +280,73 @@ static void test_sim_nodes(void **state)
 	bufs_free(b, 6);
 }
 
+/* Sizes only (SIM_SIZES_ONLY): the same times as with the data, for
+ * every algorithm, with every rank's buffer one and the same; nothing
+ * summed: a buffer of ones holds ones, and zeros where a copy of a
+ * message cut at SIM_COPY_MAX bytes landed, never the 5 or more of a
+ * sum. */
+static void test_sim_sizes_only(void **state)
+{
+	static const int algos[] = {FR_ALGO_AUTO, FR_ALGO_RING, FR_ALGO_RD,
+				    FR_ALGO_RABENSEIFNER, FR_ALGO_ONESHOT};
+	static const size_t counts[] = {1, 1031, 131071};
+	const int n = 5;
+	float **b = bufs_new(n, 131071);
+	uint64_t with[5][3], ns;
+	float *one = malloc(131071 * sizeof(float));
+	void *same[5];
+
+	(void)state;
+	assert_non_null(one);
+	for (int pass = 0; pass < 2; pass++) {
+		struct sim_net_params p = net_params(n, 1);
+		struct sim s;
+
+		if (sim_open(&s, &p, NULL, pass ? SIM_SIZES_ONLY : 0))
+			fail_msg("%s", s.err);
+		for (int r = 0; r < n; r++)
+			same[r] = one;
+		for (size_t a = 0; a < sizeof(algos) / sizeof(*algos); a++) {
+			force(&s, algos[a]);
+			for (size_t k = 0; k < 3; k++) {
+				if (!pass) {
+					run_checked(&s, b, counts[k]);
+					with[a][k] =
+						run_checked(&s, b, counts[k]);
+					continue;
+				}
+				for (size_t i = 0; i < counts[k]; i++)
+					one[i] = 1;
+				for (int it = 0; it < 2; it++)
+					assert_int_equal(
+						sim_allreduce(&s, same,
+							      counts[k], FR_F32,
+							      FR_SUM, &ns),
+						0);
+				if (ns != with[a][k])
+					fail_msg(
+						"%s, %zu floats: %llu ns with data, %llu sizes only",
+						fr_algo_name(algos[a]),
+						counts[k],
+						(unsigned long long)with[a][k],
+						(unsigned long long)ns);
+				for (size_t i = 0; i < counts[k]; i++)
+					if (one[i] != 1 && one[i] != 0)
+						fail_msg(
+							"%s, %zu floats: element %zu computed: %g",
+							fr_algo_name(algos[a]),
+							counts[k], i,
+							(double)one[i]);
+			}
+		}
+		sim_close(&s);
+	}
+	/* the real kernels again */
+	run_reduce_check();
+	free(one);
+	bufs_free(b, n);
+}
+
 /* A rank that never answers: the driver runs out of events and says the
  * schedule stalled, naming the ranks left, instead of hanging. */
 static void test_sim_stall(void **state)
@@ -278,7 +357,7 @@ static void test_sim_stall(void **state)
 	struct sim s;
 
 	(void)state;
-	if (sim_open(&s, &p, NULL))
+	if (sim_open(&s, &p, NULL, 0))
 		fail_msg("%s", s.err);
 	run_checked(&s, b, 1000);
 	fake_tp_freeze(2, true);
@@ -299,7 +378,7 @@ static void test_sim_bad_params(void **state)
 	struct sim s;
 
 	(void)state;
-	assert_int_equal(sim_open(&s, &p, NULL), FR_EINVAL);
+	assert_int_equal(sim_open(&s, &p, NULL, 0), FR_EINVAL);
 	assert_non_null(strstr(s.err, "nodes of 2"));
 	assert_int_equal(fake_tp_endpoints(), 0);
 }
@@ -311,6 +390,7 @@ int main(void)
 		cmocka_unit_test(test_sim_results),
 		cmocka_unit_test(test_sim_closed_forms),
 		cmocka_unit_test(test_sim_nodes),
+		cmocka_unit_test(test_sim_sizes_only),
 		cmocka_unit_test(test_sim_stall),
 		cmocka_unit_test(test_sim_bad_params),
 	};

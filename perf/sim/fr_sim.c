@@ -9,12 +9,16 @@
  * then one timed call; the time is virtual and the same on every run, so
  * one call says all.  Every result is checked against a reference (small
  * integers in f32, exact in any order): a schedule that computes a wrong
- * sum fails the run, as one that stalls does.
+ * sum fails the run, as one that stalls does.  With --sizes-only there is
+ * no data (sim.h, SIM_SIZES_ONLY): every rank's buffer is the same
+ * untouched mapping and nothing is checked but that the schedules end,
+ * which is what lets thousands of ranks run sizes up to hundreds of MiB.
  */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "internal.h"
@@ -41,6 +45,8 @@ static void usage(FILE *f)
 		"                         (default auto)\n"
 		"      --max-mem-mib M    refuse sizes whose buffers need more\n"
 		"                         (default 4096)\n"
+		"      --sizes-only       no data: times only, for many ranks and\n"
+		"                         large sizes (results not checked)\n"
 		"  -h, --help\n"
 		"Sizes take K/M/G suffixes (powers of 1024).\n");
 }
@@ -136,6 +142,7 @@ int main(int argc, char **argv)
 		{"factor", required_argument, NULL, 'f'},
 		{"algos", required_argument, NULL, 'a'},
 		{"max-mem-mib", required_argument, NULL, 'M'},
+		{"sizes-only", no_argument, NULL, 'Z'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -153,7 +160,8 @@ int main(int argc, char **argv)
 	const char *names[16], *algos = "auto";
 	double d;
 	struct sim s;
-	void **bufs;
+	void **bufs, *shared = NULL;
+	bool sizes_only = false;
 	int opt, rc = 0;
 
 	while ((opt = getopt_long(argc, argv, "n:k:b:e:f:a:h", longopts,
@@ -199,6 +207,9 @@ int main(int argc, char **argv)
 			if (pc_parse_long(optarg, 1, 1L << 30, &maxmem))
 				goto bad;
 			break;
+		case 'Z':
+			sizes_only = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -214,24 +225,38 @@ int main(int argc, char **argv)
 	nalgo = parse_algos(algos, ids, names, (int)PC_ARRAY_SIZE(ids));
 	if (nalgo < 0)
 		return 2;
-	if ((double)p.nranks * (double)(maxb / sizeof(float) * sizeof(float)) >
-	    (double)maxmem * (1 << 20)) {
+	if (!sizes_only &&
+	    (double)p.nranks * (double)(maxb / sizeof(float) * sizeof(float)) >
+		    (double)maxmem * (1 << 20)) {
 		fprintf(stderr,
-			"fr_sim: %d ranks x %zu bytes exceed --max-mem-mib %ld\n",
+			"fr_sim: %d ranks x %zu bytes exceed --max-mem-mib %ld (--sizes-only needs none)\n",
 			p.nranks, maxb, maxmem);
 		return 2;
 	}
 	bufs = calloc((size_t)p.nranks, sizeof(*bufs));
 	if (!bufs)
 		return 1;
+	if (sizes_only) {
+		/* one mapping for all, its pages made only where a write's
+		 * first bytes land */
+		shared = mmap(
+			NULL, maxb < 4096 ? 4096 : maxb, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (shared == MAP_FAILED) {
+			fprintf(stderr, "fr_sim: cannot map %zu bytes\n", maxb);
+			return 1;
+		}
+	}
 	for (int r = 0; r < p.nranks; r++) {
-		bufs[r] = malloc(maxb < sizeof(float) ? sizeof(float) : maxb);
+		bufs[r] = shared ? shared
+				 : malloc(maxb < sizeof(float) ? sizeof(float)
+							       : maxb);
 		if (!bufs[r]) {
 			fprintf(stderr, "fr_sim: out of memory\n");
 			return 1;
 		}
 	}
-	rc = sim_open(&s, &p, NULL);
+	rc = sim_open(&s, &p, NULL, sizes_only ? SIM_SIZES_ONLY : 0);
 	if (rc) {
 		fprintf(stderr, "fr_sim: %s\n", s.err);
 		return 1;
@@ -239,7 +264,8 @@ int main(int argc, char **argv)
 	printf("# fr_sim: %d ranks, %d per node; star of %g Gbit/s links, %g us; shm %g Gbit/s, %g us; %u bytes of overhead per write\n",
 	       p.nranks, p.ranks_per_node, p.link_gbps, p.link_lat_ns / 1e3,
 	       p.shm_gbps, p.shm_lat_ns / 1e3, p.overhead_bytes);
-	printf("# time: simulated, one call after a warm-up; busbw = bytes / time x 2(n-1)/n\n");
+	printf("# time: simulated, one call after a warm-up; busbw = bytes / time x 2(n-1)/n%s\n",
+	       sizes_only ? "; sizes only: no data, results not checked" : "");
 	printf("%12s  %-17s %12s %11s %11s %10s %8s\n", "bytes", "algo",
 	       "time_us", "algbw_GB/s", "busbw_GB/s", "events", "real_s");
 	for (size_t bytes = minb; bytes <= maxb && !rc;
@@ -254,7 +280,8 @@ int main(int argc, char **argv)
 			for (int r = 0; r < p.nranks; r++)
 				fr_algo_force(s.comms[r], ids[a]);
 			for (int it = 0; it < 2 && !rc; it++) {
-				fill(&s, bufs, count);
+				if (!sizes_only)
+					fill(&s, bufs, count);
 				ev0 = s.events;
 				rc = sim_allreduce(&s, bufs, count, FR_F32,
 						   FR_SUM, &ns);
@@ -263,7 +290,8 @@ int main(int argc, char **argv)
 						"fr_sim: %zu bytes, %s: %s: %s\n",
 						bytes, names[a], fr_errname(rc),
 						s.err);
-				} else if (check(&s, bufs, count, msg,
+				} else if (!sizes_only &&
+					   check(&s, bufs, count, msg,
 						 sizeof(msg))) {
 					fprintf(stderr,
 						"fr_sim: %zu bytes, %s: wrong result: %s\n",
@@ -297,8 +325,11 @@ int main(int argc, char **argv)
 			break;
 	}
 	sim_close(&s);
-	for (int r = 0; r < p.nranks; r++)
-		free(bufs[r]);
+	if (shared)
+		munmap(shared, maxb < 4096 ? 4096 : maxb);
+	else
+		for (int r = 0; r < p.nranks; r++)
+			free(bufs[r]);
 	free(bufs);
 	return rc ? 1 : 0;
 bad:

@@ -32,6 +32,7 @@
 
 #include "engine.h"
 #include "internal.h"
+#include "reduce.h"
 #include "sim.h"
 
 static struct sim *sim_of(struct fake_clock *clk)
@@ -153,8 +154,17 @@ static void run_rank(struct sim *s, int r)
 		runq_push(s, r);
 }
 
+/* the kernel of SIM_SIZES_ONLY: nothing computed */
+static void reduce_nothing(void *dst, const void *a, const void *b, size_t n)
+{
+	(void)dst;
+	(void)a;
+	(void)b;
+	(void)n;
+}
+
 int sim_open(struct sim *s, const struct sim_net_params *p,
-	     const fr_config_t *cfg)
+	     const fr_config_t *cfg, unsigned int flags)
 {
 	fr_config_t c;
 	int rc;
@@ -164,6 +174,7 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 	if (rc)
 		return rc;
 	s->n = p->nranks;
+	s->flags = flags;
 	s->comms = calloc((size_t)s->n, sizeof(*s->comms));
 	s->runq = calloc((size_t)s->n, sizeof(*s->runq));
 	s->queued = calloc((size_t)s->n, sizeof(*s->queued));
@@ -183,6 +194,10 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 	c.progress = FR_PROGRESS_CALLER;
 	s->clk.due = clk_due;
 	s->clk.ready = clk_ready;
+	if (flags & SIM_SIZES_ONLY) {
+		s->clk.copy_max = SIM_COPY_MAX;
+		fr_reduce_set_hook(reduce_nothing);
+	}
 	fake_tp_install();
 	fake_tp_clock(&s->clk);
 	{
@@ -207,6 +222,7 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 	return 0;
 
 err_job:
+	fr_reduce_set_hook(NULL);
 	fake_tp_clock(NULL);
 err_alloc:
 	free(s->queued);
@@ -221,6 +237,7 @@ void sim_close(struct sim *s)
 	/* the goodbyes land in virtual time too: without the clock they
 	 * land at once, which is all a goodbye needs */
 	fake_tp_clock(NULL);
+	fr_reduce_set_hook(NULL);
 	fr_comm_destroy_local(s->n, s->comms);
 	free(s->ev);
 	free(s->queued);

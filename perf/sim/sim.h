@@ -73,6 +73,7 @@ struct sim_event {
 
 struct sim {
 	struct fake_clock clk; /* first: the fake's callbacks find sim */
+	unsigned int flags;    /* SIM_* */
 	struct sim_net net;
 	int n;
 	fr_comm_t **comms;
@@ -90,13 +91,24 @@ struct sim {
 };
 
 /*
+ * Sizes only: no reduction computes and of each write only its first
+ * SIM_COPY_MAX bytes land (the headers and keys the schedules read), so
+ * the ranks' buffers may all be one, untouched past those bytes: what
+ * makes large sizes on many ranks fit in memory and time.  The results
+ * are then meaningless; the times are the same as with data (a schedule
+ * never looks at its data to decide what to send).
+ */
+#define SIM_SIZES_ONLY 0x1
+#define SIM_COPY_MAX 4096
+
+/*
  * A job of p->nranks ranks over the network p, its communicators made from
  * cfg (NULL: defaults) with the transport set to the fake and the peer
  * timeout to a day (a simulation's real time says nothing of its ranks'
- * health).  0, or an error with its message in s->err.
+ * health); flags: SIM_*.  0, or an error with its message in s->err.
  */
 int sim_open(struct sim *s, const struct sim_net_params *p,
-	     const fr_config_t *cfg);
+	     const fr_config_t *cfg, unsigned int flags);
 void sim_close(struct sim *s);
 
 /*

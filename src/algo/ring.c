@@ -513,6 +513,7 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 	struct fr_ring_comm *rc = ring_of(comm);
 	int peer_rank = to_next ? rc->next : rc->prev;
 	struct fr_peer *peer = &comm->peer.peers[peer_rank];
+	struct fr_peer_keys *keys = NULL;
 	struct ready r = {.role = to_next ? READY_TO_NEXT : READY_TO_PREV};
 	uint8_t payload[READY_LEN];
 	struct fr_msg m;
@@ -535,10 +536,13 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 	}
 	/* The previous rank writes the all-gather into our recvbuf. */
 	if (!to_next && st->ag_steps && st->wmem) {
+		keys = fr_peer_keys(peer);
+		if (!keys)
+			return FR_ENOMEM;
 		r.mem_id = st->wmem->id;
 		r.dest_off = st->woff;
 		slot = st->wmem->id % FR_RKEY_CACHE;
-		if (peer->rkey_sent[slot] != st->wmem->id) {
+		if (keys->sent[slot] != st->wmem->id) {
 			size_t kl = FR_TP_RKEY_MAX;
 
 			err = fr_mem_pack_key(st->wmem, r.key, &kl);
@@ -559,7 +563,7 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 			rc->staging_key_sent = true;
 	}
 	if (r.has_key) {
-		peer->rkey_sent[slot] = st->wmem->id;
+		keys->sent[slot] = st->wmem->id;
 		comm->stats.rkeys_sent++;
 	}
 	return 0;
@@ -688,6 +692,7 @@ static int apply_ready(struct fr_comm *comm, struct fr_request *req, int from,
 	struct fr_ring_state *st = req->algo_state;
 	struct fr_ring_comm *rc = ring_of(comm);
 	struct fr_peer *peer = &comm->peer.peers[from];
+	struct fr_peer_keys *keys = NULL;
 	int err;
 
 	if (m->role == READY_TO_NEXT) {
@@ -712,23 +717,28 @@ static int apply_ready(struct fr_comm *comm, struct fr_request *req, int from,
 			goto bad;
 		rc->have_next_staging = true;
 	}
+	if ((m->has_key || (st->ag_steps && st->count)) &&
+	    !(keys = fr_peer_keys(peer)))
+		return fr_comm_fail(comm, FR_ENOMEM,
+				    "rank %d: no memory for rank %d's keys",
+				    comm->rank, from);
 	if (m->has_key) {
 		uint32_t ks = m->mem_id % FR_RKEY_CACHE;
 
 		if (!m->mem_id ||
-		    fr_mem_unpack_key(comm, m->key, m->keylen, &peer->rkey[ks]))
+		    fr_mem_unpack_key(comm, m->key, m->keylen, &keys->rkey[ks]))
 			goto bad;
-		peer->rkey_id[ks] = m->mem_id;
+		keys->id[ks] = m->mem_id;
 	}
 	if (st->ag_steps && st->count) {
 		uint32_t slot = m->mem_id % FR_RKEY_CACHE;
 
-		if (peer->rkey_id[slot] != m->mem_id || !m->mem_id)
+		if (keys->id[slot] != m->mem_id || !m->mem_id)
 			return fr_comm_fail(
 				comm, FR_EPROTO,
 				"rank %d: rank %d named a receive buffer whose key it never sent",
 				comm->rank, from);
-		st->dst = &peer->rkey[slot];
+		st->dst = &keys->rkey[slot];
 		st->dst_off = m->dest_off;
 	}
 	st->ready_next = true;

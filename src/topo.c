@@ -10,25 +10,61 @@
  * makes the placement irrelevant; it is the identity for block placement,
  * so the common case keeps its rank-order schedule.
  */
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "fastreduce.h"
 #include "topo.h"
 
+/* The node of each rank by a hash of the ids: linear in n, for jobs of
+ * thousands of ranks (the simulator's); false without memory. */
+static bool nodes_hashed(const uint64_t *ids, int n, int *node, int *nnodes)
+{
+	size_t cap = 16, mask;
+	int *slot; /* a rank of that id + 1, or 0: empty */
+
+	while (cap < 2 * (size_t)n)
+		cap *= 2;
+	mask = cap - 1;
+	slot = calloc(cap, sizeof(*slot));
+	if (!slot)
+		return false;
+	*nnodes = 0;
+	for (int r = 0; r < n; r++) {
+		/* Fibonacci hashing: ids are often small and consecutive */
+		size_t h =
+			(size_t)((ids[r] * 0x9e3779b97f4a7c15ull) >> 20) & mask;
+
+		while (slot[h] && ids[slot[h] - 1] != ids[r])
+			h = (h + 1) & mask;
+		if (!slot[h]) {
+			slot[h] = r + 1;
+			node[r] = (*nnodes)++;
+		} else {
+			node[r] = node[slot[h] - 1];
+		}
+	}
+	free(slot);
+	return true;
+}
+
 int fr_topo_nodes(const uint64_t *ids, int n, int *node, int *count)
 {
 	int nnodes = 0;
 
-	for (int r = 0; r < n; r++) {
-		int k;
+	if (!nodes_hashed(ids, n, node, &nnodes)) {
+		/* without memory: quadratic in the worst case (a node per
+		 * rank), but only integer compares */
+		for (int r = 0; r < n; r++) {
+			int k;
 
-		/* quadratic in the worst case (a node per rank), but only
-		 * once per communicator and only integer compares */
-		for (k = 0; k < r && ids[k] != ids[r]; k++)
-			;
-		node[r] = k < r ? node[k] : nnodes++;
-		count[r] = 0;
+			for (k = 0; k < r && ids[k] != ids[r]; k++)
+				;
+			node[r] = k < r ? node[k] : nnodes++;
+		}
 	}
+	for (int r = 0; r < n; r++)
+		count[r] = 0;
 	for (int r = 0; r < n; r++)
 		count[node[r]]++;
 	return nnodes;

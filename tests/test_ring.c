@@ -568,6 +568,72 @@ static int check_order(const uint64_t *ids, int n, bool by_rank,
 	return fr_topo_ring_crossings(order, node, n, 0);
 }
 
+/* fr_topo_nodes on thousands of ranks (its hash) against the plain
+ * definition: nodes numbered in order of their lowest rank, for ids that
+ * are small and consecutive, powers of two (the same low bits) and
+ * random, with nodes of one rank to a thousand. */
+static void test_topo_nodes_large(void **state)
+{
+	const int n = 3001;
+	uint64_t *ids = malloc(n * sizeof(*ids));
+	int *node = malloc(n * sizeof(int)), *count = malloc(n * sizeof(int));
+	int *want = malloc(n * sizeof(int));
+	uint64_t x = 88172645463325252ull;
+
+	(void)state;
+	assert_non_null(ids);
+	assert_non_null(node);
+	assert_non_null(count);
+	assert_non_null(want);
+	for (int pattern = 0; pattern < 5; pattern++) {
+		int nn = 0, got;
+
+		for (int r = 0; r < n; r++) {
+			switch (pattern) {
+			case 0:
+				ids[r] = (uint64_t)(r / 8);
+				break;
+			case 1:
+				ids[r] = 1ull << (r % 64);
+				break;
+			case 2:
+				ids[r] = (uint64_t)r << 40;
+				break;
+			case 3: /* xorshift64: random ids, 37 nodes */
+				x ^= x << 13;
+				x ^= x >> 7;
+				x ^= x << 17;
+				ids[r] = r < 37 ? x : ids[r % 37];
+				break;
+			default:
+				ids[r] = (uint64_t)(r / 1000) * 0x100000000ull;
+			}
+		}
+		for (int r = 0; r < n; r++) {
+			int k;
+
+			for (k = 0; k < r && ids[k] != ids[r]; k++)
+				;
+			want[r] = k < r ? want[k] : nn++;
+		}
+		got = fr_topo_nodes(ids, n, node, count);
+		assert_int_equal(got, nn);
+		for (int r = 0; r < n; r++)
+			assert_int_equal(node[r], want[r]);
+		for (int k = 0; k < nn; k++) {
+			int c = 0;
+
+			for (int r = 0; r < n; r++)
+				c += want[r] == k;
+			assert_int_equal(count[k], c);
+		}
+	}
+	free(want);
+	free(count);
+	free(node);
+	free(ids);
+}
+
 static void test_ring_order(void **state)
 {
 	/* block placement, 3 nodes of 2: the order is rank order */
@@ -605,6 +671,7 @@ int main(void)
 		cmocka_unit_test(test_msg_roundtrip),
 		cmocka_unit_test(test_msg_compact),
 		cmocka_unit_test(test_hcube),
+		cmocka_unit_test(test_topo_nodes_large),
 		cmocka_unit_test(test_ring_order),
 	};
 

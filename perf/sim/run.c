@@ -220,19 +220,16 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 			 fr_comm_last_error(NULL));
 		goto err_job;
 	}
-	/* the cost model knows the network as fr_tune would measure it:
-	 * the link's latency and bandwidth, and no CPU cost (none in the
-	 * model yet), so that auto chooses as the library would there */
+	/* the cost model knows the network's latency and bandwidth, as a
+	 * tune file of fr_tune's would give them; its CPU terms keep their
+	 * built-in values (the simulation has no CPU cost yet, but a model
+	 * that took messages for free would send n^2 of them) */
 	for (int r = 0; r < s->n; r++) {
 		struct fr_tune t;
 
 		fr_tune_get(s->comms[r], &t);
 		t.alpha_us = p->link_lat_ns / 1e3;
 		t.beta_ns = 8.0 / p->link_gbps;
-		t.copy_ns = 0;
-		t.msg_us = 0;
-		for (int d = 0; d < FR_DTYPE_COUNT; d++)
-			t.gamma_ns[d] = 0;
 		snprintf(t.source, sizeof(t.source), "the simulated network");
 		fr_tune_set(s->comms[r], &t);
 	}

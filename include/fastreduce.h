@@ -323,7 +323,8 @@ FR_API int fr_comm_agree(fr_comm_t *comm, uint32_t *flags);
 /*
  * The ranks of comm known to have failed, ascending: up to max of them in
  * ranks, how many in all in *nfailed.  After fr_comm_agree, the set it
- * agreed on (the same on every survivor), plus any found failed since.
+ * agreed on (the same on every survivor), plus any found failed after it
+ * returned.
  * 0, or FR_EINVAL.  See fr_comm_failed(3).
  */
 FR_API int fr_comm_failed(fr_comm_t *comm, int *ranks, int max, int *nfailed);

@@ -861,6 +861,15 @@ int fr_agree_end(struct fr_comm *c, uint32_t *flags)
 
 	a->active = false;
 	*flags = a->dec_value;
+	/* a death found after this rank decided but before its call
+	 * returns (the rest of the round that decided: a later peer's
+	 * state naming it; the rounds that send the decision on) is one
+	 * found during the agreement, as on the ranks that found it before
+	 * deciding: fr_comm_failed shows it only after the next agreement,
+	 * so that right after this one it is the decided set everywhere */
+	for (int r = 0; r < c->nranks; r++)
+		if (r != c->rank && c->peer.peers[r].dead)
+			fr_rankset_add(a->seen, r);
 	return a->excluded || !set_empty(a, a->dec_set) ? FR_EPEER : 0;
 }
 

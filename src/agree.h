@@ -80,7 +80,8 @@ struct fr_agree {
 	fr_rankset_t *owed; /* peers owed our latest state */
 	bool owing;	    /* owed is not empty */
 	uint64_t owing_ms;  /* since when (given up after the timeout) */
-	/* fr_comm_failed: deaths known when the last decision came */
+	/* fr_comm_failed: deaths known when the last decision came, or
+	 * before the call that made it returned (fr_agree_end) */
 	fr_rankset_t *seen;
 	bool any_decided;
 	struct fr_agree_peer *peers; /* [nranks] */

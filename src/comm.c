@@ -337,7 +337,7 @@ static const struct fr_tp_ops *choose_transport(const char *name, int nranks,
  */
 #define CARD_TAIL (4 + 2 + 8)
 static int card_build(struct fr_comm *c, const void *addr, size_t addrlen,
-		      uint32_t rtt_us, struct fr_boot_card *card)
+		      uint32_t rtt_us, uint16_t cpus, struct fr_boot_card *card)
 {
 	uint8_t *p = card->data;
 	size_t kl = FR_TP_RKEY_MAX;
@@ -353,7 +353,7 @@ static int card_build(struct fr_comm *c, const void *addr, size_t addrlen,
 	p += 1 + kl;
 	fr_put_le32(p, rtt_us);
 	p += 4;
-	fr_put_le16(p, fr_online_cpus());
+	fr_put_le16(p, cpus);
 	p += 2;
 	fr_put_le64(p, c->topo.node_id);
 	p += 8;
@@ -618,12 +618,13 @@ static void comm_unnew(struct fr_comm *c)
 /*
  * Step 3: the endpoint (reached over local_ip, NULL: any), its view, the
  * peers' state with the mailbox, and this rank's card for the others
- * (rtt_us: its handshake with rank 0; node_id: its host).  Undone by
- * comm_unopen.
+ * (rtt_us: its handshake with rank 0; node_id: its host; cpus: its host's
+ * online CPUs, 0: unknown).  Undone by comm_unopen.
  */
 static int comm_open(struct fr_comm *c, const struct fr_settings *s,
 		     const char *local_ip, uint32_t rtt_us, uint64_t node_id,
-		     struct fr_boot_card *card, char *err, size_t errlen)
+		     uint16_t cpus, struct fr_boot_card *card, char *err,
+		     size_t errlen)
 {
 	struct fr_tp_params tp = {.size = sizeof(tp)};
 	uint8_t addr[FR_TP_ADDR_MAX];
@@ -674,7 +675,7 @@ static int comm_open(struct fr_comm *c, const struct fr_settings *s,
 		goto err_share;
 	}
 	c->topo.node_id = node_id;
-	rc = card_build(c, addr, addrlen, rtt_us, card);
+	rc = card_build(c, addr, addrlen, rtt_us, cpus, card);
 	if (rc)
 		goto err_card;
 	return 0;
@@ -765,7 +766,7 @@ static int comm_create(const struct fr_settings *s, fr_comm_t **out, char *err,
 
 	/* 3. endpoint and the areas peers write into */
 	rc = comm_open(c, s, fr_boot_local_ip(boot), fr_boot_rtt_us(boot),
-		       fr_node_id(), &mine, err, errlen);
+		       fr_node_id(), fr_online_cpus(), &mine, err, errlen);
 	if (rc)
 		goto err_open;
 
@@ -894,8 +895,11 @@ int fr_comm_create_local(const fr_config_t *cfg, int n,
 	s.nranks = n;
 	snprintf(s.rendezvous, sizeof(s.rendezvous), "local:%d", n);
 	cards = calloc((size_t)n, sizeof(*cards));
-	if (!cards)
+	if (!cards) {
+		snprintf(err, errlen,
+			 "fr_comm_create_local: no memory for %d cards", n);
 		return FR_ENOMEM;
+	}
 	/* an endpoint may hold a descriptor or two (the fake's eventfd) */
 	rc = fr_fd_reserve(2L * n + 32, err, errlen);
 	if (rc)
@@ -905,9 +909,13 @@ int fr_comm_create_local(const fr_config_t *cfg, int n,
 		rc = comm_new(&s, &comms[r], err, errlen);
 		if (rc)
 			goto unwind;
+		/* no CPU count: the ranks of a job of this process are not
+		 * processes competing for this host's CPUs, and the model
+		 * must not take them for it (oversubscription), or what a
+		 * simulation chooses would depend on the machine it ran on */
 		rc = comm_open(comms[r], &s, NULL, 0,
-			       node_ids ? node_ids[r] : fr_node_id(), &cards[r],
-			       err, errlen);
+			       node_ids ? node_ids[r] : fr_node_id(), 0,
+			       &cards[r], err, errlen);
 		if (rc) {
 			comm_unnew(comms[r]);
 			comms[r] = NULL;

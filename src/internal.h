@@ -182,11 +182,12 @@ void fr_comm_free_cards(struct fr_comm *c);
  * comm.c: a whole job of n communicators in this process, without a
  * rendezvous, for what simulates or tests a job in one process (perf/sim,
  * the unit tests): comms[r] is rank r, on node node_ids[r] (NULL: all on
- * this host).  cfg as for fr_comm_create but for rank, nranks and
- * rendezvous, which it ignores; its transport must connect endpoints of
- * this process (the tests' fake, the simulator's).  0, or an error that
- * fr_comm_last_error(NULL) explains, with nothing left behind.  Not
- * exported.  fr_comm_destroy_local destroys such a job (or any n
+ * this host; the cards say no CPU count, so the model never takes the
+ * job for processes oversubscribing this host).  cfg as for
+ * fr_comm_create but for rank, nranks and rendezvous, which it ignores;
+ * its transport must connect endpoints of this process (the tests' fake,
+ * the simulator's).  0, or an error that fr_comm_last_error(NULL)
+ * explains, with nothing left behind.  Not exported.  fr_comm_destroy_local destroys such a job (or any n
  * communicators of this process that talk only among themselves) from
  * one thread; fr_comm_destroy on each would wait out every goodbye.
  */

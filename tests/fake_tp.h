@@ -127,8 +127,9 @@ struct fake_clock {
 	uint64_t (*due)(struct fake_clock *clk, int from, int to, size_t len);
 	void (*ready)(struct fake_clock *clk, int rank);
 };
-/* Set the clock (NULL: none, the default: writes land at once).  Call
- * while no endpoint is open. */
+/* Set the clock (NULL: none, the default: writes land at once) while no
+ * endpoint is open; clearing it is safe at any time (what waits for its
+ * time then lands at the writer's next poll). */
 void fake_tp_clock(struct fake_clock *clk);
 
 /* ---- a job of communicators in this process -------------------------- */

@@ -256,9 +256,9 @@ static void test_sim_closed_forms(void **state)
 	bufs_free(b, 8);
 }
 
-/* Nodes of 3 ranks: the two-level algorithm runs over them, correctly,
- * and a node's link is shared: 2 nodes of 3 take longer than 2 nodes
- * of 1 for the same bytes per rank through the network. */
+/* Nodes of 3 ranks: the layout the job sees, and the two-level
+ * algorithm runs over them, correctly, with bytes both within the nodes
+ * and between them. */
 static void test_sim_nodes(void **state)
 {
 	const size_t count = 1u << 18;

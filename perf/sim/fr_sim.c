@@ -218,7 +218,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind != argc || minb > maxb) {
+	if (optind != argc || !minb || minb > maxb) {
 		usage(stderr);
 		return 2;
 	}

@@ -248,6 +248,11 @@ err_alloc:
 
 void sim_close(struct sim *s)
 {
+	/* the goodbyes wait at most the peer timeout, which sim_open set
+	 * to a day: a rank that cannot say goodbye (one frozen) must not
+	 * hold this up for that long */
+	for (int r = 0; r < s->n; r++)
+		s->comms[r]->peer.timeout_ms = 10000;
 	/* the goodbyes land in virtual time too: without the clock they
 	 * land at once, which is all a goodbye needs */
 	fake_tp_clock(NULL);
@@ -290,7 +295,13 @@ int sim_allreduce(struct sim *s, void **bufs, size_t count, fr_dtype_t dt,
 			int r = runq_pop(s), done = 0;
 
 			run_rank(s, r);
-			if (!req[r])
+			/* fr_test only once it is done: on a request still
+			 * running it would also run the waiter's checks,
+			 * whose PINGs go by real time (an idle second) and
+			 * would put writes in virtual time that depend on
+			 * how fast this machine is */
+			if (!req[r] ||
+			    ((struct fr_request *)req[r])->state != FR_REQ_DONE)
 				continue;
 			rc = fr_test(&req[r], &done);
 			if (!done)

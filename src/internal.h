@@ -187,9 +187,10 @@ void fr_comm_free_cards(struct fr_comm *c);
  * fr_comm_create but for rank, nranks and rendezvous, which it ignores;
  * its transport must connect endpoints of this process (the tests' fake,
  * the simulator's).  0, or an error that fr_comm_last_error(NULL)
- * explains, with nothing left behind.  Not exported.  fr_comm_destroy_local destroys such a job (or any n
- * communicators of this process that talk only among themselves) from
- * one thread; fr_comm_destroy on each would wait out every goodbye.
+ * explains, with nothing left behind.  Not exported.
+ * fr_comm_destroy_local destroys such a job (or any n communicators of
+ * this process that talk only among themselves) from one thread;
+ * fr_comm_destroy on each would wait out every goodbye.
  */
 int fr_comm_create_local(const fr_config_t *cfg, int n,
 			 const uint64_t *node_ids, fr_comm_t **comms);

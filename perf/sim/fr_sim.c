@@ -244,7 +244,9 @@ int main(int argc, char **argv)
 			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 		if (shared == MAP_FAILED) {
 			fprintf(stderr, "fr_sim: cannot map %zu bytes\n", maxb);
-			return 1;
+			shared = NULL;
+			rc = 1;
+			goto out;
 		}
 	}
 	for (int r = 0; r < p.nranks; r++) {
@@ -253,13 +255,15 @@ int main(int argc, char **argv)
 							       : maxb);
 		if (!bufs[r]) {
 			fprintf(stderr, "fr_sim: out of memory\n");
-			return 1;
+			rc = 1;
+			goto out;
 		}
 	}
 	rc = sim_open(&s, &p, NULL, sizes_only ? SIM_SIZES_ONLY : 0);
 	if (rc) {
 		fprintf(stderr, "fr_sim: %s\n", s.err);
-		return 1;
+		rc = 1;
+		goto out;
 	}
 	printf("# fr_sim: %d ranks, %d per node; star of %g Gbit/s links, %g us; shm %g Gbit/s, %g us; %u bytes of overhead per write\n",
 	       p.nranks, p.ranks_per_node, p.link_gbps, p.link_lat_ns / 1e3,
@@ -325,11 +329,12 @@ int main(int argc, char **argv)
 			break;
 	}
 	sim_close(&s);
+out:
 	if (shared)
 		munmap(shared, maxb < 4096 ? 4096 : maxb);
 	else
 		for (int r = 0; r < p.nranks; r++)
-			free(bufs[r]);
+			free(bufs[r]); /* calloc'd: NULL where none was made */
 	free(bufs);
 	return rc ? 1 : 0;
 bad:

@@ -115,15 +115,13 @@ static struct sim_event ev_pop(struct sim *s)
 	return top;
 }
 
-static bool out_of_memory;
-
 static uint64_t clk_due(struct fake_clock *clk, int from, int to, size_t len)
 {
 	struct sim *s = sim_of(clk);
 	uint64_t due = sim_net_due(&s->net, clk->now, from, to, len);
 
 	if (!ev_push(s, due, from))
-		out_of_memory = true;
+		s->ev_nomem = true;
 	return due;
 }
 
@@ -146,7 +144,6 @@ static void run_rank(struct sim *s, int r)
 	fr_lock(c);
 	for (int i = 0; work && i < 64; i++) {
 		work = false;
-		s->steps++;
 		if (fr_progress_internal(c, &work))
 			work = false; /* failed: its requests say so */
 	}
@@ -275,7 +272,7 @@ int sim_allreduce(struct sim *s, void **bufs, size_t count, fr_dtype_t dt,
 
 	if (!req)
 		return FR_ENOMEM;
-	out_of_memory = false;
+	s->ev_nomem = false;
 	for (int r = 0; r < s->n; r++) {
 		rc = fr_iallreduce(s->comms[r], bufs[r], bufs[r], count, dt, op,
 				   &req[r]);
@@ -316,7 +313,7 @@ int sim_allreduce(struct sim *s, void **bufs, size_t count, fr_dtype_t dt,
 		}
 		if (!left)
 			break;
-		if (out_of_memory) {
+		if (s->ev_nomem) {
 			first = FR_ENOMEM;
 			snprintf(s->err, sizeof(s->err),
 				 "out of memory for the events");

@@ -86,7 +86,8 @@ struct sim {
 	int *runq;
 	size_t rq_head, rq_count;
 	bool *queued;
-	uint64_t events, steps; /* what a run cost, for the report */
+	uint64_t events; /* what a run cost, for the report */
+	bool ev_nomem;	 /* an event found no memory: the run fails */
 	char err[256];
 };
 

@@ -6,7 +6,8 @@
 #                                           BUILDDIR/fuzz (default: build)
 #   scripts/fuzz.sh smoke [BUILDDIR]        build, then each harness for
 #                                           FR_FUZZ_SMOKE_S seconds (default
-#                                           20) from its seeds: CI runs this
+#                                           20) from its seeds, one harness
+#                                           per core at a time: CI runs this
 #   scripts/fuzz.sh run SECONDS [BUILDDIR] [HARNESS...]
 #                                           the long campaign: each harness
 #                                           for SECONDS on FR_FUZZ_JOBS
@@ -104,9 +105,21 @@ build)
 smoke)
 	B=$(cd "${1:-$top/build}" && pwd)
 	build "$B"
-	fail=0
+	# one process per harness, as many harnesses at once as there are
+	# cores: each gets its seconds of fuzzing, the stage a share of them
+	fail=0 pids=()
+	par=$(nproc 2>/dev/null || echo 1)
 	for h in $HARNESSES; do
-		run_one "$h" "${FR_FUZZ_SMOKE_S:-20}" 1 || fail=1
+		# (in a || list, as run alone: its greps may find nothing)
+		{ run_one "$h" "${FR_FUZZ_SMOKE_S:-20}" 1 || exit 1; } &
+		pids+=($!)
+		if [ "${#pids[@]}" -ge "$par" ]; then
+			wait "${pids[0]}" || fail=1
+			pids=("${pids[@]:1}")
+		fi
+	done
+	for p in "${pids[@]}"; do
+		wait "$p" || fail=1
 	done
 	exit $fail
 	;;

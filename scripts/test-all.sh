@@ -22,9 +22,10 @@ step() { printf '\n=== %s === (at %d s)\n' "$*" "$SECONDS"; }
 # it, what CI runs: the same suites, with the cuts each script names.
 export FR_TEST_FULL=${FR_TEST_FULL:-0}
 if [ "$FR_TEST_FULL" = 1 ]; then
-	asan_ranks_default="1 2 3 5 8" dist_ranks="1 2 3 4 5 6 7 8"
+	asan_ranks_default="1 2 3 5 8" asan_shm_ranks_default="1 2 3 5 8"
+	dist_ranks="1 2 3 4 5 6 7 8"
 else
-	asan_ranks_default="1 2 3 5" dist_ranks="2 3"
+	asan_ranks_default="1 2 3 5" asan_shm_ranks_default="2 3" dist_ranks="2 3"
 fi
 
 step "bootstrap"
@@ -46,7 +47,9 @@ step "fuzz smoke (libFuzzer, ${FR_FUZZ_SMOKE_S:-20} s per harness)"
 # The rank counts (FR_ASAN_TEST_RANKS, default "1 2 3 5": one rank, a power
 # of two, odd counts that fold) keep this stage within CI's time: n = 8, four
 # ranks to a CPU under ASan, is stage 1's (and FR_ASAN_TEST_RANKS="1 2 3 5 8"
-# here, where time allows).
+# here, where time allows).  mp_shm.sh runs the matrix and the collectives
+# over shm once more: under ASan on 2 and 3 ranks (FR_ASAN_SHM_TEST_RANKS),
+# the code they add to the tcp runs' being the shm transport's.
 step "ASan + UBSan build and make check"
 mkdir -p build-asan
 # LeakSanitizer needs ptrace-free /proc access; it works as root here.
@@ -54,7 +57,8 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 (cd build-asan && ../configure --enable-werror --enable-asan --enable-ubsan \
 	--enable-debug >/dev/null && make -j"$jobs" >/dev/null &&
-	FR_VM_TESTS=0 FR_TEST_RANKS="${FR_ASAN_TEST_RANKS:-$asan_ranks_default}" make -j"$jobs" check) ||
+	FR_VM_TESTS=0 FR_TEST_RANKS="${FR_ASAN_TEST_RANKS:-$asan_ranks_default}" \
+	FR_SHM_TEST_RANKS="${FR_ASAN_SHM_TEST_RANKS:-$asan_shm_ranks_default}" make -j"$jobs" check) ||
 	{ cat build-asan/test-suite.log 2>/dev/null | tail -100; exit 1; }
 
 # The progress thread and the communicator's lock: the tests that run

@@ -90,6 +90,102 @@ static void test_net_times(void **state)
 	assert_non_null(strstr(err, "bandwidths"));
 }
 
+/*
+ * A fat tree of 8 nodes: leaves of 2 nodes with uplinks oversubscribed
+ * 2:1 (2 x 8 / 2 = 8 Gbit/s), under switches of 2 leaves, non-blocking
+ * (16 Gbit/s), under the core; 100 ns a switch level.
+ */
+static void test_net_fat_tree(void **state)
+{
+	struct sim_net_params p = {.nranks = 8,
+				   .ranks_per_node = 1,
+				   .link_gbps = 8,
+				   .link_lat_ns = 1000,
+				   .shm_gbps = 16,
+				   .topo = SIM_FAT_TREE,
+				   .hop_lat_ns = 100,
+				   .levels = 2,
+				   .fanout = {2, 2},
+				   .oversub = {2, 1}};
+	struct sim_net net;
+	char err[200];
+
+	(void)state;
+	assert_int_equal(sim_net_init(&net, &p, err, sizeof(err)), 0);
+	/* under one leaf: as the star, 1000 ns on each link */
+	assert_int_equal(sim_net_due(&net, 0, 0, 1, 1000), 2000);
+	assert_int_equal(net.link_writes, 2);
+	/* to the next leaf: up and down one level, 2 x 100 ns more */
+	sim_net_reset(&net);
+	assert_int_equal(sim_net_due(&net, 0, 0, 2, 1000), 2200);
+	assert_int_equal(net.link_writes, 6);
+	/* a second node of the leaf at once: the 2:1 uplink takes it after
+	 * the first, at half the bandwidth the two nodes have */
+	assert_int_equal(sim_net_due(&net, 0, 1, 3, 1000), 3200);
+	/* across the core: two levels up and down */
+	sim_net_reset(&net);
+	assert_int_equal(sim_net_due(&net, 0, 0, 4, 1000), 2400);
+	/* from the next leaf at once: it meets the first on node 0's
+	 * level-1 uplink, node 4's leaf's downlink and node 4's own link,
+	 * which take them in turn */
+	assert_int_equal(sim_net_due(&net, 0, 2, 4, 1000), 3400);
+	sim_net_fini(&net);
+
+	p.fanout[1] = 3; /* 4 leaves do not make groups of 3 */
+	assert_int_equal(sim_net_init(&net, &p, err, sizeof(err)), FR_EINVAL);
+	assert_non_null(strstr(err, "groups of 6"));
+	p.fanout[1] = 2;
+	p.oversub[0] = 0.5;
+	assert_int_equal(sim_net_init(&net, &p, err, sizeof(err)), FR_EINVAL);
+	assert_non_null(strstr(err, "oversubscribed"));
+	p.oversub[0] = 2;
+	p.levels = 0;
+	assert_int_equal(sim_net_init(&net, &p, err, sizeof(err)), FR_EINVAL);
+	assert_non_null(strstr(err, "levels"));
+}
+
+/* A 4 x 2 torus of nodes (node = x + 4 y), 8 Gbit/s channels, 1000 ns
+ * at the ends and 100 ns a hop after the first. */
+static void test_net_torus(void **state)
+{
+	struct sim_net_params p = {.nranks = 8,
+				   .ranks_per_node = 1,
+				   .link_gbps = 8,
+				   .link_lat_ns = 1000,
+				   .shm_gbps = 16,
+				   .topo = SIM_TORUS,
+				   .hop_lat_ns = 100,
+				   .ndims = 2,
+				   .dims = {4, 2}};
+	struct sim_net net;
+	char err[200];
+
+	(void)state;
+	assert_int_equal(sim_net_init(&net, &p, err, sizeof(err)), 0);
+	/* a neighbour: one channel */
+	assert_int_equal(sim_net_due(&net, 0, 0, 1, 1000), 2000);
+	/* x = 3 is a neighbour too, the other way round: its own channel */
+	assert_int_equal(sim_net_due(&net, 0, 0, 3, 1000), 2000);
+	/* the + channel again: after the first write */
+	assert_int_equal(sim_net_due(&net, 0, 0, 1, 1000), 3000);
+	assert_int_equal(net.link_writes, 3);
+	/* node 6 = (2, 1): two hops in x (a tie, +), one in y */
+	sim_net_reset(&net);
+	assert_int_equal(sim_net_due(&net, 0, 0, 6, 1000), 2200);
+	assert_int_equal(net.link_writes, 6);
+	/* 1 -> 2 is on that path (0 -> 1 -> 2 -> 6): it waits for it */
+	assert_int_equal(sim_net_due(&net, 0, 1, 2, 1000), 3100);
+	/* 2 -> 3 is not */
+	assert_int_equal(sim_net_due(&net, 0, 2, 3, 1000), 2000);
+	sim_net_fini(&net);
+
+	p.dims[1] = 3;
+	assert_int_equal(sim_net_init(&net, &p, err, sizeof(err)), FR_EINVAL);
+	assert_non_null(strstr(err, "torus of 12"));
+	p.ndims = 0;
+	assert_int_equal(sim_net_init(&net, &p, err, sizeof(err)), FR_EINVAL);
+}
+
 static struct sim_net_params net_params(int n, int k)
 {
 	return (struct sim_net_params){.nranks = n,
@@ -186,7 +282,7 @@ static void test_sim_results(void **state)
 		struct sim_net_params p = net_params(n, 1);
 		struct sim s;
 
-		if (sim_open(&s, &p, NULL, 0))
+		if (sim_open(&s, &p, NULL, NULL, 0))
 			fail_msg("%d ranks: %s", n, s.err);
 		for (size_t a = 0; a < sizeof(algos) / sizeof(*algos); a++) {
 			force(&s, algos[a]);
@@ -223,7 +319,7 @@ static void test_sim_closed_forms(void **state)
 		uint64_t t1, t2;
 		struct sim s;
 
-		if (sim_open(&s, &p, NULL, 0))
+		if (sim_open(&s, &p, NULL, NULL, 0))
 			fail_msg("%d ranks: %s", n, s.err);
 		force(&s, FR_ALGO_RING);
 		run_checked(&s, b, count); /* connections come up */
@@ -267,7 +363,7 @@ static void test_sim_nodes(void **state)
 	struct sim s;
 
 	(void)state;
-	if (sim_open(&s, &p, NULL, 0))
+	if (sim_open(&s, &p, NULL, NULL, 0))
 		fail_msg("%s", s.err);
 	assert_int_equal(s.comms[0]->topo.nnodes, 2);
 	force(&s, FR_ALGO_HIER);
@@ -302,7 +398,7 @@ static void test_sim_sizes_only(void **state)
 		struct sim_net_params p = net_params(n, 1);
 		struct sim s;
 
-		if (sim_open(&s, &p, NULL, pass ? SIM_SIZES_ONLY : 0))
+		if (sim_open(&s, &p, NULL, NULL, pass ? SIM_SIZES_ONLY : 0))
 			fail_msg("%s", s.err);
 		for (int r = 0; r < n; r++)
 			same[r] = one;
@@ -347,6 +443,190 @@ static void test_sim_sizes_only(void **state)
 	bufs_free(b, n);
 }
 
+/*
+ * The CPU model.  On a network too fast to count (100 Tbit/s, no
+ * latency), the time is the CPUs': the ring's n - 1 reductions of S/n
+ * bytes at R take (n-1)/n S/R; its 2(n-1) sends of S/n at R take twice
+ * that, as do its receives, and both together add up (one CPU does
+ * both).  Recursive doubling of 8 bytes takes log2(n) sends' or
+ * receives' fixed cost.  The results stay right on every algorithm; the
+ * cost model is told the CPUs' terms; a negative one is refused.
+ */
+static void expect_within(const char *what, double got, double want)
+{
+	if (got < want || got > 1.01 * want)
+		fail_msg("%s: %.0f ns simulated, %.0f by the closed form",
+			 what, got, want);
+}
+
+static void test_sim_cpu(void **state)
+{
+	static const struct {
+		struct sim_cpu_params cpu;
+		double per_byte; /* times (n-1)/n S */
+	} ring[] = {
+		{{.reduce_GBps = 1}, 1},
+		{{.send_GBps = 2}, 1},
+		{{.recv_GBps = 2}, 1},
+		{{.send_GBps = 2, .recv_GBps = 2}, 2},
+		{{.reduce_GBps = 4, .send_GBps = 8, .recv_GBps = 8}, 0.75},
+	};
+	static const int algos[] = {FR_ALGO_AUTO, FR_ALGO_RING, FR_ALGO_RD,
+				    FR_ALGO_RABENSEIFNER, FR_ALGO_ONESHOT};
+	const size_t count = (4u << 20) / sizeof(float);
+	struct sim_net_params p = net_params(4, 1);
+	float **b = bufs_new(8, count);
+	struct sim_cpu_params cpu;
+	struct fr_tune t;
+	char what[100];
+	struct sim s;
+
+	(void)state;
+	p.link_gbps = 1e5;
+	p.link_lat_ns = 0;
+	for (size_t i = 0; i < sizeof(ring) / sizeof(*ring); i++) {
+		double S = (double)count * sizeof(float);
+
+		if (sim_open(&s, &p, &ring[i].cpu, NULL, 0))
+			fail_msg("%s", s.err);
+		assert_true(s.cpu_on);
+		force(&s, FR_ALGO_RING);
+		run_checked(&s, b, count);
+		snprintf(what, sizeof(what), "ring, CPU case %zu", i);
+		expect_within(what, (double)run_checked(&s, b, count),
+			      ring[i].per_byte * 3.0 / 4.0 * S);
+		sim_close(&s);
+	}
+	for (int n = 2; n <= 8; n *= 2) {
+		for (int recv = 0; recv < 2; recv++) {
+			cpu = (struct sim_cpu_params){0};
+			*(recv ? &cpu.recv_ns : &cpu.send_ns) = 5000;
+			p.nranks = n;
+			if (sim_open(&s, &p, &cpu, NULL, 0))
+				fail_msg("%s", s.err);
+			force(&s, FR_ALGO_RD);
+			run_checked(&s, b, 2);
+			snprintf(what, sizeof(what), "rd, %d ranks, %s", n,
+				 recv ? "receives" : "sends");
+			expect_within(what, (double)run_checked(&s, b, 2),
+				      (n == 2 ? 1 : n == 4 ? 2 : 3) * 5000.0);
+			sim_close(&s);
+		}
+	}
+
+	/* shared cores: 4 ranks of the ring on one core of the job's do
+	 * their 4 (n-1)/n S bytes of reductions in turn; on as many cores
+	 * as ranks, as with a CPU each */
+	p.nranks = 4;
+	for (int c = 1; c <= 4; c += 3) {
+		double S = (double)count * sizeof(float);
+
+		cpu = (struct sim_cpu_params){
+			.reduce_GBps = 1, .cores = c, .cores_job = true};
+		if (sim_open(&s, &p, &cpu, NULL, 0))
+			fail_msg("%s", s.err);
+		force(&s, FR_ALGO_RING);
+		run_checked(&s, b, count);
+		snprintf(what, sizeof(what), "ring on %d cores", c);
+		expect_within(what, (double)run_checked(&s, b, count),
+			      (c == 1 ? 4 : 1) * 3.0 / 4.0 * S);
+		sim_close(&s);
+	}
+	/* waking: each of rd's steps wakes the ranks, unless they poll
+	 * longer than the step's wait */
+	for (int spin = 0; spin < 2; spin++) {
+		cpu = (struct sim_cpu_params){.wake_ns = 3000,
+					      .spin_ns = spin ? 1e6 : 0};
+		if (sim_open(&s, &p, &cpu, NULL, 0))
+			fail_msg("%s", s.err);
+		force(&s, FR_ALGO_RD);
+		run_checked(&s, b, 2);
+		snprintf(what, sizeof(what), "rd, waking, spin %d", spin);
+		expect_within(what, (double)run_checked(&s, b, 2),
+			      spin ? 2 : 2 * 3000.0 + 2);
+		sim_close(&s);
+	}
+
+	/* the results, on 5 ranks with every term of the model costing */
+	p = net_params(5, 1);
+	cpu = (struct sim_cpu_params){.reduce_GBps = 3,
+				      .send_ns = 700,
+				      .send_GBps = 5,
+				      .recv_ns = 900,
+				      .recv_GBps = 6};
+	if (sim_open(&s, &p, &cpu, NULL, 0))
+		fail_msg("%s", s.err);
+	for (size_t a = 0; a < sizeof(algos) / sizeof(*algos); a++) {
+		force(&s, algos[a]);
+		run_checked(&s, b, 0);
+		run_checked(&s, b, 1031);
+		run_checked(&s, b, 131071);
+	}
+	fr_tune_get(s.comms[3], &t);
+	assert_true(t.alpha_us > 3.599 && t.alpha_us < 3.601); /* 2 + 1.6 */
+	assert_true(t.beta_ns > 0.08 + 1 / 5.0 + 1 / 6.0 - 1e-9 &&
+		    t.beta_ns < 0.08 + 1 / 5.0 + 1 / 6.0 + 1e-9);
+	assert_true(t.msg_us > 1.599 && t.msg_us < 1.601);
+	assert_true(t.gamma_ns[FR_F32] > 1 / 3.0 - 1e-9 &&
+		    t.gamma_ns[FR_F32] < 1 / 3.0 + 1e-9);
+	sim_close(&s);
+
+	cpu.recv_ns = -1;
+	assert_int_equal(sim_open(&s, &p, &cpu, NULL, 0), FR_EINVAL);
+	assert_non_null(strstr(s.err, "CPU"));
+	cpu.recv_ns = 0;
+	cpu.cores = -2;
+	assert_int_equal(sim_open(&s, &p, &cpu, NULL, 0), FR_EINVAL);
+	assert_non_null(strstr(s.err, "cores"));
+	assert_int_equal(fake_tp_endpoints(), 0);
+	run_reduce_check();
+	bufs_free(b, 8);
+}
+
+/* Whole collectives on a fat tree and a torus, nodes of one and of two
+ * ranks: every algorithm's results right, bytes through the switches. */
+static void test_sim_topologies(void **state)
+{
+	static const int algos[] = {FR_ALGO_AUTO, FR_ALGO_RING, FR_ALGO_RD,
+				    FR_ALGO_RABENSEIFNER, FR_ALGO_ONESHOT,
+				    FR_ALGO_HIER};
+	float **b = bufs_new(16, 40001);
+
+	(void)state;
+	for (int i = 0; i < 4; i++) {
+		struct sim_net_params p = net_params(i & 1 ? 16 : 8, i & 1 ? 2 : 1);
+		struct sim s;
+
+		if (i < 2) {
+			p.topo = SIM_FAT_TREE;
+			p.levels = 2;
+			p.fanout[0] = p.fanout[1] = 2;
+			p.oversub[0] = 2;
+			p.oversub[1] = 1;
+		} else {
+			p.topo = SIM_TORUS;
+			p.ndims = 3;
+			p.dims[0] = p.dims[1] = p.dims[2] = 2;
+		}
+		p.hop_lat_ns = 150;
+		if (sim_open(&s, &p, NULL, NULL, 0))
+			fail_msg("%s", s.err);
+		for (size_t a = 0; a < sizeof(algos) / sizeof(*algos); a++) {
+			force(&s, algos[a]);
+			run_checked(&s, b, 7);
+			run_checked(&s, b, 40001);
+		}
+		/* some writes crossed a switch level or took more than
+		 * one hop of the torus */
+		assert_true(s.net.link_writes >
+			    (i < 2 ? 2 : 1) *
+				    (s.net.writes - s.net.writes_within));
+		sim_close(&s);
+		assert_int_equal(fake_tp_endpoints(), 0);
+	}
+	bufs_free(b, 16);
+}
+
 /* A rank that never answers: the driver runs out of events and says the
  * schedule stalled, naming the ranks left, instead of hanging. */
 static void test_sim_stall(void **state)
@@ -357,7 +637,7 @@ static void test_sim_stall(void **state)
 	struct sim s;
 
 	(void)state;
-	if (sim_open(&s, &p, NULL, 0))
+	if (sim_open(&s, &p, NULL, NULL, 0))
 		fail_msg("%s", s.err);
 	run_checked(&s, b, 1000);
 	fake_tp_freeze(2, true);
@@ -378,7 +658,7 @@ static void test_sim_bad_params(void **state)
 	struct sim s;
 
 	(void)state;
-	assert_int_equal(sim_open(&s, &p, NULL, 0), FR_EINVAL);
+	assert_int_equal(sim_open(&s, &p, NULL, NULL, 0), FR_EINVAL);
 	assert_non_null(strstr(s.err, "nodes of 2"));
 	assert_int_equal(fake_tp_endpoints(), 0);
 }
@@ -387,10 +667,14 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_net_times),
+		cmocka_unit_test(test_net_fat_tree),
+		cmocka_unit_test(test_net_torus),
 		cmocka_unit_test(test_sim_results),
 		cmocka_unit_test(test_sim_closed_forms),
 		cmocka_unit_test(test_sim_nodes),
 		cmocka_unit_test(test_sim_sizes_only),
+		cmocka_unit_test(test_sim_cpu),
+		cmocka_unit_test(test_sim_topologies),
 		cmocka_unit_test(test_sim_stall),
 		cmocka_unit_test(test_sim_bad_params),
 	};

@@ -37,6 +37,25 @@ static void usage(FILE *f)
 		"      --shm-lat-us U     (default 0.5)\n"
 		"      --overhead B       bytes on the wire per write besides its\n"
 		"                         payload (default 0)\n"
+		"      --topo T           star (default); fat-tree:F:O[,F:O...]:\n"
+		"                         leaf switches of F nodes whose uplinks\n"
+		"                         are oversubscribed O:1, and switches of\n"
+		"                         F of those above, ...; torus:XxY[xZ]:\n"
+		"                         the nodes on a wrapped grid\n"
+		"      --hop-lat-us U     per switch level or torus hop beyond\n"
+		"                         the first (default 0)\n"
+		"      --cpu-reduce-GBps R  a reduction's bytes made per ns\n"
+		"      --cpu-send-us U, --cpu-send-GBps R\n"
+		"      --cpu-recv-us U, --cpu-recv-GBps R\n"
+		"                         a write between nodes: the sender's and\n"
+		"                         the receiver's work (default: no CPU\n"
+		"                         model, computing is free)\n"
+		"      --cpu-wake-us U    a rank's wake-up, once idle longer than\n"
+		"      --cpu-spin-us U    (default 0, 0)\n"
+		"      --cores C          the ranks of a node share C cores\n"
+		"                         (default 0: a CPU per rank)\n"
+		"      --cores-job        the C cores are the whole job's (one\n"
+		"                         host emulating the nodes)\n"
 		"  -b, --min-bytes S      smallest size (default 8)\n"
 		"  -e, --max-bytes S      largest size (default 64M)\n"
 		"  -f, --factor F         size step (default 4)\n"
@@ -49,6 +68,53 @@ static void usage(FILE *f)
 		"                         large sizes (results not checked)\n"
 		"  -h, --help\n"
 		"Sizes take K/M/G suffixes (powers of 1024).\n");
+}
+
+/* "fat-tree:16:1,8:2" or "torus:8x8x4" into p; -1 if malformed */
+static int parse_topo(const char *s, struct sim_net_params *p)
+{
+	const char *q;
+	char *end;
+	int n = 0;
+
+	if (!strcmp(s, "star")) {
+		p->topo = SIM_STAR;
+		return 0;
+	}
+	if (!strncmp(s, "fat-tree:", 9)) {
+		p->topo = SIM_FAT_TREE;
+		for (q = s + 9; n < SIM_MAX_LEVELS; q = end + 1) {
+			long f = strtol(q, &end, 10);
+
+			if (end == q || *end != ':' || f < 1 || f > 1 << 20)
+				return -1;
+			p->fanout[n] = (int)f;
+			q = end + 1;
+			p->oversub[n++] = strtod(q, &end);
+			if (end == q || (*end && *end != ','))
+				return -1;
+			if (!*end)
+				break;
+		}
+		p->levels = n;
+		return *end ? -1 : 0;
+	}
+	if (!strncmp(s, "torus:", 6)) {
+		p->topo = SIM_TORUS;
+		for (q = s + 6; n < SIM_MAX_DIMS; q = end + 1) {
+			long d = strtol(q, &end, 10);
+
+			if (end == q || d < 1 || d > 1 << 20 ||
+			    (*end && *end != 'x'))
+				return -1;
+			p->dims[n++] = (int)d;
+			if (!*end)
+				break;
+		}
+		p->ndims = n;
+		return *end ? -1 : 0;
+	}
+	return -1;
 }
 
 /* the All-Reduce algorithms "all" means */
@@ -137,6 +203,17 @@ int main(int argc, char **argv)
 		{"shm-gbps", required_argument, NULL, 'S'},
 		{"shm-lat-us", required_argument, NULL, 'T'},
 		{"overhead", required_argument, NULL, 'O'},
+		{"topo", required_argument, NULL, 'P'},
+		{"hop-lat-us", required_argument, NULL, 'H'},
+		{"cpu-reduce-GBps", required_argument, NULL, 1000},
+		{"cpu-send-us", required_argument, NULL, 1001},
+		{"cpu-send-GBps", required_argument, NULL, 1002},
+		{"cpu-recv-us", required_argument, NULL, 1003},
+		{"cpu-recv-GBps", required_argument, NULL, 1004},
+		{"cpu-wake-us", required_argument, NULL, 1005},
+		{"cpu-spin-us", required_argument, NULL, 1006},
+		{"cores", required_argument, NULL, 1007},
+		{"cores-job", no_argument, NULL, 1008},
 		{"min-bytes", required_argument, NULL, 'b'},
 		{"max-bytes", required_argument, NULL, 'e'},
 		{"factor", required_argument, NULL, 'f'},
@@ -154,11 +231,13 @@ int main(int argc, char **argv)
 		.shm_gbps = 200,
 		.shm_lat_ns = 500,
 	};
+	struct sim_cpu_params cpu = {0};
 	size_t minb = 8, maxb = 64u << 20;
 	long factor = 4, maxmem = 4096, v;
 	int ids[16], nalgo;
 	const char *names[16], *algos = "auto";
 	double d;
+	char topo[128];
 	struct sim s;
 	void **bufs, *shared = NULL;
 	bool sizes_only = false;
@@ -181,10 +260,46 @@ int main(int argc, char **argv)
 			break;
 		case 'L':
 		case 'T':
+		case 'H':
 			if (parse_double(optarg, &d) || !(d >= 0))
 				goto bad;
-			*(opt == 'L' ? &p.link_lat_ns : &p.shm_lat_ns) =
-				d * 1e3;
+			*(opt == 'L'   ? &p.link_lat_ns
+			  : opt == 'T' ? &p.shm_lat_ns
+				       : &p.hop_lat_ns) = d * 1e3;
+			break;
+		case 'P':
+			if (parse_topo(optarg, &p))
+				goto bad;
+			break;
+		case 1000:
+		case 1001:
+		case 1002:
+		case 1003:
+		case 1004:
+		case 1005:
+		case 1006: {
+			/* in the order of struct sim_cpu_params; the
+			 * times given in us, kept in ns */
+			double *f[] = {&cpu.reduce_GBps, &cpu.send_ns,
+				       &cpu.send_GBps,	 &cpu.recv_ns,
+				       &cpu.recv_GBps,	 &cpu.wake_ns,
+				       &cpu.spin_ns};
+
+			if (parse_double(optarg, &d) || !(d >= 0))
+				goto bad;
+			*f[opt - 1000] =
+				opt == 1000 || opt == 1002 || opt == 1004
+					? d
+					: d * 1e3;
+			break;
+		}
+		case 1007:
+			if (pc_parse_long(optarg, 0, 1 << 20, &v))
+				goto bad;
+			cpu.cores = (int)v;
+			break;
+		case 1008:
+			cpu.cores_job = true;
 			break;
 		case 'O':
 			if (pc_parse_long(optarg, 0, 1 << 16, &v))
@@ -259,15 +374,29 @@ int main(int argc, char **argv)
 			goto out;
 		}
 	}
-	rc = sim_open(&s, &p, NULL, sizes_only ? SIM_SIZES_ONLY : 0);
+	rc = sim_open(&s, &p, &cpu, NULL, sizes_only ? SIM_SIZES_ONLY : 0);
 	if (rc) {
 		fprintf(stderr, "fr_sim: %s\n", s.err);
 		rc = 1;
 		goto out;
 	}
-	printf("# fr_sim: %d ranks, %d per node; star of %g Gbit/s links, %g us; shm %g Gbit/s, %g us; %u bytes of overhead per write\n",
-	       p.nranks, p.ranks_per_node, p.link_gbps, p.link_lat_ns / 1e3,
-	       p.shm_gbps, p.shm_lat_ns / 1e3, p.overhead_bytes);
+	sim_net_describe(&p, topo, sizeof(topo));
+	printf("# fr_sim: %d ranks, %d per node; %s of %g Gbit/s links, %g us (+%g per hop); shm %g Gbit/s, %g us; %u bytes of overhead per write\n",
+	       p.nranks, p.ranks_per_node, topo, p.link_gbps,
+	       p.link_lat_ns / 1e3, p.hop_lat_ns / 1e3, p.shm_gbps,
+	       p.shm_lat_ns / 1e3, p.overhead_bytes);
+	if (s.cpu_on) {
+		printf("# CPU: reduce %g GB/s; send %g us + %g GB/s, receive %g us + %g GB/s; wake-up %g us after %g idle\n",
+		       cpu.reduce_GBps, cpu.send_ns / 1e3, cpu.send_GBps,
+		       cpu.recv_ns / 1e3, cpu.recv_GBps, cpu.wake_ns / 1e3,
+		       cpu.spin_ns / 1e3);
+		if (cpu.cores)
+			printf("# cores: %d, shared by %s\n", cpu.cores,
+			       cpu.cores_job ? "all the job's ranks"
+					     : "each node's ranks");
+	} else {
+		printf("# CPU: free (no CPU model)\n");
+	}
 	printf("# time: simulated, one call after a warm-up; busbw = bytes / time x 2(n-1)/n%s\n",
 	       sizes_only ? "; sizes only: no data, results not checked" : "");
 	printf("%12s  %-17s %12s %11s %11s %10s %8s\n", "bytes", "algo",

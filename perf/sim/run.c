@@ -21,11 +21,18 @@
  *       writers are queued (their poll lands the write, which queues the
  *       receiver)
  *
- * Nothing costs time but the network: a rank runs in no time (a CPU model
- * comes later, perf/sim/README.md).  A rank's end is the clock when its
- * request completes; the collective's time is the slowest rank's, as
- * perf/'s benchmarks measure it.
+ * Without a CPU model nothing costs time but the network: a rank runs in
+ * no time.  With one (sim.h, struct sim_cpu_params), each rank has its
+ * own CPU clock, cpu_free[r], which its reductions, sends, receives and
+ * copies within the node move on: it posts at that time (due() is asked
+ * from there) and finishes at it.  The driver still runs a rank when the
+ * global clock reaches an event for it, which cannot change what the
+ * rank does: what it sees has landed by then, and it acts no sooner than
+ * its CPU is free.  A rank's end is the later of the clock when its
+ * request completes and its CPU's; the collective's time is the slowest
+ * rank's, as perf/'s benchmarks measure it.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +46,68 @@
 static struct sim *sim_of(struct fake_clock *clk)
 {
 	return (struct sim *)clk; /* clk is sim's first member */
+}
+
+static uint64_t max64(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
+
+/* Nanoseconds of a CPU's work: fixed ns plus len bytes at GBps (0: none). */
+static uint64_t cpu_ns(double ns, size_t len, double GBps)
+{
+	double t = ns + (GBps > 0 ? (double)len / GBps : 0);
+
+	return (uint64_t)ceil(t);
+}
+
+/*
+ * Rank r's CPU does work of t ns from the later of now and its last; on
+ * shared cores, also once a core is free: the one that became free last
+ * before then, or else the one free soonest (so that the cores free
+ * early stay so for work that comes at an earlier time).
+ */
+static void cpu_take(struct sim *s, int r, uint64_t t)
+{
+	uint64_t start = max64(s->cpu_free[r], s->clk.now), *core, *pick = NULL;
+	int c = s->cpu.cores;
+
+	if (c) {
+		core = s->core_free +
+		       (size_t)(s->cpu.cores_job
+					? 0
+					: r / s->net.p.ranks_per_node) *
+			       (size_t)c;
+		for (int i = 0; i < c; i++)
+			if (core[i] <= start && (!pick || core[i] > *pick))
+				pick = &core[i];
+		if (!pick) {
+			pick = &core[0];
+			for (int i = 1; i < c; i++)
+				if (core[i] < *pick)
+					pick = &core[i];
+			start = *pick;
+		}
+		*pick = start + t;
+	}
+	s->cpu_free[r] = start + t;
+}
+
+/* The simulation's one job, for the reduction hook (a process-wide
+ * function pointer; the fake's clock is the process's too). */
+static struct sim *hook_sim;
+
+/* The kernel every algorithm gets while a collective runs with a CPU
+ * model or sizes only: the real one (unless sizes only), and its time. */
+static void sim_reduce(void *dst, const void *a, const void *b, size_t n)
+{
+	struct sim *s = hook_sim;
+
+	if (!(s->flags & SIM_SIZES_ONLY))
+		s->real(dst, a, b, n);
+	if (s->cpu_on && s->cpu.reduce_GBps > 0)
+		cpu_take(s, s->cur,
+			 cpu_ns(0, n * s->esize, s->cpu.reduce_GBps));
 }
 
 static void runq_push(struct sim *s, int rank)
@@ -65,7 +134,7 @@ static bool ev_less(const struct sim_event *a, const struct sim_event *b)
 }
 
 /* false without memory (the run then fails) */
-static bool ev_push(struct sim *s, uint64_t due, int rank)
+static bool ev_push(struct sim *s, uint64_t due, int rank, int to, size_t len)
 {
 	size_t i;
 
@@ -79,8 +148,11 @@ static bool ev_push(struct sim *s, uint64_t due, int rank)
 		s->capev = cap;
 	}
 	i = s->nev++;
-	s->ev[i] =
-		(struct sim_event){.due = due, .seq = s->seq++, .rank = rank};
+	s->ev[i] = (struct sim_event){.due = due,
+				      .seq = s->seq++,
+				      .rank = rank,
+				      .to = to,
+				      .len = len};
 	while (i && ev_less(&s->ev[i], &s->ev[(i - 1) / 2])) {
 		struct sim_event t = s->ev[i];
 
@@ -115,12 +187,33 @@ static struct sim_event ev_pop(struct sim *s)
 	return top;
 }
 
+/*
+ * A write posted by `from`: when it lands.  With a CPU model it leaves at
+ * the sender's CPU time, after the send's work when it goes to another
+ * node; a copy within the node is the sender's work until it ends.
+ */
 static uint64_t clk_due(struct fake_clock *clk, int from, int to, size_t len)
 {
 	struct sim *s = sim_of(clk);
-	uint64_t due = sim_net_due(&s->net, clk->now, from, to, len);
+	uint64_t due, t = clk->now;
 
-	if (!ev_push(s, due, from))
+	if (s->cpu_on && sim_net_same_node(&s->net, from, to)) {
+		/* the copy is this CPU's (a core's) work: the network's copy
+		 * then runs just when the CPU does it */
+		uint64_t copy = sim_net_copy_ns(&s->net, len);
+
+		cpu_take(s, from, copy);
+		due = sim_net_due(&s->net, s->cpu_free[from] - copy, from, to,
+				  len);
+	} else if (s->cpu_on) {
+		cpu_take(s, from,
+			 cpu_ns(s->cpu.send_ns, len, s->cpu.send_GBps));
+		due = sim_net_due(&s->net, max64(t, s->cpu_free[from]), from,
+				  to, len);
+	} else {
+		due = sim_net_due(&s->net, t, from, to, len);
+	}
+	if (!ev_push(s, due, from, to, len))
 		s->ev_nomem = true;
 	return due;
 }
@@ -141,6 +234,7 @@ static void run_rank(struct sim *s, int r)
 	struct fr_comm *c = s->comms[r];
 	bool work = true;
 
+	s->cur = r;
 	fr_lock(c);
 	for (int i = 0; work && i < 64; i++) {
 		work = false;
@@ -152,17 +246,9 @@ static void run_rank(struct sim *s, int r)
 		runq_push(s, r);
 }
 
-/* the kernel of SIM_SIZES_ONLY: nothing computed */
-static void reduce_nothing(void *dst, const void *a, const void *b, size_t n)
-{
-	(void)dst;
-	(void)a;
-	(void)b;
-	(void)n;
-}
-
 int sim_open(struct sim *s, const struct sim_net_params *p,
-	     const fr_config_t *cfg, unsigned int flags)
+	     const struct sim_cpu_params *cpu, const fr_config_t *cfg,
+	     unsigned int flags)
 {
 	fr_config_t c;
 	int rc;
@@ -176,7 +262,39 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 	s->comms = calloc((size_t)s->n, sizeof(*s->comms));
 	s->runq = calloc((size_t)s->n, sizeof(*s->runq));
 	s->queued = calloc((size_t)s->n, sizeof(*s->queued));
-	if (!s->comms || !s->runq || !s->queued) {
+	s->cpu_free = calloc((size_t)s->n, sizeof(*s->cpu_free));
+	if (cpu) {
+		const double *v = &cpu->reduce_GBps;
+
+		s->cpu = *cpu;
+		/* the seven terms, all doubles, in order */
+		for (int i = 0; i < 7; i++) {
+			if (!(v[i] >= 0) || !isfinite(v[i])) {
+				rc = FR_EINVAL;
+				snprintf(s->err, sizeof(s->err),
+					 "CPU costs must be finite and >= 0");
+				goto err_alloc;
+			}
+			s->cpu_on |=
+				v[i] > 0 && i < 6; /* spin alone: nothing */
+		}
+		if (cpu->cores < 0 || cpu->cores > 1 << 20) {
+			rc = FR_EINVAL;
+			snprintf(s->err, sizeof(s->err), "%d cores",
+				 cpu->cores);
+			goto err_alloc;
+		}
+		if (s->cpu_on && cpu->cores)
+			s->core_free = calloc(
+				(size_t)cpu->cores *
+					(size_t)(cpu->cores_job
+							 ? 1
+							 : p->nranks /
+								   p->ranks_per_node),
+				sizeof(uint64_t));
+	}
+	if (!s->comms || !s->runq || !s->queued || !s->cpu_free ||
+	    (s->cpu_on && s->cpu.cores && !s->core_free)) {
 		rc = FR_ENOMEM;
 		snprintf(s->err, sizeof(s->err), "out of memory for %d ranks",
 			 s->n);
@@ -192,10 +310,8 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 	c.progress = FR_PROGRESS_CALLER;
 	s->clk.due = clk_due;
 	s->clk.ready = clk_ready;
-	if (flags & SIM_SIZES_ONLY) {
+	if (flags & SIM_SIZES_ONLY)
 		s->clk.copy_max = SIM_COPY_MAX;
-		fr_reduce_set_hook(reduce_nothing);
-	}
 	fake_tp_install();
 	fake_tp_clock(&s->clk);
 	{
@@ -217,25 +333,39 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 			 fr_comm_last_error(NULL));
 		goto err_job;
 	}
-	/* the cost model knows the network's latency and bandwidth, as a
-	 * tune file of fr_tune's would give them; its CPU terms keep their
-	 * built-in values (the simulation has no CPU cost yet, but a model
-	 * that took messages for free would send n^2 of them) */
+	/* the cost model knows the network's latency and bandwidth, and
+	 * the CPUs', as a tune file of fr_tune's would give them (one
+	 * message's send, wire and receive in turn); without a CPU model its
+	 * CPU terms keep their built-in values (a model that took messages
+	 * for free would send n^2 of them) */
 	for (int r = 0; r < s->n; r++) {
 		struct fr_tune t;
+		const struct sim_cpu_params *u = &s->cpu;
 
 		fr_tune_get(s->comms[r], &t);
 		t.alpha_us = p->link_lat_ns / 1e3;
 		t.beta_ns = 8.0 / p->link_gbps;
-		snprintf(t.source, sizeof(t.source), "the simulated network");
+		if (s->cpu_on) {
+			t.alpha_us += (u->send_ns + u->recv_ns) / 1e3;
+			t.beta_ns += (u->send_GBps > 0 ? 1 / u->send_GBps : 0) +
+				     (u->recv_GBps > 0 ? 1 / u->recv_GBps : 0);
+			if (u->send_ns + u->recv_ns > 0)
+				t.msg_us = (u->send_ns + u->recv_ns) / 1e3;
+			if (u->reduce_GBps > 0)
+				for (int d = 0; d < FR_DTYPE_COUNT; d++)
+					t.gamma_ns[d] = 1 / u->reduce_GBps;
+		}
+		snprintf(t.source, sizeof(t.source), "the simulated network%s",
+			 s->cpu_on ? " and CPUs" : "");
 		fr_tune_set(s->comms[r], &t);
 	}
 	return 0;
 
 err_job:
-	fr_reduce_set_hook(NULL);
 	fake_tp_clock(NULL);
 err_alloc:
+	free(s->core_free);
+	free(s->cpu_free);
 	free(s->queued);
 	free(s->runq);
 	free(s->comms);
@@ -256,6 +386,8 @@ void sim_close(struct sim *s)
 	fr_reduce_set_hook(NULL);
 	fr_comm_destroy_local(s->n, s->comms);
 	free(s->ev);
+	free(s->core_free);
+	free(s->cpu_free);
 	free(s->queued);
 	free(s->runq);
 	free(s->comms);
@@ -273,7 +405,26 @@ int sim_allreduce(struct sim *s, void **bufs, size_t count, fr_dtype_t dt,
 	if (!req)
 		return FR_ENOMEM;
 	s->ev_nomem = false;
+	/* the kernel under the hook: this collective's, timed by the CPU
+	 * model or not run at all (sizes only); the algorithms take it
+	 * when each request starts */
+	fr_reduce_set_hook(NULL);
+	if (s->cpu_on || (s->flags & SIM_SIZES_ONLY)) {
+		s->real = fr_reduce_kernel(dt, op);
+		s->esize = fr_dtype_size(dt);
+		if (s->real) {
+			hook_sim = s;
+			fr_reduce_set_hook(sim_reduce);
+		}
+	}
+	/* it starts once every rank's CPU is done with the one before
+	 * (whose time ended with the last of them), on every rank at once */
+	for (int r = 0; r < s->n; r++)
+		start = max64(start, s->cpu_free[r]);
+	end = start;
 	for (int r = 0; r < s->n; r++) {
+		s->cur = r;
+		s->cpu_free[r] = start;
 		rc = fr_iallreduce(s->comms[r], bufs[r], bufs[r], count, dt, op,
 				   &req[r]);
 		if (rc) {
@@ -304,7 +455,7 @@ int sim_allreduce(struct sim *s, void **bufs, size_t count, fr_dtype_t dt,
 			if (!done)
 				continue;
 			left--;
-			end = s->clk.now > end ? s->clk.now : end;
+			end = max64(end, max64(s->clk.now, s->cpu_free[r]));
 			if (rc && !first) {
 				first = rc;
 				snprintf(s->err, sizeof(s->err), "rank %d: %s",
@@ -333,11 +484,25 @@ int sim_allreduce(struct sim *s, void **bufs, size_t count, fr_dtype_t dt,
 
 			s->events++;
 			s->clk.now = e.due;
+			/* the receiver takes it in when it lands, woken
+			 * first if it slept */
+			if (s->cpu_on && s->cpu.wake_ns > 0 &&
+			    s->clk.now > s->cpu_free[e.to] &&
+			    s->clk.now - s->cpu_free[e.to] >
+				    (uint64_t)s->cpu.spin_ns)
+				cpu_take(s, e.to, cpu_ns(s->cpu.wake_ns, 0, 0));
+			if (s->cpu_on &&
+			    !sim_net_same_node(&s->net, e.rank, e.to))
+				cpu_take(s, e.to,
+					 cpu_ns(s->cpu.recv_ns, e.len,
+						s->cpu.recv_GBps));
 			runq_push(s, e.rank);
 		} while (s->nev && s->ev[0].due == s->clk.now);
 	}
 	/* stalled or out of memory: the requests left go with the job,
 	 * which is good for sim_close only */
+	/* the real kernels again, for whatever runs between collectives */
+	fr_reduce_set_hook(NULL);
 	*ns = end - start;
 	free(req);
 	return first;

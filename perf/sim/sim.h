@@ -20,20 +20,48 @@
 
 #include "fake_tp.h"
 #include "fastreduce.h"
+#include "reduce.h"
 
 /* ---- the network (net.c) -------------------------------------------- */
 
 /*
- * A star: nodes of ranks_per_node consecutive ranks, each node's one
- * full-duplex link (link_gbps each way) to a switch that never blocks.  A
- * write between nodes takes its sender node's link for len / bandwidth,
- * reaches the receiving node's link link_lat_ns later and takes that for
- * as long (cut-through: both links are held in FIFO order, the receiving
- * one from when the first bit can arrive); it lands when its last bit
- * is in.  A write within a node is a copy at shm_gbps by the sender
- * (one at a time per rank), landing shm_lat_ns after it ends.  Every
- * write costs overhead_bytes more than its payload (headers).
+ * Nodes of ranks_per_node consecutive ranks, joined by one of three
+ * topologies:
+ *
+ * - SIM_STAR: each node's one full-duplex link (link_gbps each way) to a
+ *   switch that never blocks.
+ * - SIM_FAT_TREE: the same node links to leaf switches, and levels of
+ *   switches above them.  Level l (0: the leaves) groups fanout[l] units
+ *   of the level below (nodes for l = 0) and has one full-duplex uplink
+ *   of their bandwidth / oversub[l] (1: non-blocking).  A core that never
+ *   blocks joins the top level's groups.  A write climbs only as high as
+ *   the two nodes' first common group.
+ * - SIM_TORUS: the nodes on a grid of ndims dimensions (dims[0] the
+ *   fastest-varying: node = x + dims[0] (y + dims[1] z)), each linked to
+ *   its two neighbours in every dimension, wrapping around, by a channel
+ *   of link_gbps each way.  A write goes dimension by dimension (x first),
+ *   each the shorter way round (+ on a tie); a node has no link of its
+ *   own besides its channels.
+ *
+ * Every link is a FIFO.  A write takes each link on its path in turn,
+ * cut-through: it can start on a link hop_lat_ns after it started on the
+ * one before (link_lat_ns for the star's and fat tree's last link, the
+ * node's own), once that link is free, and ends there no sooner than its
+ * serialization at that link's rate, nor before it ended on the link
+ * before plus that latency.  It lands when it ends on the last link (the
+ * torus adds link_lat_ns then, its ends' cost).  So the latency between
+ * two nodes is link_lat_ns plus hop_lat_ns for each link between their
+ * own (each switch level climbed and descended; each torus hop after
+ * the first).
+ *
+ * A write within a node is a copy at shm_gbps by the sender (one at a
+ * time per rank), landing shm_lat_ns after it ends.  Every write costs
+ * overhead_bytes more than its payload (headers).
  */
+enum sim_topo { SIM_STAR, SIM_FAT_TREE, SIM_TORUS };
+#define SIM_MAX_LEVELS 4
+#define SIM_MAX_DIMS 3
+
 struct sim_net_params {
 	int nranks;
 	int ranks_per_node;
@@ -42,14 +70,35 @@ struct sim_net_params {
 	double shm_gbps;
 	double shm_lat_ns;
 	unsigned int overhead_bytes;
+	enum sim_topo topo;
+	double hop_lat_ns;
+	int levels; /* SIM_FAT_TREE */
+	int fanout[SIM_MAX_LEVELS];
+	double oversub[SIM_MAX_LEVELS];
+	int ndims; /* SIM_TORUS */
+	int dims[SIM_MAX_DIMS];
+};
+
+struct sim_link {
+	uint64_t free; /* when it can take the next write */
+	double gbps;
 };
 
 struct sim_net {
 	struct sim_net_params p;
 	int nnodes;
-	uint64_t *tx_free, *rx_free; /* per node: when its link is free */
-	uint64_t *copy_free;	     /* per rank: when its copies are done */
-	uint64_t bytes_between, bytes_within, writes;
+	/* the star's and fat tree's: node a's sending link is links[a], its
+	 * receiving one links[nnodes + a]; a fat tree's level l group g has
+	 * its uplink's two directions at up[l] + 2g (up) and + 1 (down).
+	 * The torus's: node a's channel in dimension d, direction dir (0:
+	 * +), at links[(a * ndims + d) * 2 + dir]. */
+	struct sim_link *links;
+	int nlinks;
+	int up[SIM_MAX_LEVELS];
+	int group[SIM_MAX_LEVELS]; /* nodes in a level's group */
+	uint64_t *copy_free;	   /* per rank: when its copies are done */
+	uint64_t bytes_between, bytes_within, writes, writes_within;
+	uint64_t link_writes; /* a write's links, summed: its hops */
 };
 
 /* 0, FR_EINVAL (a parameter out of range, with a message in err) or
@@ -63,12 +112,57 @@ void sim_net_reset(struct sim_net *net);
  * lands; the links it uses are taken until then. */
 uint64_t sim_net_due(struct sim_net *net, uint64_t now, int from, int to,
 		     size_t len);
+/* The time of a copy of len bytes within a node (its headers too). */
+uint64_t sim_net_copy_ns(const struct sim_net *net, size_t len);
+/* Whether ranks a and b share a node (a write between them is a copy). */
+static inline bool sim_net_same_node(const struct sim_net *net, int a, int b)
+{
+	return a / net->p.ranks_per_node == b / net->p.ranks_per_node;
+}
+/* "star", "fat tree 16:1,8:2" or "torus 8x8x4": the topology in words */
+void sim_net_describe(const struct sim_net_params *p, char *buf, size_t len);
+
+/* ---- the CPU (run.c) ------------------------------------------------- */
+
+/*
+ * Each rank's CPU does one thing at a time: cpu_free[r], in virtual time,
+ * says when it is next free.  What takes its time:
+ *   - a reduction: the bytes it makes at reduce_GBps (gigabytes/s);
+ *   - a write to another node: send_ns plus its bytes at send_GBps, before
+ *     it leaves; one from another node: recv_ns plus its bytes at
+ *     recv_GBps, from when it lands;
+ *   - a write within the node: the copy (the network's, at shm_gbps) is
+ *     the sender's own work.
+ *   - waking up: wake_ns when a write lands for a rank whose CPU has been
+ *     idle for more than spin_ns (it stopped polling and slept).
+ * A rank acts on what has landed once its CPU is free, and what it posts
+ * leaves at its CPU's time.  A rate of 0 costs nothing; all zero, the
+ * default, is no CPU model at all: a rank runs in no time, and its copies
+ * within the node overlap its other work.  Not counted yet: the copies
+ * an algorithm makes itself, AVG's division, compression.
+ *
+ * Cores: 0, a CPU for each rank.  Else the ranks share that many cores,
+ * each node's own, or with cores_job the whole job's (all its nodes
+ * emulated on one host: network namespaces, loopback).  A piece of work
+ * takes the core free soonest, in the order the work comes (a core taken
+ * up to a later time is not lent back for the gap before).
+ */
+struct sim_cpu_params {
+	double reduce_GBps;
+	double send_ns, send_GBps;
+	double recv_ns, recv_GBps;
+	double wake_ns, spin_ns;
+	int cores;
+	bool cores_job;
+};
 
 /* ---- the job and its driver (run.c) ---------------------------------- */
 
 struct sim_event {
 	uint64_t due, seq;
 	int rank; /* the writer, whose poll lands it */
+	int to;	  /* its receiver, whose CPU takes it in */
+	size_t len;
 };
 
 struct sim {
@@ -86,6 +180,14 @@ struct sim {
 	int *runq;
 	size_t rq_head, rq_count;
 	bool *queued;
+	/* the CPU model: on when any of cpu's terms costs something */
+	struct sim_cpu_params cpu;
+	bool cpu_on;
+	uint64_t *cpu_free;  /* per rank */
+	uint64_t *core_free; /* cores: per pool (node or job), cpu.cores each */
+	int cur;	     /* the rank running now, whose CPU reduces */
+	fr_reduce_fn real;   /* the collective's kernel, under the hook */
+	size_t esize;
 	uint64_t events; /* what a run cost, for the report */
 	bool ev_nomem;	 /* an event found no memory: the run fails */
 	char err[256];
@@ -103,13 +205,20 @@ struct sim {
 #define SIM_COPY_MAX 4096
 
 /*
- * A job of p->nranks ranks over the network p, its communicators made from
- * cfg (NULL: defaults) with the transport set to the fake and the peer
- * timeout to a day (a simulation's real time says nothing of its ranks'
- * health); flags: SIM_*.  0, or an error with its message in s->err.
+ * A job of p->nranks ranks over the network p, with the CPUs cpu (NULL: no
+ * CPU model), its communicators made from cfg (NULL: defaults) with the
+ * transport set to the fake and the peer timeout to a day (a simulation's
+ * real time says nothing of its ranks' health); flags: SIM_*.  0, or an
+ * error with its message in s->err.
+ *
+ * The cost model of every rank is told the network and the CPUs as
+ * fr_tune would measure them: alpha the latency between two nodes plus
+ * a message's send and receive work, beta the wire's and the CPUs' time
+ * per byte, gamma the reduction's (where the CPU model sets them).
  */
 int sim_open(struct sim *s, const struct sim_net_params *p,
-	     const fr_config_t *cfg, unsigned int flags);
+	     const struct sim_cpu_params *cpu, const fr_config_t *cfg,
+	     unsigned int flags);
 void sim_close(struct sim *s);
 
 /*

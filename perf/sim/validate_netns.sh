@@ -1,0 +1,198 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# validate_netns.sh - the simulator (fr_sim) against the library measured on
+# an emulated cluster of network namespaces (perf/bench/netns.sh): the same
+# algorithms, sizes and rank counts, one rank per emulated host, over TCP;
+# a table of measured and simulated times and their ratio (issue 22's
+# validation: within 15 %).  Root needed (namespaces).
+#
+# usage: perf/sim/validate_netns.sh [options]
+#   --ranks "N..."      rank counts (default "4 8 16")
+#   --rate R            every host's link, a tc rate (default 1gbit)
+#   --delay-ms D        one-way delay between hosts (default 0)
+#   --algos "A..."      (default "ring rd rabenseifner oneshot auto")
+#   --sizes "S..."      bytes (default "8 65536 1048576 16777216")
+#   --iters N           timed calls per size (default 10; 3 from 16 MiB)
+#   --build DIR         where fr_allreduce_perf, fr_transport_perf,
+#                       fr_reduce_perf and fr_sim are (default build/)
+#   --cpu "OPTS"        fr_sim's CPU options, instead of calibrating them
+#   --out DIR           keep every output there (default a temporary one)
+#
+# Calibration (before the runs, from measurements that are not the
+# collectives compared):
+#   - the wire: half of ping's round trip between two hosts (the kernel's
+#     path alone), as --lat-us; the tc rate as --gbps;
+#   - a message's CPU work: fr_transport_perf's 8-byte one-way latency over
+#     TCP between two hosts, less the wire's, half to the sender and half
+#     to the receiver (--cpu-send-us, --cpu-recv-us);
+#   - a byte's: fr_transport_perf's bandwidth between two hosts whose
+#     links are not shaped, each side's work taken as the whole of it
+#     (they overlap in a stream), as --cpu-send-GBps and --cpu-recv-GBps;
+#   - a reduction's: fr_reduce_perf, f32 sum at 1 MiB (bytes made per ns);
+#   - waking up: the one-way latency with no polling (--spin-us 0) less the
+#     latency with the library's 50 us of it, after 50 us idle;
+#   - the cores: this host's, shared by every rank of the job.
+# The simulated job is told the same network, so that auto chooses on
+# both sides from the same parameters (the measured job's cost model
+# uses its built-in ones unless FR_TUNE_FILE is set: the auto rows may
+# then choose differently, which the table shows).
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+RANKS_LIST="4 8 16" RATE=1gbit DELAY_MS=0 ALGOS="ring rd rabenseifner oneshot auto"
+SIZES="8 65536 1048576 16777216" ITERS=10 BUILD=$top/build CPU_OPTS="" OUT=""
+usage() { awk 'NR > 2 && /^#/ { sub(/^# ?/, ""); print; next } NR > 2 { exit }' "$0"; exit 2; }
+while (($#)); do
+	case "$1" in
+	--ranks) RANKS_LIST=$2; shift 2 ;;
+	--rate) RATE=$2; shift 2 ;;
+	--delay-ms) DELAY_MS=$2; shift 2 ;;
+	--algos) ALGOS=$2; shift 2 ;;
+	--sizes) SIZES=$2; shift 2 ;;
+	--iters) ITERS=$2; shift 2 ;;
+	--build) BUILD=$(cd "$2" && pwd); shift 2 ;;
+	--cpu) CPU_OPTS=$2; shift 2 ;;
+	--out) OUT=$2; shift 2 ;;
+	-h | --help) usage ;;
+	*) echo "validate_netns.sh: unknown option $1" >&2; usage ;;
+	esac
+done
+for t in fr_allreduce_perf fr_transport_perf fr_reduce_perf fr_sim; do
+	[[ -x "$BUILD/$t" ]] || { echo "validate_netns.sh: no $BUILD/$t (make first)" >&2; exit 2; }
+done
+[[ $(id -u) == 0 ]] || { echo "validate_netns.sh: needs root (network namespaces)" >&2; exit 2; }
+. "$top/perf/bench/netns.sh"
+BENCH_NS_PREFIX=frval_
+OUT=${OUT:-$(mktemp -d /tmp/frval.XXXXXX)}
+mkdir -p "$OUT"
+DELAY_US=$(awk -v d="$DELAY_MS" 'BEGIN { printf "%d", d * 1000 + 0.5 }')
+trap 'ns_teardown' EXIT
+log() { echo "validate: $*" >&2; }
+
+# gbit/s of a tc rate
+GBPS=$(awk -v b="$(ns_rate_bytes "$RATE")" 'BEGIN { printf "%g", b * 8 / 1e9 }') ||
+	{ echo "validate_netns.sh: bad rate $RATE" >&2; exit 2; }
+
+# one-way 8-byte latency (us) and bandwidth (GB/s) of fr_transport_perf
+# between hosts 0 and 1: tp MODE [ARGS]
+tp() {
+	local mode=$1 out
+	shift
+	ip netns exec "$(ns_host 0)" "$BUILD/fr_transport_perf" --server -x tcp \
+		--ip "$(ns_addr 0)" -p 18611 >/dev/null 2>&1 &
+	sleep 0.5
+	out=$(ip netns exec "$(ns_host 1)" "$BUILD/fr_transport_perf" --client "$(ns_addr 0)" \
+		-x tcp --ip "$(ns_addr 1)" -p 18611 --csv "$mode" "$@" 2>&1)
+	wait
+	echo "$out" >>"$OUT/calibration.log"
+	echo "$out"
+}
+
+calibrate() {
+	local rtt lat lat0 bw red wire msg wake
+	ns_setup 2 "$RATE" "$DELAY_US" both "$OUT" >/dev/null 2>&1 || { log "netns setup failed"; exit 1; }
+	rtt=$(ip netns exec "$(ns_host 0)" ping -c 20 -i 0.05 -q "$(ns_addr 1)" 2>/dev/null |
+		awk -F'[/ ]+' '/^rtt/ { print $7 }')
+	wire=$(awk -v r="$rtt" 'BEGIN { printf "%.2f", r * 1000 / 2 }')
+	# CSV: test,bytes,iterations,bw_peak,bw_avg_GBps,..,lat_min,lat_median
+	lat=$(tp --lat -s 8 | awk -F, '$1 == "lat" && $2 == 8 { print $9 }' | tail -1)
+	lat0=$(tp --lat -s 8 --spin-us 0 | awk -F, '$1 == "lat" && $2 == 8 { print $9 }' | tail -1)
+	ns_teardown
+	ns_setup 2 unshaped 0 both "$OUT" >/dev/null 2>&1 || { log "netns setup failed"; exit 1; }
+	bw=$(tp --bw -s 1M | awk -F, '$1 == "bw" { print $5 }' | tail -1)
+	ns_teardown
+	red=$("$BUILD/fr_reduce_perf" -d f32 -o sum -b 1M -e 1M --csv |
+		awk -F, '$1 == 1048576 { printf "%.3f", $5 / 3 }')
+	msg=$(awk -v l="$lat" -v w="$wire" 'BEGIN { m = (l - w) / 2; if (m < 0) m = 0; printf "%.2f", m }')
+	wake=$(awk -v a="$lat0" -v b="$lat" 'BEGIN { w = a - b; if (w < 0) w = 0; printf "%.2f", w }')
+	log "calibration: ping rtt $rtt ms; 8 B one-way $lat us (no polling $lat0); unshaped $bw GB/s; reduce $red GB/s"
+	{
+		echo "rtt_ms $rtt"
+		echo "lat_us $lat"
+		echo "lat_nospin_us $lat0"
+		echo "bw_unshaped_GBps $bw"
+		echo "reduce_GBps $red"
+	} >"$OUT/calibration.txt"
+	LAT_US=$wire
+	CPU_OPTS="--cpu-reduce-GBps $red --cpu-send-us $msg --cpu-recv-us $msg --cpu-send-GBps $bw --cpu-recv-GBps $bw --cpu-wake-us $wake --cpu-spin-us 50 --cores $(nproc) --cores-job"
+}
+
+# measured: rank 0's CSV of one job of n ranks, every size, one algorithm
+measure() {
+	local n=$1 algo=$2 out=$3 r pids=() tok port=$((29700 + RANDOM % 200)) algo_env=()
+	tok=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+	[[ $algo == auto ]] || algo_env=(FR_ALGO="$algo")
+	: >"$out"
+	for s in $SIZES; do
+		local it=$ITERS
+		((s >= 16777216 && it > 3)) && it=3
+		for ((r = 0; r < n; r++)); do
+			ip netns exec "$(ns_host "$r")" env FR_RANK=$r FR_NRANKS="$n" FR_LOCAL_RANK=0 \
+				FR_LOCAL_SIZE=1 FR_RENDEZVOUS="$(ns_addr 0):$port" FR_JOB_TOKEN="$tok" \
+				FR_TRANSPORT=tcp "${algo_env[@]}" timeout -k 5 600 "$BUILD/fr_allreduce_perf" \
+				-b "$s" -e "$s" -n "$it" -w 2 -c 0 --stat median --csv \
+				>"$out.r$r" 2>"$out.err.r$r" </dev/null &
+			pids+=($!)
+		done
+		for p in "${pids[@]}"; do wait "$p" || log "n=$n $algo $s: a rank failed (see $out.err.r*)"; done
+		pids=()
+		grep -v '^size' "$out.r0" | grep -v '^#' >>"$out"
+		port=$((port + 1))
+	done
+}
+
+simulate() {
+	local n=$1 out=$2 algos
+	algos=$(echo "$ALGOS" | tr ' ' ',')
+	# shellcheck disable=SC2086
+	for s in $SIZES; do
+		"$BUILD/fr_sim" -n "$n" --gbps "$GBPS" --lat-us "$LAT_US" $CPU_OPTS \
+			-b "$s" -e "$s" -a "$algos"
+	done >"$out" 2>&1
+}
+
+LAT_US=$(awk -v d="$DELAY_US" 'BEGIN { print d / 1000 }')
+if [[ -z "$CPU_OPTS" ]]; then
+	calibrate
+else
+	ns_setup 2 "$RATE" "$DELAY_US" both "$OUT" >/dev/null 2>&1 || exit 1
+	rtt=$(ip netns exec "$(ns_host 0)" ping -c 20 -i 0.05 -q "$(ns_addr 1)" 2>/dev/null |
+		awk -F'[/ ]+' '/^rtt/ { print $7 }')
+	LAT_US=$(awk -v r="$rtt" 'BEGIN { printf "%.2f", r * 1000 / 2 }')
+	ns_teardown
+fi
+log "fr_sim: --gbps $GBPS --lat-us $LAT_US $CPU_OPTS"
+echo "# validate_netns.sh: rate $RATE, one-way delay $DELAY_MS ms, ranks $RANKS_LIST, TCP, $(nproc) cores"
+echo "# fr_sim --gbps $GBPS --lat-us $LAT_US $CPU_OPTS"
+echo "# measured: fr_allreduce_perf, per call the slowest rank, median over $ITERS calls (3 from 16 MiB)"
+echo
+echo "| ranks | bytes | algo (measured) | measured us | algo (simulated) | simulated us | sim / measured |"
+echo "| ---: | ---: | --- | ---: | --- | ---: | ---: |"
+within=0 total=0
+for n in $RANKS_LIST; do
+	ns_setup "$n" "$RATE" "$DELAY_US" both "$OUT" >/dev/null 2>&1 || { log "netns setup of $n failed"; exit 1; }
+	for a in $ALGOS; do
+		log "n=$n $a: measuring"
+		measure "$n" "$a" "$OUT/m.$n.$a"
+	done
+	ns_teardown
+	log "n=$n: simulating"
+	simulate "$n" "$OUT/s.$n"
+	for a in $ALGOS; do
+		# measured: size, ..., time_median_us (column 10), ..., algo (14)
+		# simulated: bytes, algo, time_us, with auto as auto:<choice>
+		while IFS=, read -r size _ _ _ _ _ _ _ _ med _ _ _ malgo _; do
+			read -r salgo sus < <(awk -v s="$size" -v a="$a" '
+				$1 == s && ($2 == a || (a == "auto" && $2 ~ /^auto:/) ||
+					(a == "tree" && $2 == "rd")) { print $2, $3; exit }' "$OUT/s.$n")
+			ratio=$(awk -v m="$med" -v s="${sus:-0}" 'BEGIN { if (m > 0 && s > 0) printf "%.2f", s / m; else print "-" }')
+			ok=$(awk -v r="$ratio" 'BEGIN { print (r != "-" && r >= 0.85 && r <= 1.15) ? 1 : 0 }')
+			within=$((within + ok))
+			total=$((total + 1))
+			printf '| %d | %d | %s | %.1f | %s | %.1f | %s%s |\n' "$n" "$size" "$malgo" "$med" \
+				"${salgo:-?}" "${sus:-0}" "$ratio" "$([[ $ok == 1 ]] && echo "" || echo " (off)")"
+		done <"$OUT/m.$n.$a"
+	done
+done
+echo
+echo "# within 15 %: $within of $total (outputs in $OUT)"

@@ -243,6 +243,22 @@ static int resolve_settings(const fr_config_t *cfg, struct fr_settings *s,
 		}
 		s->ring_by_rank = true;
 	}
+	/* FR_TOPO: the nodes on a grid ("2x4": racks of 2 nodes, 4 racks),
+	 * whose dimensions the hierarchical All-Reduce reduces along in
+	 * turn; it must be the same on every rank */
+	const char *grid = getenv("FR_TOPO");
+
+	s->ngrid = 0;
+	if (grid && *grid) {
+		s->ngrid = fr_topo_grid_parse(grid, s->grid);
+		if (s->ngrid < 0) {
+			snprintf(
+				err, errlen,
+				"FR_TOPO=\"%s\" is not sizes of nodes like 2x4 (1 to %d of them, each 1 to 65536)",
+				grid, FR_TOPO_MAX_DIMS);
+			return FR_EINVAL;
+		}
+	}
 	/* FR_POLL: spin = never block, event = block at once, hybrid
 	 * (default) = spin FR_SPIN_US, then block. */
 	const char *poll = getenv("FR_POLL");
@@ -428,6 +444,37 @@ int fr_comm_nodes_take(struct fr_comm *c, const uint64_t *ids,
 				c->topo.cross[c->topo.ncross++] = r;
 			}
 	}
+	/* the grid's levels (FR_TOPO), where it holds the nodes */
+	c->topo.nlevels = 0;
+	if (c->topo.ngrid && c->topo.nodes_regular) {
+		long cells = 1;
+
+		for (int d = 0; d < c->topo.ngrid; d++)
+			cells *= c->topo.grid[d];
+		if (cells == c->topo.nnodes) {
+			int *all = malloc((size_t)cells * sizeof(int)), nl;
+
+			if (!all)
+				goto out;
+			nl = fr_topo_levels(node, n, c->topo.nnodes, c->rank,
+					    c->topo.grid, c->topo.ngrid, all,
+					    c->topo.nlevel,
+					    c->topo.level_index);
+			if (nl < 0) {
+				free(all);
+				goto out;
+			}
+			free(c->topo.level[0]);
+			c->topo.level[0] = all;
+			for (int l = 1; l < nl; l++)
+				c->topo.level[l] = c->topo.level[l - 1] +
+						   c->topo.nlevel[l - 1];
+			c->topo.nlevels = nl;
+		} else {
+			fr_info("FR_TOPO's grid of %ld nodes does not hold the %d nodes: one level above the node",
+				cells, c->topo.nnodes);
+		}
+	}
 	c->topo.node_of = node; /* the two-level RS / AG place every block */
 	node = NULL;
 	rc = 0;
@@ -558,6 +605,7 @@ void fr_comm_free_cards(struct fr_comm *c)
 	free(c->topo.local);
 	free(c->topo.cross);
 	free(c->topo.node_of);
+	free(c->topo.level[0]);
 	free(c->topo.ring_order);
 	free(c->peer.addrs);
 }
@@ -583,6 +631,8 @@ static int comm_new(const struct fr_settings *s, struct fr_comm **out,
 	c->mem.regcache_max = (int)s->regcache;
 	c->eng.spin_us = (int)s->spin_us;
 	c->topo.ring_by_rank = s->ring_by_rank;
+	c->topo.ngrid = s->ngrid;
+	memcpy(c->topo.grid, s->grid, sizeof(c->topo.grid));
 	c->algo.forced = s->algo;
 	c->fail.fail_origin = -1;
 	c->fail.dead_first = -1;
@@ -735,7 +785,7 @@ static int comm_create(const struct fr_settings *s, fr_comm_t **out, char *err,
 	struct fr_boot_params bp = {0};
 	struct fr_boot *boot = NULL;
 	struct fr_boot_card mine, *cards = NULL;
-	char config[128];
+	char config[FR_BOOT_CONFIG_MAX + 1], grid[64] = "-";
 	struct fr_comm *c;
 	int rc;
 
@@ -776,13 +826,16 @@ static int comm_create(const struct fr_settings *s, fr_comm_t **out, char *err,
 		rc = FR_ENOMEM;
 		goto err_cards;
 	}
+	for (int d = 0, o = 0; d < s->ngrid; d++)
+		o += snprintf(grid + o, sizeof(grid) - (size_t)o, "%s%d",
+			      d ? "x" : "", s->grid[d]);
 	snprintf(
 		config, sizeof(config),
-		"transport=%s segment=%zu slots=%ld algo=%s eager=%zu tune=%08x ring=%s",
+		"transport=%s segment=%zu slots=%ld algo=%s eager=%zu tune=%08x ring=%s topo=%s",
 		c->tp_ops->name, c->algo.segment_bytes, s->slots,
 		fr_algo_name(c->algo.forced), fr_msg_payload_max(c),
 		fr_tune_hash(&c->algo.tune),
-		c->topo.ring_by_rank ? "rank" : "node");
+		c->topo.ring_by_rank ? "rank" : "node", grid);
 	rc = fr_boot_exchange(boot, config, &mine, cards, &c->job_nonce);
 	if (rc)
 		goto err_exchange;

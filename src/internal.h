@@ -121,6 +121,7 @@ struct fr_settings {
 	cpu_set_t cpus;
 	bool ring_by_rank;
 	long ll; /* FR_LL: small messages by write_inline (peer.c) */
+	int grid[FR_TOPO_MAX_DIMS], ngrid; /* FR_TOPO: a grid of nodes */
 };
 
 struct fr_comm {

@@ -92,6 +92,8 @@ static struct fr_comm *comm_like(const struct fr_comm *p, int rank, int n)
 	c->mem.regcache_max = p->mem.regcache_max;
 	c->eng.spin_us = p->eng.spin_us;
 	c->topo.ring_by_rank = p->topo.ring_by_rank;
+	c->topo.ngrid = p->topo.ngrid;
+	memcpy(c->topo.grid, p->topo.grid, sizeof(c->topo.grid));
 	c->topo.node_id = p->topo.node_id;
 	c->topo.rtt_us = p->topo.rtt_us;
 	c->fail.fail_origin = -1;

@@ -101,3 +101,73 @@ int fr_topo_ring_crossings(const int *order, const int *node, int n, int k)
 		c += node[order[i]] == k && node[order[(i + 1) % n]] != k;
 	return c;
 }
+
+int fr_topo_grid_parse(const char *s, int *dims)
+{
+	int n = 0;
+
+	if (!s || !*s)
+		return -1;
+	for (;;) {
+		char *end;
+		long v = strtol(s, &end, 10);
+
+		/* digits only: strtol would also take a sign or spaces */
+		if (*s < '0' || *s > '9' || v < 1 || v > 65536 ||
+		    n == FR_TOPO_MAX_DIMS)
+			return -1;
+		dims[n++] = (int)v;
+		if (!*end)
+			return n;
+		if (*end != 'x')
+			return -1;
+		s = end + 1;
+	}
+}
+
+int fr_topo_levels(const int *node, int n, int nnodes, int me, const int *dims,
+		   int ndims, int *ranks, int *nlevel, int *index)
+{
+	long prod = 1;
+	int k, lidx = 0, nl = 0, stride = 1, *at, *seen, nd = node[me];
+
+	for (int d = 0; d < ndims; d++)
+		prod *= dims[d];
+	if (nnodes < 1 || prod != nnodes || n % nnodes)
+		return 0;
+	k = n / nnodes;
+	/* at[j k + i]: the rank with local index i on node j */
+	at = malloc((size_t)n * sizeof(int));
+	seen = calloc((size_t)nnodes, sizeof(int));
+	if (!at || !seen) {
+		free(at);
+		free(seen);
+		return FR_ENOMEM;
+	}
+	for (int r = 0; r < n; r++) {
+		if (seen[node[r]] == k) { /* irregular */
+			free(at);
+			free(seen);
+			return 0;
+		}
+		if (r == me)
+			lidx = seen[node[r]];
+		at[node[r] * k + seen[node[r]]++] = r;
+	}
+	for (int d = 0; d < ndims; d++) {
+		int x = nd / stride % dims[d];
+
+		if (dims[d] > 1) {
+			for (int v = 0; v < dims[d]; v++)
+				ranks[v] =
+					at[(nd + (v - x) * stride) * k + lidx];
+			nlevel[nl] = dims[d];
+			index[nl++] = x;
+			ranks += dims[d];
+		}
+		stride *= dims[d];
+	}
+	free(at);
+	free(seen);
+	return nl;
+}

@@ -117,6 +117,7 @@ void fixture_init(const char *extra)
 		"FR_POLL",	    "FR_SPIN_US",
 		"FR_TUNE_FILE",	    "FR_RING_ORDER",
 		"FR_NODE",	    "FR_JOB_TOKEN",
+		"FR_TOPO",
 	};
 
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)

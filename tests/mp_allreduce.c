@@ -324,42 +324,94 @@ static void ref_cut(size_t n, int parts, int c, size_t *lo, size_t *len)
 }
 
 /*
- * Expected element i for the two-level All-Reduce with nodes of rpn ranks
- * (rank r on node r / rpn, local index r % rpn): the vector is cut in rpn
- * chunks; chunk c is summed over each node in local order c, c+1, ...;
- * the chunk is cut in nnodes pieces and piece j of the node sums is
- * combined in node order j, j+1, ...
+ * The levels of the hierarchical All-Reduce with nodes of rpn ranks (rank
+ * r on node r / rpn, local index r % rpn): the node's rpn ranks, then the
+ * sizes of FR_TOPO's grid of nodes where it holds the nodes, else all the
+ * nodes as one level; sizes of 1 make no level.  G[] gets the sizes, from
+ * the node up, and the return is how many.
+ */
+static int hier_levels(int *G)
+{
+	int m = nranks / rpn, nl = 0, d[8], nd = 0;
+	const char *e = getenv("FR_TOPO");
+	long prod = 1;
+
+	if (rpn > 1)
+		G[nl++] = rpn;
+	if (e && *e) {
+		char buf[64], *save = NULL;
+
+		snprintf(buf, sizeof(buf), "%s", e);
+		for (char *t = strtok_r(buf, "x", &save); t && nd < 8;
+		     t = strtok_r(NULL, "x", &save))
+			prod *= d[nd++] = atoi(t);
+	}
+	if (nd && prod == m) {
+		for (int i = 0; i < nd; i++)
+			if (d[i] > 1)
+				G[nl++] = d[i];
+	} else if (m > 1) {
+		G[nl++] = m;
+	}
+	return nl;
+}
+
+/*
+ * The partial sum of level l for element i at grid coordinates x[] (x[l]
+ * free): the level's members x[l] = c[l], c[l]+1, ... (mod G[l]), each
+ * with the partial of the level below, combined in that order; below
+ * level 0, the input of the rank at x[] (x[0] its local index, the rest
+ * its node's coordinates, innermost first).  Written from the schedule in
+ * fastreduce(7), independently of src/algo/hier.c.
+ */
+static void hier_partial(fr_dtype_t dt, fr_op_t op, const int *G, int l,
+			 const int *c, int *x, size_t i, uint32_t seed,
+			 uint8_t *out)
+{
+	uint8_t in[8];
+
+	if (l < 0) {
+		int r = 0;
+
+		for (int j = 7; j >= 0; j--)
+			if (G[j])
+				r = r * G[j] + x[j];
+		input_elem(dt, op, r, i, seed, out);
+		return;
+	}
+	for (int t = 0; t < G[l]; t++) {
+		x[l] = (c[l] + t) % G[l];
+		hier_partial(dt, op, G, l - 1, c, x, i, seed, t ? in : out);
+		if (t)
+			ref_combine(dt, op, out, out, in, 1);
+	}
+}
+
+/*
+ * Expected element i for the hierarchical All-Reduce: at level l the
+ * range R_l is cut in G[l] parts (R_0 the vector, R_{l+1} the part
+ * holding i), and part c[l] is combined over the level in its order
+ * c[l], c[l]+1, ... (hier_partial).  With two levels (the node, then all
+ * nodes): chunk c of the node's sums in local order c, c+1, ..., then
+ * piece j of those in node order j, j+1, ...
  */
 static void expect_hier(fr_dtype_t dt, fr_op_t op, size_t count, size_t i,
 			uint32_t seed, void *out)
 {
-	int k = rpn, m = nranks / rpn, c = 0, j = 0;
-	size_t lo = 0, len = 0, plo, plen;
-	uint8_t acc[8], node[8], in[8];
+	int G[8] = { 0 }, c[8] = { 0 }, x[8] = { 0 }, nl = hier_levels(G);
+	size_t lo = 0, len = count, plo = 0, plen = 0;
+	uint8_t acc[8];
 
-	for (c = 0; c < k; c++) {
-		ref_cut(count, k, c, &lo, &len);
-		if (i < lo + len)
-			break;
-	}
-	for (j = 0; j < m; j++) {
-		ref_cut(len, m, j, &plo, &plen);
-		if (i < lo + plo + plen)
-			break;
-	}
-	for (int t = 0; t < m; t++) {
-		int nd = (j + t) % m;
-
-		input_elem(dt, op, nd * k + c, i, seed, node);
-		for (int u = 1; u < k; u++) {
-			input_elem(dt, op, nd * k + (c + u) % k, i, seed, in);
-			ref_combine(dt, op, node, node, in, 1);
+	for (int l = 0; l < nl; l++) {
+		for (c[l] = 0; c[l] < G[l]; c[l]++) {
+			ref_cut(len, G[l], c[l], &plo, &plen);
+			if (i < lo + plo + plen)
+				break;
 		}
-		if (t == 0)
-			memcpy(acc, node, sizeof(acc));
-		else
-			ref_combine(dt, op, acc, acc, node, 1);
+		lo += plo;
+		len = plen;
 	}
+	hier_partial(dt, op, G, nl - 1, c, x, i, seed, acc);
 	if (op == FR_AVG)
 		ref_scale_avg(dt, acc, 1, nranks);
 	memcpy(out, acc, fr_dtype_size(dt));

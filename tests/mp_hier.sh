@@ -1,5 +1,6 @@
 #!/bin/bash
-# The two-level All-Reduce, reduce-scatter and all-gather on emulated nodes
+# The hierarchical All-Reduce (two levels, and more on a grid of nodes,
+# FR_TOPO), the two-level reduce-scatter and all-gather on emulated nodes
 # (mp_allreduce --ranks-per-node K sets FR_NODE=node<rank/K>): the matrix
 # and colls bit for bit against their own references, chosen by the model
 # and forced, on regular layouts (2x2, 3x2, 2x3, 2x4, 4x2, round robin and
@@ -18,6 +19,24 @@ for cfg in "4 2" "6 2" "6 3" "8 4" "8 2"; do
 		frrun -n "$1" -e FR_ALGO=hier --transport tcp --timeout 900 "$MP" matrix \
 		--ranks-per-node "$2" --counts "0,1,3,$(($1 + 1)),65537"
 done
+# a grid of nodes (FR_TOPO): one level per dimension above the node, so
+# three levels on 2x2 and 3x2 grids, four on 2x2x2; auto over a grid; a
+# grid that does not hold the nodes (one level above the node, as above)
+for cfg in "8 2 2x2" "12 2 3x2" "12 2 2x3"; do
+	set -- $cfg
+	run "matrix n=$1, $2 ranks per node, FR_TOPO=$3 (hier forced)" \
+		frrun -n "$1" -e FR_ALGO=hier -e FR_TOPO="$3" --transport tcp --timeout 900 "$MP" matrix \
+		--ranks-per-node "$2" --counts "0,1,$(($1 + 1)),7919,65537"
+done
+run "matrix n=16, 2 ranks per node, FR_TOPO=2x2x2 (hier forced)" \
+	frrun -n 16 -e FR_ALGO=hier -e FR_TOPO=2x2x2 --transport tcp --timeout 900 "$MP" matrix \
+	--ranks-per-node 2 --counts 0,1,17,7919 --dtypes f32,bf16,i32 --ops sum,avg,max
+run "matrix n=8, 2 ranks per node, FR_TOPO=2x2 (auto)" \
+	frrun -n 8 -e FR_TOPO=2x2 --transport tcp --timeout 900 "$MP" matrix --ranks-per-node 2 \
+	--counts 0,1,7,7919,300007
+run "matrix n=8, 2 ranks per node, FR_TOPO=3x3 (not the 4 nodes: two levels)" \
+	frrun -n 8 -e FR_ALGO=hier -e FR_TOPO=3x3 --transport tcp --timeout 900 "$MP" matrix \
+	--ranks-per-node 2 --counts 0,1,9,65537
 run "matrix n=5, nodes of 2, 2, 1 (irregular: no hier)" \
 	frrun -n 5 -e FR_ALGO=hier --transport tcp --timeout 600 "$MP" matrix --ranks-per-node 2 \
 	--counts 0,1,7919,65537

@@ -194,6 +194,65 @@ static void test_local_nodes(void **state)
 	destroy_job(c, 6);
 }
 
+/*
+ * A grid of nodes (FR_TOPO=2x2: 4 nodes of 2 ranks, node j at (j % 2,
+ * j / 2)): each rank's levels are the rings of the grid's dimensions, and
+ * the hierarchical All-Reduce over the node and both of them (three
+ * levels) gives the reference's results.  A grid that does not hold the
+ * nodes leaves one level above the node; one that is not a grid is
+ * refused with a message.
+ */
+static void test_local_grid(void **state)
+{
+	/* nodes in order of their lowest rank: 30 (ranks 0, 4), 10 (1, 5),
+	 * 20 (2, 3), 40 (6, 7) */
+	static const uint64_t ids[8] = {30, 10, 20, 20, 30, 10, 40, 40};
+	fr_config_t cfg = local_config(FR_ALGO_HIER);
+	const struct fr_topo *t;
+	fr_comm_t *c[8];
+
+	(void)state;
+	setenv("FR_TOPO", "2x2", 1);
+	if (fr_comm_create_local(&cfg, 8, ids, c))
+		fail_msg("%s", fr_comm_last_error(NULL));
+	/* rank 5: node 1 = (1, 0), local index 1 */
+	t = &c[5]->topo;
+	assert_int_equal(t->nlevels, 2);
+	assert_int_equal(t->nlevel[0], 2);
+	assert_int_equal(t->level[0][0], 4); /* node 0's second rank */
+	assert_int_equal(t->level[0][1], 5);
+	assert_int_equal(t->level_index[0], 1);
+	assert_int_equal(t->level[1][0], 5); /* node 1, then node 3 */
+	assert_int_equal(t->level[1][1], 7);
+	assert_int_equal(t->level_index[1], 0);
+	/* rank 2: node 2 = (0, 1), local index 0 */
+	t = &c[2]->topo;
+	assert_int_equal(t->level[0][0], 2);
+	assert_int_equal(t->level[0][1], 6);
+	assert_int_equal(t->level[1][0], 0);
+	assert_int_equal(t->level[1][1], 2);
+	assert_int_equal(t->level_index[1], 1);
+	allreduce_check(c, 8, FR_F32, FR_SUM, 1031, 5);
+	allreduce_check(c, 8, FR_F64, FR_SUM, 40001, 6);
+	allreduce_check(c, 8, FR_I32, FR_MAX, 3, 7);
+	assert_int_equal(fr_comm_last_algo(c[0]), FR_ALGO_HIER);
+	destroy_job(c, 8);
+
+	setenv("FR_TOPO", "3x1x2", 1); /* 6 cells for 4 nodes */
+	if (fr_comm_create_local(&cfg, 8, ids, c))
+		fail_msg("%s", fr_comm_last_error(NULL));
+	assert_int_equal(c[0]->topo.nlevels, 0);
+	assert_int_equal(c[0]->topo.ncross, 4);
+	allreduce_check(c, 8, FR_F32, FR_SUM, 1031, 8);
+	destroy_job(c, 8);
+
+	setenv("FR_TOPO", "2xx2", 1);
+	assert_int_equal(fr_comm_create_local(&cfg, 8, ids, c), FR_EINVAL);
+	assert_contains(fr_comm_last_error(NULL), "FR_TOPO");
+	assert_int_equal(fake_tp_endpoints(), 0);
+	unsetenv("FR_TOPO");
+}
+
 /* A collective still running when the job is destroyed: its requests are
  * abandoned, the ranks still say goodbye, nothing is left open. */
 static void test_local_destroy_unfinished(void **state)
@@ -256,6 +315,7 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 		T(test_local_results),
 		T(test_local_nodes),
+		T(test_local_grid),
 		T(test_local_destroy_unfinished),
 		T(test_local_errors),
 #undef T

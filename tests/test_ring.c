@@ -568,6 +568,76 @@ static int check_order(const uint64_t *ids, int n, bool by_rank,
 	return fr_topo_ring_crossings(order, node, n, 0);
 }
 
+/* FR_TOPO's grammar: sizes from 1 to 65536 joined by x, at most four. */
+static void test_topo_grid_parse(void **state)
+{
+	static const char *const bad[] = {
+		"", "x", "2x", "x2", "2xx2", "0", "2x0", "-2", "+2", "2 x2",
+		"2x3x4x5x6", "65537", "2,3", "2x3 ", "abc", " 2", "2x 3"};
+	int d[FR_TOPO_MAX_DIMS];
+
+	(void)state;
+	assert_int_equal(fr_topo_grid_parse("2x4", d), 2);
+	assert_int_equal(d[0], 2);
+	assert_int_equal(d[1], 4);
+	assert_int_equal(fr_topo_grid_parse("8", d), 1);
+	assert_int_equal(d[0], 8);
+	assert_int_equal(fr_topo_grid_parse("1x65536x3x2", d), 4);
+	assert_int_equal(d[1], 65536);
+	assert_int_equal(d[3], 2);
+	assert_int_equal(fr_topo_grid_parse(NULL, d), -1);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++)
+		if (fr_topo_grid_parse(bad[i], d) != -1)
+			fail_msg("\"%s\" taken for a grid", bad[i]);
+}
+
+/*
+ * The levels of a grid of nodes: every rank's levels against the
+ * definition (the ranks with its local index on the nodes whose
+ * coordinates are its own but one, in order of that one), for a 3 x 1 x 4
+ * grid of 12 nodes of 2 ranks placed round robin (rank r on node r % 12);
+ * sizes of 1 make no level; a grid of the wrong size or an irregular
+ * layout gives none.
+ */
+static void test_topo_levels(void **state)
+{
+	enum { N = 24, M = 12 };
+	static const int dims[3] = {3, 1, 4};
+	int node[N], ranks[M + 8], nlevel[FR_TOPO_MAX_DIMS];
+	int index[FR_TOPO_MAX_DIMS];
+
+	(void)state;
+	for (int r = 0; r < N; r++)
+		node[r] = r % M;
+	for (int me = 0; me < N; me++) {
+		int nd = node[me], li = me / M, x = nd % 3, z = nd / 3;
+
+		assert_int_equal(fr_topo_levels(node, N, M, me, dims, 3, ranks,
+						 nlevel, index),
+				 2);
+		assert_int_equal(nlevel[0], 3);
+		assert_int_equal(nlevel[1], 4);
+		assert_int_equal(index[0], x);
+		assert_int_equal(index[1], z);
+		for (int v = 0; v < 3; v++)
+			assert_int_equal(ranks[v], (v + 3 * z) + M * li);
+		for (int v = 0; v < 4; v++)
+			assert_int_equal(ranks[3 + v], (x + 3 * v) + M * li);
+	}
+	/* 12 cells for 11 nodes, 6 for 12 */
+	assert_int_equal(fr_topo_levels(node, 22, 11, 0, dims, 3, ranks,
+					 nlevel, index),
+			 0);
+	assert_int_equal(fr_topo_levels(node, N, M, 0, (const int[]){3, 2}, 2,
+					 ranks, nlevel, index),
+			 0);
+	/* node 0 holds three ranks, node 11 one */
+	node[11] = 0;
+	assert_int_equal(fr_topo_levels(node, N, M, 5, dims, 3, ranks, nlevel,
+					 index),
+			 0);
+}
+
 /* fr_topo_nodes on thousands of ranks (its hash) against the plain
  * definition: nodes numbered in order of their lowest rank, for ids that
  * are small and consecutive, powers of two (the same low bits) and
@@ -672,6 +742,8 @@ int main(void)
 		cmocka_unit_test(test_msg_compact),
 		cmocka_unit_test(test_hcube),
 		cmocka_unit_test(test_topo_nodes_large),
+		cmocka_unit_test(test_topo_grid_parse),
+		cmocka_unit_test(test_topo_levels),
 		cmocka_unit_test(test_ring_order),
 	};
 

@@ -282,6 +282,24 @@ static double hier_rsag_us(const struct fr_comm *comm, int id,
 }
 
 /*
+ * The hierarchical All-Reduce's ring steps above the node: m - 1 over all
+ * the nodes, or with a grid of them (FR_TOPO) d - 1 for each dimension d
+ * (hier.c).  Either way the node's link carries 2 (m-1)/m of the vector:
+ * each level above sends 2 (d-1)/d of the part it works on, and those
+ * parts shrink by d as they go up, which sums to the same.
+ */
+static double hier_net_steps(const struct fr_comm *comm)
+{
+	double steps = 0;
+
+	if (!comm->topo.nlevels)
+		return comm->topo.nnodes - 1;
+	for (int l = 0; l < comm->topo.nlevels; l++)
+		steps += comm->topo.nlevel[l] - 1;
+	return steps;
+}
+
+/*
  * Over several nodes the ranks of a node share its network link.  The
  * flat algorithms' bytes then queue on it: the ring's at each node's ring
  * neighbours on other nodes (comm->ring_crossings: our node's ranks whose
@@ -315,7 +333,8 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 
 		/* every byte it moves goes through the mailboxes (xfer.c):
 		 * a copy in and a copy out on top of the wire */
-		return (2 * (k - 1) + 2 * (m - 1) + 1) * t->alpha_us +
+		return (2 * (k - 1) + 2 * hier_net_steps(comm) + 1) *
+			       t->alpha_us +
 		       2 * (m - 1) / m * n * b +
 		       (2 * (k - 1) / k + 2 * (m - 1) / (m * k)) * n * 2 * c +
 		       2 * (k - 1) / k * n * c +

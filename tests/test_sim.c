@@ -532,6 +532,30 @@ static void test_sim_cpu(void **state)
 			      (c == 1 ? 4 : 1) * 3.0 / 4.0 * S);
 		sim_close(&s);
 	}
+	/* spinning on a shared core: 2 ranks, 1 core, 1 us to send and
+	 * 1 us to receive.  Without spinning: rank 0 sends [0, 1], rank 1
+	 * [1, 2], receives [2, 3], rank 0 receives [3, 4].  Spinning 50 us
+	 * after each piece of work: rank 1 sends once rank 0's spin is over
+	 * [51, 52], and receives at once, still on its core [52, 53]; rank 0
+	 * receives when rank 1's spin ends [103, 104]. */
+	p.nranks = 2;
+	for (int spin = 0; spin < 2; spin++) {
+		cpu = (struct sim_cpu_params){.send_ns = 1000,
+					      .recv_ns = 1000,
+					      .spin_ns = spin ? 50000 : 0,
+					      .cores = 1,
+					      .cores_job = true};
+		if (sim_open(&s, &p, &cpu, NULL, 0))
+			fail_msg("%s", s.err);
+		force(&s, FR_ALGO_RD);
+		run_checked(&s, b, 2);
+		snprintf(what, sizeof(what), "rd on one core, spin %d", spin);
+		expect_within(what, (double)run_checked(&s, b, 2),
+			      spin ? 104000.0 : 4000.0);
+		sim_close(&s);
+	}
+	p.nranks = 4;
+
 	/* waking: each of rd's steps wakes the ranks, unless they poll
 	 * longer than the step's wait */
 	for (int spin = 0; spin < 2; spin++) {

@@ -15,16 +15,23 @@
 # robin (rank r on node r % M, as mpirun --map-by node) instead of in
 # blocks, and adds "ring-rank", the ring in plain rank order
 # (FR_RING_ORDER=rank), to show what the node-by-node ring order saves.
+# --racks R puts the nodes in R racks of consecutive ones, joined at
+# --rack-rate (netns.sh's racks), and adds "hier-grid": the hierarchical
+# All-Reduce told the grid (FR_TOPO=<nodes per rack>xR), three levels
+# against the two of plain hier.  Times: per call the slowest rank,
+# median over the calls (--stat median).
 #
 # usage: perf/bench/hier.sh [--nodes M] [--per-node K] [--rate R]
 #                           [--sizes "1M 64M"] [--iters N] [--rounds R]
-#                           [--round-robin] [--coll C] [BUILD]
+#                           [--round-robin] [--coll C]
+#                           [--racks R --rack-rate RATE] [BUILD]
 # (default 2 nodes x 2 ranks, 1gbit, sizes from 1M to 64M by factors of
 # 64, i.e. 1M and 64M, 5 iterations, 2 rounds,
 # BUILD = build/).  Root needed; namespaces frh_* on 198.21.0.0/24.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 NODES=2 K=2 RATE=1gbit SIZES="1M 64M" ITERS=5 ROUNDS=2 B=$HERE/../../build RR=0 COLL=allreduce
+RACKS=1 RACK_RATE=1gbit
 while (($#)); do
 	case "$1" in
 	--nodes) NODES=$2; shift 2 ;;
@@ -35,35 +42,40 @@ while (($#)); do
 	--rounds) ROUNDS=$2; shift 2 ;;
 	--round-robin) RR=1; shift ;;
 	--coll) COLL=$2; shift 2 ;;
-	-h|--help) sed -n '3,22p' "$0"; exit 0 ;;
+	--racks) RACKS=$2; shift 2 ;;
+	--rack-rate) RACK_RATE=$2; shift 2 ;;
+	-h|--help) sed -n '3,29p' "$0"; exit 0 ;;
 	*) B=$1; shift ;;
 	esac
 done
 B=$(cd "$B" && pwd)
 export BENCH_NS_PREFIX=frh_ BENCH_SUBNET=198.21.0
-bash "$HERE/netns.sh" setup "$NODES" --rate "$RATE" >/dev/null || exit 1
+bash "$HERE/netns.sh" setup "$NODES" --rate "$RATE" --racks "$RACKS" --rack-rate "$RACK_RATE" \
+	>/dev/null || exit 1
 trap 'bash "$HERE/netns.sh" teardown "$NODES" >/dev/null 2>&1' EXIT
 N=$((NODES * K))
 out=$(mktemp -d /tmp/frhier.XXXXXX)
 run() { # ALGO ROUND
-	local port=$((30000 + RANDOM % 20000)) pids=() r node algo=$1 order=node
+	local port=$((30000 + RANDOM % 20000)) pids=() r node algo=$1 order=node grid=""
 	[ "$algo" = ring-rank ] && algo=ring order=rank
+	[ "$algo" = hier-grid ] && algo=hier grid=$((NODES / RACKS))x$RACKS
 	for r in $(seq 0 $((N - 1))); do
 		node=$((r / K))
 		[ "$RR" = 1 ] && node=$((r % NODES))
 		ip netns exec "frh_h$node" env LD_LIBRARY_PATH="$B/.libs" \
 			FR_RANK=$r FR_NRANKS=$N FR_RENDEZVOUS=198.21.0.1:$port \
 			FR_TRANSPORT="${FR_TRANSPORT:-auto}" FR_ALGO="$algo" FR_JOB_TOKEN="hier$port" \
-			FR_RING_ORDER=$order \
+			FR_RING_ORDER=$order FR_TOPO="$grid" \
 			timeout 600 "$B/.libs/fr_allreduce_perf" -C "$COLL" -b "${SIZES%% *}" \
-			-e "${SIZES##* }" -f 64 -n "$ITERS" -w 2 >"$out/$1.$2.$r" 2>&1 &
+			-e "${SIZES##* }" -f 64 -n "$ITERS" -w 2 --stat median >"$out/$1.$2.$r" 2>&1 &
 		pids+=($!)
 	done
 	wait "${pids[@]}"
 }
 ALGOS="ring hier auto"
 [ "$RR" = 1 ] && ALGOS="ring ring-rank hier auto"
-echo "# $COLL, $NODES nodes x $K ranks$([ "$RR" = 1 ] && echo ", dealt round robin"), $RATE per node link, fr_allreduce_perf -n $ITERS"
+[ "$RACKS" -gt 1 ] && ALGOS="$ALGOS hier-grid"
+echo "# $COLL, $NODES nodes x $K ranks$([ "$RR" = 1 ] && echo ", dealt round robin"), $RATE per node link$([ "$RACKS" -gt 1 ] && echo ", $RACKS racks joined at $RACK_RATE"), fr_allreduce_perf -n $ITERS --stat median"
 printf '%-6s %-9s %12s %14s %10s\n' round algo bytes time_us busbw
 for round in $(seq 1 "$ROUNDS"); do
 	for algo in $ALGOS; do

@@ -16,6 +16,11 @@
 # bytes, at least 128 KiB (veth GSO packets are up to 64 KiB); queue: what
 # the tbf holds, as its "latency", $NS_TBF_LATENCY (default 50ms).
 #
+# Racks (NS_RACKS=R, default 1): the hosts in R racks of consecutive ones,
+# each rack a bridge rb<k> of its own, and the racks joined by a core bridge
+# (br0) through one link each, shaped at NS_RACK_RATE (default 1gbit) both
+# ways: a two-level network (setup's --racks R --rack-rate RATE).
+#
 # Delay: DELAY_US one-way between any two hosts.  With sch_netem in the kernel
 # a netem qdisc (the tbf as its child) on each host's egress; without it (as
 # on the development VM) the user-space delay line nfq_delay.c, built into
@@ -29,7 +34,7 @@
 #
 # Standalone:
 #   netns.sh setup N [--rate R|unshaped] [--delay-ms D] [--shape egress|both]
-#                    [--queue-ms Q] [--workdir DIR]
+#                    [--queue-ms Q] [--racks R --rack-rate RATE] [--workdir DIR]
 #   netns.sh teardown [--workdir DIR]
 #   netns.sh status
 #   netns.sh exec I CMD...
@@ -166,13 +171,31 @@ ns_setup() {
 			ip -n "$hub" link add br0 type bridge &&
 			ip -n "$hub" link set br0 up
 	} || { ns_teardown; return 1; }
+	# racks (NS_RACKS=R > 1): the hosts in R groups of consecutive ones,
+	# each on its own bridge rb<k>, and the racks joined by a core
+	# bridge (br0) through one link each, shaped at NS_RACK_RATE both ways
+	local racks=${NS_RACKS:-1} k
+	if ((racks > 1)); then
+		((n % racks == 0)) || { ns_log "$n hosts do not make $racks racks"; ns_teardown; return 1; }
+		for ((k = 0; k < racks; k++)); do
+			{
+				ip -n "$hub" link add "rb$k" type bridge &&
+					ip -n "$hub" link set "rb$k" up &&
+					ip -n "$hub" link add "ru$k" type veth peer name "rc$k" &&
+					ip -n "$hub" link set "ru$k" master "rb$k" up &&
+					ip -n "$hub" link set "rc$k" master br0 up &&
+					ns_shape "$hub" "ru$k" "${NS_RACK_RATE:-1gbit}" 0 &&
+					ns_shape "$hub" "rc$k" "${NS_RACK_RATE:-1gbit}" 0
+			} || { ns_log "setting up rack $k failed"; ns_teardown; return 1; }
+		done
+	fi
 	for ((i = 0; i < n; i++)); do
 		ns=$(ns_host "$i")
 		{
 			ip netns add "$ns" &&
 				ip -n "$ns" link set lo up &&
 				ip -n "$hub" link add "p$i" type veth peer name eth0 netns "$ns" &&
-				ip -n "$hub" link set "p$i" master br0 up &&
+				ip -n "$hub" link set "p$i" master "$( ((racks > 1)) && echo "rb$((i / (n / racks)))" || echo br0)" up &&
 				ip -n "$ns" link set eth0 up &&
 				ip -n "$ns" addr add "$(ns_addr "$i")/24" dev eth0 &&
 				ns_shape "$ns" eth0 "$rate" "$([[ $NS_DELAY_METHOD == netem ]] && echo "$dus" || echo 0)" &&
@@ -200,7 +223,7 @@ ns_setup() {
 		done
 		((ok)) || { ns_log "h0 cannot reach $(ns_addr "$i")"; ns_teardown; return 1; }
 	done
-	ns_log "$n hosts $(ns_host 0)..$(ns_host $((n - 1))) on ${BENCH_SUBNET}.0/24, rate $rate (shape $shape), one-way delay ${dus} us ($NS_DELAY_METHOD)"
+	ns_log "$n hosts $(ns_host 0)..$(ns_host $((n - 1))) on ${BENCH_SUBNET}.0/24, rate $rate (shape $shape), one-way delay ${dus} us ($NS_DELAY_METHOD)$( ((racks > 1)) && echo ", $racks racks joined at ${NS_RACK_RATE:-1gbit}")"
 }
 
 # ns_rtt_ms: median ping RTT h0 -> h1 in ms (for the record)
@@ -225,6 +248,8 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
 			--delay-ms) dms=$2; shift 2 ;;
 			--shape) shape=$2; shift 2 ;;
 			--queue-ms) NS_TBF_LATENCY=${2}ms; shift 2 ;;
+			--racks) NS_RACKS=$2; shift 2 ;;
+			--rack-rate) NS_RACK_RATE=$2; shift 2 ;;
 			--workdir) NS_WORKDIR=$2; shift 2 ;;
 			*) echo "netns.sh: unknown option $1" >&2; exit 2 ;;
 			esac

@@ -63,32 +63,38 @@ static uint64_t cpu_ns(double ns, size_t len, double GBps)
 
 /*
  * Rank r's CPU does work of t ns from the later of now and its last; on
- * shared cores, also once a core is free: the one that became free last
- * before then, or else the one free soonest (so that the cores free
- * early stay so for work that comes at an earlier time).
+ * shared cores, also once a core is free: the core it still spins on, else
+ * the one that became free last before then, or else the one free soonest
+ * (so that the cores free early stay so for work that comes at an earlier
+ * time).  After the work the rank spins on its core for spin_ns, waiting
+ * for more: nobody else has the core until then.
  */
 static void cpu_take(struct sim *s, int r, uint64_t t)
 {
-	uint64_t start = max64(s->cpu_free[r], s->clk.now), *core, *pick = NULL;
-	int c = s->cpu.cores;
+	uint64_t start = max64(s->cpu_free[r], s->clk.now), *core;
+	int c = s->cpu.cores, pick = -1, base;
 
 	if (c) {
-		core = s->core_free +
-		       (size_t)(s->cpu.cores_job
-					? 0
-					: r / s->net.p.ranks_per_node) *
-			       (size_t)c;
-		for (int i = 0; i < c; i++)
-			if (core[i] <= start && (!pick || core[i] > *pick))
-				pick = &core[i];
-		if (!pick) {
-			pick = &core[0];
+		base = (s->cpu.cores_job ? 0 : r / s->net.p.ranks_per_node) * c;
+		core = s->core_free + base;
+		if (s->rank_core[r] >= 0 &&
+		    s->core_rank[base + s->rank_core[r]] == r &&
+		    core[s->rank_core[r]] >= start)
+			pick = s->rank_core[r]; /* still spinning on it */
+		for (int i = 0; pick < 0 && i < c; i++)
+			if (core[i] <= start &&
+			    (pick < 0 || core[i] > core[pick]))
+				pick = i;
+		if (pick < 0) {
+			pick = 0;
 			for (int i = 1; i < c; i++)
-				if (core[i] < *pick)
-					pick = &core[i];
-			start = *pick;
+				if (core[i] < core[pick])
+					pick = i;
+			start = core[pick];
 		}
-		*pick = start + t;
+		core[pick] = start + t + (uint64_t)s->cpu.spin_ns;
+		s->core_rank[base + pick] = r;
+		s->rank_core[r] = pick;
 	}
 	s->cpu_free[r] = start + t;
 }
@@ -284,17 +290,27 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 				 cpu->cores);
 			goto err_alloc;
 		}
-		if (s->cpu_on && cpu->cores)
-			s->core_free = calloc(
+		if (s->cpu_on && cpu->cores) {
+			size_t nc =
 				(size_t)cpu->cores *
-					(size_t)(cpu->cores_job
-							 ? 1
-							 : p->nranks /
-								   p->ranks_per_node),
-				sizeof(uint64_t));
+				(size_t)(cpu->cores_job
+						 ? 1
+						 : p->nranks /
+							   p->ranks_per_node);
+
+			s->core_free = calloc(nc, sizeof(uint64_t));
+			s->core_rank = malloc(nc * sizeof(int));
+			s->rank_core = malloc((size_t)s->n * sizeof(int));
+			if (s->core_rank && s->rank_core) {
+				memset(s->core_rank, 0xff, nc * sizeof(int));
+				memset(s->rank_core, 0xff,
+				       (size_t)s->n * sizeof(int));
+			}
+		}
 	}
 	if (!s->comms || !s->runq || !s->queued || !s->cpu_free ||
-	    (s->cpu_on && s->cpu.cores && !s->core_free)) {
+	    (s->cpu_on && s->cpu.cores &&
+	     (!s->core_free || !s->core_rank || !s->rank_core))) {
 		rc = FR_ENOMEM;
 		snprintf(s->err, sizeof(s->err), "out of memory for %d ranks",
 			 s->n);
@@ -364,6 +380,8 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 err_job:
 	fake_tp_clock(NULL);
 err_alloc:
+	free(s->rank_core);
+	free(s->core_rank);
 	free(s->core_free);
 	free(s->cpu_free);
 	free(s->queued);
@@ -386,6 +404,8 @@ void sim_close(struct sim *s)
 	fr_reduce_set_hook(NULL);
 	fr_comm_destroy_local(s->n, s->comms);
 	free(s->ev);
+	free(s->rank_core);
+	free(s->core_rank);
 	free(s->core_free);
 	free(s->cpu_free);
 	free(s->queued);

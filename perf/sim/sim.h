@@ -145,7 +145,9 @@ void sim_net_describe(const struct sim_net_params *p, char *buf, size_t len);
  * each node's own, or with cores_job the whole job's (all its nodes
  * emulated on one host: network namespaces, loopback).  A piece of work
  * takes the core free soonest, in the order the work comes (a core taken
- * up to a later time is not lent back for the gap before).
+ * up to a later time is not lent back for the gap before).  A rank spins
+ * on its core for spin_ns after its work, waiting for more, as the
+ * library polls before it sleeps: the core is nobody else's meanwhile.
  */
 struct sim_cpu_params {
 	double reduce_GBps;
@@ -184,9 +186,12 @@ struct sim {
 	struct sim_cpu_params cpu;
 	bool cpu_on;
 	uint64_t *cpu_free;  /* per rank */
-	uint64_t *core_free; /* cores: per pool (node or job), cpu.cores each */
-	int cur;	     /* the rank running now, whose CPU reduces */
-	fr_reduce_fn real;   /* the collective's kernel, under the hook */
+	uint64_t *core_free; /* cores: per pool (node or job), cpu.cores each:
+			      * when another rank may have it */
+	int *core_rank;	     /* the rank that last worked on each core */
+	int *rank_core;	   /* the core each rank last worked on, in its pool */
+	int cur;	   /* the rank running now, whose CPU reduces */
+	fr_reduce_fn real; /* the collective's kernel, under the hook */
 	size_t esize;
 	uint64_t events; /* what a run cost, for the report */
 	bool ev_nomem;	 /* an event found no memory: the run fails */

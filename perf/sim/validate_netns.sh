@@ -21,18 +21,22 @@
 #
 # Calibration (before the runs, from measurements that are not the
 # collectives compared):
-#   - the wire: half of ping's round trip between two hosts (the kernel's
-#     path alone), as --lat-us; the tc rate as --gbps;
-#   - a message's CPU work: fr_transport_perf's 8-byte one-way latency over
-#     TCP between two hosts, less the wire's, half to the sender and half
-#     to the receiver (--cpu-send-us, --cpu-recv-us);
+#   - a message's CPU work: the time per message of fr_transport_perf's
+#     stream of 8-byte writes between two hosts (the busier side's), as
+#     the sender's and as the receiver's (--cpu-send-us, --cpu-recv-us),
+#     at most half the one-way latency each;
+#   - the wire: its 8-byte one-way latency less those two, as --lat-us;
+#     the tc rate as --gbps;
 #   - a byte's: fr_transport_perf's bandwidth between two hosts whose
 #     links are not shaped, each side's work taken as the whole of it
 #     (they overlap in a stream), as --cpu-send-GBps and --cpu-recv-GBps;
 #   - a reduction's: fr_reduce_perf, f32 sum at 1 MiB (bytes made per ns);
 #   - waking up: the one-way latency with no polling (--spin-us 0) less the
 #     latency with the library's 50 us of it, after 50 us idle;
-#   - the cores: this host's, shared by every rank of the job.
+#   - the cores: this host's, shared by every rank of the job, each rank
+#     holding its core for the library's 50 us of polling after its work
+#     (the ranks take the netns hosts for nodes of their own, so none
+#     knows that it shares the CPUs).
 # The simulated job is told the same network, so that auto chooses on
 # both sides from the same parameters (the measured job's cost model
 # uses its built-in ones unless FR_TUNE_FILE is set: the auto rows may
@@ -89,32 +93,33 @@ tp() {
 }
 
 calibrate() {
-	local rtt lat lat0 bw red wire msg wake
+	local lat lat0 bw red wire msg wake rate
 	ns_setup 2 "$RATE" "$DELAY_US" both "$OUT" >/dev/null 2>&1 || { log "netns setup failed"; exit 1; }
-	rtt=$(ip netns exec "$(ns_host 0)" ping -c 20 -i 0.05 -q "$(ns_addr 1)" 2>/dev/null |
-		awk -F'[/ ]+' '/^rtt/ { print $7 }')
-	wire=$(awk -v r="$rtt" 'BEGIN { printf "%.2f", r * 1000 / 2 }')
-	# CSV: test,bytes,iterations,bw_peak,bw_avg_GBps,..,lat_min,lat_median
+	# CSV: test,bytes,iterations,bw_peak,bw_avg_GBps,bw_avg_Gbps,
+	# msg_rate_Mpps,lat_min,lat_median
 	lat=$(tp --lat -s 8 | awk -F, '$1 == "lat" && $2 == 8 { print $9 }' | tail -1)
 	lat0=$(tp --lat -s 8 --spin-us 0 | awk -F, '$1 == "lat" && $2 == 8 { print $9 }' | tail -1)
+	rate=$(tp --bw -s 8 | awk -F, '$1 == "bw" { print $7 }' | tail -1)
 	ns_teardown
 	ns_setup 2 unshaped 0 both "$OUT" >/dev/null 2>&1 || { log "netns setup failed"; exit 1; }
 	bw=$(tp --bw -s 1M | awk -F, '$1 == "bw" { print $5 }' | tail -1)
 	ns_teardown
 	red=$("$BUILD/fr_reduce_perf" -d f32 -o sum -b 1M -e 1M --csv |
 		awk -F, '$1 == 1048576 { printf "%.3f", $5 / 3 }')
-	msg=$(awk -v l="$lat" -v w="$wire" 'BEGIN { m = (l - w) / 2; if (m < 0) m = 0; printf "%.2f", m }')
+	# (no more than half the one-way latency each: that is all there is)
+	msg=$(awk -v r="$rate" -v l="$lat" 'BEGIN { m = r > 0 ? 1 / r : 0; if (m > l / 2) m = l / 2; printf "%.2f", m }')
+	wire=$(awk -v l="$lat" -v m="$msg" 'BEGIN { w = l - 2 * m; if (w < 0) w = 0; printf "%.2f", w }')
 	wake=$(awk -v a="$lat0" -v b="$lat" 'BEGIN { w = a - b; if (w < 0) w = 0; printf "%.2f", w }')
-	log "calibration: ping rtt $rtt ms; 8 B one-way $lat us (no polling $lat0); unshaped $bw GB/s; reduce $red GB/s"
+	log "calibration: 8 B one-way $lat us (no polling $lat0), $rate M messages/s; unshaped $bw GB/s; reduce $red GB/s"
 	{
-		echo "rtt_ms $rtt"
+		echo "msg_rate_Mpps $rate"
 		echo "lat_us $lat"
 		echo "lat_nospin_us $lat0"
 		echo "bw_unshaped_GBps $bw"
 		echo "reduce_GBps $red"
 	} >"$OUT/calibration.txt"
-	LAT_US=$wire
 	CPU_OPTS="--cpu-reduce-GBps $red --cpu-send-us $msg --cpu-recv-us $msg --cpu-send-GBps $bw --cpu-recv-GBps $bw --cpu-wake-us $wake --cpu-spin-us 50 --cores $(nproc) --cores-job"
+	LAT_US=$wire
 }
 
 # measured: rank 0's CSV of one job of n ranks, every size, one algorithm

@@ -449,7 +449,10 @@ int fr_comm_nodes_take(struct fr_comm *c, const uint64_t *ids,
 	if (c->topo.ngrid && c->topo.nodes_regular) {
 		long cells = 1;
 
-		for (int d = 0; d < c->topo.ngrid; d++)
+		/* (no further than past the nodes: 4 sizes of 65536 would
+		 * overflow) */
+		for (int d = 0; d < c->topo.ngrid && cells <= c->topo.nnodes;
+		     d++)
 			cells *= c->topo.grid[d];
 		if (cells == c->topo.nnodes) {
 			int *all = malloc((size_t)cells * sizeof(int)), nl;

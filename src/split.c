@@ -117,6 +117,16 @@ static int topo_from(struct fr_comm *c, const struct fr_comm *p,
 		goto out;
 	for (int i = 0; i < c->nranks; i++)
 		ids[i] = (uint64_t)p->topo.node_of[m[i].prank];
+	/*
+	 * The grid of nodes (FR_TOPO) places the parent's nodes by the
+	 * parent's numbers; the group numbers them afresh, by its own lowest
+	 * rank on each.  It keeps the grid only where the numbers agree:
+	 * every node of the parent's in the group, first met in the same
+	 * order.  Else its levels would put other machines in a rack.
+	 */
+	if (c->topo.ngrid &&
+	    !fr_topo_same_nodes(ids, c->nranks, p->topo.nnodes))
+		c->topo.ngrid = 0;
 	rc = fr_comm_nodes_take(c, ids, cpus);
 	/* the busiest node is the parent's: its CPUs are shared with it */
 	c->topo.oversub = p->topo.oversub;

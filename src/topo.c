@@ -131,8 +131,8 @@ int fr_topo_levels(const int *node, int n, int nnodes, int me, const int *dims,
 	long prod = 1;
 	int k, lidx = 0, nl = 0, stride = 1, *at, *seen, nd = node[me];
 
-	for (int d = 0; d < ndims; d++)
-		prod *= dims[d];
+	for (int d = 0; d < ndims && prod <= nnodes; d++)
+		prod *= dims[d]; /* (past nnodes: no overflow, no fit) */
 	if (nnodes < 1 || prod != nnodes || n % nnodes)
 		return 0;
 	k = n / nnodes;
@@ -170,4 +170,17 @@ int fr_topo_levels(const int *node, int n, int nnodes, int me, const int *dims,
 	free(at);
 	free(seen);
 	return nl;
+}
+
+bool fr_topo_same_nodes(const uint64_t *node, int n, int nnodes)
+{
+	uint64_t next = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (node[i] == next)
+			next++;
+		else if (node[i] > next)
+			return false; /* met before a lower one */
+	}
+	return next == (uint64_t)nnodes;
 }

@@ -92,4 +92,12 @@ int fr_topo_grid_parse(const char *s, int *dims);
 int fr_topo_levels(const int *node, int n, int nnodes, int me, const int *dims,
 		   int ndims, int *ranks, int *nlevel, int *index);
 
+/*
+ * Whether a group of n ranks of a job, node[i] its i-th rank's node in the
+ * job's numbering, numbers the nodes as the job does (fr_topo_nodes: in
+ * the order of their lowest rank): it holds ranks on all nnodes of them,
+ * first met in the order 0, 1, 2, ...
+ */
+bool fr_topo_same_nodes(const uint64_t *node, int n, int nnodes);
+
 #endif

@@ -638,6 +638,23 @@ static void test_topo_levels(void **state)
 			 0);
 }
 
+/* A group numbers the nodes as its job does when it holds them all, first
+ * met in order; else a grid of the job's nodes would not fit it. */
+static void test_topo_same_nodes(void **state)
+{
+	(void)state;
+	assert_true(fr_topo_same_nodes((const uint64_t[]){0, 0, 1, 2, 1}, 5,
+				       3));
+	assert_true(fr_topo_same_nodes((const uint64_t[]){0, 1, 2, 0}, 4, 3));
+	/* node 2 met before node 1 (a split with keys reversed) */
+	assert_false(fr_topo_same_nodes((const uint64_t[]){0, 2, 1}, 3, 3));
+	/* node 2 missing */
+	assert_false(fr_topo_same_nodes((const uint64_t[]){0, 1, 1}, 3, 3));
+	/* node 0 missing: the group's first node would be its 0 */
+	assert_false(fr_topo_same_nodes((const uint64_t[]){1, 2}, 2, 3));
+	assert_true(fr_topo_same_nodes(NULL, 0, 0));
+}
+
 /* fr_topo_nodes on thousands of ranks (its hash) against the plain
  * definition: nodes numbered in order of their lowest rank, for ids that
  * are small and consecutive, powers of two (the same low bits) and
@@ -744,6 +761,7 @@ int main(void)
 		cmocka_unit_test(test_topo_nodes_large),
 		cmocka_unit_test(test_topo_grid_parse),
 		cmocka_unit_test(test_topo_levels),
+		cmocka_unit_test(test_topo_same_nodes),
 		cmocka_unit_test(test_ring_order),
 	};
 

@@ -125,11 +125,31 @@ static void test_net_fat_tree(void **state)
 	/* across the core: two levels up and down */
 	sim_net_reset(&net);
 	assert_int_equal(sim_net_due(&net, 0, 0, 4, 1000), 2400);
-	/* from the next leaf at once: it meets the first on node 0's
-	 * level-1 uplink, node 4's leaf's downlink and node 4's own link,
-	 * which take them in turn */
+	/* from the next leaf at once: it meets the first on the level-1
+	 * uplink of nodes 0 to 3, node 4's leaf's downlink and node 4's own
+	 * link, which take them in turn */
 	assert_int_equal(sim_net_due(&net, 0, 2, 4, 1000), 3400);
 	sim_net_fini(&net);
+
+	/* a leaf's uplink busy only for the bytes at its own rate: two
+	 * nodes' 4000-byte writes to the other leaf at once.  Non-blocking
+	 * (16 Gbit/s), it carries both together: the second starts on it
+	 * when the first's bytes have passed at 16 Gbit/s (2100), and lands
+	 * at 3200 + 4000.  Oversubscribed 2:1 (8 Gbit/s), after the first's
+	 * bytes at 8 (4100): its last link ends at 9200. */
+	p.levels = 1;
+	p.nranks = 4;
+	for (int o = 1; o <= 2; o++) {
+		p.oversub[0] = o;
+		assert_int_equal(sim_net_init(&net, &p, err, sizeof(err)), 0);
+		assert_int_equal(sim_net_due(&net, 0, 0, 2, 4000), 5200);
+		assert_int_equal(sim_net_due(&net, 0, 1, 3, 4000),
+				 o == 1 ? 7200 : 9200);
+		sim_net_fini(&net);
+	}
+	p.levels = 2;
+	p.nranks = 8;
+	p.oversub[0] = 2;
 
 	p.fanout[1] = 3; /* 4 leaves do not make groups of 3 */
 	assert_int_equal(sim_net_init(&net, &p, err, sizeof(err)), FR_EINVAL);
@@ -555,6 +575,30 @@ static void test_sim_cpu(void **state)
 		sim_close(&s);
 	}
 	p.nranks = 4;
+
+	/* a copy within a node is the sender's work, on its node's cores:
+	 * 2 ranks on one node, 4000 bytes each way and a 64-byte header at
+	 * 1 byte/ns and 500 ns (reductions all but free: 1 ns).  With a core
+	 * each, both copies run at once and land at 4564; on one core (the
+	 * node's, not the job's), one after the other: the second lands at
+	 * 8628 */
+	{
+		struct sim_net_params q = net_params(2, 2);
+
+		q.shm_gbps = 8;
+		for (int c = 0; c <= 1; c++) {
+			cpu = (struct sim_cpu_params){.reduce_GBps = 1e9,
+						      .cores = c};
+			if (sim_open(&s, &q, &cpu, NULL, 0))
+				fail_msg("%s", s.err);
+			force(&s, FR_ALGO_RD);
+			run_checked(&s, b, 1000);
+			snprintf(what, sizeof(what), "copies on %d cores", c);
+			expect_within(what, (double)run_checked(&s, b, 1000),
+				      c ? 8629.0 : 4565.0);
+			sim_close(&s);
+		}
+	}
 
 	/* waking: each of rd's steps wakes the ranks, unless they poll
 	 * longer than the step's wait */

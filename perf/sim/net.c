@@ -103,7 +103,9 @@ static int check_params(const struct sim_net_params *p, char *err,
 					 p->dims[d]);
 				return FR_EINVAL;
 			}
-			prod *= p->dims[d];
+			prod *= p->dims[d]; /* <= nodes^2 here: no overflow */
+			if (prod > nodes)
+				break;
 			hops += p->dims[d] / 2;
 		}
 		if (hops > SIM_TORUS_MAX_HOPS) {
@@ -282,11 +284,17 @@ uint64_t sim_net_due(struct sim_net *net, uint64_t now, int from, int to,
 
 		/* the first bit comes a latency after it left the link
 		 * before; this link may still be busy with earlier writes;
-		 * the last bit cannot pass the last bit before it */
+		 * the last bit cannot pass the last bit before it.  The
+		 * link is busy for the bytes at its own rate only: fed by
+		 * a slower link, it has room for other writes meanwhile,
+		 * as the packets of several flows share it (an uplink of
+		 * 16 nodes carries 16 nodes' writes at once, not one after
+		 * the other at a node's rate) */
+		uint64_t ser = serialize_ns(wire, l->gbps);
+
 		start = max64(i ? prev_start + lat : now, l->free);
-		end = max64(start + serialize_ns(wire, l->gbps),
-			    i ? prev_end + lat : 0);
-		l->free = end;
+		end = max64(start + ser, i ? prev_end + lat : 0);
+		l->free = start + ser;
 		prev_start = start;
 		prev_end = end;
 	}

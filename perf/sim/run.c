@@ -72,10 +72,16 @@ static uint64_t cpu_ns(double ns, size_t len, double GBps)
 static void cpu_take(struct sim *s, int r, uint64_t t)
 {
 	uint64_t start = max64(s->cpu_free[r], s->clk.now), *core;
-	int c = s->cpu.cores, pick = -1, base;
+	int c = s->cpu.cores, pick = -1;
+	size_t base;
 
+	if (!t) /* a term of 0 costs nothing, not even a core */
+		return;
 	if (c) {
-		base = (s->cpu.cores_job ? 0 : r / s->net.p.ranks_per_node) * c;
+		base = (size_t)(s->cpu.cores_job
+					? 0
+					: r / s->net.p.ranks_per_node) *
+		       (size_t)c;
 		core = s->core_free + base;
 		if (s->rank_core[r] >= 0 &&
 		    s->core_rank[base + s->rank_core[r]] == r &&

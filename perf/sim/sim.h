@@ -48,7 +48,10 @@
  * one before (link_lat_ns for the star's and fat tree's last link, the
  * node's own), once that link is free, and ends there no sooner than its
  * serialization at that link's rate, nor before it ended on the link
- * before plus that latency.  It lands when it ends on the last link (the
+ * before plus that latency.  The link is busy with it for its
+ * serialization at the link's own rate: a faster link fed by a slower
+ * one (an uplink) carries several writes at once, as their packets would
+ * share it.  It lands when it ends on the last link (the
  * torus adds link_lat_ns then, its ends' cost).  So the latency between
  * two nodes is link_lat_ns plus hop_lat_ns for each link between their
  * own (each switch level climbed and descended; each torus hop after

@@ -22,10 +22,11 @@ step() { printf '\n=== %s === (at %d s)\n' "$*" "$SECONDS"; }
 # it, what CI runs: the same suites, with the cuts each script names.
 export FR_TEST_FULL=${FR_TEST_FULL:-0}
 if [ "$FR_TEST_FULL" = 1 ]; then
-	asan_ranks_default="1 2 3 5 8" asan_shm_ranks_default="1 2 3 5 8"
+	asan_ranks_default="1 2 3 5 8" asan_shm_ranks_default="1 2 3 5 8" asan_grid_ranks=16
 	dist_ranks="1 2 3 4 5 6 7 8"
 else
-	asan_ranks_default="1 2 3 5" asan_shm_ranks_default="2 3" dist_ranks="2 3"
+	asan_ranks_default="1 2 3 5" asan_shm_ranks_default="2 3" asan_grid_ranks=8
+	dist_ranks="2 3"
 fi
 
 step "bootstrap"
@@ -49,7 +50,9 @@ step "fuzz smoke (libFuzzer, ${FR_FUZZ_SMOKE_S:-20} s per harness)"
 # ranks to a CPU under ASan, is stage 1's (and FR_ASAN_TEST_RANKS="1 2 3 5 8"
 # here, where time allows).  mp_shm.sh runs the matrix and the collectives
 # over shm once more: under ASan on 2 and 3 ranks (FR_ASAN_SHM_TEST_RANKS),
-# the code they add to the tcp runs' being the shm transport's.
+# the code they add to the tcp runs' being the shm transport's; mp_hier.sh
+# runs the grid of nodes (FR_TOPO) on 8 ranks only (FR_HIER_GRID_MAX_RANKS),
+# stage 1 on 12 and 16 too.
 step "ASan + UBSan build and make check"
 mkdir -p build-asan
 # LeakSanitizer needs ptrace-free /proc access; it works as root here.
@@ -58,7 +61,8 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 (cd build-asan && ../configure --enable-werror --enable-asan --enable-ubsan \
 	--enable-debug >/dev/null && make -j"$jobs" >/dev/null &&
 	FR_VM_TESTS=0 FR_TEST_RANKS="${FR_ASAN_TEST_RANKS:-$asan_ranks_default}" \
-	FR_SHM_TEST_RANKS="${FR_ASAN_SHM_TEST_RANKS:-$asan_shm_ranks_default}" make -j"$jobs" check) ||
+	FR_SHM_TEST_RANKS="${FR_ASAN_SHM_TEST_RANKS:-$asan_shm_ranks_default}" \
+	FR_HIER_GRID_MAX_RANKS="${FR_HIER_GRID_MAX_RANKS:-$asan_grid_ranks}" make -j"$jobs" check) ||
 	{ cat build-asan/test-suite.log 2>/dev/null | tail -100; exit 1; }
 
 # The progress thread and the communicator's lock: the tests that run

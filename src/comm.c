@@ -444,39 +444,31 @@ int fr_comm_nodes_take(struct fr_comm *c, const uint64_t *ids,
 				c->topo.cross[c->topo.ncross++] = r;
 			}
 	}
-	/* the grid's levels (FR_TOPO), where it holds the nodes */
+	/* the grid's levels (FR_TOPO), where it holds the nodes (which
+	 * fr_topo_levels checks); they fit in nnodes entries, the sum of
+	 * sizes of 2 and more being at most their product */
 	c->topo.nlevels = 0;
 	if (c->topo.ngrid && c->topo.nodes_regular) {
-		long cells = 1;
+		int *all = malloc((size_t)c->topo.nnodes * sizeof(int)), nl;
 
-		/* (no further than past the nodes: 4 sizes of 65536 would
-		 * overflow) */
-		for (int d = 0; d < c->topo.ngrid && cells <= c->topo.nnodes;
-		     d++)
-			cells *= c->topo.grid[d];
-		if (cells == c->topo.nnodes) {
-			int *all = malloc((size_t)cells * sizeof(int)), nl;
-
-			if (!all)
-				goto out;
-			nl = fr_topo_levels(node, n, c->topo.nnodes, c->rank,
-					    c->topo.grid, c->topo.ngrid, all,
-					    c->topo.nlevel,
-					    c->topo.level_index);
-			if (nl < 0) {
-				free(all);
-				goto out;
-			}
-			free(c->topo.level[0]);
-			c->topo.level[0] = all;
-			for (int l = 1; l < nl; l++)
-				c->topo.level[l] = c->topo.level[l - 1] +
-						   c->topo.nlevel[l - 1];
-			c->topo.nlevels = nl;
-		} else {
-			fr_info("FR_TOPO's grid of %ld nodes does not hold the %d nodes: one level above the node",
-				cells, c->topo.nnodes);
+		if (!all)
+			goto out;
+		nl = fr_topo_levels(node, n, c->topo.nnodes, c->rank,
+				    c->topo.grid, c->topo.ngrid, all,
+				    c->topo.nlevel, c->topo.level_index);
+		if (nl < 0) {
+			free(all);
+			goto out;
 		}
+		free(c->topo.level[0]);
+		c->topo.level[0] = all;
+		for (int l = 1; l < nl; l++)
+			c->topo.level[l] =
+				c->topo.level[l - 1] + c->topo.nlevel[l - 1];
+		c->topo.nlevels = nl;
+		if (!nl)
+			fr_info("FR_TOPO's grid makes no level above the node (its cells are not the %d nodes, or its sizes are all 1)",
+				c->topo.nnodes);
 	}
 	c->topo.node_of = node; /* the two-level RS / AG place every block */
 	node = NULL;

@@ -276,19 +276,22 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 	s->queued = calloc((size_t)s->n, sizeof(*s->queued));
 	s->cpu_free = calloc((size_t)s->n, sizeof(*s->cpu_free));
 	if (cpu) {
-		const double *v = &cpu->reduce_GBps;
+		/* the terms by name (not by walking the struct's fields);
+		 * the spin alone costs nothing */
+		const double v[] = {cpu->reduce_GBps, cpu->send_ns,
+				    cpu->send_GBps,   cpu->recv_ns,
+				    cpu->recv_GBps,   cpu->wake_ns,
+				    cpu->spin_ns};
 
 		s->cpu = *cpu;
-		/* the seven terms, all doubles, in order */
-		for (int i = 0; i < 7; i++) {
+		for (size_t i = 0; i < sizeof(v) / sizeof(*v); i++) {
 			if (!(v[i] >= 0) || !isfinite(v[i])) {
 				rc = FR_EINVAL;
 				snprintf(s->err, sizeof(s->err),
 					 "CPU costs must be finite and >= 0");
 				goto err_alloc;
 			}
-			s->cpu_on |=
-				v[i] > 0 && i < 6; /* spin alone: nothing */
+			s->cpu_on |= v[i] > 0 && &v[i] != &v[6];
 		}
 		if (cpu->cores < 0 || cpu->cores > 1 << 20) {
 			rc = FR_EINVAL;

@@ -156,7 +156,6 @@ simulate() {
 	done >"$out" 2>&1
 }
 
-LAT_US=$(awk -v d="$DELAY_US" 'BEGIN { print d / 1000 }')
 if [[ -z "$CPU_OPTS" ]]; then
 	calibrate
 else

@@ -97,12 +97,7 @@ static bool is_rs(const struct hier *st)
 }
 
 /* The level of the current phase. */
-static struct hier_level *level(struct hier *st)
-{
-	return &st->lv[is_rs(st) ? st->phase : 2 * st->nl - 1 - st->phase];
-}
-
-static const struct hier_level *level_c(const struct hier *st)
+static const struct hier_level *level(const struct hier *st)
 {
 	return &st->lv[is_rs(st) ? st->phase : 2 * st->nl - 1 - st->phase];
 }
@@ -269,7 +264,7 @@ static int hier_waiting_on(const struct fr_comm *comm,
 	(void)comm;
 	if (!st || st->phase == 2 * st->nl)
 		return -1;
-	lv = level_c(st);
+	lv = level(st);
 	return st->inited && fr_xfer_complete(&st->rx) ? lv->next : lv->prev;
 }
 

@@ -388,20 +388,55 @@ static void hier_partial(fr_dtype_t dt, fr_op_t op, const int *G, int l,
 }
 
 /*
+ * The lanes of the hierarchical All-Reduce (fastreduce(7)): with two
+ * levels or more, bytes / (8 FR_SEGMENT_BYTES) of them (default 512 KiB;
+ * K and M suffixes), 1 to 4.
+ */
+static size_t hier_lanes(int nl, size_t bytes)
+{
+	const char *e = getenv("FR_SEGMENT_BYTES");
+	size_t seg = 512u << 10, k;
+
+	if (e && *e) {
+		char *end;
+
+		seg = strtoul(e, &end, 10);
+		if (*end == 'K' || *end == 'k')
+			seg <<= 10;
+		else if (*end == 'M' || *end == 'm')
+			seg <<= 20;
+	}
+	if (nl < 2)
+		return 1;
+	k = bytes / (8 * seg);
+	return k < 1 ? 1 : k > 4 ? 4 : k;
+}
+
+/*
  * Expected element i for the hierarchical All-Reduce: at level l the
  * range R_l is cut in G[l] parts (R_0 the vector, R_{l+1} the part
  * holding i), and part c[l] is combined over the level in its order
  * c[l], c[l]+1, ... (hier_partial).  With two levels (the node, then all
  * nodes): chunk c of the node's sums in local order c, c+1, ..., then
- * piece j of those in node order j, j+1, ...
+ * piece j of those in node order j, j+1, ...  With lanes, R_0 is the
+ * lane (the vector cut in that many parts) that holds i.
  */
 static void expect_hier(fr_dtype_t dt, fr_op_t op, size_t count, size_t i,
 			uint32_t seed, void *out)
 {
 	int G[8] = { 0 }, c[8] = { 0 }, x[8] = { 0 }, nl = hier_levels(G);
 	size_t lo = 0, len = count, plo = 0, plen = 0;
+	size_t lanes = hier_lanes(nl, count * fr_dtype_size(dt));
 	uint8_t acc[8];
 
+	/* the lane holding i is the vector each level then cuts */
+	for (size_t k = 0; k < lanes; k++) {
+		ref_cut(count, (int)lanes, (int)k, &plo, &plen);
+		if (i < plo + plen)
+			break;
+	}
+	lo = plo;
+	len = plen;
 	for (int l = 0; l < nl; l++) {
 		for (c[l] = 0; c[l] < G[l]; c[l]++) {
 			ref_cut(len, G[l], c[l], &plo, &plen);

@@ -40,6 +40,18 @@ run "matrix n=8, 2 ranks per node, FR_TOPO=2x2 (auto)" \
 run "matrix n=8, 2 ranks per node, FR_TOPO=3x3 (not the 4 nodes: two levels)" \
 	frrun -n 8 -e FR_ALGO=hier -e FR_TOPO=3x3 --transport tcp --timeout 900 "$MP" matrix \
 	--ranks-per-node 2 --counts 0,1,9,65537
+# lanes: segments of 256 bytes make a vector of 2 KiB and more run as up
+# to 4 lanes pipelined through the levels (counts 9 to 65537: 1 to 4
+# lanes), on the grid, on two levels, and over shm+tcp
+run "matrix n=8, 2 ranks per node, FR_TOPO=2x2, lanes (hier forced)" \
+	frrun -n 8 -e FR_ALGO=hier -e FR_TOPO=2x2 -e FR_SEGMENT_BYTES=256 --transport tcp \
+	--timeout 900 "$MP" matrix --ranks-per-node 2 --counts 0,1,9,700,7919,65537
+run "matrix n=6, 3 ranks per node, lanes (hier forced)" \
+	frrun -n 6 -e FR_ALGO=hier -e FR_SEGMENT_BYTES=256 --transport tcp --timeout 900 "$MP" \
+	matrix --ranks-per-node 3 --counts 0,1,700,7919,65537
+run "matrix n=4, 2 ranks per node over shm+tcp, lanes (hier forced)" \
+	frrun -n 4 -e FR_ALGO=hier -e FR_SEGMENT_BYTES=256 --transport shm+tcp --timeout 900 "$MP" \
+	matrix --ranks-per-node 2 --counts 1,7919,300007 --dtypes f32,bf16,i32 --ops sum,avg,max
 run "matrix n=5, nodes of 2, 2, 1 (irregular: no hier)" \
 	frrun -n 5 -e FR_ALGO=hier --transport tcp --timeout 600 "$MP" matrix --ranks-per-node 2 \
 	--counts 0,1,7919,65537
@@ -119,6 +131,8 @@ dies() {
 }
 run "kill -9 rank 1 of 2x2 mid hier" dies 1 -e FR_ALGO=hier --transport tcp
 run "kill -9 rank 2 of 2x2 mid hier" dies 2 -e FR_ALGO=hier --transport tcp
+run "kill -9 rank 1 of 2x2 mid hier, lanes" dies 1 -e FR_ALGO=hier -e FR_SEGMENT_BYTES=256 \
+	--transport tcp
 # the mixed transport: shm within an emulated node, tcp across
 for cfg in "4 2" "6 3" "5 2"; do
 	set -- $cfg

@@ -253,6 +253,61 @@ static void test_local_grid(void **state)
 	unsetenv("FR_TOPO");
 }
 
+/* Writes rank 0 posted for one All-Reduce of count f32 (its results
+ * checked against the reference). */
+static uint64_t allreduce_writes(fr_comm_t **c, int n, size_t count,
+				 uint32_t seed)
+{
+	fr_stats_t a = {.size = sizeof(a)}, b = {.size = sizeof(b)};
+
+	assert_int_equal(fr_comm_stats(c[0], &a), 0);
+	allreduce_check(c, n, FR_F32, FR_SUM, count, seed);
+	assert_int_equal(fr_comm_stats(c[0], &b), 0);
+	return b.writes - a.writes;
+}
+
+/*
+ * The hierarchical All-Reduce's lanes: a vector of 8 FR_SEGMENT_BYTES or
+ * more runs as up to 4 lanes, each the whole schedule on its own range,
+ * pipelined through the levels.  With segments of 256 bytes, 1031 f32
+ * (4124 bytes) make 2 lanes: on the 2x2 grid every phase of a lane is one
+ * step of one fragment, so rank 0 writes twice what it writes without
+ * lanes (512 KiB segments: one lane), and the results stay the
+ * reference's; 4 lanes (40001 f64) on the grid, and on two levels.
+ */
+static void test_local_lanes(void **state)
+{
+	static const uint64_t ids[8] = {30, 10, 20, 20, 30, 10, 40, 40};
+	fr_config_t cfg = local_config(FR_ALGO_HIER);
+	uint64_t one, two;
+	fr_comm_t *c[8];
+
+	(void)state;
+	setenv("FR_TOPO", "2x2", 1);
+	if (fr_comm_create_local(&cfg, 8, ids, c))
+		fail_msg("%s", fr_comm_last_error(NULL));
+	one = allreduce_writes(c, 8, 1031, 11);
+	destroy_job(c, 8);
+	cfg.segment_bytes = 256;
+	if (fr_comm_create_local(&cfg, 8, ids, c))
+		fail_msg("%s", fr_comm_last_error(NULL));
+	two = allreduce_writes(c, 8, 1031, 11);
+	assert_int_equal(fr_comm_last_algo(c[0]), FR_ALGO_HIER);
+	if (two != 2 * one)
+		fail_msg("2 lanes: %llu writes, one lane %llu: not twice",
+			 (unsigned long long)two, (unsigned long long)one);
+	allreduce_check(c, 8, FR_F64, FR_SUM, 40001, 12);
+	allreduce_check(c, 8, FR_BF16, FR_MAX, 3001, 13);
+	destroy_job(c, 8);
+	unsetenv("FR_TOPO");
+	if (fr_comm_create_local(&cfg, 8, ids, c))
+		fail_msg("%s", fr_comm_last_error(NULL));
+	allreduce_check(c, 8, FR_F32, FR_SUM, 40001, 15);
+	allreduce_check(c, 8, FR_I32, FR_SUM, 1031, 16);
+	assert_int_equal(fr_comm_last_algo(c[0]), FR_ALGO_HIER);
+	destroy_job(c, 8);
+}
+
 /* A collective still running when the job is destroyed: its requests are
  * abandoned, the ranks still say goodbye, nothing is left open. */
 static void test_local_destroy_unfinished(void **state)
@@ -316,6 +371,7 @@ int main(void)
 		T(test_local_results),
 		T(test_local_nodes),
 		T(test_local_grid),
+		T(test_local_lanes),
 		T(test_local_destroy_unfinished),
 		T(test_local_errors),
 #undef T

@@ -39,9 +39,28 @@
  * c-1 from the partials of the level below: every element is reduced
  * once, in one fixed order, and copied to all others, so all ranks end
  * with the same bits (tests/mp_allreduce.c holds an independent
- * reference).  With two levels this is the schedule this algorithm always
- * had.  Data moves as mailbox fragments (xfer.c); a step starts when the
- * one before has finished both ways.
+ * reference).  Data moves as mailbox fragments (xfer.c); a step starts
+ * when the one before has finished both ways.
+ *
+ * Lanes (pipelining the levels): with two levels or more, a vector of
+ * 8 FR_SEGMENT_BYTES or more is cut, as above, into P = bytes / (8
+ * segment_bytes) lanes, at most HIER_LANES, and each lane runs the whole
+ * schedule above on its own range, R_0 being the lane.  The lanes go
+ * through the levels one behind the other, so while lane c crosses the
+ * slow top level, lane c+1 is in the node's reduce-scatter and lane c-1 in
+ * its all-gather: the levels below cost about 1/P of their time instead
+ * of adding up (without lanes the top level's link idles during them).
+ * Two lanes never talk to the same peers at once: each level runs its
+ * stages in one order that every member keeps, so the messages from a
+ * peer arrive in the order they are taken:
+ *   levels below the top: RS lane 0, RS lane 1, ..., RS lane P-1, then
+ *     AG lane 0, ..., AG lane P-1;
+ *   the top level: RS lane 0, AG lane 0, RS lane 1, AG lane 1, ...
+ * A lane waits for its level's turn; lanes cannot deadlock, as stage k of
+ * a level waits only on stages before it, and each lane's earlier phases,
+ * which by induction all finish (the levels' peers are distinct ranks).
+ * With lanes the cuts differ from the unpipelined ones, so the bits may
+ * too, but they are again the same on every rank and in every run.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -53,27 +72,38 @@
 #include "util.h"
 
 #define HIER_LEVELS (1 + FR_TOPO_MAX_DIMS)
+/* Lanes at most: the step numbers of (lane, phase) stay within 16 bits
+ * (1 + (lane * 2 HIER_LEVELS + phase) * 1024 + step). */
+#define HIER_LANES 4
+/* A lane holds at least this many ring segments (FR_SEGMENT_BYTES). */
+#define HIER_LANE_SEGMENTS 8
 
 struct hier_level {
 	int g, i, next, prev;
-	size_t lo, len; /* R_l */
 };
 
 /*
- * Phases: RS of level 0 .. nl-1, then AG of level nl-1 .. 0; phase p is
- * the RS of level p for p < nl, the AG of level 2 nl - 1 - p after; 2 nl:
- * done.
+ * One lane.  Phases: RS of level 0 .. nl-1, then AG of level nl-1 .. 0;
+ * phase p is the RS of level p for p < nl, the AG of level 2 nl - 1 - p
+ * after; 2 nl: done.
  */
-struct hier {
-	int nl, phase, s;
+struct hier_lane {
+	int phase, s;
 	bool inited;
+	size_t lo[HIER_LEVELS], len[HIER_LEVELS]; /* R_l */
+	size_t tlo, tlen, rlo, rlen; /* this step: elements out and in */
+	struct fr_xfer tx, rx;
+};
+
+struct hier {
+	int nl, nlanes;
 	const uint8_t *mine;
 	uint8_t *out;
 	size_t es;
 	fr_reduce_fn kern;
 	struct hier_level lv[HIER_LEVELS];
-	size_t tlo, tlen, rlo, rlen; /* this step: elements out and in */
-	struct fr_xfer tx, rx;
+	int stage[HIER_LEVELS]; /* the stages of each level done */
+	struct hier_lane ln[HIER_LANES];
 };
 
 static int mod(int x, int p)
@@ -91,15 +121,28 @@ static void cut(size_t n, int parts, int c, size_t *lo, size_t *len)
 	*len = base + (uc < rem);
 }
 
-static bool is_rs(const struct hier *st)
+static bool is_rs(const struct hier *st, const struct hier_lane *ln)
 {
-	return st->phase < st->nl;
+	return ln->phase < st->nl;
 }
 
-/* The level of the current phase. */
-static const struct hier_level *level(const struct hier *st)
+/* The level of a lane's current phase. */
+static int level(const struct hier *st, const struct hier_lane *ln)
 {
-	return &st->lv[is_rs(st) ? st->phase : 2 * st->nl - 1 - st->phase];
+	return is_rs(st, ln) ? ln->phase : 2 * st->nl - 1 - ln->phase;
+}
+
+/* Is it the turn of lane c's current phase on its level (the order in
+ * the comment at the top)? */
+static bool my_turn(const struct hier *st, const struct hier_lane *ln)
+{
+	int l = level(st, ln), c = (int)(ln - st->ln), k;
+
+	if (l == st->nl - 1)
+		k = 2 * c + !is_rs(st, ln);
+	else
+		k = is_rs(st, ln) ? c : st->nlanes + c;
+	return st->stage[l] == k;
 }
 
 static void hier_free(struct fr_request *req)
@@ -120,7 +163,7 @@ static int hier_start(struct fr_comm *comm, struct fr_request *req)
 {
 	struct hier *st = calloc(1, sizeof(*st));
 	const struct fr_topo *t = &comm->topo;
-	size_t n = req->count;
+	size_t n = req->count, lanes;
 
 	if (!st)
 		return FR_ENOMEM;
@@ -145,14 +188,20 @@ static int hier_start(struct fr_comm *comm, struct fr_request *req)
 	else if (t->ncross > 1)
 		level_set(&st->lv[st->nl++], t->cross, t->ncross,
 			  t->cross_index);
-	/* their ranges: each the part the level below ends with */
-	st->lv[0].len = n;
-	for (int l = 1; l < st->nl; l++) {
-		const struct hier_level *b = &st->lv[l - 1];
+	/* the lanes (one level has nothing to overlap) and their ranges */
+	lanes = n * st->es / (HIER_LANE_SEGMENTS * comm->algo.segment_bytes);
+	st->nlanes = st->nl < 2 ? 1 : (int)FR_MAX(FR_MIN(lanes, HIER_LANES), 1);
+	for (int c = 0; c < st->nlanes; c++) {
+		struct hier_lane *ln = &st->ln[c];
 
-		cut(b->len, b->g, (b->i + 1) % b->g, &st->lv[l].lo,
-		    &st->lv[l].len);
-		st->lv[l].lo += b->lo;
+		cut(n, st->nlanes, c, &ln->lo[0], &ln->len[0]);
+		for (int l = 1; l < st->nl; l++) {
+			const struct hier_level *b = &st->lv[l - 1];
+
+			cut(ln->len[l - 1], b->g, (b->i + 1) % b->g, &ln->lo[l],
+			    &ln->len[l]);
+			ln->lo[l] += ln->lo[l - 1];
+		}
 	}
 	if (!st->nl) {
 		/* one rank: the input is the result */
@@ -165,52 +214,62 @@ static int hier_start(struct fr_comm *comm, struct fr_request *req)
 	return 0;
 }
 
-static void step_init(struct fr_comm *comm, struct hier *st)
+static void step_init(struct fr_comm *comm, struct hier *st,
+		      struct hier_lane *ln)
 {
-	const struct hier_level *lv = level(st);
-	int s = st->s, ct, cr;
+	int l = level(st, ln), s = ln->s, ct, cr;
+	const struct hier_level *lv = &st->lv[l];
 
-	ct = is_rs(st) ? mod(lv->i - s, lv->g) : mod(lv->i + 1 - s, lv->g);
-	cr = is_rs(st) ? mod(lv->i - s - 1, lv->g) : mod(lv->i - s, lv->g);
-	cut(lv->len, lv->g, ct, &st->tlo, &st->tlen);
-	cut(lv->len, lv->g, cr, &st->rlo, &st->rlen);
-	st->tlo += lv->lo;
-	st->rlo += lv->lo;
-	fr_xfer_init(&st->tx, comm, st->tlen * st->es);
-	fr_xfer_init(&st->rx, comm, st->rlen * st->es);
-	st->inited = true;
+	ct = is_rs(st, ln) ? mod(lv->i - s, lv->g) : mod(lv->i + 1 - s, lv->g);
+	cr = is_rs(st, ln) ? mod(lv->i - s - 1, lv->g) : mod(lv->i - s, lv->g);
+	cut(ln->len[l], lv->g, ct, &ln->tlo, &ln->tlen);
+	cut(ln->len[l], lv->g, cr, &ln->rlo, &ln->rlen);
+	ln->tlo += ln->lo[l];
+	ln->rlo += ln->lo[l];
+	fr_xfer_init(&ln->tx, comm, ln->tlen * st->es);
+	fr_xfer_init(&ln->rx, comm, ln->rlen * st->es);
+	ln->inited = true;
 }
 
-/* The phase is over: after the last RS, our part is reduced over all
- * ranks (FR_AVG divides it there, once). */
+/* The lane's phase is over: after the last RS, its part is reduced over
+ * all ranks (FR_AVG divides it there, once); its level's next stage may
+ * go. */
 static void phase_end(struct fr_comm *comm, const struct fr_request *req,
-		      struct hier *st)
+		      struct hier *st, struct hier_lane *ln)
 {
-	if (st->phase == st->nl - 1 && req->op == FR_AVG) {
+	if (ln->phase == st->nl - 1 && req->op == FR_AVG) {
 		const struct hier_level *lv = &st->lv[st->nl - 1];
 		size_t lo, len;
 
-		cut(lv->len, lv->g, (lv->i + 1) % lv->g, &lo, &len);
+		cut(ln->len[st->nl - 1], lv->g, (lv->i + 1) % lv->g, &lo, &len);
 		if (len)
-			fr_reduce_scale_avg(req->dtype,
-					    st->out + (lv->lo + lo) * st->es,
-					    len, comm->nranks);
+			fr_reduce_scale_avg(
+				req->dtype,
+				st->out + (ln->lo[st->nl - 1] + lo) * st->es,
+				len, comm->nranks);
 	}
-	st->s = 0;
-	st->phase++;
+	st->stage[level(st, ln)]++;
+	ln->s = 0;
+	ln->phase++;
 }
 
-static int hier_advance(struct fr_comm *comm, struct fr_request *req,
+/* Run one lane while its turn lasts and its data flows; *moved when it
+ * finished a phase (another lane's turn may have come). */
+static int lane_advance(struct fr_comm *comm, struct fr_request *req,
+			struct hier *st, struct hier_lane *ln, bool *moved,
 			bool *did_work)
 {
-	struct hier *st = req->algo_state;
+	int c = (int)(ln - st->ln);
 
-	while (st->phase < 2 * st->nl) {
-		const struct hier_level *lv = level(st);
+	while (ln->phase < 2 * st->nl && my_turn(st, ln)) {
+		const struct hier_level *lv = &st->lv[level(st, ln)];
 		/* the first level's RS reads the input, the rest what we
 		 * hold */
-		const uint8_t *in = st->phase == 0 ? st->mine : st->out;
-		uint16_t step = (uint16_t)(1 + st->phase * 1024 + st->s);
+		const uint8_t *in = ln->phase == 0 ? st->mine : st->out;
+		uint16_t step =
+			(uint16_t)(1 +
+				   (c * 2 * HIER_LEVELS + ln->phase) * 1024 +
+				   ln->s);
 		int rc;
 
 		rc = fr_peer_need(comm, lv->next);
@@ -218,32 +277,52 @@ static int hier_advance(struct fr_comm *comm, struct fr_request *req,
 			rc = fr_peer_need(comm, lv->prev);
 		if (rc)
 			return rc == FR_EAGAIN ? 0 : rc;
-		if (!st->inited)
-			step_init(comm, st);
-		rc = fr_xfer_send(comm, req, &st->tx, lv->next, step,
-				  (st->s == 0 ? in : st->out) +
-					  st->tlo * st->es,
-				  st->tx.len, did_work);
+		if (!ln->inited)
+			step_init(comm, st, ln);
+		rc = fr_xfer_send(comm, req, &ln->tx, lv->next, step,
+				  (ln->s == 0 ? in : st->out) +
+					  ln->tlo * st->es,
+				  ln->tx.len, did_work);
 		if (rc)
 			return rc;
-		if (is_rs(st))
-			rc = fr_xfer_take(comm, req, &st->rx, lv->prev, step,
-					  st->out + st->rlo * st->es,
-					  in + st->rlo * st->es, st->kern,
+		if (is_rs(st, ln))
+			rc = fr_xfer_take(comm, req, &ln->rx, lv->prev, step,
+					  st->out + ln->rlo * st->es,
+					  in + ln->rlo * st->es, st->kern,
 					  st->es, UINT32_MAX, did_work);
 		else
-			rc = fr_xfer_take(comm, req, &st->rx, lv->prev, step,
-					  st->out + st->rlo * st->es, NULL,
+			rc = fr_xfer_take(comm, req, &ln->rx, lv->prev, step,
+					  st->out + ln->rlo * st->es, NULL,
 					  NULL, st->es, UINT32_MAX, did_work);
 		if (rc)
 			return rc;
-		if (!fr_xfer_complete(&st->tx) || !fr_xfer_complete(&st->rx))
+		if (!fr_xfer_complete(&ln->tx) || !fr_xfer_complete(&ln->rx))
 			return 0;
-		st->inited = false;
-		if (++st->s < lv->g - 1)
+		ln->inited = false;
+		if (++ln->s < lv->g - 1)
 			continue;
-		phase_end(comm, req, st);
+		phase_end(comm, req, st, ln);
+		*moved = true;
 	}
+	return 0;
+}
+
+static int hier_advance(struct fr_comm *comm, struct fr_request *req,
+			bool *did_work)
+{
+	struct hier *st = req->algo_state;
+	bool moved;
+
+	do {
+		moved = false;
+		for (int c = 0; c < st->nlanes; c++) {
+			int rc = lane_advance(comm, req, st, &st->ln[c], &moved,
+					      did_work);
+
+			if (rc)
+				return rc;
+		}
+	} while (moved);
 	return 0;
 }
 
@@ -252,20 +331,35 @@ static bool hier_done(const struct fr_comm *comm, const struct fr_request *req)
 	const struct hier *st = req->algo_state;
 
 	(void)comm;
-	return st && st->phase == 2 * st->nl;
+	if (!st)
+		return false;
+	for (int c = 0; c < st->nlanes; c++)
+		if (st->ln[c].phase < 2 * st->nl)
+			return false;
+	return true;
 }
 
+/* The first lane not done waits on its level's previous member, or, its
+ * data in, on the next one taking what it sent. */
 static int hier_waiting_on(const struct fr_comm *comm,
 			   const struct fr_request *req)
 {
 	const struct hier *st = req->algo_state;
-	const struct hier_level *lv;
 
 	(void)comm;
-	if (!st || st->phase == 2 * st->nl)
+	if (!st)
 		return -1;
-	lv = level(st);
-	return st->inited && fr_xfer_complete(&st->rx) ? lv->next : lv->prev;
+	for (int c = 0; c < st->nlanes; c++) {
+		const struct hier_lane *ln = &st->ln[c];
+		const struct hier_level *lv;
+
+		if (ln->phase == 2 * st->nl)
+			continue;
+		lv = &st->lv[level(st, ln)];
+		return ln->inited && fr_xfer_complete(&ln->rx) ? lv->next
+							       : lv->prev;
+	}
+	return -1;
 }
 
 const struct fr_algo fr_algo_hier = {

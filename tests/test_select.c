@@ -11,6 +11,7 @@
 #include <cmocka.h>
 /* clang-format on */
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ static int setup(void **state)
 	memset(&comm, 0, sizeof(comm));
 	comm.nranks = 8;
 	comm.peer.mbx_slot_size = 64 + 32768;
+	comm.algo.segment_bytes = 512u << 10;
 	unsetenv("FR_TUNE_FILE");
 	assert_int_equal(fr_tune_load(&comm.algo.tune, "tcp", err, sizeof(err)), 0);
 	return 0;
@@ -252,7 +254,7 @@ static void test_new_collectives(void **state)
 }
 
 /* Emulate nodes of k consecutive ranks, seen from rank 0. */
-static int local_ranks[64], cross_ranks[64];
+static int local_ranks[64], cross_ranks[1024], node_of[1024];
 static void layout(int n, int k, bool regular)
 {
 	comm.nranks = n;
@@ -269,6 +271,10 @@ static void layout(int n, int k, bool regular)
 	for (int i = 0; i < comm.topo.ncross; i++)
 		cross_ranks[i] = i * k;
 	comm.topo.cross = cross_ranks;
+	for (int r = 0; r < n; r++)
+		node_of[r] = r / k;
+	comm.topo.node_of = node_of;
+	comm.algo.hc_local_known = false;
 	/* consecutive ranks: the ring leaves our node once (comm.c) */
 	comm.topo.ring_crossings = comm.topo.nnodes > 1;
 }
@@ -315,6 +321,44 @@ static void test_hier_choice(void **state)
 	layout(8, 2, true);
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, FR_ALGO_HIER),
 			 &fr_algo_hier);
+}
+
+/*
+ * Rabenseifner on 128 nodes of 8 consecutive ranks: its first 3 steps
+ * (pairs 1, 2 and 4 apart) stay on the node, and carry 7/8 of its bytes
+ * each way at 2 copies a byte; the other 7 cross the link, which the
+ * node's 8 ranks share (8 beta + copy a byte).  The model's time is that
+ * closed form, at 2 MiB it is chosen over hier (the simulator's best,
+ * perf/sim/README.md), and with the ranks dealt round robin over the
+ * nodes (steps 7 to 9 at home, which carry little) it is slower.
+ */
+static void test_rab_node_steps(void **state)
+{
+	const struct fr_tune *t = &comm.algo.tune;
+	double n = 2u << 20, a = t->alpha_us, b = t->beta_ns * 1e-3;
+	double c = t->copy_ns * 1e-3, g = t->gamma_ns[FR_F32] * 1e-3;
+	double want = 20 * a + 2 * n * (1 - 1.0 / 8) * 2 * c +
+		      2 * n * (1.0 / 8 - 1.0 / 1024) * (8 * b + c) +
+		      1023.0 / 1024 * n * g;
+	double got, rr;
+
+	(void)state;
+	layout(1024, 8, true);
+	got = fr_algo_predict_us(&comm, FR_ALGO_RABENSEIFNER,
+				 FR_COLL_ALLREDUCE, (size_t)n, FR_F32);
+	if (fabs(got - want) > 1e-9 * want)
+		fail_msg("rabenseifner at 2 MiB: %.6f us, want %.6f", got,
+			 want);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (size_t)n, FR_F32, 0),
+			 &fr_algo_rabenseifner);
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_HIER, FR_COLL_ALLREDUCE,
+				       (size_t)n, FR_F32) > got);
+	for (int r = 0; r < 1024; r++)
+		node_of[r] = r % 128;
+	comm.algo.hc_local_known = false;
+	rr = fr_algo_predict_us(&comm, FR_ALGO_RABENSEIFNER, FR_COLL_ALLREDUCE,
+				(size_t)n, FR_F32);
+	assert_true(rr > 2 * got);
 }
 
 /* Reduce-scatter and all-gather: two-level where the model says (two
@@ -503,6 +547,7 @@ int main(void)
 		cmocka_unit_test_setup(test_forced_and_others, setup),
 		cmocka_unit_test_setup(test_new_collectives, setup),
 		cmocka_unit_test_setup(test_hier_choice, setup),
+		cmocka_unit_test_setup(test_rab_node_steps, setup),
 		cmocka_unit_test_setup(test_hier_rsag_choice, setup),
 		cmocka_unit_test_setup(test_tune_file, setup),
 		cmocka_unit_test_setup(test_oversub, setup),

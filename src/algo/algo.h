@@ -35,9 +35,9 @@ struct fr_request;
 
 /* Tuned cost-model parameters (select.c, fr_tune(1)). */
 struct fr_tune {
-	double alpha_us;		 /* per message step, microseconds */
-	double beta_ns;			 /* per byte on the wire, nanoseconds */
-	double copy_ns;			 /* per byte copied through a mailbox */
+	double alpha_us; /* per message step, microseconds */
+	double beta_ns;	 /* per byte on the wire, nanoseconds */
+	double copy_ns;	 /* per byte copied through a mailbox */
 	/* a rank's own work per message step (a send and a receive, no wire
 	 * latency): what each extra message of the one-shot costs */
 	double msg_us;
@@ -86,6 +86,10 @@ struct fr_algo_layer {
 		size_t bytes;
 	} memo[FR_ALGO_MEMO];
 	unsigned memo_next;
+	/* the hypercube steps whose pairs share a node (select.c), once
+	 * known: bit j for step j */
+	bool hc_local_known;
+	unsigned hc_local;
 };
 
 struct fr_algo {
@@ -137,6 +141,10 @@ int fr_algos_on_cqe(struct fr_comm *comm, struct fr_request *active, int peer,
 		    const struct fr_tp_cqe *cqe);
 int fr_algos_progress(struct fr_comm *comm, bool *did_work);
 void fr_algos_comm_free(struct fr_comm *comm);
+
+/* hier.c: the lanes its All-Reduce of bytes runs in over levels levels
+ * (1 to 4; 1 below two levels), for the model. */
+int fr_hier_lanes(const struct fr_comm *comm, size_t bytes, int levels);
 
 /* The algorithm for req (every rank decides the same from the same
  * arguments, settings and tune file). */

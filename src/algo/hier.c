@@ -78,6 +78,14 @@
 /* A lane holds at least this many ring segments (FR_SEGMENT_BYTES). */
 #define HIER_LANE_SEGMENTS 8
 
+int fr_hier_lanes(const struct fr_comm *comm, size_t bytes, int levels)
+{
+	size_t seg = comm->algo.segment_bytes;
+	size_t lanes = seg ? bytes / (HIER_LANE_SEGMENTS * seg) : 1;
+
+	return levels < 2 ? 1 : (int)FR_MAX(FR_MIN(lanes, HIER_LANES), 1);
+}
+
 struct hier_level {
 	int g, i, next, prev;
 };
@@ -163,7 +171,7 @@ static int hier_start(struct fr_comm *comm, struct fr_request *req)
 {
 	struct hier *st = calloc(1, sizeof(*st));
 	const struct fr_topo *t = &comm->topo;
-	size_t n = req->count, lanes;
+	size_t n = req->count;
 
 	if (!st)
 		return FR_ENOMEM;
@@ -189,8 +197,7 @@ static int hier_start(struct fr_comm *comm, struct fr_request *req)
 		level_set(&st->lv[st->nl++], t->cross, t->ncross,
 			  t->cross_index);
 	/* the lanes (one level has nothing to overlap) and their ranges */
-	lanes = n * st->es / (HIER_LANE_SEGMENTS * comm->algo.segment_bytes);
-	st->nlanes = st->nl < 2 ? 1 : (int)FR_MAX(FR_MIN(lanes, HIER_LANES), 1);
+	st->nlanes = fr_hier_lanes(comm, n * st->es, st->nl);
 	for (int c = 0; c < st->nlanes; c++) {
 		struct hier_lane *ln = &st->ln[c];
 

@@ -300,13 +300,76 @@ static double hier_net_steps(const struct fr_comm *comm)
 }
 
 /*
+ * The hypercube steps (recursive doubling, Rabenseifner; hcube.c) whose
+ * pairs are all on one node: bit j when virtual ranks v and v ^ 2^j are
+ * on the same node for every v.  Nodes of consecutive ranks, k of them a
+ * power of two, keep the first lg k steps at home.
+ */
+static unsigned hc_local_dims(const struct fr_comm *comm)
+{
+	const int *node = comm->topo.node_of;
+	struct fr_hcube h;
+	unsigned mask;
+
+	if (comm->algo.hc_local_known)
+		return comm->algo.hc_local;
+	fr_hcube_init(&h, 0, comm->nranks);
+	mask = h.steps ? (1u << h.steps) - 1 : 0;
+	if (!node)
+		return 0;
+	for (int v = 0; v < h.pof2 && mask; v++)
+		for (int j = 0; j < h.steps; j++)
+			if ((mask >> j & 1) &&
+			    node[fr_hcube_real(&h, v)] !=
+				    node[fr_hcube_real(&h, v ^ (1 << j))])
+				mask &= ~(1u << j);
+	return mask;
+}
+
+/*
+ * Rabenseifner on nodes of k ranks.  Step j pairs virtual ranks 2^j apart
+ * and sends n / 2^(j+1) each way (reduce-scatter, then all-gather).
+ * Where all its pairs share a node (hc_local_dims), those bytes are copies
+ * within the node, 2 c a byte (into the mailbox and out); else they cross
+ * the link, which the node's k ranks share, all sending at once: k b + c
+ * a byte.  The fold and unfold (n not a power of two) cross the link.  On
+ * 128 nodes of 8 consecutive ranks the first 3 of its 10 steps carry 7/8
+ * of its bytes at home; counting them all at the link's shared rate, the
+ * model chose hier at 2 MiB, at 1.4 times Rabenseifner's simulated time
+ * (perf/sim/README.md).  Recursive doubling keeps the flat
+ * term: it sends all n at every step, and the simulator shows its small
+ * messages (where it is chosen) not queueing behind each other on the
+ * link as a byte count would say.
+ */
+static double rab_us(const struct fr_comm *comm, double n, fr_dtype_t dtype)
+{
+	const struct fr_tune *t = &comm->algo.tune;
+	double a = t->alpha_us, b = t->beta_ns * 1e-3, c = t->copy_ns * 1e-3;
+	double g = t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3;
+	double k = comm->topo.nlocal, wire = 0;
+	unsigned local = hc_local_dims(comm);
+	struct fr_hcube h;
+	int f;
+
+	fr_hcube_init(&h, 0, comm->nranks);
+	f = h.rem > 0;
+	for (int j = 0; j < h.steps; j++)
+		wire += 2 * n / (double)(2 << j) *
+			(local >> j & 1 ? 2 * c : k * b + c);
+	return (2 * h.steps + 2 * f) * a + wire + 2 * f * n * (b + c) +
+	       ((double)(h.pof2 - 1) / h.pof2 + f) * n * g;
+}
+
+/*
  * Over several nodes the ranks of a node share its network link.  The
  * flat algorithms' bytes then queue on it: the ring's at each node's ring
  * neighbours on other nodes (comm->ring_crossings: our node's ranks whose
  * next in the ring is elsewhere, counted in comm.c as the ring is laid
- * out; regular layouts are alike), the hypercube ones' at nearly every rank of
- * the node.  The two-level All-Reduce sends 2 (m-1)/m of the vector over the
- * link, spread over its k ranks, and copies 2 (k-1)/k within the node.
+ * out; regular layouts are alike), recursive doubling's at nearly every
+ * rank of the node, Rabenseifner's at the steps whose pairs are on
+ * different nodes (rab_us).  The two-level All-Reduce
+ * sends 2 (m-1)/m of the vector over the link, spread over its k ranks, and
+ * copies 2 (k-1)/k within the node.
  */
 
 double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
@@ -330,15 +393,21 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 			t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3;
 
 		double c = t->copy_ns * 1e-3;
+		int levels = 1 + (comm->topo.nlevels ? comm->topo.nlevels : 1);
+		double lanes = fr_hier_lanes(comm, bytes, levels);
+		/* the node's level: its copies and reductions, which run
+		 * under the levels above in all lanes but one (hier.c) */
+		double node = (2 * (k - 1) / k * 2 * c + 2 * (k - 1) / k * c +
+			       (k - 1) / k * g) *
+			      n;
 
 		/* every byte it moves goes through the mailboxes (xfer.c):
 		 * a copy in and a copy out on top of the wire */
 		return (2 * (k - 1) + 2 * hier_net_steps(comm) + 1) *
 			       t->alpha_us +
 		       2 * (m - 1) / m * n * b +
-		       (2 * (k - 1) / k + 2 * (m - 1) / (m * k)) * n * 2 * c +
-		       2 * (k - 1) / k * n * c +
-		       ((k - 1) / k + (m - 1) / (m * k)) * n * g;
+		       2 * (m - 1) / (m * k) * n * 2 * c +
+		       (m - 1) / (m * k) * n * g + node / lanes;
 	}
 	if (us < 0)
 		return us;
@@ -346,6 +415,8 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 	if (id == FR_ALGO_RING)
 		return us + (comm->topo.ring_crossings - 1) * 2 *
 				    (comm->nranks - 1.0) / comm->nranks * n * b;
+	if (id == FR_ALGO_RABENSEIFNER)
+		return rab_us(comm, n, dtype);
 	return us + (k - 1) * 2 * n * b;
 }
 
@@ -541,6 +612,10 @@ static void log_choice(struct fr_comm *comm, const struct fr_request *req,
 
 	comm->algo.logged[slot].coll = (int)req->coll;
 	comm->algo.logged[slot].bytes = bytes;
+	if (!comm->algo.hc_local_known) {
+		comm->algo.hc_local = hc_local_dims(comm);
+		comm->algo.hc_local_known = true;
+	}
 	for (int id = 1; id < FR_ALGO_COUNT; id++) {
 		const struct fr_algo *a = impl(comm, req->coll, id);
 

@@ -402,8 +402,10 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 			      n;
 
 		/* every byte it moves goes through the mailboxes (xfer.c):
-		 * a copy in and a copy out on top of the wire */
-		return (2 * (k - 1) + 2 * hier_net_steps(comm) + 1) *
+		 * a copy in and a copy out on top of the wire; each level
+		 * takes the lanes one after another, so the steps above
+		 * the node (the longer rings) count once a lane */
+		return (2 * (k - 1) + 2 * hier_net_steps(comm) * lanes + 1) *
 			       t->alpha_us +
 		       2 * (m - 1) / m * n * b +
 		       2 * (m - 1) / (m * k) * n * 2 * c +

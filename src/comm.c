@@ -480,18 +480,21 @@ out:
 	return rc;
 }
 
-/* Keep every card's address; decode its mailbox key. */
+/* Hand every card's address to the shared endpoint, which connects by rank;
+ * decode its mailbox key; take the layout. */
 static int cards_take(struct fr_comm *c, const struct fr_boot_card *cards)
 {
+	uint8_t *addrs, *addrlens;
 	uint64_t *ids;
 	uint16_t *cpus;
 	int rc;
 
-	c->peer.addrs = calloc((size_t)c->nranks, FR_TP_ADDR_MAX);
-	c->peer.addrlens = calloc((size_t)c->nranks, 1);
+	/* the addresses go to the shared endpoint, which keeps them */
+	addrs = calloc((size_t)c->nranks, FR_TP_ADDR_MAX);
+	addrlens = calloc((size_t)c->nranks, 1);
 	ids = calloc((size_t)c->nranks, sizeof(*ids));
 	cpus = calloc((size_t)c->nranks, sizeof(*cpus));
-	if (!c->peer.addrs || !c->peer.addrlens || !ids || !cpus) {
+	if (!addrs || !addrlens || !ids || !cpus) {
 		rc = FR_ENOMEM;
 		goto out;
 	}
@@ -506,11 +509,11 @@ static int cards_take(struct fr_comm *c, const struct fr_boot_card *cards)
 			continue;
 		if (p >= end || *p > FR_TP_ADDR_MAX || end - p < 1 + *p + 1)
 			goto out;
-		memcpy(c->peer.addrs + (size_t)r * FR_TP_ADDR_MAX, p + 1, *p);
-		c->peer.addrlens[r] = *p;
+		memcpy(addrs + (size_t)r * FR_TP_ADDR_MAX, p + 1, *p);
+		addrlens[r] = *p;
 		p += 1 + *p;
 		if (*p > FR_TP_RKEY_MAX || end - p != 1 + *p + CARD_TAIL ||
-		    fr_mem_unpack_key(c, p + 1, *p, &c->peer.peers[r].mbx_rkey))
+		    fr_mem_unpack_key(c, p + 1, *p, &c->peer.mbx_rkeys[r]))
 			goto out;
 	}
 	/* the network's round trip: the shortest that a rank on another
@@ -529,9 +532,13 @@ static int cards_take(struct fr_comm *c, const struct fr_boot_card *cards)
 			c->topo.rtt_us = rtt;
 	}
 	rc = fr_comm_nodes_take(c, ids, cpus);
+	if (!rc)
+		rc = fr_share_set_addrs(fr_share_of(c->tp), addrs, addrlens);
 out:
 	free(cpus);
 	free(ids);
+	free(addrlens);
+	free(addrs);
 	return rc;
 }
 
@@ -596,13 +603,11 @@ static void copy_msg(char *dst, size_t len, const char *src)
 /* What cards_take() made of the rendezvous: addresses and the layout. */
 void fr_comm_free_cards(struct fr_comm *c)
 {
-	free(c->peer.addrlens);
 	free(c->topo.local);
 	free(c->topo.cross);
 	free(c->topo.node_of);
 	free(c->topo.level[0]);
 	free(c->topo.ring_order);
-	free(c->peer.addrs);
 }
 
 /* Step 1's result in a communicator: its fields, its transport's table
@@ -745,14 +750,13 @@ static int comm_finish(struct fr_comm *c, const struct fr_boot_card *cards,
 {
 	int rc;
 
-	if (cards_take(c, cards)) {
+	rc = cards_take(c, cards);
+	if (rc == FR_EPROTO)
 		snprintf(err, errlen,
 			 "rank %d: malformed card at the rendezvous", c->rank);
-		rc = FR_EPROTO;
-		goto err_cards;
-	}
-	rc = fr_share_set_addrs(fr_share_of(c->tp), c->peer.addrs,
-				c->peer.addrlens);
+	else if (rc)
+		snprintf(err, errlen, "rank %d: taking the cards: %s", c->rank,
+			 fr_strerror(rc));
 	if (rc)
 		goto err_cards;
 	fr_tune_oversub(c);

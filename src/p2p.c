@@ -266,10 +266,12 @@ static int take_messages(struct fr_comm *comm, bool *did_work)
 		const uint8_t *payload;
 
 		while (p->p2p_unread &&
-		       !fr_msg_p2p_next(comm, p->rank, &m, &payload)) {
-			int rc = on_p2p_msg(comm, p->rank, m, payload);
+		       !fr_msg_p2p_next(comm, fr_peer_rank(&comm->peer, p), &m,
+					&payload)) {
+			int rc = on_p2p_msg(comm, fr_peer_rank(&comm->peer, p),
+					    m, payload);
 
-			fr_msg_p2p_consume(comm, p->rank);
+			fr_msg_p2p_consume(comm, fr_peer_rank(&comm->peer, p));
 			*did_work = true;
 			if (rc)
 				return rc;

@@ -287,12 +287,28 @@ static size_t page_round(size_t len)
 
 int fr_peers_alloc(struct fr_comm *c)
 {
-	c->peer.peers = calloc((size_t)c->nranks, sizeof(*c->peer.peers));
-	if (!c->peer.peers)
+	size_t len = page_round((size_t)c->nranks * sizeof(*c->peer.peers));
+
+	c->peer.mbx_rkeys =
+		calloc((size_t)c->nranks, sizeof(*c->peer.mbx_rkeys));
+	c->peer.peers = (struct fr_peer *)zeroed_pages(len, false);
+	if (!c->peer.mbx_rkeys || !c->peer.peers) {
+		free(c->peer.mbx_rkeys);
+		c->peer.mbx_rkeys = NULL;
+		c->peer.peers = NULL;
 		return FR_ENOMEM;
-	for (int r = 0; r < c->nranks; r++)
-		c->peer.peers[r].rank = r;
+	}
+	c->peer.peers_len = len;
 	return 0;
+}
+
+void fr_peers_free(struct fr_comm *c)
+{
+	if (c->peer.peers)
+		munmap(c->peer.peers, c->peer.peers_len);
+	free(c->peer.mbx_rkeys);
+	c->peer.peers = NULL;
+	c->peer.mbx_rkeys = NULL;
 }
 
 struct fr_peer_keys *fr_peer_keys(struct fr_peer *p)
@@ -349,10 +365,8 @@ int fr_peers_init(struct fr_comm *c)
 	if (rc)
 		return rc;
 	rc = fr_peers_mailbox(c, c->nranks, c->nranks <= FR_POPULATE_MAX_RANKS);
-	if (rc) {
-		free(c->peer.peers);
-		c->peer.peers = NULL;
-	}
+	if (rc)
+		fr_peers_free(c);
 	return rc;
 }
 
@@ -383,10 +397,9 @@ void fr_peers_fini(struct fr_comm *c)
 			fr_release_pages);
 	fr_mem_free_buf(c->peer.mbx_mem, c->peer.mbx, c->peer.mbx_len,
 			fr_release_pages);
-	free(c->peer.peers);
+	fr_peers_free(c);
 	c->peer.out_mem = c->peer.mbx_mem = NULL;
 	c->peer.out = c->peer.mbx = NULL;
-	c->peer.peers = NULL;
 }
 
 int fr_peers_pack_card_key(struct fr_comm *c, void *blob, size_t *len)
@@ -437,7 +450,7 @@ static int peer_advance(struct fr_comm *c, struct fr_peer *p)
 	int rc;
 
 	if (!p->conn) {
-		rc = o->accept(c->tp, p->rank, &p->conn);
+		rc = o->accept(c->tp, fr_peer_rank(&c->peer, p), &p->conn);
 		if (rc == FR_EAGAIN)
 			return rc;
 		if (rc)
@@ -450,25 +463,27 @@ static int peer_advance(struct fr_comm *c, struct fr_peer *p)
 		goto failed;
 	p->state = FR_PEER_UP;
 	p->credits = c->peer.mbx_slots;
-	fr_dbg("rank %d: connected to rank %d", c->rank, p->rank);
+	fr_dbg("rank %d: connected to rank %d", c->rank,
+	       fr_peer_rank(&c->peer, p));
 	return 0;
 
 failed:
 	p->state = FR_PEER_DOWN;
 	if (rc != FR_ERANGE)
-		fr_peers_mark_dead(c, p->rank);
+		fr_peers_mark_dead(c, fr_peer_rank(&c->peer, p));
 	/* a write outside our registered memory that came before we accepted
 	 * the connection: the protocol error the completion path reports */
 	if (rc == FR_ERANGE)
 		return fr_comm_fail(
 			c, FR_EPROTO,
 			"rank %d: peer rank %d wrote outside our registered memory",
-			c->rank, p->rank);
-	return fr_comm_fail(c, rc, "rank %d: %s rank %d failed: %s%s%s",
-			    c->rank,
-			    c->rank < p->rank ? "connecting to" : "accepting",
-			    p->rank, fr_strerror(rc), tp_why(c, rc) ? " (" : "",
-			    tp_why(c, rc) ? tp_why(c, rc) : "");
+			c->rank, fr_peer_rank(&c->peer, p));
+	return fr_comm_fail(
+		c, rc, "rank %d: %s rank %d failed: %s%s%s", c->rank,
+		c->rank < fr_peer_rank(&c->peer, p) ? "connecting to"
+						    : "accepting",
+		fr_peer_rank(&c->peer, p), fr_strerror(rc),
+		tp_why(c, rc) ? " (" : "", tp_why(c, rc) ? tp_why(c, rc) : "");
 }
 
 int fr_peer_need(struct fr_comm *c, int rank)
@@ -491,12 +506,12 @@ int fr_peer_need(struct fr_comm *c, int rank)
 				c, FR_EPROTO,
 				"rank %d: an algorithm asked for a connection to itself",
 				c->rank);
-		/* The lower rank of a pair connects, the higher accepts. */
+		/* The lower rank of a pair connects, the higher accepts.
+		 * No address: a communicator talks through its view of the
+		 * shared endpoint (comm.c), which has them all and connects
+		 * by rank. */
 		if (c->rank < rank) {
-			rc = c->tp_ops->connect(
-				c->tp, rank,
-				c->peer.addrs + (size_t)rank * FR_TP_ADDR_MAX,
-				c->peer.addrlens[rank], &p->conn);
+			rc = c->tp_ops->connect(c->tp, rank, NULL, 0, &p->conn);
 			if (rc) {
 				p->state = FR_PEER_DOWN;
 				fr_peers_mark_dead(c, rank);
@@ -836,7 +851,8 @@ int fr_peers_progress(struct fr_comm *c, bool *did_work)
 			return fr_comm_fail(
 				c, rc,
 				"rank %d: returning credits to rank %d: %s",
-				c->rank, p->rank, fr_strerror(rc));
+				c->rank, fr_peer_rank(&c->peer, p),
+				fr_strerror(rc));
 		p->credits_owed = 0;
 		c->peer.outstanding++;
 		c->stats.writes++;
@@ -856,18 +872,18 @@ int fr_peers_progress(struct fr_comm *c, bool *did_work)
  */
 static int write_failed(struct fr_comm *c, struct fr_peer *p, int rc)
 {
-	const char *why = tp_about(c, p->rank);
+	const char *why = tp_about(c, fr_peer_rank(&c->peer, p));
 
 	if (rc == FR_EAGAIN)
 		return rc;
 	if (rc == FR_EPEER) {
 		p->state = FR_PEER_DOWN;
-		fr_peers_mark_dead(c, p->rank);
+		fr_peers_mark_dead(c, fr_peer_rank(&c->peer, p));
 	}
 	return fr_comm_fail(c, rc == FR_ERANGE ? FR_EPROTO : rc,
 			    "rank %d: writing to rank %d failed: %s%s%s%s",
-			    c->rank, p->rank, fr_strerror(rc), why ? " (" : "",
-			    why ? why : "", why ? ")" : "");
+			    c->rank, fr_peer_rank(&c->peer, p), fr_strerror(rc),
+			    why ? " (" : "", why ? why : "", why ? ")" : "");
 }
 
 int fr_peer_write(struct fr_comm *c, int rank, struct fr_mem *lmem, size_t loff,
@@ -948,10 +964,11 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 		m->len = (uint32_t)len;
 		if (fr_msg_encode_compact(m, payload, len, b)) {
 			rslot = p->send_seq % (uint32_t)c->peer.mbx_slots;
-			rc = c->tp_ops->write_inline(p->conn, b, &p->mbx_rkey,
-						     mbx_roff(c, rslot),
-						     FR_MSG_COMPACT + len,
-						     FR_IMM(FR_IMM_MSG, rslot));
+			rc = c->tp_ops->write_inline(
+				p->conn, b,
+				&c->peer.mbx_rkeys[fr_peer_rank(&c->peer, p)],
+				mbx_roff(c, rslot), FR_MSG_COMPACT + len,
+				FR_IMM(FR_IMM_MSG, rslot));
 			if (!rc) {
 				msg_sent(c, p, false, FR_MSG_COMPACT + len);
 				return 0;
@@ -992,9 +1009,9 @@ int fr_msg_send(struct fr_comm *c, int rank, struct fr_msg *m,
 			: p->send_seq % (uint32_t)c->peer.mbx_slots;
 	rc = c->tp_ops->write_imm(p->conn, c->peer.out_mem->tp_mr,
 				  (size_t)slot * c->peer.mbx_slot_size,
-				  &p->mbx_rkey, mbx_roff(c, rslot),
-				  FR_MSG_HDR + len, FR_IMM(FR_IMM_MSG, rslot),
-				  CTX_OUT | slot);
+				  &c->peer.mbx_rkeys[fr_peer_rank(&c->peer, p)],
+				  mbx_roff(c, rslot), FR_MSG_HDR + len,
+				  FR_IMM(FR_IMM_MSG, rslot), CTX_OUT | slot);
 	if (rc)
 		/* ABORT and BYE are best effort: their callers go on */
 		return special ? rc : write_failed(c, p, rc);
@@ -1036,7 +1053,8 @@ void fr_peers_send_abort(struct fr_comm *c, int err, int origin)
 	for (struct fr_peer *p = c->peer.active; p; p = p->next_active) {
 		if (p->state != FR_PEER_UP || told(c, p) || p->bye)
 			continue;
-		if (!fr_msg_send(c, p->rank, &m, c->fail.fail_text, len)) {
+		if (!fr_msg_send(c, fr_peer_rank(&c->peer, p), &m,
+				 c->fail.fail_text, len)) {
 			p->abort_sent = true;
 			p->revoke_sent = rv;
 		}
@@ -1119,14 +1137,14 @@ void fr_peers_tell_all(struct fr_comm *c)
 /* The decoded head of p's unconsumed messages (p->peek), or the failure. */
 static int msg_peek(struct fr_comm *c, struct fr_peer *p, const uint8_t **b)
 {
-	*b = mbx_slot(c, p->rank,
+	*b = mbx_slot(c, fr_peer_rank(&c->peer, p),
 		      (int)(p->recv_taken % (uint32_t)c->peer.mbx_slots));
 	if (!p->have_peek) {
 		if (fr_msg_decode(*b, fr_msg_payload_max(c), &p->peek))
 			return fr_comm_fail(
 				c, FR_EPROTO,
 				"rank %d: malformed message from rank %d",
-				c->rank, p->rank);
+				c->rank, fr_peer_rank(&c->peer, p));
 		p->have_peek = true;
 	}
 	return 0;
@@ -1159,8 +1177,8 @@ int fr_msg_leftover(struct fr_comm *c, const struct fr_request *req)
 				c, FR_EMISMATCH,
 				"rank %d: collective #%u (%s, root %d) is done here, but rank %d sent this rank a message for it that its schedule does not have (%s, root %d): the ranks called it with different roots or counts",
 				c->rank, req->seq, fr_coll_name(req->coll),
-				req->root, p->rank, fr_coll_name(m->coll),
-				m->root);
+				req->root, fr_peer_rank(&c->peer, p),
+				fr_coll_name(m->coll), m->root);
 	}
 	return 0;
 }
@@ -1304,7 +1322,8 @@ static int on_abort(struct fr_comm *c, struct fr_peer *p,
 	int orig_err =
 		m->err < 0 && m->err >= FR_ERRNO_LOWEST ? m->err : FR_EPEER;
 	int err = orig_err;
-	const uint8_t *b = mbx_slot(c, p->rank, c->peer.mbx_slots);
+	const uint8_t *b =
+		mbx_slot(c, fr_peer_rank(&c->peer, p), c->peer.mbx_slots);
 	char text[2 * FR_ERRMSG_MAX], why[FR_ERRMSG_MAX];
 	size_t len = FR_MIN((size_t)m->len, sizeof(why) - 1);
 
@@ -1335,13 +1354,13 @@ static int on_abort(struct fr_comm *c, struct fr_peer *p,
 			text, sizeof(text),
 			"rank %d: aborted at collective #%u: rank %d failed first (%s), as reported by rank %d: %s",
 			c->rank, m->seq, m->origin, fr_strerror(orig_err),
-			p->rank, why);
+			fr_peer_rank(&c->peer, p), why);
 	else
 		snprintf(
 			text, sizeof(text),
 			"rank %d: aborted at collective #%u: rank %d failed first (%s), as reported by rank %d",
 			c->rank, m->seq, m->origin, fr_strerror(orig_err),
-			p->rank);
+			fr_peer_rank(&c->peer, p));
 	/*
 	 * A revoke ends everything at once, whatever collective either rank
 	 * is in (fr_comm_revoke): no waiting for ours to complete.
@@ -1361,7 +1380,7 @@ static int on_abort(struct fr_comm *c, struct fr_peer *p,
 		fr_comm_fail(
 			c, FR_EREVOKED,
 			"rank %d: rank %d revoked the communicator (told by rank %d)",
-			c->rank, m->origin, p->rank);
+			c->rank, m->origin, fr_peer_rank(&c->peer, p));
 		/* failed before: fr_comm_fail kept that failure and sent
 		 * nothing; the revoke is passed on all the same */
 		if (was)
@@ -1437,7 +1456,7 @@ static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
 	if (slot >= (uint32_t)(c->peer.mbx_slots + 2 + FR_CTRL_CHANNELS) ||
 	    len < FR_MSG_COMPACT)
 		goto bad;
-	b = mbx_slot(c, p->rank, (int)slot);
+	b = mbx_slot(c, fr_peer_rank(&c->peer, p), (int)slot);
 	if (fr_msg_decode(b,
 			  slot >= (uint32_t)c->peer.mbx_slots + 2
 				  ? c->peer.ctrl_size - FR_MSG_HDR
@@ -1491,15 +1510,15 @@ static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
 		return fr_comm_fail(
 			c, FR_EMISMATCH,
 			"rank %d: rank %d sent a message of %s(count=%llu, root %d) for collective #%u, which this rank finished without it (now at #%u): the ranks called different collectives, roots or counts",
-			c->rank, p->rank, fr_coll_name(m.coll),
-			(unsigned long long)m.count, m.root, m.seq,
-			c->peer.seq);
+			c->rank, fr_peer_rank(&c->peer, p),
+			fr_coll_name(m.coll), (unsigned long long)m.count,
+			m.root, m.seq, c->peer.seq);
 	return 0;
 bad:
 	return fr_comm_fail(
 		c, FR_EPROTO,
 		"rank %d: malformed or out-of-order message from rank %d (slot %u, %u bytes)",
-		c->rank, p->rank, slot, len);
+		c->rank, fr_peer_rank(&c->peer, p), slot, len);
 }
 
 static void send_done(struct fr_comm *c, const struct fr_tp_cqe *cqe)
@@ -1537,7 +1556,7 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 			"rank %d: completion on a connection of no known peer",
 			c->rank);
 	if (cqe->status) {
-		const char *why = tp_about(c, p->rank);
+		const char *why = tp_about(c, fr_peer_rank(&c->peer, p));
 		const char *what =
 			cqe->status == FR_EPEER
 				? "closed the connection, died or became unreachable"
@@ -1549,7 +1568,7 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 
 		/* gone: closed, dead or left (recovery counts it out) */
 		if (cqe->status == FR_EPEER)
-			fr_peers_mark_dead(c, p->rank);
+			fr_peers_mark_dead(c, fr_peer_rank(&c->peer, p));
 		if (p->bye && !c->peer.in_coll) {
 			/* it said goodbye: closing now is expected */
 			p->state = FR_PEER_DOWN;
@@ -1566,8 +1585,9 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 		}
 		return fr_comm_fail(
 			c, cqe->status == FR_ERANGE ? FR_EPROTO : FR_EPEER,
-			"rank %d: peer rank %d %s%s%s%s", c->rank, p->rank,
-			what, why ? " (" : "", why ? why : "", why ? ")" : "");
+			"rank %d: peer rank %d %s%s%s%s", c->rank,
+			fr_peer_rank(&c->peer, p), what, why ? " (" : "",
+			why ? why : "", why ? ")" : "");
 	}
 	if (cqe->kind == FR_CQE_SEND)
 		return 0;
@@ -1596,13 +1616,13 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 	}
 	if (!(FR_IMM_PEER_TYPES & 1u << type)) {
 		/* an algorithm's own (struct fr_algo.imm_types) */
-		*from = p->rank;
+		*from = fr_peer_rank(&c->peer, p);
 		return FR_PEERS_FOR_ALGO;
 	}
 	return fr_comm_fail(
 		c, FR_EPROTO,
 		"rank %d: unexpected message (immediate 0x%08x) from rank %d",
-		c->rank, cqe->imm, p->rank);
+		c->rank, cqe->imm, fr_peer_rank(&c->peer, p));
 }
 
 /* ---- recovery ---------------------------------------------------------- */
@@ -1647,13 +1667,9 @@ int fr_peers_reach(struct fr_comm *c, int rank)
 		}
 		/* cut by fr_peers_quiesce (still in the active list): a new
 		 * connection over the shared endpoint's link */
-		rc = c->rank < rank
-			     ? c->tp_ops->connect(
-				       c->tp, rank,
-				       c->peer.addrs +
-					       (size_t)rank * FR_TP_ADDR_MAX,
-				       c->peer.addrlens[rank], &p->conn)
-			     : 0;
+		rc = c->rank < rank ? c->tp_ops->connect(c->tp, rank, NULL, 0,
+							 &p->conn)
+				    : 0;
 		if (rc) {
 			fr_peers_mark_dead(c, rank);
 			return FR_EPEER;
@@ -1842,13 +1858,14 @@ int fr_peers_goodbye_step(struct fr_comm *c, bool *clean, bool *idle)
 		 * tell (fr_peers_tell_all) or the peer never connected
 		 * to us (it does not need us) */
 		if (c->fail.failed && p->state == FR_PEER_CONNECTING &&
-		    p->conn && (!p->told_only || c->rank > p->rank))
+		    p->conn &&
+		    (!p->told_only || c->rank > fr_peer_rank(&c->peer, p)))
 			all = false;
 		if (p->state != FR_PEER_UP)
 			continue;
 		/* a peer already gone cannot be told: give up on it */
-		if (!p->bye_sent &&
-		    fr_msg_send(c, p->rank, &m, NULL, 0) != FR_EAGAIN)
+		if (!p->bye_sent && fr_msg_send(c, fr_peer_rank(&c->peer, p),
+						&m, NULL, 0) != FR_EAGAIN)
 			p->bye_sent = true;
 		if (!p->bye_sent || !p->bye)
 			all = false;
@@ -1883,7 +1900,8 @@ int fr_peers_goodbye_step(struct fr_comm *c, bool *clean, bool *idle)
 		    FR_IMM_PAYLOAD(cqe[i].imm) !=
 			    (uint32_t)c->peer.mbx_slots + 1)
 			continue;
-		b = mbx_slot(c, p->rank, c->peer.mbx_slots + 1);
+		b = mbx_slot(c, fr_peer_rank(&c->peer, p),
+			     c->peer.mbx_slots + 1);
 		if (!fr_msg_decode(b, fr_msg_payload_max(c), &m) &&
 		    m.type == FR_MSG_BYE)
 			p->bye = true;

@@ -143,13 +143,10 @@ enum fr_peer_state {
 
 /* What we know about one other rank. */
 struct fr_peer {
-	int rank;
 	enum fr_peer_state state;
 	struct fr_tp_conn *conn;
 	struct fr_peer
 		*next_active; /* comm->active list (connected or connecting) */
-	/* its card: transport address and mailbox key */
-	struct fr_tp_rkey mbx_rkey;
 	/* sending into its mailbox */
 	int credits;	   /* free data slots there for us */
 	uint32_t send_seq; /* data slots used so far */
@@ -200,12 +197,20 @@ struct fr_peer_keys {
 
 /* The peer layer's state in the communicator (comm->peer). */
 struct fr_peer_layer {
-	/* peers[rank]; peers[rank == ours] is unused */
+	/*
+	 * peers[rank]; peers[rank == ours] is unused.  Zeroed pages that a
+	 * peer's entry takes only once it is written (fr_peers_alloc): a
+	 * rank of a large job writes to few of its peers, and a full table
+	 * in every rank is O(n^2) (256 bytes a peer: 17 GB for 8,192 ranks
+	 * simulated on one host).  Nothing is kept in an entry that every
+	 * peer needs: its rank is its index (fr_peer_rank), its mailbox key
+	 * is in mbx_rkeys.
+	 */
 	struct fr_peer *peers;
+	size_t peers_len; /* bytes mapped */
+	/* every peer's mailbox key, from its card */
+	struct fr_tp_rkey *mbx_rkeys;
 	struct fr_peer *active; /* peers connected or connecting */
-	/* the transport addresses from the rendezvous (cards) */
-	uint8_t *addrs; /* [nranks][FR_TP_ADDR_MAX] */
-	uint8_t *addrlens;
 	/*
 	 * Mailbox: peer p writes into slots [p][0 .. mbx_slots + 1]; the
 	 * last two are for its ABORT and BYE.  Outbox: where messages are
@@ -243,6 +248,13 @@ struct fr_peer_layer {
 	bool in_coll;
 };
 
+/* A peer's rank: its index in the table. */
+static inline int fr_peer_rank(const struct fr_peer_layer *l,
+			       const struct fr_peer *p)
+{
+	return (int)(p - l->peers);
+}
+
 /* The communicator's failure (comm->fail), written by fr_comm_fail() and
  * the ABORTs that arrive. */
 struct fr_fail {
@@ -278,6 +290,8 @@ int fr_peers_init(struct fr_comm *comm);
 /* The peers' state only (comm->nranks of them), where the mailbox came
  * first (a split's, made before its group is known). */
 int fr_peers_alloc(struct fr_comm *comm);
+/* The peers' table and mailbox keys, as fr_peers_alloc made them. */
+void fr_peers_free(struct fr_comm *comm);
 /* The mailbox, registered, with a row for each of up to rows senders, and
  * the outbox; populate: their pages faulted in now, not on first use. */
 int fr_peers_mailbox(struct fr_comm *comm, int rows, bool populate);

@@ -232,9 +232,7 @@ static int comm_make(struct fr_comm *parent, const struct member *m, int n,
 	if (rc)
 		goto err_view;
 	/* addresses are the endpoint's: the view connects by rank */
-	c->peer.addrs = calloc((size_t)n, FR_TP_ADDR_MAX);
-	c->peer.addrlens = calloc((size_t)n, 1);
-	if (!c->peer.addrs || !c->peer.addrlens || fr_peers_alloc(c)) {
+	if (fr_peers_alloc(c)) {
 		rc = FR_ENOMEM;
 		goto err_lock;
 	}
@@ -242,7 +240,7 @@ static int comm_make(struct fr_comm *parent, const struct member *m, int n,
 		const uint8_t *row = rows + (size_t)m[i].prank * rowlen;
 
 		if (i != me && fr_mem_unpack_key(c, row + ROW_MBX, kl,
-						 &c->peer.peers[i].mbx_rkey))
+						 &c->peer.mbx_rkeys[i]))
 			rc = FR_EPROTO;
 	}
 	if (rc)

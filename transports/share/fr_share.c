@@ -125,7 +125,11 @@ struct fr_share {
 	int rank, nranks;
 	struct fr_tp_ops view_ops; /* the real one's name and options */
 	struct shr_link *links;	   /* [nranks] */
-	uint8_t *addrs, *addrlens;
+	/* the ranks' addresses, packed: rank w's are addrs[addr_off[w] ..
+	 * addr_off[w + 1]) (a large job's would be 128 bytes a rank each
+	 * in every rank otherwise) */
+	uint8_t *addrs;
+	uint32_t *addr_off;
 	int *busy, nbusy; /* links with a handshake in progress */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -386,11 +390,11 @@ static int link_need(struct fr_share *s, int w)
 	if (!l->want_ms)
 		l->want_ms = now;
 	if (!l->out && (s->rank < w || now - l->want_ms >= SHR_GRACE_MS)) {
-		if (!s->addrlens || !s->addrlens[w])
+		if (!s->addr_off || s->addr_off[w + 1] == s->addr_off[w])
 			return FR_EPROTO;
-		rc = s->ops->connect(s->tp, w,
-				     s->addrs + (size_t)w * FR_TP_ADDR_MAX,
-				     s->addrlens[w], &l->out);
+		rc = s->ops->connect(s->tp, w, s->addrs + s->addr_off[w],
+				     s->addr_off[w + 1] - s->addr_off[w],
+				     &l->out);
 		if (rc) {
 			l->out = NULL;
 			if (s->rank < w) {
@@ -899,7 +903,7 @@ static void share_free(struct fr_share *s)
 	free(s->busy);
 	free(s->links);
 	free(s->addrs);
-	free(s->addrlens);
+	free(s->addr_off);
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
@@ -1087,20 +1091,29 @@ nomem:
 int fr_share_set_addrs(struct fr_share *s, const uint8_t *addrs,
 		       const uint8_t *addrlens)
 {
-	uint8_t *a = malloc((size_t)s->nranks * FR_TP_ADDR_MAX),
-		*l = malloc((size_t)s->nranks);
+	uint32_t *off = malloc(((size_t)s->nranks + 1) * sizeof(*off));
+	size_t total = 0;
+	uint8_t *a;
 
-	if (!a || !l) {
-		free(a);
-		free(l);
+	if (!off)
+		return FR_ENOMEM;
+	for (int w = 0; w < s->nranks; w++)
+		total += addrlens[w];
+	a = malloc(total ? total : 1);
+	if (!a) {
+		free(off);
 		return FR_ENOMEM;
 	}
-	memcpy(a, addrs, (size_t)s->nranks * FR_TP_ADDR_MAX);
-	memcpy(l, addrlens, (size_t)s->nranks);
+	off[0] = 0;
+	for (int w = 0; w < s->nranks; w++) {
+		memcpy(a + off[w], addrs + (size_t)w * FR_TP_ADDR_MAX,
+		       addrlens[w]);
+		off[w + 1] = off[w] + addrlens[w];
+	}
 	free(s->addrs);
-	free(s->addrlens);
+	free(s->addr_off);
 	s->addrs = a;
-	s->addrlens = l;
+	s->addr_off = off;
 	return 0;
 }
 

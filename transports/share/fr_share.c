@@ -55,7 +55,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fastreduce.h"
 #include "log.h"
@@ -124,7 +126,10 @@ struct fr_share {
 	struct fr_tp *tp;
 	int rank, nranks;
 	struct fr_tp_ops view_ops; /* the real one's name and options */
-	struct shr_link *links;	   /* [nranks] */
+	/* [nranks]: zeroed pages that an entry takes once written; a rank
+	 * of a large job links to few of the others (links_len bytes) */
+	struct shr_link *links;
+	size_t links_len;
 	/* the ranks' addresses, packed: rank w's are addrs[addr_off[w] ..
 	 * addr_off[w + 1]) (a large job's would be 128 bytes a rank each
 	 * in every rank otherwise) */
@@ -146,6 +151,23 @@ struct fr_share {
 	int nzombies, zcap;
 	struct shr_kept *kept;
 };
+
+static struct shr_link *links_new(int nranks, size_t *len)
+{
+	size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+	void *p;
+
+	*len = ((size_t)nranks * sizeof(struct shr_link) + ps - 1) / ps * ps;
+	p = mmap(NULL, *len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void links_free(struct shr_link *links, size_t len)
+{
+	if (links)
+		munmap(links, len);
+}
 
 static struct shr_view *V(struct fr_tp *tp)
 {
@@ -901,7 +923,7 @@ static void share_free(struct fr_share *s)
 	held_free(s->unclaimed);
 	free(s->zombies);
 	free(s->busy);
-	free(s->links);
+	links_free(s->links, s->links_len);
 	free(s->addrs);
 	free(s->addr_off);
 	pthread_cond_destroy(&s->cv);
@@ -1014,7 +1036,7 @@ int fr_share_new(const struct fr_tp_ops *ops, struct fr_tp *tp, int rank,
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return FR_ENOMEM;
-	s->links = calloc((size_t)nranks, sizeof(*s->links));
+	s->links = links_new(nranks, &s->links_len);
 	s->busy = calloc((size_t)nranks, sizeof(*s->busy));
 	if (!s->links || !s->busy)
 		goto nomem;
@@ -1083,7 +1105,7 @@ nomem_locks:
 	pthread_mutex_destroy(&s->mu);
 nomem:
 	free(s->busy);
-	free(s->links);
+	links_free(s->links, s->links_len);
 	free(s);
 	return FR_ENOMEM;
 }

@@ -48,7 +48,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -268,44 +267,22 @@ static uint8_t *mbx_slot(struct fr_comm *comm, int from, int slot)
  */
 #define FR_POPULATE_MAX_RANKS 128
 
-static uint8_t *zeroed_pages(size_t len, bool populate)
-{
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS |
-			       (populate ? MAP_POPULATE : 0),
-		       -1, 0);
-
-	return p == MAP_FAILED ? NULL : p;
-}
-
-static size_t page_round(size_t len)
-{
-	size_t ps = (size_t)sysconf(_SC_PAGESIZE);
-
-	return (len + ps - 1) / ps * ps;
-}
-
 int fr_peers_alloc(struct fr_comm *c)
 {
-	size_t len = page_round((size_t)c->nranks * sizeof(*c->peer.peers));
-
 	c->peer.mbx_rkeys =
 		calloc((size_t)c->nranks, sizeof(*c->peer.mbx_rkeys));
-	c->peer.peers = (struct fr_peer *)zeroed_pages(len, false);
+	c->peer.peers = fr_pages_new((size_t)c->nranks * sizeof(*c->peer.peers),
+				     false, &c->peer.peers_len);
 	if (!c->peer.mbx_rkeys || !c->peer.peers) {
-		free(c->peer.mbx_rkeys);
-		c->peer.mbx_rkeys = NULL;
-		c->peer.peers = NULL;
+		fr_peers_free(c);
 		return FR_ENOMEM;
 	}
-	c->peer.peers_len = len;
 	return 0;
 }
 
 void fr_peers_free(struct fr_comm *c)
 {
-	if (c->peer.peers)
-		munmap(c->peer.peers, c->peer.peers_len);
+	fr_pages_free(c->peer.peers, c->peer.peers_len);
 	free(c->peer.mbx_rkeys);
 	c->peer.peers = NULL;
 	c->peer.mbx_rkeys = NULL;
@@ -324,8 +301,7 @@ int fr_peers_mailbox(struct fr_comm *c, int rows, bool populate)
 	int rc;
 
 	sz = (size_t)rows * mbx_row(c);
-	c->peer.mbx_len = page_round(sz);
-	c->peer.mbx = zeroed_pages(c->peer.mbx_len, populate);
+	c->peer.mbx = fr_pages_new(sz, populate, &c->peer.mbx_len);
 	if (!c->peer.mbx)
 		return FR_ENOMEM;
 	rc = fr_mem_register_internal(c, c->peer.mbx, sz,
@@ -334,8 +310,7 @@ int fr_peers_mailbox(struct fr_comm *c, int rows, bool populate)
 	if (rc)
 		goto err_mbx_reg;
 	sz = (size_t)c->peer.out_slots * c->peer.mbx_slot_size;
-	c->peer.out_len = page_round(sz);
-	c->peer.out = zeroed_pages(c->peer.out_len, populate);
+	c->peer.out = fr_pages_new(sz, populate, &c->peer.out_len);
 	if (!c->peer.out) {
 		rc = FR_ENOMEM;
 		goto err_out;
@@ -347,13 +322,13 @@ int fr_peers_mailbox(struct fr_comm *c, int rows, bool populate)
 	return 0;
 
 err_out_reg:
-	munmap(c->peer.out, c->peer.out_len);
+	fr_pages_free(c->peer.out, c->peer.out_len);
 	c->peer.out = NULL;
 err_out:
 	fr_mem_free_internal(c->peer.mbx_mem);
 	c->peer.mbx_mem = NULL;
 err_mbx_reg:
-	munmap(c->peer.mbx, c->peer.mbx_len);
+	fr_pages_free(c->peer.mbx, c->peer.mbx_len);
 	c->peer.mbx = NULL;
 	return rc;
 }

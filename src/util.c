@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -62,6 +63,25 @@ void fr_touch_zeroed(void *p, size_t len)
 
 	for (size_t off = 0; off < len; off += step)
 		b[off] = 0;
+}
+
+void *fr_pages_new(size_t len, bool populate, size_t *mapped)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t ps = pg > 0 ? (size_t)pg : 4096;
+	void *p;
+
+	*mapped = ((len ? len : 1) + ps - 1) / ps * ps;
+	p = mmap(NULL, *mapped, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0),
+		 -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+void fr_pages_free(void *p, size_t mapped)
+{
+	if (p)
+		munmap(p, mapped);
 }
 
 int fr_parse_long(const char *s, long min, long max, long *out)

@@ -76,6 +76,16 @@ const char *fr_syserr(int err);
  */
 void fr_touch_zeroed(void *p, size_t len);
 
+/*
+ * Private anonymous pages for len bytes, zeroed, each made on its first
+ * touch (or all at once with populate); *mapped gets the length rounded
+ * up to whole pages, which fr_pages_free wants.  A table of an entry per
+ * rank that a large job writes only here and there costs its written
+ * pages only.  NULL when none.
+ */
+void *fr_pages_new(size_t len, bool populate, size_t *mapped);
+void fr_pages_free(void *p, size_t mapped);
+
 /* Make sure this process may open about `need` descriptors: raise the soft
  * RLIMIT_NOFILE up to the hard one if it must.  0, or FR_ESYS with a
  * message in err naming the limits and how to raise them. */

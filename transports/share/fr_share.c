@@ -55,9 +55,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "fastreduce.h"
 #include "log.h"
@@ -151,23 +149,6 @@ struct fr_share {
 	int nzombies, zcap;
 	struct shr_kept *kept;
 };
-
-static struct shr_link *links_new(int nranks, size_t *len)
-{
-	size_t ps = (size_t)sysconf(_SC_PAGESIZE);
-	void *p;
-
-	*len = ((size_t)nranks * sizeof(struct shr_link) + ps - 1) / ps * ps;
-	p = mmap(NULL, *len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	return p == MAP_FAILED ? NULL : p;
-}
-
-static void links_free(struct shr_link *links, size_t len)
-{
-	if (links)
-		munmap(links, len);
-}
 
 static struct shr_view *V(struct fr_tp *tp)
 {
@@ -923,7 +904,7 @@ static void share_free(struct fr_share *s)
 	held_free(s->unclaimed);
 	free(s->zombies);
 	free(s->busy);
-	links_free(s->links, s->links_len);
+	fr_pages_free(s->links, s->links_len);
 	free(s->addrs);
 	free(s->addr_off);
 	pthread_cond_destroy(&s->cv);
@@ -1036,7 +1017,8 @@ int fr_share_new(const struct fr_tp_ops *ops, struct fr_tp *tp, int rank,
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return FR_ENOMEM;
-	s->links = links_new(nranks, &s->links_len);
+	s->links = fr_pages_new((size_t)nranks * sizeof(*s->links), false,
+				&s->links_len);
 	s->busy = calloc((size_t)nranks, sizeof(*s->busy));
 	if (!s->links || !s->busy)
 		goto nomem;
@@ -1105,7 +1087,7 @@ nomem_locks:
 	pthread_mutex_destroy(&s->mu);
 nomem:
 	free(s->busy);
-	links_free(s->links, s->links_len);
+	fr_pages_free(s->links, s->links_len);
 	free(s);
 	return FR_ENOMEM;
 }

@@ -346,8 +346,9 @@ static bool hier_done(const struct fr_comm *comm, const struct fr_request *req)
 	return true;
 }
 
-/* The first lane not done waits on its level's previous member, or, its
- * data in, on the next one taking what it sent. */
+/* The lane whose turn it is on its level (the first such) waits on its
+ * level's previous member, or, its data in, on the next one taking what
+ * it sent; a lane waiting for its turn waits on that one. */
 static int hier_waiting_on(const struct fr_comm *comm,
 			   const struct fr_request *req)
 {
@@ -360,7 +361,7 @@ static int hier_waiting_on(const struct fr_comm *comm,
 		const struct hier_lane *ln = &st->ln[c];
 		const struct hier_level *lv;
 
-		if (ln->phase == 2 * st->nl)
+		if (ln->phase == 2 * st->nl || !my_turn(st, ln))
 			continue;
 		lv = &st->lv[level(st, ln)];
 		return ln->inited && fr_xfer_complete(&ln->rx) ? lv->next

@@ -614,10 +614,6 @@ static void log_choice(struct fr_comm *comm, const struct fr_request *req,
 
 	comm->algo.logged[slot].coll = (int)req->coll;
 	comm->algo.logged[slot].bytes = bytes;
-	if (!comm->algo.hc_local_known) {
-		comm->algo.hc_local = hc_local_dims(comm);
-		comm->algo.hc_local_known = true;
-	}
 	for (int id = 1; id < FR_ALGO_COUNT; id++) {
 		const struct fr_algo *a = impl(comm, req->coll, id);
 
@@ -663,6 +659,12 @@ const struct fr_algo *fr_algo_select(struct fr_comm *comm,
 		if (m->algo && m->bytes == bytes && m->coll == (int)req->coll &&
 		    m->dtype == (int)req->dtype)
 			return m->algo;
+	}
+	/* the layout's hypercube steps at home, once: the model asks on
+	 * every size it has not seen */
+	if (!comm->algo.hc_local_known) {
+		comm->algo.hc_local = hc_local_dims(comm);
+		comm->algo.hc_local_known = true;
 	}
 	for (int id = 1; id < FR_ALGO_COUNT; id++) {
 		const struct fr_algo *a = impl(comm, req->coll, id);

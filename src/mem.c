@@ -22,13 +22,6 @@
 #include "log.h"
 #include "util.h"
 
-static size_t page_size(void)
-{
-	long p = sysconf(_SC_PAGESIZE);
-
-	return p > 0 ? (size_t)p : 4096;
-}
-
 int fr_mem_register_internal(struct fr_comm *comm, void *buf, size_t len,
 			     int access, bool user, struct fr_mem **out)
 {
@@ -139,7 +132,7 @@ int fr_mem_acquire(struct fr_comm *comm, const void *buf, size_t len,
 		   int access, struct fr_mem **out)
 {
 	uintptr_t a = (uintptr_t)buf, lo, hi;
-	size_t ps = page_size();
+	size_t ps = fr_page_size();
 	struct fr_mem *m;
 	int rc;
 

@@ -55,11 +55,17 @@ uint64_t fr_coarse_tick_ms(void)
 	return t;
 }
 
+size_t fr_page_size(void)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+
+	return pg > 0 ? (size_t)pg : 4096;
+}
+
 void fr_touch_zeroed(void *p, size_t len)
 {
 	volatile uint8_t *b = p;
-	long pg = sysconf(_SC_PAGESIZE);
-	size_t step = pg > 0 ? (size_t)pg : 4096;
+	size_t step = fr_page_size();
 
 	for (size_t off = 0; off < len; off += step)
 		b[off] = 0;
@@ -67,8 +73,7 @@ void fr_touch_zeroed(void *p, size_t len)
 
 void *fr_pages_new(size_t len, bool populate, size_t *mapped)
 {
-	long pg = sysconf(_SC_PAGESIZE);
-	size_t ps = pg > 0 ? (size_t)pg : 4096;
+	size_t ps = fr_page_size();
 	void *p;
 
 	*mapped = ((len ? len : 1) + ps - 1) / ps * ps;

@@ -76,6 +76,9 @@ const char *fr_syserr(int err);
  */
 void fr_touch_zeroed(void *p, size_t len);
 
+/* The system's page size (4096 if it will not say). */
+size_t fr_page_size(void);
+
 /*
  * Private anonymous pages for len bytes, zeroed, each made on its first
  * touch (or all at once with populate); *mapped gets the length rounded

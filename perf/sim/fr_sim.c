@@ -59,6 +59,8 @@ static void usage(FILE *f)
 		"  -b, --min-bytes S      smallest size (default 8)\n"
 		"  -e, --max-bytes S      largest size (default 64M)\n"
 		"  -f, --factor F         size step (default 4)\n"
+		"      --sizes LIST       comma-separated sizes, in that order,\n"
+		"                         instead of -b, -e and -f\n"
 		"  -a, --algos LIST       comma-separated: auto, ring, rd,\n"
 		"                         rabenseifner, tree, hier, oneshot; all\n"
 		"                         (default auto)\n"
@@ -68,6 +70,53 @@ static void usage(FILE *f)
 		"                         large sizes (results not checked)\n"
 		"  -h, --help\n"
 		"Sizes take K/M/G suffixes (powers of 1024).\n");
+}
+
+/* "1M,25M,97.5..." into a malloc'ed array: the count, or -1 if a size is
+ * malformed or zero */
+static int parse_sizes(const char *list, size_t **out)
+{
+	char buf[4096], *save = NULL, *tok;
+	size_t *v = NULL;
+	int n = 0;
+
+	if (strlen(list) >= sizeof(buf))
+		return -1;
+	snprintf(buf, sizeof(buf), "%s", list);
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		size_t *w = realloc(v, (size_t)(n + 1) * sizeof(*v));
+
+		if (!w || pc_parse_size(tok, &w[n]) || !w[n]) {
+			free(w ? w : v);
+			return -1;
+		}
+		v = w;
+		n++;
+	}
+	if (!n)
+		return -1;
+	*out = v;
+	return n;
+}
+
+/* minb, minb x factor, ... up to maxb, as -b, -e and -f give them */
+static int geometric_sizes(size_t minb, size_t maxb, size_t factor,
+			   size_t **out)
+{
+	size_t *v;
+	int n = 0;
+
+	v = calloc(64, sizeof(*v));
+	if (!v)
+		return -1;
+	for (size_t b = minb; b <= maxb && n < 64; b *= factor) {
+		v[n++] = b;
+		if (b > maxb / factor)
+			break;
+	}
+	*out = v;
+	return n;
 }
 
 /* "fat-tree:16:1,8:2" or "torus:8x8x4" into p; -1 if malformed */
@@ -220,6 +269,7 @@ int main(int argc, char **argv)
 		{"algos", required_argument, NULL, 'a'},
 		{"max-mem-mib", required_argument, NULL, 'M'},
 		{"sizes-only", no_argument, NULL, 'Z'},
+		{"sizes", required_argument, NULL, 1009},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -232,8 +282,9 @@ int main(int argc, char **argv)
 		.shm_lat_ns = 500,
 	};
 	struct sim_cpu_params cpu = {0};
-	size_t minb = 8, maxb = 64u << 20;
+	size_t minb = 8, maxb = 64u << 20, *sizes = NULL;
 	long factor = 4, maxmem = 4096, v;
+	int nsizes = 0;
 	int ids[16], nalgo;
 	const char *names[16], *algos = "auto";
 	double d;
@@ -325,6 +376,12 @@ int main(int argc, char **argv)
 		case 'Z':
 			sizes_only = true;
 			break;
+		case 1009:
+			free(sizes);
+			nsizes = parse_sizes(optarg, &sizes);
+			if (nsizes < 0)
+				goto bad;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -335,22 +392,37 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc || !minb || minb > maxb) {
 		usage(stderr);
+		free(sizes);
 		return 2;
 	}
+	if (!nsizes) {
+		/* -b, -e and -f as the list they give */
+		nsizes = geometric_sizes(minb, maxb, (size_t)factor, &sizes);
+		if (nsizes < 0)
+			return 1;
+	}
+	maxb = 0;
+	for (int i = 0; i < nsizes; i++)
+		maxb = sizes[i] > maxb ? sizes[i] : maxb;
 	nalgo = parse_algos(algos, ids, names, (int)PC_ARRAY_SIZE(ids));
-	if (nalgo < 0)
+	if (nalgo < 0) {
+		free(sizes);
 		return 2;
+	}
 	if (!sizes_only &&
 	    (double)p.nranks * (double)(maxb / sizeof(float) * sizeof(float)) >
 		    (double)maxmem * (1 << 20)) {
 		fprintf(stderr,
 			"fr_sim: %d ranks x %zu bytes exceed --max-mem-mib %ld (--sizes-only needs none)\n",
 			p.nranks, maxb, maxmem);
+		free(sizes);
 		return 2;
 	}
 	bufs = calloc((size_t)p.nranks, sizeof(*bufs));
-	if (!bufs)
+	if (!bufs) {
+		free(sizes);
 		return 1;
+	}
 	if (sizes_only) {
 		/* one mapping for all, its pages made only where a write's
 		 * first bytes land */
@@ -401,9 +473,8 @@ int main(int argc, char **argv)
 	       sizes_only ? "; sizes only: no data, results not checked" : "");
 	printf("%12s  %-17s %12s %11s %11s %10s %8s\n", "bytes", "algo",
 	       "time_us", "algbw_GB/s", "busbw_GB/s", "events", "real_s");
-	for (size_t bytes = minb; bytes <= maxb && !rc;
-	     bytes *= (size_t)factor) {
-		size_t count = bytes / sizeof(float);
+	for (int si = 0; si < nsizes && !rc; si++) {
+		size_t bytes = sizes[si], count = bytes / sizeof(float);
 
 		for (int a = 0; a < nalgo && !rc; a++) {
 			uint64_t ns = 0, ev0;
@@ -454,8 +525,6 @@ int main(int argc, char **argv)
 			       (unsigned long long)(s.events - ev0), real);
 			fflush(stdout);
 		}
-		if (bytes > maxb / (size_t)factor)
-			break;
 	}
 	sim_close(&s);
 out:
@@ -465,8 +534,10 @@ out:
 		for (int r = 0; r < p.nranks; r++)
 			free(bufs[r]); /* calloc'd: NULL where none was made */
 	free(bufs);
+	free(sizes);
 	return rc ? 1 : 0;
 bad:
+	free(sizes);
 	fprintf(stderr, "fr_sim: bad value \"%s\"\n", optarg);
 	usage(stderr);
 	return 2;

@@ -564,19 +564,15 @@ static uint64_t job_hash(const struct fr_settings *s)
  * CTRL slots of recovery, pinned on RDMA)
  * stays within 32 MiB on large jobs.
  */
-static void mailbox_size(struct fr_comm *c, size_t eager)
+size_t fr_mbx_slot_size(int nranks, size_t eager)
 {
-	size_t ctrl = fr_agree_ctrl_size(c->nranks);
-	size_t row = (32u << 20) / (size_t)c->nranks;
+	size_t ctrl = fr_agree_ctrl_size(nranks);
+	size_t row = (32u << 20) / (size_t)(nranks > 0 ? nranks : 1);
 	size_t cap =
 		(row > FR_CTRL_CHANNELS * ctrl ? row - FR_CTRL_CHANNELS * ctrl
 					       : 0) /
 		(FR_MBX_SLOTS + 2);
 
-	c->peer.ctrl_size = ctrl;
-
-	c->peer.mbx_slots = FR_MBX_SLOTS;
-	c->peer.out_slots = 2 * FR_MBX_SLOTS;
 	if (!eager) {
 		eager = 32u << 10;
 		if (eager + FR_MSG_HDR > cap)
@@ -587,7 +583,15 @@ static void mailbox_size(struct fr_comm *c, size_t eager)
 	/* a CTRL message is assembled in an outbox slot */
 	if (eager + FR_MSG_HDR < ctrl)
 		eager = ctrl - FR_MSG_HDR;
-	c->peer.mbx_slot_size = eager + FR_MSG_HDR;
+	return eager + FR_MSG_HDR;
+}
+
+static void mailbox_size(struct fr_comm *c, size_t eager)
+{
+	c->peer.ctrl_size = fr_agree_ctrl_size(c->nranks);
+	c->peer.mbx_slots = FR_MBX_SLOTS;
+	c->peer.out_slots = 2 * FR_MBX_SLOTS;
+	c->peer.mbx_slot_size = fr_mbx_slot_size(c->nranks, eager);
 }
 
 static void copy_msg(char *dst, size_t len, const char *src)

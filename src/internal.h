@@ -173,6 +173,12 @@ int fr_comm_seterr(struct fr_comm *comm, int err, const char *fmt, ...)
 int fr_refuse(struct fr_comm *comm, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* comm.c: a mailbox slot's bytes, header included, on a job of nranks
+ * with FR_EAGER_BYTES eager (0: the default, sized by the job); what a
+ * communicator of that size gets, for the tools that model jobs they do
+ * not run (fr_step's projections). */
+size_t fr_mbx_slot_size(int nranks, size_t eager);
+
 /* comm.c: the layout of the nodes (struct fr_topo) from each rank's node
  * id and online CPUs (0: unknown); what the rendezvous filled in, freed. */
 int fr_comm_nodes_take(struct fr_comm *c, const uint64_t *ids,

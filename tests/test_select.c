@@ -185,6 +185,65 @@ static void test_oneshot_long_link(void **state)
 	comm.algo.tune = saved;
 }
 
+/*
+ * The mailbox's window: a stream to one peer moves at most its slots per
+ * round trip.  On 64 ranks over a fast link that is also long (384
+ * Gbit/s, 73 us: a tune file fr_step projects from), 25 MiB by
+ * Rabenseifner is window-bound, about 2 (p-1)/p n x 2 alpha / W, and the
+ * ring is chosen; fr_sim found Rabenseifner 2.7 times the ring there (29.6 ms
+ * against 10.9).  Without the window's term the model said 2.5 ms and
+ * chose it.  On a short link, or a slow one, the window is not the limit
+ * and nothing changes; payload 0 (unknown) leaves it out.
+ */
+static void test_mailbox_window(void **state)
+{
+	struct fr_tune saved = comm.algo.tune;
+	size_t n = 25u << 20, pm = 32768;
+	double w = 8.0 * pm, rab, bound;
+
+	(void)state;
+	comm.nranks = 64;
+	comm.peer.mbx_slot_size = 64 + pm;
+	comm.algo.tune.alpha_us = 73.2;
+	comm.algo.tune.beta_ns = 8 / 384.32;
+	comm.algo.tune.copy_ns = 0.001;
+	comm.algo.tune.gamma_ns[FR_F32] = 0.024;
+	rab = fr_algo_predict_us(&comm, FR_ALGO_RABENSEIFNER,
+				 FR_COLL_ALLREDUCE, n, FR_F32);
+	bound = 2.0 * 63 / 64 * (double)n * 2 * 73.2 / w;
+	assert_true(rab > 0.9 * bound && rab < 1.1 * bound);
+	assert_true(fr_model_predict_us(&comm.algo.tune, 64, 0,
+					FR_ALGO_RABENSEIFNER, FR_COLL_ALLREDUCE,
+					n, FR_F32) < 0.2 * bound);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, n / 4, FR_F32, 0),
+			 &fr_algo_ring);
+	/* recursive doubling's steps are windowed too: 6 of 1 MiB, each
+	 * W at once and 3 W a round trip after the other */
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_RD, FR_COLL_ALLREDUCE,
+				       1u << 20, FR_F32) >=
+		    6.0 * 3 * 2 * 73.2);
+	/* a message within the window waits for no credit */
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_RD, FR_COLL_ALLREDUCE,
+				       w, FR_F32) ==
+		    fr_model_predict_us(&comm.algo.tune, 64, 0, FR_ALGO_RD,
+					FR_COLL_ALLREDUCE, w, FR_F32));
+	/* a short link (2 us: 384 Gbit/s x 4 us is less than W): the
+	 * window is no limit, Rabenseifner wins */
+	comm.algo.tune.alpha_us = 2;
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, n / 4, FR_F32, 0),
+			 &fr_algo_rabenseifner);
+	/* a slow long one: neither */
+	comm.algo.tune.alpha_us = 73.2;
+	comm.algo.tune.beta_ns = 8.0;
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_RABENSEIFNER,
+				       FR_COLL_ALLREDUCE, n, FR_F32) ==
+		    fr_model_predict_us(&comm.algo.tune, 64, 0,
+					FR_ALGO_RABENSEIFNER,
+					FR_COLL_ALLREDUCE, n, FR_F32));
+	comm.algo.tune = saved;
+	comm.peer.mbx_slot_size = 64 + 32768;
+}
+
 static void test_forced_and_others(void **state)
 {
 	(void)state;
@@ -364,6 +423,64 @@ static void test_rab_node_steps(void **state)
 /* Reduce-scatter and all-gather: two-level where the model says (two
  * nodes, large: the link carries (m-1)/m instead of (p-1)/p of the data),
  * never where it cannot run; forcing it there falls back to the ring. */
+/*
+ * The grid's links (FR_TOPO=2x2 with tcp.grid_beta_ns.1): 2 racks of 2
+ * nodes of 2 ranks, the nodes at 10 Gbit/s, the racks joined at 1
+ * (perf/sim/README.md's three-level network).  Knowing one beta, the model
+ * chose the ring at 64 MiB, which sends 2 (p-1)/p of the vector through a
+ * rack's uplink (simulated 940 ms; hier on the grid 562, Rabenseifner
+ * 608).  With the rack link's beta the ring costs at least that much,
+ * Rabenseifner's step across the racks 4 ranks x n/8 each way, hier's
+ * grid 1 vector, and hier is chosen; an uplink faster than the nodes'
+ * links changes nothing, as does no grid.
+ */
+static void test_grid_links(void **state)
+{
+	struct fr_tune saved = comm.algo.tune;
+	double n = 64u << 20, ring, hier, rab, up = 8e-3;
+
+	(void)state;
+	layout(8, 2, true);
+	comm.topo.ngrid = 2;
+	comm.topo.grid[0] = comm.topo.grid[1] = 2;
+	comm.topo.nlevels = 2;
+	comm.topo.nlevel[0] = comm.topo.nlevel[1] = 2;
+	comm.algo.tune.alpha_us = 20;
+	comm.algo.tune.beta_ns = 0.8;
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (size_t)n / 4, FR_F32, 0),
+			 &fr_algo_ring);
+	/* faster than the node links: nothing changes */
+	comm.algo.tune.grid_beta_ns[1] = 0.1;
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (size_t)n / 4, FR_F32, 0),
+			 &fr_algo_ring);
+	comm.algo.tune.grid_beta_ns[1] = 8;
+	ring = fr_algo_predict_us(&comm, FR_ALGO_RING, FR_COLL_ALLREDUCE,
+				  (size_t)n, FR_F32);
+	hier = fr_algo_predict_us(&comm, FR_ALGO_HIER, FR_COLL_ALLREDUCE,
+				  (size_t)n, FR_F32);
+	rab = fr_algo_predict_us(&comm, FR_ALGO_RABENSEIFNER,
+				 FR_COLL_ALLREDUCE, (size_t)n, FR_F32);
+	print_message("64 MiB, racks at 1 Gbit/s: ring %.1f ms, hier %.1f ms, rabenseifner %.1f ms\n",
+		      ring / 1e3, hier / 1e3, rab / 1e3);
+	assert_true(ring >= 2 * 7.0 / 8 * n * up && ring < 1.1 * 2 * 7.0 / 8 * n * up);
+	assert_true(rab >= 2 * 4 * n / 8 * up && rab < 1.25 * 2 * 4 * n / 8 * up);
+	assert_true(hier >= n * up && hier < 1.1 * n * up);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (size_t)n / 4, FR_F32, 0),
+			 &fr_algo_hier);
+	/* recursive doubling's step across the racks: 4 ranks x n */
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_RD, FR_COLL_ALLREDUCE,
+				       1u << 20, FR_F32) >=
+		    4.0 * (1u << 20) * up);
+	/* small sizes keep their choice */
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0), &fr_algo_rd);
+	/* no grid: the key is not used */
+	comm.topo.ngrid = 0;
+	comm.topo.nlevels = 0;
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (size_t)n / 4, FR_F32, 0),
+			 &fr_algo_ring);
+	comm.algo.tune = saved;
+}
+
 static void test_hier_rsag_choice(void **state)
 {
 	(void)state;
@@ -484,6 +601,24 @@ static void test_tune_file(void **state)
 	assert_true(comm.algo.tune.msg_us == 30);
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0),
 			 &fr_algo_oneshot);
+	/* the grid's links: dimensions 1 to 3, in the hash; others are
+	 * unknown keys (warned about, ignored) */
+	{
+		uint32_t h1 = fr_tune_hash(&comm.algo.tune);
+
+		write_tune("tcp.alpha_us = 900\ntcp.msg_us = 30\n"
+			   "tcp.grid_beta_ns.1 = 8\ntcp.grid_beta_ns.3 = 16\n"
+			   "tcp.grid_beta_ns.0 = 5\ntcp.grid_beta_ns.4 = 5\n"
+			   "tcp.grid_beta_ns.12 = 5\n");
+		assert_int_equal(fr_tune_load(&comm.algo.tune, "tcp", err,
+					      sizeof(err)),
+				 0);
+		assert_true(comm.algo.tune.grid_beta_ns[0] == 0);
+		assert_true(comm.algo.tune.grid_beta_ns[1] == 8);
+		assert_true(comm.algo.tune.grid_beta_ns[2] == 0);
+		assert_true(comm.algo.tune.grid_beta_ns[3] == 16);
+		assert_int_not_equal(fr_tune_hash(&comm.algo.tune), h1);
+	}
 
 	static const char *const bad[] = {
 		"tcp.alpha_us = -1\n",	  "tcp.alpha_us = x\n",
@@ -543,11 +678,13 @@ int main(void)
 		cmocka_unit_test_setup(test_names, setup),
 		cmocka_unit_test_setup(test_allreduce_shape, setup),
 		cmocka_unit_test_setup(test_oneshot_long_link, setup),
+		cmocka_unit_test_setup(test_mailbox_window, setup),
 		cmocka_unit_test_setup(test_memo, setup),
 		cmocka_unit_test_setup(test_forced_and_others, setup),
 		cmocka_unit_test_setup(test_new_collectives, setup),
 		cmocka_unit_test_setup(test_hier_choice, setup),
 		cmocka_unit_test_setup(test_rab_node_steps, setup),
+		cmocka_unit_test_setup(test_grid_links, setup),
 		cmocka_unit_test_setup(test_hier_rsag_choice, setup),
 		cmocka_unit_test_setup(test_tune_file, setup),
 		cmocka_unit_test_setup(test_oversub, setup),

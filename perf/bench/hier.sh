@@ -18,8 +18,11 @@
 # --racks R puts the nodes in R racks of consecutive ones, joined at
 # --rack-rate (netns.sh's racks), and adds "hier-grid": the hierarchical
 # All-Reduce told the grid (FR_TOPO=<nodes per rack>xR), three levels
-# against the two of plain hier.  Times: per call the slowest rank,
-# median over the calls (--stat median).
+# against the two of plain hier, and "auto-grid": the library's choice
+# told the grid and the rack link's rate (a tune file with
+# <transport>.grid_beta_ns.1 = 8 / RACK_RATE in Gbit/s, fastreduce(7)).
+# Times: per call the slowest rank, median over the calls (--stat
+# median).
 #
 # usage: perf/bench/hier.sh [--nodes M] [--per-node K] [--rate R]
 #                           [--sizes "1M 64M"] [--iters N] [--rounds R]
@@ -44,7 +47,7 @@ while (($#)); do
 	--coll) COLL=$2; shift 2 ;;
 	--racks) RACKS=$2; shift 2 ;;
 	--rack-rate) RACK_RATE=$2; shift 2 ;;
-	-h|--help) sed -n '3,29p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,33p' "$0"; exit 0 ;;
 	*) B=$1; shift ;;
 	esac
 done
@@ -56,16 +59,17 @@ trap 'bash "$HERE/netns.sh" teardown "$NODES" >/dev/null 2>&1' EXIT
 N=$((NODES * K))
 out=$(mktemp -d /tmp/frhier.XXXXXX)
 run() { # ALGO ROUND
-	local port=$((30000 + RANDOM % 20000)) pids=() r node algo=$1 order=node grid=""
+	local port=$((30000 + RANDOM % 20000)) pids=() r node algo=$1 order=node grid="" tune=""
 	[ "$algo" = ring-rank ] && algo=ring order=rank
 	[ "$algo" = hier-grid ] && algo=hier grid=$((NODES / RACKS))x$RACKS
+	[ "$algo" = auto-grid ] && algo=auto grid=$((NODES / RACKS))x$RACKS tune=$out/grid.tune
 	for r in $(seq 0 $((N - 1))); do
 		node=$((r / K))
 		[ "$RR" = 1 ] && node=$((r % NODES))
 		ip netns exec "frh_h$node" env LD_LIBRARY_PATH="$B/.libs" \
 			FR_RANK=$r FR_NRANKS=$N FR_RENDEZVOUS=198.21.0.1:$port \
 			FR_TRANSPORT="${FR_TRANSPORT:-auto}" FR_ALGO="$algo" FR_JOB_TOKEN="hier$port" \
-			FR_RING_ORDER=$order FR_TOPO="$grid" \
+			FR_RING_ORDER=$order FR_TOPO="$grid" FR_TUNE_FILE="$tune" \
 			timeout 600 "$B/.libs/fr_allreduce_perf" -C "$COLL" -b "${SIZES%% *}" \
 			-e "${SIZES##* }" -f 64 -n "$ITERS" -w 2 --stat median >"$out/$1.$2.$r" 2>&1 &
 		pids+=($!)
@@ -74,7 +78,14 @@ run() { # ALGO ROUND
 }
 ALGOS="ring hier auto"
 [ "$RR" = 1 ] && ALGOS="ring ring-rank hier auto"
-[ "$RACKS" -gt 1 ] && ALGOS="$ALGOS hier-grid"
+[ "$RACKS" -gt 1 ] && ALGOS="$ALGOS hier-grid auto-grid"
+# the rack link's beta for auto-grid, under every transport's name
+rack_gbit=$(awk -v r="${RACK_RATE,,}" 'BEGIN {
+	if (r ~ /gbit$/) print r + 0; else if (r ~ /mbit$/) print (r + 0) / 1000;
+	else if (r ~ /kbit$/) print (r + 0) / 1e6 }')
+for tp in tcp shm+tcp verbs shm; do
+	echo "$tp.grid_beta_ns.1 = $(awk -v g="${rack_gbit:-1}" 'BEGIN { printf "%.6g", 8 / g }')"
+done >"$out/grid.tune"
 echo "# $COLL, $NODES nodes x $K ranks$([ "$RR" = 1 ] && echo ", dealt round robin"), $RATE per node link$([ "$RACKS" -gt 1 ] && echo ", $RACKS racks joined at $RACK_RATE"), fr_allreduce_perf -n $ITERS --stat median"
 printf '%-6s %-9s %12s %14s %10s\n' round algo bytes time_us busbw
 for round in $(seq 1 "$ROUNDS"); do

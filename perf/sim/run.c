@@ -236,6 +236,31 @@ static void clk_ready(struct fake_clock *clk, int rank)
 }
 
 /*
+ * The grid's links, for the model (select.c, "the grid's links"): where
+ * FR_TOPO's grid lines up with the fat tree's switches (the first d
+ * dimensions' nodes are the nodes under one switch of level d - 1), the
+ * grid's dimension d crosses that switch's uplink, whose rate the model
+ * is given as grid_beta_ns[d], as a tune file would give it.
+ */
+static void sim_grid_betas(const struct sim_net_params *p,
+			   const struct fr_comm *c, struct fr_tune *t)
+{
+	double gbps = p->link_gbps;
+	long below = 1, group = 1;
+
+	if (p->topo != SIM_FAT_TREE || !c->topo.nlevels)
+		return;
+	for (int l = 0; l < p->levels && l + 1 < c->topo.ngrid; l++) {
+		below *= p->fanout[l];
+		group *= c->topo.grid[l];
+		gbps = gbps * p->fanout[l] / p->oversub[l];
+		if (below != group)
+			return;
+		t->grid_beta_ns[l + 1] = 8.0 / gbps;
+	}
+}
+
+/*
  * Run rank r while its engine finds work: a schedule may have more to post
  * than one round posts (a window of segments), with nothing in flight to
  * say so later.  Bounded, so that one rank cannot starve the others; one
@@ -380,6 +405,7 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 				for (int d = 0; d < FR_DTYPE_COUNT; d++)
 					t.gamma_ns[d] = 1 / u->reduce_GBps;
 		}
+		sim_grid_betas(p, s->comms[r], &t);
 		snprintf(t.source, sizeof(t.source), "the simulated network%s",
 			 s->cpu_on ? " and CPUs" : "");
 		fr_tune_set(s->comms[r], &t);

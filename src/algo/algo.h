@@ -28,6 +28,7 @@
 #include "fastreduce.h"
 #include "peer.h"
 #include "reduce.h"
+#include "topo.h"
 #include "transport.h"
 
 struct fr_comm;
@@ -42,6 +43,11 @@ struct fr_tune {
 	 * latency): what each extra message of the one-shot costs */
 	double msg_us;
 	double gamma_ns[FR_DTYPE_COUNT]; /* per byte reduced */
+	/* FR_TOPO's grid: grid_beta_ns[d] (d >= 1) per byte through the
+	 * uplink that joins a group of the first d dimensions' nodes (a rack
+	 * of grid[0] nodes for d = 1) to the rest, which the group's nodes
+	 * share; 0: not known (select.c, "the grid's links") */
+	double grid_beta_ns[FR_TOPO_MAX_DIMS];
 	char source[256]; /* "built-in defaults" or the file it came from */
 };
 

@@ -25,7 +25,10 @@
  *   broadcast chain       (p - 2 + k)(alpha + s (beta + c)), k = n / s >= 1
  *                         fragments of s bytes (a mailbox slot)
  * The ring's extra alpha is its READY exchange; the mailbox algorithms pay
- * c for the copies that the zero-copy ring does not make.
+ * c for the copies that the zero-copy ring does not make.  Their bytes to
+ * one peer also move no faster than the mailbox's window (mbx_stream_us):
+ * where the text says m (beta + c) for m bytes to one peer, read
+ * max(m (beta + c), (m / W - 1) 2 alpha).
  */
 #include <errno.h>
 #include <math.h>
@@ -59,6 +62,7 @@ static void tune_defaults(struct fr_tune *t, const char *transport)
 	for (int d = 0; d < FR_DTYPE_COUNT; d++)
 		t->gamma_ns[d] = 0.15;
 	t->gamma_ns[FR_F16] = t->gamma_ns[FR_BF16] = 0.3;
+	memset(t->grid_beta_ns, 0, sizeof(t->grid_beta_ns));
 	snprintf(t->source, sizeof(t->source), "built-in defaults for %s",
 		 transport);
 }
@@ -80,6 +84,7 @@ static int parse_double(const char *s, double *out)
  * The tune file (fr_tune(1) writes it; fastreduce(7) documents it): lines
  * "key = value", '#' comments.  Keys: <transport>.alpha_us,
  * <transport>.beta_ns, <transport>.copy_ns, <transport>.msg_us,
+ * <transport>.grid_beta_ns.<d> (1 to FR_TOPO_MAX_DIMS - 1),
  * gamma_ns.<dtype>.  Keys for
  * other transports are skipped; unknown keys are warned about.
  */
@@ -133,6 +138,11 @@ int fr_tune_load(struct fr_tune *t, const char *transport, char *err,
 				t->copy_ns = v;
 			else if (!strcmp(key + tl + 1, "msg_us"))
 				t->msg_us = v, msg_set = true;
+			else if (!strncmp(key + tl + 1, "grid_beta_ns.", 13) &&
+				 key[tl + 14] >= '1' &&
+				 key[tl + 14] < '0' + FR_TOPO_MAX_DIMS &&
+				 !key[tl + 15])
+				t->grid_beta_ns[key[tl + 14] - '0'] = v;
 			else
 				fr_warn("%s:%d: unknown key %s", path, lineno,
 					key);
@@ -224,12 +234,14 @@ uint32_t fr_tune_hash(const struct fr_tune *t)
 {
 	/* the exact doubles the model uses: a file differing in the 10th
 	 * digit may tip a choice at a crossover */
-	double v[4 + FR_DTYPE_COUNT] = {t->alpha_us, t->beta_ns, t->copy_ns,
-					t->msg_us};
+	double v[4 + FR_DTYPE_COUNT + FR_TOPO_MAX_DIMS] = {
+		t->alpha_us, t->beta_ns, t->copy_ns, t->msg_us};
 	const unsigned char *p = (const unsigned char *)v;
 	uint32_t h = 2166136261u;
 
 	memcpy(v + 4, t->gamma_ns, sizeof(t->gamma_ns));
+	memcpy(v + 4 + FR_DTYPE_COUNT, t->grid_beta_ns,
+	       sizeof(t->grid_beta_ns));
 	for (size_t i = 0; i < sizeof(v); i++) {
 		h ^= p[i];
 		h *= 16777619u;
@@ -239,6 +251,30 @@ uint32_t fr_tune_hash(const struct fr_tune *t)
 
 /* ---- the model
  * --------------------------------------------------------------- */
+
+/*
+ * m bytes streamed to one peer through its mailbox (us): the wire and the
+ * copies, bc a byte, or the window's time, whichever is longer.  A sender
+ * has FR_MBX_SLOTS slots of payload_max bytes at a peer, and a slot is its
+ * again only when the receiver's credit comes back, a round trip (2
+ * alpha) after the message left (peer.h: the credits); so the first W =
+ * slots x payload bytes go at once and each W after them a round trip
+ * later.  Where latency times bandwidth is larger than W (a fast link that
+ * is also long, or a big job's small slots: 32 MiB of mailbox over 1,024
+ * ranks leaves slots of 3 KiB), the window is the limit.  fr_sim, running
+ * the schedules over such links, found it: 25 MiB on 64 ranks at 384
+ * Gbit/s and 73 us took Rabenseifner 29.6 ms, at the window's rate, where
+ * the model without it said 2.5 ms and chose it over the ring's 10.9 ms
+ * (perf/sim/README.md).  payload_max 0: unknown, no window.
+ */
+static double mbx_stream_us(double a, double bc, size_t payload_max, double m)
+{
+	double w = (double)FR_MBX_SLOTS * (double)payload_max, t = m * bc;
+
+	if (w > 0 && m > w)
+		t = fmax(t, (m / w - 1) * 2 * a);
+	return t;
+}
 
 /* Can the two-level All-Reduce, reduce-scatter and all-gather run here
  * (hier.c, hier_rsag.c)? */
@@ -327,6 +363,115 @@ static unsigned hc_local_dims(const struct fr_comm *comm)
 }
 
 /*
+ * The grid's links.  With FR_TOPO's grid holding the nodes (topo.nlevels
+ * > 0: node = x0 + g0 x1 + g0 g1 x2 ..., fr_topo_levels) and the tune
+ * file's <transport>.grid_beta_ns.<d>, dimension d >= 1 of the grid joins
+ * groups of the first d dimensions' nodes (node / (g0 ... g(d-1))), each
+ * through one uplink that its nodes share, at grid_beta_ns[d] a byte each
+ * way.  Where such a link is slower than the node links below it, what an
+ * algorithm sends across it decides: on 2 racks of 2 nodes of 2 ranks,
+ * nodes at 10 Gbit/s and racks at 1 (perf/sim/README.md), the ring sends
+ * 2 (p-1)/p of the vector through a rack's uplink, hier's grid 1, and the
+ * model that knew one beta chose the ring, the slowest.  So each
+ * algorithm's bytes through one uplink (the busiest) at its rate are a
+ * floor under its link term:
+ *   ring       2 (p-1)/p n: the ring takes the nodes in order, in and out
+ *              of each group once;
+ *   rd         g n at a step whose pairs are in different groups (g the
+ *              group's ranks, all sending at once);
+ *   rabenseifner  g n / 2^(j+1) at such a step j, twice;
+ *   hier       (g0 ... g(d-1)) sum over d' >= d of 2 (g(d')-1)/g(d')
+ *              n / (g0 ... g(d'-1)): each node's share of every level at
+ *              or above d.
+ */
+
+/* grid_beta_ns[d] in us a byte, or 0 where it does not apply */
+static double grid_b(const struct fr_comm *comm, int d)
+{
+	const struct fr_tune *t = &comm->algo.tune;
+
+	if (!comm->topo.nlevels || d < 1 || d >= comm->topo.ngrid ||
+	    comm->topo.grid[d] < 2)
+		return 0;
+	return t->grid_beta_ns[d] * 1e-3;
+}
+
+/* nodes in a group of the first d dimensions */
+static double grid_group_nodes(const struct fr_comm *comm, int d)
+{
+	double g = 1;
+
+	for (int i = 0; i < d; i++)
+		g *= comm->topo.grid[i];
+	return g;
+}
+
+/* Do hypercube step j's pairs leave their group of dimension d? */
+static bool hc_step_leaves(const struct fr_comm *comm, const struct fr_hcube *h,
+			   int j, int d)
+{
+	const int *node = comm->topo.node_of;
+	int g = (int)grid_group_nodes(comm, d);
+
+	for (int v = 0; v < h->pof2; v++)
+		if (node[fr_hcube_real(h, v)] / g !=
+		    node[fr_hcube_real(h, v ^ (1 << j))] / g)
+			return true;
+	return false;
+}
+
+/* The slowest uplink's time (us) for hypercube step j, each of the
+ * group's ranks sending m bytes across it; 0 if none is crossed. */
+static double hc_grid_us(const struct fr_comm *comm, const struct fr_hcube *h,
+			 int j, double m)
+{
+	double worst = 0;
+
+	if (!comm->topo.node_of)
+		return 0;
+	for (int d = 1; d < comm->topo.ngrid; d++) {
+		double b = grid_b(comm, d);
+
+		if (b > 0 && hc_step_leaves(comm, h, j, d))
+			worst = fmax(worst, comm->topo.nlocal *
+						    grid_group_nodes(comm, d) *
+						    m * b);
+	}
+	return worst;
+}
+
+/* The ring's: 2 (p-1)/p n through each uplink */
+static double ring_grid_us(const struct fr_comm *comm, double n)
+{
+	double worst = 0, p = comm->nranks;
+
+	for (int d = 1; d < comm->topo.ngrid; d++)
+		worst = fmax(worst, 2 * (p - 1) / p * n * grid_b(comm, d));
+	return worst;
+}
+
+/* hier's on the grid: every level's share at or above d */
+static double hier_grid_us(const struct fr_comm *comm, double n)
+{
+	double worst = 0;
+
+	for (int d = 1; d < comm->topo.ngrid; d++) {
+		double b = grid_b(comm, d), bytes = 0;
+
+		if (b <= 0)
+			continue;
+		for (int e = d; e < comm->topo.ngrid; e++) {
+			double ge = comm->topo.grid[e];
+
+			bytes += 2 * (ge - 1) / ge * n /
+				 grid_group_nodes(comm, e);
+		}
+		worst = fmax(worst, grid_group_nodes(comm, d) * bytes * b);
+	}
+	return worst;
+}
+
+/*
  * Rabenseifner on nodes of k ranks.  Step j pairs virtual ranks 2^j apart
  * and sends n / 2^(j+1) each way (reduce-scatter, then all-gather).
  * Where all its pairs share a node (hc_local_dims), those bytes are copies
@@ -345,6 +490,7 @@ static double rab_us(const struct fr_comm *comm, double n, fr_dtype_t dtype)
 {
 	const struct fr_tune *t = &comm->algo.tune;
 	double a = t->alpha_us, b = t->beta_ns * 1e-3, c = t->copy_ns * 1e-3;
+	size_t pm = fr_msg_payload_max(comm);
 	double g = t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3;
 	double k = comm->topo.nlocal, wire = 0;
 	unsigned local = hc_local_dims(comm);
@@ -353,10 +499,16 @@ static double rab_us(const struct fr_comm *comm, double n, fr_dtype_t dtype)
 
 	fr_hcube_init(&h, 0, comm->nranks);
 	f = h.rem > 0;
-	for (int j = 0; j < h.steps; j++)
-		wire += 2 * n / (double)(2 << j) *
-			(local >> j & 1 ? 2 * c : k * b + c);
-	return (2 * h.steps + 2 * f) * a + wire + 2 * f * n * (b + c) +
+	for (int j = 0; j < h.steps; j++) {
+		double m = n / (double)(2 << j);
+
+		wire += 2 * (local >> j & 1
+				     ? m * 2 * c
+				     : fmax(mbx_stream_us(a, k * b + c, pm, m),
+					    hc_grid_us(comm, &h, j, m)));
+	}
+	return (2 * h.steps + 2 * f) * a + wire +
+	       2 * f * mbx_stream_us(a, b + c, pm, n) +
 	       ((double)(h.pof2 - 1) / h.pof2 + f) * n * g;
 }
 
@@ -395,6 +547,11 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 		double c = t->copy_ns * 1e-3;
 		int levels = 1 + (comm->topo.nlevels ? comm->topo.nlevels : 1);
 		double lanes = fr_hier_lanes(comm, bytes, levels);
+		/* the steps above the node, each a chunk from every one of
+		 * the node's k ranks to a peer, the link's 2 (m-1)/m n in
+		 * all */
+		double net_steps = 2 * hier_net_steps(comm) * lanes;
+		double chunk = 2 * (m - 1) / m * n / (net_steps * k);
 		/* the node's level: its copies and reductions, which run
 		 * under the levels above in all lanes but one (hier.c) */
 		double node = (2 * (k - 1) / k * 2 * c + 2 * (k - 1) / k * c +
@@ -405,20 +562,36 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 		 * a copy in and a copy out on top of the wire; each level
 		 * takes the lanes one after another, so the steps above
 		 * the node (the longer rings) count once a lane */
-		return (2 * (k - 1) + 2 * hier_net_steps(comm) * lanes + 1) *
-			       t->alpha_us +
-		       2 * (m - 1) / m * n * b +
+		return (2 * (k - 1) + net_steps + 1) * t->alpha_us +
+		       fmax(net_steps * mbx_stream_us(t->alpha_us, k * b,
+						      fr_msg_payload_max(comm),
+						      chunk),
+			    hier_grid_us(comm, n)) +
 		       2 * (m - 1) / (m * k) * n * 2 * c +
 		       (m - 1) / (m * k) * n * g + node / lanes;
 	}
 	if (us < 0)
 		return us;
-	/* the flat algorithms' link time, times the ranks sharing it */
-	if (id == FR_ALGO_RING)
-		return us + (comm->topo.ring_crossings - 1) * 2 *
-				    (comm->nranks - 1.0) / comm->nranks * n * b;
+	/* the flat algorithms' link time, times the ranks sharing it; the
+	 * grid's slowest uplink is a floor under it */
+	if (id == FR_ALGO_RING) {
+		double one = 2 * (comm->nranks - 1.0) / comm->nranks * n * b;
+
+		return us - one +
+		       fmax(comm->topo.ring_crossings * one,
+			    ring_grid_us(comm, n));
+	}
 	if (id == FR_ALGO_RABENSEIFNER)
 		return rab_us(comm, n, dtype);
+	if (id == FR_ALGO_RD && comm->topo.nlevels) {
+		struct fr_hcube h;
+		double grid = 0;
+
+		fr_hcube_init(&h, 0, comm->nranks);
+		for (int j = 0; j < h.steps; j++)
+			grid += hc_grid_us(comm, &h, j, n);
+		us += grid;
+	}
 	return us + (k - 1) * 2 * n * b;
 }
 
@@ -444,15 +617,28 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 			return (2 * (p - 1) + 1) * a + 2 * (p - 1) / p * n * b +
 			       (p - 1) / p * n * g;
 		if (id == FR_ALGO_RD)
-			return (L + 2 * f) * a + (L + 2 * f) * n * (b + c) +
+			return (L + 2 * f) * a +
+			       (L + 2 * f) *
+				       mbx_stream_us(a, b + c, payload_max, n) +
 			       (L + f) * n * g;
+		/* the one-shot's p - 1 streams share the link, each in
+		 * its own window */
 		if (id == FR_ALGO_ONESHOT)
-			return a + (p - 2) * t->msg_us + (p - 1) * n * (b + c) +
+			return a + (p - 2) * t->msg_us +
+			       fmax((p - 1) * n * (b + c),
+				    mbx_stream_us(a, 0, payload_max, n)) +
 			       (p - 1) * n * g;
-		if (id == FR_ALGO_RABENSEIFNER)
-			return (2 * L + 2 * f) * a +
-			       (2.0 * (pof2 - 1) / pof2 + 2 * f) * n * (b + c) +
+		if (id == FR_ALGO_RABENSEIFNER) {
+			/* step j sends n / 2^(j+1) each way, twice */
+			double wire =
+				2 * f * mbx_stream_us(a, b + c, payload_max, n);
+
+			for (int j = 0; j < L; j++)
+				wire += 2 * mbx_stream_us(a, b + c, payload_max,
+							  n / (double)(2 << j));
+			return (2 * L + 2 * f) * a + wire +
 			       ((double)(pof2 - 1) / pof2 + f) * n * g;
+		}
 		return -1;
 	case FR_COLL_REDUCE_SCATTER:
 		return id == FR_ALGO_RING ? p * a + (p - 1) / p * n * (b + g)

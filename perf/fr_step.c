@@ -95,6 +95,8 @@ enum {
 	OPT_PREDICT,
 	OPT_PROGRESS,
 	OPT_FIRST,
+	OPT_SIM,
+	OPT_SIM_ARGS,
 };
 
 struct opts {
@@ -110,6 +112,7 @@ struct opts {
 	int ranks[MAX_RANKS];
 	int nranks;
 	const char *csv, *plot, *save;
+	const char *sim, *sim_args; /* fr_sim for the projections */
 	unsigned modes;	     /* 1 << M_* */
 	bool buckets_scaled; /* default sizes x scale */
 	int progress;	     /* fr_progress_t */
@@ -133,6 +136,7 @@ struct job {
 	struct st_link link;
 	struct fr_tune choose; /* the communicator's, which picks algorithms */
 	double eta;	       /* goodput / line rate, for other link speeds */
+	struct st_simtab *sim; /* --sim: the projections' f32 times */
 	struct outcome out[M_COUNT];
 };
 
@@ -781,8 +785,17 @@ static double print_check(const struct job *j)
 /* The link of a projection: rate 0 is the one calibrated here. */
 static void link_at(const struct job *j, int n, double rate, struct st_link *l)
 {
+	size_t eager = 0;
+
 	*l = j->link;
 	l->nranks = n;
+	/* the mailbox a job of n ranks gets: its slots shrink with n, which
+	 * the model's window term reads (select.c) */
+	if (!j->comm || n != j->n) {
+		if (pc_parse_size(getenv("FR_EAGER_BYTES"), &eager))
+			eager = 0;
+		l->payload_max = fr_mbx_slot_size(n, eager) - FR_MSG_HDR;
+	}
 	/* a job on another link would be tuned for it: its own model
 	 * chooses the algorithms there */
 	if (rate > 0) {
@@ -791,6 +804,52 @@ static void link_at(const struct job *j, int n, double rate, struct st_link *l)
 	}
 	if (j->o->alpha_us >= 0)
 		l->tune.alpha_us = j->o->alpha_us;
+	l->sim = j->sim;
+}
+
+/* The tune file's name without its directories: plots and tables name
+ * the file, not where it lay on the machine that drew them. */
+static const char *base_name(const char *path)
+{
+	const char *s = strrchr(path, '/');
+
+	return s && s[1] ? s + 1 : path;
+}
+
+/*
+ * --sim: note every (ranks, link, size) the projections ask for, then run
+ * fr_sim once per (ranks, link) over all its sizes, so that the table, the
+ * CSV and the plots then read the same answers.  0, or -1 with the reason
+ * printed.
+ */
+static int sim_prefetch(const struct job *j)
+{
+	const struct opts *o = j->o;
+
+	if (!j->sim)
+		return 0;
+	j->sim->recording = 1;
+	for (int mi = 0; mi < M_COUNT; mi++) {
+		if (!(o->modes & (1u << mi)) ||
+		    modes[mi].compress != FR_COMPRESS_NONE)
+			continue;
+		for (int r = -1; r < o->nrates; r++)
+			for (int k = 0; k < o->nranks; k++) {
+				struct st_link l;
+				struct st_result res;
+
+				link_at(j, o->ranks[k], r < 0 ? 0 : o->rates[r],
+					&l);
+				predict(j, mi, &l, &res);
+			}
+	}
+	j->sim->recording = 0;
+	j->sim->progress = 1;
+	if (st_simtab_run(j->sim)) {
+		fprintf(stderr, "fr_step: --sim: %s\n", j->sim->err);
+		return -1;
+	}
+	return 0;
 }
 
 static void print_projection(const struct job *j)
@@ -801,6 +860,10 @@ static void print_projection(const struct job *j)
 	printf("#\n# projection: step_ms (efficiency) for other job sizes and links; alpha %.1f us%s\n",
 	       o->alpha_us >= 0 ? o->alpha_us : j->link.tune.alpha_us,
 	       o->alpha_us >= 0 ? " (--alpha-us)" : "");
+	if (j->sim)
+		printf("# f32 All-Reduce times simulated: %s%s%s, the library's schedules and choice (%d runs); compressed modes by the closed form\n",
+		       o->sim, o->sim_args ? " " : "",
+		       o->sim_args ? o->sim_args : "", j->sim->runs);
 	for (int mi = 0; mi < M_COUNT; mi++) {
 		if (!(o->modes & (1u << mi)))
 			continue;
@@ -946,8 +1009,18 @@ static int write_plots(const struct job *j, const char *dir)
 				 "model calibrated on %d ranks over %s", j->n,
 				 fr_comm_transport(j->comm));
 		else
-			snprintf(src, sizeof(src), "model from %s",
-				 j->link.tune.source);
+			snprintf(src, sizeof(src), "tune file %s",
+				 base_name(j->link.tune.source));
+		snprintf(src + strlen(src), sizeof(src) - strlen(src),
+			 ", alpha %.3g us%s",
+			 o->alpha_us >= 0 ? o->alpha_us : j->link.tune.alpha_us,
+			 o->alpha_us >= 0 ? " (--alpha-us)" : "");
+		if (j->sim && modes[mi].compress == FR_COMPRESS_NONE)
+			snprintf(src + strlen(src), sizeof(src) - strlen(src),
+				 "; times simulated (fr_sim)");
+		else
+			snprintf(src + strlen(src), sizeof(src) - strlen(src),
+				 "; times from the closed form");
 		fprintf(f,
 			"set multiplot layout 1,2 title \"%s, %s: %zu params, backward %.1f ms; %s\"\n",
 			j->m->name, modes[mi].what, j->m->params,
@@ -1105,6 +1178,9 @@ static void usage(FILE *f)
 		"      --plot DIR           PNGs per mode (gnuplot) and their script\n"
 		"      --save-tune FILE     write the calibrated parameters (a tune file)\n"
 		"      --max-error PCT      exit 3 if a predicted step is off by more\n"
+		"      --sim FR_SIM         projections: f32 All-Reduce times from the\n"
+		"                           simulator (perf/sim), not the closed form\n"
+		"      --sim-args \"OPTS\"    more fr_sim options (e.g. \"-k 8 --topo ...\")\n"
 		"      --predict-only       no job: project from FR_TUNE_FILE (or the\n"
 		"                           built-in model)\n"
 		"  -l, --list               print the model's layers and buckets, exit\n"
@@ -1208,6 +1284,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"save-tune", required_argument, NULL, OPT_SAVE},
 		{"max-error", required_argument, NULL, OPT_MAXERR},
 		{"predict-only", no_argument, NULL, OPT_PREDICT},
+		{"sim", required_argument, NULL, OPT_SIM},
+		{"sim-args", required_argument, NULL, OPT_SIM_ARGS},
 		{"list", no_argument, NULL, 'l'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -1353,6 +1431,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case OPT_PREDICT:
 			o->predict_only = true;
 			break;
+		case OPT_SIM:
+			o->sim = optarg;
+			break;
+		case OPT_SIM_ARGS:
+			o->sim_args = optarg;
+			break;
 		case 'l':
 			o->list = true;
 			break;
@@ -1493,12 +1577,16 @@ int main(int argc, char **argv)
 	struct opts o;
 	struct st_model m;
 	struct job j = {.o = &o, .m = &m, .eta = 0.95};
+	struct st_simtab simtab;
 	fr_config_t cfg;
 	double gflops = 0, worst;
 	int rc = parse_opts(argc, argv, &o), status = 1;
 
 	if (rc)
 		return rc;
+	st_simtab_init(&simtab, o.sim, o.sim_args);
+	if (o.sim)
+		j.sim = &simtab;
 	/* sleeps to the deadlines of small layers: keep timer slack low */
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 	if (o.list || o.predict_only) {
@@ -1532,6 +1620,8 @@ int main(int argc, char **argv)
 		print_header(&j, NULL);
 		if (o.verbose)
 			print_buckets(&j);
+		if (sim_prefetch(&j))
+			goto out_buckets;
 		print_projection(&j);
 		status = 0;
 		if (o.csv && write_csv(&j, o.csv))
@@ -1609,11 +1699,15 @@ int main(int argc, char **argv)
 		if (o.verbose)
 			print_buckets(&j);
 		worst = print_check(&j);
-		print_projection(&j);
-		if (o.csv && write_csv(&j, o.csv))
+		if (sim_prefetch(&j)) {
 			status = 1;
-		if (o.plot && write_plots(&j, o.plot))
-			status = 1;
+		} else {
+			print_projection(&j);
+			if (o.csv && write_csv(&j, o.csv))
+				status = 1;
+			if (o.plot && write_plots(&j, o.plot))
+				status = 1;
+		}
 		if (o.save && save_tune(&j, o.save))
 			status = 1;
 		if (o.max_error >= 0 && worst > o.max_error) {
@@ -1636,6 +1730,7 @@ out_buckets:
 	free(j.bk);
 out_model:
 	st_model_free(&m);
+	st_simtab_free(&simtab);
 out_comm:
 	fr_comm_destroy(j.comm);
 	return status;

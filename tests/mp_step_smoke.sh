@@ -72,6 +72,34 @@ model_file() {
 	return $rc
 }
 
+# --sim: the projections' All-Reduce times are fr_sim's own for the same
+# job and link (the after mode's comm is one All-Reduce of the arena), the
+# output says so, and an fr_sim that cannot run is an error, not the
+# closed form in disguise
+from_sim() {
+	d=$(mktemp -d)
+	printf 'tcp.alpha_us = 5\ntcp.beta_ns = 0.08\ntcp.copy_ns = 0.15\ngamma_ns.f32 = 0.05\nstep.goodput = 1\n' >"$d/t.tune"
+	printf '# name params compute_ms\nembed 1000 0\nblock1 300000 1.5\nblock2 300000 1.5\nhead 5000 0.5\n' >"$d/m"
+	out=$(FR_TRANSPORT=tcp FR_TUNE_FILE="$d/t.tune" "$S" --predict-only -m "$d/m" -M after,overlap \
+		--ranks 4,6 --rates 100 --sim "$B/fr_sim" --csv "$d/r.csv" 2>&1) || { echo "$out"; rm -rf "$d"; return 1; }
+	rc=0
+	echo "$out" | grep -q '^# f32 All-Reduce times simulated: ' || rc=1
+	for n in 4 6; do
+		us=$("$B/fr_sim" -n $n --gbps 100 --lat-us 5 --cpu-reduce-GBps 20 -a auto --sizes-only \
+			--sizes 2424000 | awk '!/^#/ && $1 == 2424000 { print $3 }')
+		ms=$(awk -F, -v n=$n '$2 == "after" && $3 == "projected" && $4 == "100" && $5 == n { print $7 }' "$d/r.csv")
+		echo "n=$n: fr_sim $us us, fr_step comm $ms ms"
+		awk -v us="$us" -v ms="$ms" 'BEGIN { exit !(us > 0 && ms > 0 && (ms * 1000 - us)^2 < 0.0121) }' || rc=1
+	done
+	FR_TRANSPORT=tcp FR_TUNE_FILE="$d/t.tune" "$S" --predict-only -m "$d/m" --ranks 4 --rates 100 \
+		--sim "$d/no-such-fr_sim" >"$d/out" 2>&1
+	[ $? -eq 1 ] && grep -q '^fr_step: --sim: ' "$d/out" && ! grep -q '^# projection' "$d/out" ||
+		{ cat "$d/out"; rc=1; }
+	[ $rc -eq 0 ] || { echo "$out"; cat "$d/r.csv"; }
+	rm -rf "$d"
+	return $rc
+}
+
 usage_errors() {
 	"$S" --scale 2 >/dev/null 2>&1
 	[ $? -eq 2 ] || return 1
@@ -84,5 +112,6 @@ usage_errors() {
 run "fr_step presets: the papers' parameter counts" presets
 run "fr_step 3 ranks: every mode measured and predicted" job
 run "fr_step --model FILE" model_file
+run "fr_step --sim: projections from fr_sim" from_sim
 run "fr_step usage errors" usage_errors
 finish

@@ -91,6 +91,15 @@ double st_allreduce_us(const struct st_link *l, int compress, size_t count,
 			*algo = pick;
 		return 0;
 	}
+	if (compress == FR_COMPRESS_NONE && l->sim) {
+		double us = st_simtab_us(l->sim, t, l->nranks,
+					 count * sizeof(float), algo);
+
+		/* while the points are only noted (or fr_sim failed, which
+		 * the caller learns from l->sim->failed) the model answers */
+		if (us >= 0)
+			return us;
+	}
 	if (compress == FR_COMPRESS_NONE) {
 		/* the library's choice: the cheapest under its model, the
 		 * first in id order on a tie (fr_algo_select) */

@@ -83,6 +83,35 @@ int st_cut(const struct st_model *m, size_t bucket_bytes, size_t first_bytes,
 void st_ready_times(const struct st_model *m, struct st_bucket *b, int nb);
 
 /*
+ * All-Reduce times from fr_sim (simrun.c): the simulator running the
+ * library's own schedules for a job size and link, in place of the closed
+ * form below.  Each (ranks, alpha, beta, gamma) point is one fr_sim run
+ * over all its sizes; the answers are kept for the next asks.
+ */
+struct st_simpt;
+struct st_simtab {
+	const char *exe;  /* the fr_sim binary (a path, or found in PATH) */
+	const char *args; /* more fr_sim options (--sim-args), or NULL */
+	int recording;	  /* note the points asked for, run nothing yet */
+	int progress;	  /* a line on stderr per fr_sim run */
+	int failed;	  /* a run failed: err says why */
+	int runs;	  /* fr_sim runs so far */
+	char err[256];
+	struct st_simpt *pts;
+	int npts, cap;
+};
+
+void st_simtab_init(struct st_simtab *t, const char *exe, const char *args);
+void st_simtab_free(struct st_simtab *t);
+/* fr_sim's time (us) of an f32 All-Reduce of bytes on p ranks over the
+ * link of tune, *algo (may be NULL) the algorithm the library chose there;
+ * -1 while recording (the point is noted) or if fr_sim failed. */
+double st_simtab_us(struct st_simtab *t, const struct fr_tune *tune, int p,
+		    size_t bytes, int *algo);
+/* Run fr_sim for every point noted and not run yet; 0 or -1 (t->err). */
+int st_simtab_run(struct st_simtab *t);
+
+/*
  * The link and the job a prediction is for: the library's cost model
  * parameters (alpha, beta, copy, gamma) and, per compression format, the
  * codec's cost per f32 value on this CPU: encoding (with error feedback
@@ -97,12 +126,15 @@ struct st_link {
 	size_t payload_max; /* a mailbox slot's payload (broadcast only) */
 	double enc_ns[FR_COMPRESS_COUNT];
 	double dec_ns[FR_COMPRESS_COUNT];
+	/* f32 All-Reduce times from fr_sim instead of the model, or NULL */
+	struct st_simtab *sim;
 };
 
 /*
  * Predicted time (us) of one All-Reduce of count f32 elements (n bytes,
  * p ranks) with the algorithm the library would choose (with l->choose,
- * else l->tune):
+ * else l->tune); uncompressed, from l->sim where there is one (its
+ * algorithm the library's choice under the simulated link), else:
  *   recursive doubling, Rabenseifner: the library's own model
  *               (fr_model_predict_us);
  *   ring        the library's model but for its latency: the ring

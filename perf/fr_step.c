@@ -1699,15 +1699,6 @@ int main(int argc, char **argv)
 		if (o.verbose)
 			print_buckets(&j);
 		worst = print_check(&j);
-		if (sim_prefetch(&j)) {
-			status = 1;
-		} else {
-			print_projection(&j);
-			if (o.csv && write_csv(&j, o.csv))
-				status = 1;
-			if (o.plot && write_plots(&j, o.plot))
-				status = 1;
-		}
 		if (o.save && save_tune(&j, o.save))
 			status = 1;
 		if (o.max_error >= 0 && worst > o.max_error) {
@@ -1717,13 +1708,32 @@ int main(int argc, char **argv)
 		}
 		fflush(stdout);
 	}
-	/* every rank leaves with rank 0's verdict */
+	/* every rank leaves with rank 0's verdict on the job; the
+	 * projections come after, on rank 0 alone: with --sim they run the
+	 * simulator for minutes, longer than the others would wait in a
+	 * collective (FR_TIMEOUT_MS) */
 	{
 		int32_t s = status;
 
 		check(&j, fr_broadcast(j.comm, &s, 1, FR_I32, 0),
 		      "fr_broadcast");
 		status = s;
+	}
+	if (!j.rank) {
+		int rc0 = 0;
+
+		if (sim_prefetch(&j)) {
+			rc0 = 1;
+		} else {
+			print_projection(&j);
+			if (o.csv && write_csv(&j, o.csv))
+				rc0 = 1;
+			if (o.plot && write_plots(&j, o.plot))
+				rc0 = 1;
+		}
+		if (rc0 && !status)
+			status = rc0;
+		fflush(stdout);
 	}
 	free(j.arena);
 out_buckets:

@@ -255,6 +255,14 @@ int main(int argc, char **argv)
 				fprintf(o, "gamma_ns.%s = %.4f\n",
 					fr_dtype_name((fr_dtype_t)d),
 					tn.gamma_ns[d]);
+			/* not measured here: kept from FR_TUNE_FILE, so a
+			 * new file does not lose the racks' rates */
+			for (int d = 1; d < FR_TOPO_MAX_DIMS; d++)
+				if (tn.grid_beta_ns[d] > 0)
+					fprintf(o,
+						"%s.grid_beta_ns.%d = %.4f\n",
+						fr_comm_transport(t.comm), d,
+						tn.grid_beta_ns[d]);
 		}
 		if (fo && (ferror(fo) | fclose(fo))) {
 			fprintf(stderr, "fr_tune: writing %s failed\n", out);

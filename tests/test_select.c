@@ -185,6 +185,8 @@ static void test_oneshot_long_link(void **state)
 	comm.algo.tune = saved;
 }
 
+static void layout(int n, int k, bool regular);
+
 /*
  * The mailbox's window: a stream to one peer moves at most its slots per
  * round trip.  On 64 ranks over a fast link that is also long (384
@@ -240,6 +242,19 @@ static void test_mailbox_window(void **state)
 		    fr_model_predict_us(&comm.algo.tune, 64, 0,
 					FR_ALGO_RABENSEIFNER,
 					FR_COLL_ALLREDUCE, n, FR_F32));
+	/* on nodes (two of 8 ranks, a 1 ms link): Rabenseifner's step
+	 * across the link streams n/16 to its peer, hier's 8 steps above
+	 * the node (4 lanes) a 1 MiB chunk each, both through the window */
+	layout(16, 8, true);
+	comm.algo.tune.alpha_us = 1000;
+	comm.algo.tune.beta_ns = 0.08;
+	n = 64u << 20;
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_RABENSEIFNER,
+				       FR_COLL_ALLREDUCE, n, FR_F32) >=
+		    2 * ((double)n / 16 / w - 1) * 2 * 1000);
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_HIER, FR_COLL_ALLREDUCE,
+				       n, FR_F32) >=
+		    8 * ((1u << 20) / w - 1) * 2 * 1000);
 	comm.algo.tune = saved;
 	comm.peer.mbx_slot_size = 64 + 32768;
 }
@@ -467,13 +482,37 @@ static void test_grid_links(void **state)
 	assert_true(hier >= n * up && hier < 1.1 * n * up);
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (size_t)n / 4, FR_F32, 0),
 			 &fr_algo_hier);
-	/* recursive doubling's step across the racks: 4 ranks x n */
-	assert_true(fr_algo_predict_us(&comm, FR_ALGO_RD, FR_COLL_ALLREDUCE,
-				       1u << 20, FR_F32) >=
-		    4.0 * (1u << 20) * up);
+	/* recursive doubling's step across the racks: 4 ranks x n, a
+	 * floor under its link term, not added to it */
+	rab = fr_algo_predict_us(&comm, FR_ALGO_RD, FR_COLL_ALLREDUCE, 1u << 20,
+				 FR_F32);
+	assert_true(rab >= 4.0 * (1u << 20) * up &&
+		    rab < 1.2 * 4.0 * (1u << 20) * up);
 	/* small sizes keep their choice */
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0), &fr_algo_rd);
+	/* one rank per node (no hier): 2 racks of 4 nodes, the floors
+	 * still hold, and Rabenseifner, whose last step alone crosses, is
+	 * chosen over the ring */
+	layout(8, 1, true);
+	comm.topo.grid[0] = 4;
+	comm.topo.nlevel[0] = 4;
+	ring = fr_algo_predict_us(&comm, FR_ALGO_RING, FR_COLL_ALLREDUCE,
+				  (size_t)n, FR_F32);
+	assert_true(ring >= 2 * 7.0 / 8 * n * up);
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_RABENSEIFNER,
+				       FR_COLL_ALLREDUCE, (size_t)n,
+				       FR_F32) >= 2 * 4 * n / 8 * up);
+	/* the one-shot: 4 ranks of a rack each send n to the other 4 */
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_ONESHOT,
+				       FR_COLL_ALLREDUCE, (size_t)n,
+				       FR_F32) >= 4 * 4 * n * up);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (size_t)n / 4, FR_F32, 0),
+			 &fr_algo_rabenseifner);
+	comm.algo.tune.grid_beta_ns[1] = 0;
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (size_t)n / 4, FR_F32, 0),
+			 &fr_algo_ring);
 	/* no grid: the key is not used */
+	comm.algo.tune.grid_beta_ns[1] = 8;
 	comm.topo.ngrid = 0;
 	comm.topo.nlevels = 0;
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (size_t)n / 4, FR_F32, 0),

@@ -76,24 +76,25 @@ static void usage(FILE *f)
  * malformed or zero */
 static int parse_sizes(const char *list, size_t **out)
 {
-	char buf[4096], *save = NULL, *tok;
+	char *buf = strdup(list), *save = NULL, *tok;
 	size_t *v = NULL;
 	int n = 0;
 
-	if (strlen(list) >= sizeof(buf))
+	if (!buf)
 		return -1;
-	snprintf(buf, sizeof(buf), "%s", list);
 	for (tok = strtok_r(buf, ",", &save); tok;
 	     tok = strtok_r(NULL, ",", &save)) {
 		size_t *w = realloc(v, (size_t)(n + 1) * sizeof(*v));
 
 		if (!w || pc_parse_size(tok, &w[n]) || !w[n]) {
 			free(w ? w : v);
+			free(buf);
 			return -1;
 		}
 		v = w;
 		n++;
 	}
+	free(buf);
 	if (!n)
 		return -1;
 	*out = v;

@@ -172,9 +172,16 @@ static int run_link(struct st_simtab *t, const struct st_simpt *p)
 	int argc = 0, rc = -1, left = 0;
 	struct timespec t0, t1;
 
-	sizes = malloc(scap);
-	if (!sizes)
+	if (!(p->beta_ns > 0)) {
+		snprintf(t->err, sizeof(t->err),
+			 "beta %g ns/B: no link rate to simulate", p->beta_ns);
 		return -1;
+	}
+	sizes = malloc(scap);
+	if (!sizes) {
+		snprintf(t->err, sizeof(t->err), "out of memory");
+		return -1;
+	}
 	sizes[0] = '\0';
 	for (int i = 0; i < t->npts; i++) {
 		const struct st_simpt *q = &t->pts[i];
@@ -187,8 +194,11 @@ static int run_link(struct st_simtab *t, const struct st_simpt *p)
 		if (slen + (size_t)n + 1 > scap) {
 			char *s = realloc(sizes, scap * 2 + (size_t)n);
 
-			if (!s)
+			if (!s) {
+				snprintf(t->err, sizeof(t->err),
+					 "out of memory");
 				goto out;
+			}
 			sizes = s;
 			scap = scap * 2 + (size_t)n;
 		}
@@ -221,8 +231,10 @@ static int run_link(struct st_simtab *t, const struct st_simpt *p)
 		char *tok, *s2 = NULL;
 
 		extra = strdup(t->args);
-		if (!extra)
+		if (!extra) {
+			snprintf(t->err, sizeof(t->err), "out of memory");
 			goto out;
+		}
 		for (tok = strtok_r(extra, " \t", &s2); tok;
 		     tok = strtok_r(NULL, " \t", &s2)) {
 			if (argc == SIMTAB_MAX_ARGS - 1) {

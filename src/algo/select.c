@@ -380,6 +380,7 @@ static unsigned hc_local_dims(const struct fr_comm *comm)
  *   rd         g n at a step whose pairs are in different groups (g the
  *              group's ranks, all sending at once);
  *   rabenseifner  g n / 2^(j+1) at such a step j, twice;
+ *   oneshot    g (p - g) n: each of the group's ranks to every other;
  *   hier       (g0 ... g(d-1)) sum over d' >= d of 2 (g(d')-1)/g(d')
  *              n / (g0 ... g(d'-1)): each node's share of every level at
  *              or above d.
@@ -440,14 +441,80 @@ static double hc_grid_us(const struct fr_comm *comm, const struct fr_hcube *h,
 	return worst;
 }
 
-/* The ring's: 2 (p-1)/p n through each uplink */
+/* The ring's: 2 (p-1)/p n through each uplink, as often as the ring's
+ * order crosses between groups, per group (once, in the nodes' order;
+ * more with FR_RING_ORDER=rank over ranks dealt round robin) */
 static double ring_grid_us(const struct fr_comm *comm, double n)
+{
+	const int *node = comm->topo.node_of, *order = comm->topo.ring_order;
+	double worst = 0, p = comm->nranks;
+
+	for (int d = 1; d < comm->topo.ngrid; d++) {
+		double b = grid_b(comm, d), g = grid_group_nodes(comm, d);
+		double groups = comm->topo.nnodes / g, cross = groups;
+
+		if (b <= 0)
+			continue;
+		if (node && order) {
+			cross = 0;
+			for (int i = 0; i < comm->nranks; i++)
+				cross += node[order[i]] / (int)g !=
+					 node[order[(i + 1) % comm->nranks]] /
+						 (int)g;
+		}
+		worst = fmax(worst, cross / groups * 2 * (p - 1) / p * n * b);
+	}
+	return worst;
+}
+
+/* The one-shot's: each of a group's g ranks sends n to the p - g ranks
+ * outside it */
+static double oneshot_grid_us(const struct fr_comm *comm, double n)
 {
 	double worst = 0, p = comm->nranks;
 
-	for (int d = 1; d < comm->topo.ngrid; d++)
-		worst = fmax(worst, 2 * (p - 1) / p * n * grid_b(comm, d));
+	for (int d = 1; d < comm->topo.ngrid; d++) {
+		double g = comm->topo.nlocal * grid_group_nodes(comm, d);
+
+		worst = fmax(worst, g * (p - g) * n * grid_b(comm, d));
+	}
 	return worst;
+}
+
+/*
+ * The grid's floors for the flat algorithms where they run without the
+ * node-aware terms below (one rank per node): what each step's slowest
+ * uplink takes beyond the wire time the flat model gave it (rd's and
+ * Rabenseifner's steps, bc a byte), or the ring's.
+ */
+static double flat_grid_us(const struct fr_comm *comm, int id, double us,
+			   double n)
+{
+	const struct fr_tune *t = &comm->algo.tune;
+	double bc = (t->beta_ns + t->copy_ns) * 1e-3;
+	struct fr_hcube h;
+
+	if (us < 0 || !comm->topo.nlevels || !comm->topo.node_of)
+		return us;
+	if (id == FR_ALGO_RING) {
+		double one = 2 * (comm->nranks - 1.0) / comm->nranks * n *
+			     t->beta_ns * 1e-3;
+
+		return us - one + fmax(one, ring_grid_us(comm, n));
+	}
+	if (id == FR_ALGO_ONESHOT)
+		return us + fmax(0, oneshot_grid_us(comm, n) -
+					    (comm->nranks - 1) * n * bc);
+	if (id != FR_ALGO_RD && id != FR_ALGO_RABENSEIFNER)
+		return us;
+	fr_hcube_init(&h, 0, comm->nranks);
+	for (int j = 0; j < h.steps; j++) {
+		double m = id == FR_ALGO_RD ? n : n / (double)(2 << j);
+
+		us += (id == FR_ALGO_RD ? 1 : 2) *
+		      fmax(0, hc_grid_us(comm, &h, j, m) - m * bc);
+	}
+	return us;
 }
 
 /* hier's on the grid: every level's share at or above d */
@@ -534,6 +601,8 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 	double n = (double)bytes, b = t->beta_ns * 1e-3;
 	double k = comm->topo.nlocal, m = comm->topo.nnodes;
 
+	if (!hier_ok(comm) && coll == FR_COLL_ALLREDUCE && id != FR_ALGO_HIER)
+		return flat_grid_us(comm, id, us, n);
 	if (!hier_ok(comm) ||
 	    (coll != FR_COLL_ALLREDUCE && coll != FR_COLL_REDUCE_SCATTER &&
 	     coll != FR_COLL_ALLGATHER))
@@ -584,14 +653,17 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 	if (id == FR_ALGO_RABENSEIFNER)
 		return rab_us(comm, n, dtype);
 	if (id == FR_ALGO_RD && comm->topo.nlevels) {
+		/* a step's k ranks share the node link: k n b, or the
+		 * slowest uplink's time if longer */
 		struct fr_hcube h;
-		double grid = 0;
 
 		fr_hcube_init(&h, 0, comm->nranks);
 		for (int j = 0; j < h.steps; j++)
-			grid += hc_grid_us(comm, &h, j, n);
-		us += grid;
+			us += fmax(0, hc_grid_us(comm, &h, j, n) - k * n * b);
 	}
+	if (id == FR_ALGO_ONESHOT && comm->topo.nlevels)
+		us += fmax(0, oneshot_grid_us(comm, n) -
+				      k * (comm->nranks - 1) * n * b);
 	return us + (k - 1) * 2 * n * b;
 }
 

@@ -693,12 +693,15 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 			       (L + 2 * f) *
 				       mbx_stream_us(a, b + c, payload_max, n) +
 			       (L + f) * n * g;
-		/* the one-shot's p - 1 streams share the link, each in
-		 * its own window */
+		/* the one-shot's p - 1 streams share the link, and it
+		 * folds them in rank order (oneshot.c): a later sender's
+		 * stream waits in its window until its turn, so past the
+		 * first W of each the windows' round trips add up */
 		if (id == FR_ALGO_ONESHOT)
 			return a + (p - 2) * t->msg_us +
 			       fmax((p - 1) * n * (b + c),
-				    mbx_stream_us(a, 0, payload_max, n)) +
+				    (p - 1) * mbx_stream_us(a, 0, payload_max,
+							    n)) +
 			       (p - 1) * n * g;
 		if (id == FR_ALGO_RABENSEIFNER) {
 			/* step j sends n / 2^(j+1) each way, twice */

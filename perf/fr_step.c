@@ -807,6 +807,18 @@ static void link_at(const struct job *j, int n, double rate, struct st_link *l)
 	l->sim = j->sim;
 }
 
+/* The projection of mode mi for the k-th job size and the r-th link
+ * (-1: the one calibrated here), as the table, the CSV, the plots and
+ * --sim's prefetch all go over them. */
+static void project(const struct job *j, int mi, int r, int k,
+		    struct st_result *res)
+{
+	struct st_link l;
+
+	link_at(j, j->o->ranks[k], r < 0 ? 0 : j->o->rates[r], &l);
+	predict(j, mi, &l, res);
+}
+
 /* The tune file's name without its directories: plots and tables name
  * the file, not where it lay on the machine that drew them. */
 static const char *base_name(const char *path)
@@ -835,12 +847,9 @@ static int sim_prefetch(const struct job *j)
 			continue;
 		for (int r = -1; r < o->nrates; r++)
 			for (int k = 0; k < o->nranks; k++) {
-				struct st_link l;
 				struct st_result res;
 
-				link_at(j, o->ranks[k], r < 0 ? 0 : o->rates[r],
-					&l);
-				predict(j, mi, &l, &res);
+				project(j, mi, r, k, &res);
 			}
 	}
 	j->sim->recording = 0;
@@ -880,11 +889,9 @@ static void print_projection(const struct job *j)
 				snprintf(label, sizeof(label), "here");
 			printf("  %-10s", label);
 			for (int k = 0; k < o->nranks; k++) {
-				struct st_link l;
 				struct st_result res;
 
-				link_at(j, o->ranks[k], rate, &l);
-				predict(j, mi, &l, &res);
+				project(j, mi, r, k, &res);
 				printf(" %8.1f (%2.0f%%)", res.step,
 				       100 * res.eff);
 			}
@@ -935,11 +942,9 @@ static int write_csv(const struct job *j, const char *path)
 			else
 				snprintf(link, sizeof(link), "here");
 			for (int k = 0; k < o->nranks; k++) {
-				struct st_link l;
 				struct st_result res;
 
-				link_at(j, o->ranks[k], rate, &l);
-				predict(j, mi, &l, &res);
+				project(j, mi, r, k, &res);
 				csv_row(f, j, mi, "projected", link,
 					o->ranks[k], &res, "");
 			}
@@ -986,12 +991,9 @@ static int write_plots(const struct job *j, const char *dir)
 		for (int r = -1; r < o->nrates; r++) {
 			fprintf(f, "$m%dr%d << EOD\n", mi, r + 1);
 			for (int k = 0; k < o->nranks; k++) {
-				struct st_link l;
 				struct st_result res;
 
-				link_at(j, o->ranks[k], r < 0 ? 0 : o->rates[r],
-					&l);
-				predict(j, mi, &l, &res);
+				project(j, mi, r, k, &res);
 				fprintf(f, "%d %.4f %.4f\n", o->ranks[k],
 					res.step, res.eff);
 			}

@@ -467,7 +467,7 @@ static void test_rab_node_steps(void **state)
 static void test_grid_links(void **state)
 {
 	struct fr_tune saved = comm.algo.tune;
-	double n = 64u << 20, ring, hier, rab, up = 8e-3;
+	double n = 64u << 20, ring, hier, rab, rd, up = 8e-3;
 
 	(void)state;
 	layout(8, 2, true);
@@ -499,10 +499,10 @@ static void test_grid_links(void **state)
 			 &fr_algo_hier);
 	/* recursive doubling's step across the racks: 4 ranks x n, a
 	 * floor under its link term, not added to it */
-	rab = fr_algo_predict_us(&comm, FR_ALGO_RD, FR_COLL_ALLREDUCE, 1u << 20,
-				 FR_F32);
-	assert_true(rab >= 4.0 * (1u << 20) * up &&
-		    rab < 1.2 * 4.0 * (1u << 20) * up);
+	rd = fr_algo_predict_us(&comm, FR_ALGO_RD, FR_COLL_ALLREDUCE, 1u << 20,
+				FR_F32);
+	assert_true(rd >= 4.0 * (1u << 20) * up &&
+		    rd < 1.2 * 4.0 * (1u << 20) * up);
 	/* small sizes keep their choice */
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0), &fr_algo_rd);
 	/* one rank per node (no hier): 2 racks of 4 nodes, the floors

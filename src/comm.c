@@ -141,6 +141,10 @@ static int resolve_settings(const fr_config_t *cfg, struct fr_settings *s,
 	if (rc < 0)
 		return rc;
 	s->slow_timeout_ms = FR_MAX(s->slow_timeout_ms, s->timeout_ms);
+	rc = fr_env_boot_timeout(get, NULL, s->timeout_ms, &s->boot_timeout_ms,
+				 err, errlen);
+	if (rc < 0)
+		return rc;
 	s->segment_bytes = FR_DEFAULT_SEGMENT;
 	if (cfg && CFG_HAS(cfg, segment_bytes) && cfg->segment_bytes) {
 		s->segment_bytes = cfg->segment_bytes;
@@ -810,7 +814,7 @@ static int comm_create(const struct fr_settings *s, fr_comm_t **out, char *err,
 	bp.nranks = s->nranks;
 	bp.rendezvous = s->rendezvous;
 	bp.token = s->has_token ? s->token : NULL;
-	bp.timeout_ms = (int)s->timeout_ms;
+	bp.timeout_ms = (int)s->boot_timeout_ms;
 	bp.err = err;
 	bp.errlen = errlen;
 	rc = fr_boot_begin(&bp, &boot);

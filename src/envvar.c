@@ -46,6 +46,18 @@ int fr_env_long(fr_getenv_fn get, void *arg, const char *name, long min,
 	return 1;
 }
 
+int fr_env_boot_timeout(fr_getenv_fn get, void *arg, long timeout_ms, long *out,
+			char *err, size_t errlen)
+{
+	int rc;
+
+	*out = timeout_ms > FR_BOOT_MIN_TIMEOUT_MS ? timeout_ms
+						   : FR_BOOT_MIN_TIMEOUT_MS;
+	rc = fr_env_long(get, arg, "FR_BOOT_TIMEOUT_MS", 1, 86400000L, out, err,
+			 errlen);
+	return rc < 0 ? rc : 0;
+}
+
 int fr_env_size(fr_getenv_fn get, void *arg, const char *name, size_t min,
 		size_t max, size_t *out, char *err, size_t errlen)
 {

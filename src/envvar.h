@@ -26,6 +26,18 @@ int fr_env_long(fr_getenv_fn get, void *arg, const char *name, long min,
 int fr_env_size(fr_getenv_fn get, void *arg, const char *name, size_t min,
 		size_t max, size_t *out, char *err, size_t errlen);
 
+/*
+ * How long a rendezvous waits for every rank to arrive, in *out:
+ * FR_BOOT_TIMEOUT_MS if set, else the peer timeout timeout_ms but at least
+ * FR_BOOT_MIN_TIMEOUT_MS.  Launchers start ranks seconds apart (a Python
+ * interpreter's imports, srun across nodes, a loaded VM), and a short
+ * FR_TIMEOUT_MS is meant for noticing a dead peer, not a late start.
+ * 0 or FR_EINVAL as fr_env_long.
+ */
+#define FR_BOOT_MIN_TIMEOUT_MS 30000L
+int fr_env_boot_timeout(fr_getenv_fn get, void *arg, long timeout_ms, long *out,
+			char *err, size_t errlen);
+
 /* FNV-1a of s continuing from h (2166136261 to start): the same on every
  * rank of a job for the same text. */
 uint32_t fr_env_hash(uint32_t h, const char *s);

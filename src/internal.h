@@ -112,6 +112,7 @@ struct fr_settings {
 	char token[257]; /* FR_BOOT_TOKEN_MAX + 1 */
 	bool has_token;
 	long timeout_ms;
+	long boot_timeout_ms; /* the rendezvous's (FR_BOOT_TIMEOUT_MS) */
 	size_t segment_bytes;
 	long slots, regcache, spin_us, slow_timeout_ms;
 	int algo;

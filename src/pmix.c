@@ -87,7 +87,8 @@ int fr_pmix_rendezvous(fr_getenv_fn get, void *arg, int rank, int nranks,
 	bool yes = true, shared;
 
 	if (fr_env_long(get, arg, "FR_TIMEOUT_MS", 1, 86400000L, &tmo_ms, err,
-			errlen) < 0)
+			errlen) < 0 ||
+	    fr_env_boot_timeout(get, arg, tmo_ms, &tmo_ms, err, errlen) < 0)
 		return FR_EINVAL;
 	tmo_s = (int)((tmo_ms + 999) / 1000);
 

@@ -134,6 +134,21 @@ if pmix_built && need mpirun.openmpi openmpi-bin; then
 		echo "$out" | grep -q "PMIx: PMIx_Init: "' _ "$MP"
 	rm -f "$supp"
 fi
+# a rank 0 that starts 2 s late: a short FR_TIMEOUT_MS (noticing dead peers
+# quickly) does not fail the start, the rendezvous waits the larger
+# FR_BOOT_TIMEOUT_MS; set that short too and the others fail, saying why
+late0='[ "$FR_RANK" = 0 ] && sleep 2; exec "$0" "$@"'
+[ -z "${FR_TEST_TRANSPORT:-}" ] && {
+	run "rank 0 starts 2 s late, FR_TIMEOUT_MS=500: the rendezvous waits" \
+		frrun -n 3 -x tcp -e FR_TIMEOUT_MS=500 --timeout 120 \
+		bash -c "$late0" "$MP" matrix --counts 1,7919 --dtypes f32 --ops sum
+	run "... and FR_BOOT_TIMEOUT_MS=500: the others fail, saying so" bash -c '
+		out=$("$3" -n 3 -x tcp -e FR_TIMEOUT_MS=500 \
+			-e FR_BOOT_TIMEOUT_MS=500 --timeout 120 bash -c "$1" \
+			"$2" matrix --counts 1 2>&1) && exit 1
+		echo "$out"
+		echo "$out" | grep -q "cannot reach the rendezvous"' _ "$late0" "$MP" "$B/frrun"
+}
 # frrun's own scale on this host: 128 ranks started at once on 2 CPUs are
 # all admitted to the rendezvous (rank 0 once kept 64 unidentified
 # connections and dropped genuine ranks: 63 of 128 missing), and their

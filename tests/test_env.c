@@ -753,6 +753,36 @@ static void test_env_long(void **state)
 	assert_non_null(strstr(err, "D="));
 }
 
+/* The rendezvous's timeout: FR_BOOT_TIMEOUT_MS, else the peer timeout but
+ * at least 30 s, so that a short FR_TIMEOUT_MS does not fail a late start. */
+static void test_boot_timeout(void **state)
+{
+	const struct kv *none = ENV({"FR_TIMEOUT_MS", "1000"});
+	const struct kv *set = ENV({"FR_BOOT_TIMEOUT_MS", "500"});
+	const struct kv *bad = ENV({"FR_BOOT_TIMEOUT_MS", "0"});
+	char err[256] = "";
+	long v = -1;
+
+	(void)state;
+	assert_int_equal(fr_env_boot_timeout(table_get, (void *)none, 1000, &v,
+					     err, sizeof(err)),
+			 0);
+	assert_int_equal(v, 30000);
+	assert_int_equal(fr_env_boot_timeout(table_get, (void *)none, 90000, &v,
+					     err, sizeof(err)),
+			 0);
+	assert_int_equal(v, 90000);
+	/* set: it alone decides, also below the peer timeout */
+	assert_int_equal(fr_env_boot_timeout(table_get, (void *)set, 90000, &v,
+					     err, sizeof(err)),
+			 0);
+	assert_int_equal(v, 500);
+	assert_int_equal(fr_env_boot_timeout(table_get, (void *)bad, 1000, &v,
+					     err, sizeof(err)),
+			 FR_EINVAL);
+	assert_non_null(strstr(err, "FR_BOOT_TIMEOUT_MS="));
+}
+
 static void test_env_size(void **state)
 {
 	const struct kv *env = ENV({ "S1", "4K" }, { "S2", "512" },
@@ -990,6 +1020,7 @@ int main(void)
 		cmocka_unit_test(test_error_message_truncated),
 		cmocka_unit_test(test_single_rank),
 		cmocka_unit_test(test_env_long),
+		cmocka_unit_test(test_boot_timeout),
 		cmocka_unit_test(test_env_size),
 		cmocka_unit_test(test_parse_long),
 		cmocka_unit_test(test_parse_size),

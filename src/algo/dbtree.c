@@ -11,11 +11,11 @@
  *     is past n - 1, r + b/4, r + b/8, ..., the first below n), and the
  *     parent (r - b) | 2b, or r - b where that is past n - 1.  Rank 0 is the
  *     root, with one child: the largest power of two below n.  The odd ranks
- *     are its leaves; it is ceil(lg n) + 1 levels deep.
+ *     are its leaves; it is lg n levels deep.
  *   tree 1, tree 0 relabelled: rank r plays n - 1 - r (mirrored) where n is
  *     even, r - 1 mod n (shifted) where it is odd, so that tree 0's leaves
  *     are tree 1's inner ranks and the other way round: no rank forwards
- *     both halves (one does where n is odd: rank 0).
+ *     both halves.
  *   Half t goes up tree t, reduced on the way, and back down from its root:
  *     fragment f of a rank's partial sum goes to its parent as soon as its
  *     children's fragment f is folded in, and the root's fragment f goes
@@ -224,15 +224,8 @@ static int take(struct fr_comm *comm, struct fr_request *req,
 			"rank %d: collective #%u: rank %d sent step %u, which it has no part in here (double binary tree)",
 			comm->rank, req->seq, peer, step);
 	rc = fr_xfer_recv(comm, req, x, peer, step, &off, &len, &p);
-	/* (drain has the message in hand: EAGAIN cannot come back, and if it
-	 * did, drain would ask for the same message forever) */
-	if (rc == FR_EAGAIN)
-		return fr_comm_fail(
-			comm, FR_EPROTO,
-			"rank %d: collective #%u: a message from rank %d went missing",
-			comm->rank, req->seq, peer);
 	if (rc)
-		return rc;
+		return rc == FR_EAGAIN ? 0 : rc;
 	uint8_t *dst = st->buf + tr->off + off;
 
 	if (down) {

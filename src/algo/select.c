@@ -549,11 +549,8 @@ static double flat_grid_us(const struct fr_comm *comm, int id, double us,
 	if (id == FR_ALGO_ONESHOT)
 		return us + fmax(0, oneshot_grid_us(comm, n) -
 					    (comm->nranks - 1) * n * bc);
-	/* the model's link term, 3 n beta, is 1.5 times the 2 n a rank
-	 * sends (fr_sim): the busiest link's bytes count the same way */
 	if (id == FR_ALGO_TREE)
-		return us + fmax(0, 1.5 * tree_wire_us(comm, n) -
-					    3 * n * t->beta_ns * 1e-3);
+		return us + fmax(0, tree_wire_us(comm, n) - 2 * n * bc);
 	if (id != FR_ALGO_RD && id != FR_ALGO_RABENSEIFNER)
 		return us;
 	fr_hcube_init(&h, 0, comm->nranks);
@@ -692,7 +689,7 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 		return us;
 	/* the tree's busiest link, counted on its edges */
 	if (id == FR_ALGO_TREE)
-		return us + fmax(0, 1.5 * tree_wire_us(comm, n) - 3 * n * b);
+		return us + fmax(0, tree_wire_us(comm, n) - 2 * n * b);
 	/* the flat algorithms' link time, times the ranks sharing it; the
 	 * grid's slowest uplink is a floor under it */
 	if (id == FR_ALGO_RING) {

@@ -472,6 +472,17 @@ int fr_peer_need(struct fr_comm *c, int rank)
 	case FR_PEER_DOWN:
 		if (c->fail.failed)
 			return c->fail.failed;
+		/*
+		 * It said goodbye during a collective of ours: it had finished
+		 * it, a step of ours may still name it (a ring's prev at the
+		 * last step, a tree's parent once all came down) and what it
+		 * sent before is still ours to read.  Writes to it wait
+		 * (FR_EAGAIN); if ours needs more from it, or needs it to take
+		 * ours, it is the rank ours waits on, and fr_peers_check_gone
+		 * fails it at once.
+		 */
+		if (p->bye && c->peer.in_coll)
+			return 0;
 		return fr_comm_fail(
 			c, FR_EPEER, "rank %d: rank %d %s", c->rank, rank,
 			p->bye ? "has destroyed its communicator" : "is gone");
@@ -760,8 +771,9 @@ int fr_peers_watch_p2p(struct fr_comm *comm, int peer)
 }
 
 /*
- * A peer we wait on said goodbye and left nothing unread: it will never
- * send what we wait for, so fail now instead of at the timeout.  Not while
+ * A peer we wait on said goodbye and left nothing unread (or closed, and
+ * what it left is nothing we take): it will never send what we wait for,
+ * so fail now instead of at the timeout.  Not while
  * writes of ours are in flight: then we may be waiting for those (a peer
  * that has all our data may well have left), and they complete or fail
  * on their own.
@@ -776,7 +788,11 @@ int fr_peers_check_gone(struct fr_comm *comm, const struct fr_request *req,
 	if (peer < 0 || peer >= comm->nranks || peer == comm->rank)
 		return 0;
 	p = &comm->peer.peers[peer];
-	if (!p->bye || p->recv_taken != p->recv_arrived)
+	/* messages of its still unread: ours may yet take them, unless it
+	 * has closed and this step (an idle one) took none: then they are
+	 * not ours (a collective called with other arguments) */
+	if (!p->bye ||
+	    (p->recv_taken != p->recv_arrived && p->state != FR_PEER_DOWN))
 		return 0;
 	if (comm->fail.abort_pending && !comm->fail.failed) {
 		/* the job failed elsewhere (its ABORT waits for our collective
@@ -1544,8 +1560,12 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 		/* gone: closed, dead or left (recovery counts it out) */
 		if (cqe->status == FR_EPEER)
 			fr_peers_mark_dead(c, fr_peer_rank(&c->peer, p));
-		if (p->bye && !c->peer.in_coll) {
-			/* it said goodbye: closing now is expected */
+		if (p->bye && (!c->peer.in_coll || cqe->status == FR_EPEER)) {
+			/* it said goodbye: closing now is expected, even
+			 * while a collective of ours runs (one it had
+			 * finished: a rank that failed at its next call
+			 * leaves at once).  Whether ours needed more from
+			 * it is fr_peers_check_gone's to say. */
 			p->state = FR_PEER_DOWN;
 			return 0;
 		}

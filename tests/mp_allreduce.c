@@ -310,6 +310,69 @@ static void expect_linear(fr_dtype_t dt, fr_op_t op, size_t i, uint32_t seed,
 	memcpy(out, acc, fr_dtype_size(dt));
 }
 
+/*
+ * The double binary tree (dbtree.c), written here from another description
+ * than the library's: the node of an open interval (lo, hi) of labels is
+ * the label in it with the most trailing zero bits; a node's children are
+ * the nodes of the intervals left and right of it within its own, and
+ * label 0 is the root, above the node of (0, n).  Tree 0 gives label r to
+ * rank r, tree 1 to rank n - 1 - r (n even) or r + 1 mod n (n odd).  A
+ * node's value is its input OP its left subtree's, then OP its right's.
+ */
+static int dbt_node(int lo, int hi)
+{
+	int best = -1, bz = -1;
+
+	for (int r = lo + 1; r < hi; r++)
+		if (__builtin_ctz((unsigned)r) > bz) {
+			bz = __builtin_ctz((unsigned)r);
+			best = r;
+		}
+	return best;
+}
+
+static void dbt_value(fr_dtype_t dt, fr_op_t op, int tree, int label, int lo,
+		      int hi, size_t i, uint32_t seed, uint8_t *acc)
+{
+	int rk = tree == 0    ? label
+		 : nranks % 2 ? (label + 1) % nranks
+			      : nranks - 1 - label;
+	uint8_t sub[8];
+	int left, right;
+
+	input_elem(dt, op, rk, i, seed, acc);
+	if (label == 0) {
+		left = dbt_node(0, nranks);
+		if (left > 0) {
+			dbt_value(dt, op, tree, left, 0, nranks, i, seed, sub);
+			ref_combine(dt, op, acc, acc, sub, 1);
+		}
+		return;
+	}
+	left = dbt_node(lo, label);
+	right = dbt_node(label, hi);
+	if (left > 0) {
+		dbt_value(dt, op, tree, left, lo, label, i, seed, sub);
+		ref_combine(dt, op, acc, acc, sub, 1);
+	}
+	if (right > 0) {
+		dbt_value(dt, op, tree, right, label, hi, i, seed, sub);
+		ref_combine(dt, op, acc, acc, sub, 1);
+	}
+}
+
+static void expect_dbtree(fr_dtype_t dt, fr_op_t op, size_t count, size_t i,
+			  uint32_t seed, void *out)
+{
+	uint8_t acc[8];
+
+	dbt_value(dt, op, i < (count + 1) / 2 ? 0 : 1, 0, 0, nranks, i, seed,
+		  acc);
+	if (op == FR_AVG)
+		ref_scale_avg(dt, acc, 1, nranks);
+	memcpy(out, acc, fr_dtype_size(dt));
+}
+
 /* Ranks per emulated node (--ranks-per-node), 0: not emulated. */
 static int rpn;
 
@@ -705,6 +768,12 @@ static int run_matrix(fr_comm_t *comm, const char *counts_s,
 						else if (algo == FR_ALGO_HIER)
 							expect_hier((fr_dtype_t)dt, (fr_op_t)op,
 								    count, i, seed, want);
+						else if (algo == FR_ALGO_TREE)
+							expect_dbtree(
+								(fr_dtype_t)dt,
+								(fr_op_t)op,
+								count, i, seed,
+								want);
 						else if (algo ==
 							 FR_ALGO_ONESHOT)
 							expect_linear(

@@ -22,9 +22,10 @@ for n in 2 4 5; do
 	run "kill -9 rank $((n - 1)) of $n" survivors_ok "$n" $((n - 1)) kill
 	run "rank 1 of $n exits abruptly" survivors_ok "$n" 1 exit
 done
-# non-neighbour connections: the hypercube algorithms (FR_TEST_SHORT: rd,
-# whose pattern of partners Rabenseifner shares)
-algos="rd rabenseifner"
+# non-neighbour connections: the hypercube algorithms and the double
+# binary tree (FR_TEST_SHORT: rd, whose pattern of partners Rabenseifner
+# shares)
+algos="rd rabenseifner tree"
 [ "$SHORT" = 1 ] && algos=rd
 for algo in $algos; do
 	export FR_ALGO=$algo

@@ -12,7 +12,7 @@ for n in ${FR_TEST_RANKS:-1 2 3 4 5 6 7 8}; do
 done
 # FR_TEST_ALGO_RANKS: the rank counts of the forced runs (default: those of
 # the automatic choice)
-for algo in ${FR_TEST_ALGOS:-ring rd rabenseifner oneshot}; do
+for algo in ${FR_TEST_ALGOS:-ring rd rabenseifner oneshot tree}; do
 	for n in ${FR_TEST_ALGO_RANKS:-${FR_TEST_RANKS:-1 2 3 4 5 6 7 8}}; do
 		run "matrix n=$n $algo ($TRANSPORT)" \
 			frrun -n "$n" -e FR_ALGO="$algo" --transport "$TRANSPORT" \
@@ -26,9 +26,10 @@ run "matrix n=3 segment=256B slots=2" \
 	frrun -n 3 -e FR_SEGMENT_BYTES=256 -e FR_SLOTS=2 --transport "$TRANSPORT" \
 	--timeout 600 "$MP" matrix \
 	--counts 0,1,2,1000,7919 --dtypes f32,f16,i64,u8 --ops sum,max,avg
-# (FR_TEST_SHORT, lib.sh: not oneshot, whose fragments are rd's)
-eager_algos="rd rabenseifner oneshot"
-[ "$SHORT" = 1 ] && eager_algos="rd rabenseifner"
+# (FR_TEST_SHORT, lib.sh: not oneshot, whose fragments are rd's; the
+# tree's, with a second child's fragments put aside, are its own)
+eager_algos="rd rabenseifner oneshot tree"
+[ "$SHORT" = 1 ] && eager_algos="rd rabenseifner tree"
 for algo in $eager_algos; do
 	run "matrix n=5 $algo eager=128B" \
 		frrun -n 5 -e FR_ALGO=$algo -e FR_EAGER_BYTES=128 --transport "$TRANSPORT" \

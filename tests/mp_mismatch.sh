@@ -20,7 +20,7 @@ for n in 2 3 4; do
 	run "mismatch coll n=$n" \
 		frrun -n "$n" --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim $((n - 1)) --what coll
 done
-for algo in ring rd rabenseifner oneshot; do
+for algo in ring rd rabenseifner oneshot tree; do
 	for what in $algo_whats; do
 		run "mismatch $what n=5 $algo" \
 			frrun -n 5 -e FR_ALGO=$algo --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 2 --what $what

@@ -5,8 +5,10 @@
  * (fake_tp.c): completion order, fr_test on finished requests, timeouts
  * that fail every pending request, the failed communicator's later calls,
  * fr_progress with nothing to do, the progress thread, blocking calls from
- * one thread per rank, and All-Reduce results on 1, 2, 3 and 5 ranks
- * against a reference.
+ * one thread per rank, All-Reduce results on 1, 2, 3 and 5 ranks
+ * against a reference, and collectives that complete although a rank that
+ * had finished its part failed at its next call and left (the double
+ * binary tree, broadcast, reduce).
  *
  * A job of N communicators lives in this process (fake_job_create: the
  * real fr_comm_create over transport "fake").  Most tests drive all ranks'
@@ -34,6 +36,7 @@
 #include "fake_tp.h"
 #include "fastreduce.h"
 #include "log.h"
+#include "peer.h" /* FR_IMM_MSG */
 #include "reference.h"
 
 #define DRIVE_MS 30000 /* a hang is a failure, never a stuck test */
@@ -690,14 +693,241 @@ static void test_results_reference(void **state)
 		}
 }
 
+/* ---- a rank that finished and left ----------------------------------------
+ */
+
+/* fr_test on every rank of ranks[] not done yet; a failure fails the test. */
+static void drive_some(fr_request_t **rq, int *done, const int *ranks, int k)
+{
+	for (int i = 0; i < k; i++) {
+		int r = ranks[i], rc;
+
+		if (done[r])
+			continue;
+		rc = fr_test(&rq[r], &done[r]);
+		if (rc)
+			fail_msg("rank %d failed: %s (%s)", r, fr_errname(rc),
+				 fr_comm_last_error(comms[r]));
+	}
+}
+
+/*
+ * A rank that has finished a collective may leave (here: a refused call
+ * fails its communicator, and it destroys it) while the others still
+ * finish theirs; what they still need comes from ranks that stay, so
+ * they must complete, and fail only at their next collective.
+ *
+ * The double binary tree on 5 ranks: rank 1 is tree 1's root, rank 0 its
+ * only child, which passes that half down to rank 3.  Rank 3 sends all it
+ * has to send up, then hangs (frozen) without taking what comes down:
+ * rank 0 has all it receives and only sends to rank 3 left, waiting for
+ * credits, when rank 1 finishes and leaves (before rank 0 has read its
+ * last messages, most likely).  Rank 0 must neither take rank 1 for the
+ * rank it waits on, nor fail because rank 1's connection closed or its
+ * last messages are still unread.
+ */
+static void test_peer_left_early(void **state)
+{
+	const int n = 5, all[] = {0, 1, 2, 3, 4}, most[] = {0, 2, 4};
+	const size_t count = 16 * 1024; /* 64 KiB of f32: 2 x 256 fragments */
+	fr_config_t cfg = config(20000, FR_ALGO_TREE);
+	float *b[MAXN];
+	fr_request_t *rq[MAXN];
+	int rc[MAXN], done[MAXN] = {0};
+	uint64_t deadline, up3;
+	uint8_t u8 = 1;
+
+	(void)state;
+	setenv("FR_EAGER_BYTES", "128", 1);
+	job(n, &cfg);
+	for (int r = 0; r < n; r++)
+		b[r] = tbuf(count * sizeof(float));
+	/* a first run counts rank 3's messages up to rank 0 (tree 1's only
+	 * traffic between them) */
+	for (int r = 0; r < n; r++) {
+		fill(b[r], r, 2, count);
+		rc[r] = 1;
+		assert_int_equal(fr_iallreduce(comms[r], FR_IN_PLACE, b[r],
+					       count, FR_F32, FR_SUM, &rq[r]),
+				 0);
+	}
+	assert_int_equal(fake_job_drive(comms, n, rq, rc, n, DRIVE_MS), 0);
+	for (int r = 0; r < n; r++)
+		assert_int_equal(rc[r], 0);
+	assert_int_equal(fr_comm_last_algo(comms[0]), FR_ALGO_TREE);
+	up3 = fake_tp_writes(3, 0, FR_IMM_MSG);
+	assert_true(up3 >= 64);
+
+	fake_tp_reset();
+	for (int r = 0; r < n; r++) {
+		fill(b[r], r, 3, count);
+		assert_int_equal(fr_iallreduce(comms[r], FR_IN_PLACE, b[r],
+					       count, FR_F32, FR_SUM, &rq[r]),
+				 0);
+	}
+	/* rank 1 (the root of tree 1) one round in 16, so that the half
+	 * coming down lags; rank 3 until all its messages up have left */
+	deadline = now_ms() + DRIVE_MS;
+	for (int round = 0; fake_tp_writes(3, 0, FR_IMM_MSG) < up3; round++) {
+		assert_true(now_ms() < deadline);
+		for (int r = 0; r < n; r++)
+			if (r != 1 || round % 16 == 0)
+				drive_some(rq, done, &r, 1);
+	}
+	drive_some(rq, done, &all[3], 1); /* its last writes leave */
+	fake_tp_freeze(3, true);
+	/* rank 0 one round in 4: rank 1's last messages to it are likely
+	 * still unread when rank 1 leaves */
+	for (int round = 0; !done[1]; round++) {
+		assert_true(now_ms() < deadline);
+		for (int r = 0; r < n; r++)
+			if (r != 0 || round % 4 == 0)
+				drive_some(rq, done, &all[r], 1);
+	}
+	check_sum(b[1], n, 3, count, "rank 1");
+	assert_false(done[0]); /* its sends to rank 3 wait */
+	assert_false(done[3]);
+	/* rank 1 fails (avg on integers) and leaves */
+	assert_int_equal(fr_allreduce(comms[1], &u8, &u8, 1, FR_U8, FR_AVG),
+			 FR_EINVAL);
+	fr_comm_destroy(comms[1]);
+	comms[1] = NULL;
+	for (int round = 0; round < 2000; round++)
+		drive_some(rq, done, most, 3);
+	assert_false(done[0]); /* still waiting for rank 3, not failed */
+	fake_tp_freeze(3, false);
+	while (!done[0] || !done[2] || !done[3] || !done[4]) {
+		assert_true(now_ms() < deadline);
+		drive_some(rq, done, most, 3);
+		drive_some(rq, done, &all[3], 1);
+	}
+	for (int r = 0; r < n; r++) {
+		char who[16];
+
+		if (r == 1)
+			continue;
+		snprintf(who, sizeof(who), "rank %d", r);
+		check_sum(b[r], n, 3, count, who);
+		/* the job has failed: the next collective says so */
+		assert_int_equal(fr_barrier(comms[r]), FR_EPEER);
+		assert_contains(fr_comm_last_error(comms[r]),
+				"rank 1 failed first");
+	}
+}
+
+/*
+ * The same for broadcast and reduce down and up the binomial tree
+ * (FR_ALGO_TREE) on 4 ranks, rooted at 0: 0 -> {2, 1}, 2 -> 3.  Rank 3
+ * hangs.  Broadcast: rank 2 still passes the message down to it when the
+ * root has sent all and leaves.  Reduce (the root folds rank 1's in
+ * first): the root still waits for rank 2's when rank 1 has sent all up
+ * and leaves.  Neither may fail for the rank that left.
+ */
+static void tree_partner_left(bool reduce)
+{
+	const int n = 4, leaver = reduce ? 1 : 0, hung = 3;
+	const size_t count = 16 * 1024;
+	fr_config_t cfg = config(20000, FR_ALGO_TREE);
+	float *b[MAXN], *in[MAXN];
+	fr_request_t *rq[MAXN];
+	int rc[MAXN], done[MAXN] = {0}, rest[2], k = 0;
+	uint64_t deadline;
+	uint8_t u8 = 1;
+
+	setenv("FR_EAGER_BYTES", "128", 1);
+	job(n, &cfg);
+	for (int r = 0; r < n; r++) {
+		b[r] = tbuf(count * sizeof(float));
+		in[r] = tbuf(count * sizeof(float));
+		if (r != leaver && r != hung)
+			rest[k++] = r;
+	}
+	for (int round = 2; round <= 3; round++) {
+		for (int r = 0; r < n; r++) {
+			fill(in[r], r, round, count);
+			fill(b[r], 0, round, count);
+			if (!reduce && r)
+				memset(b[r], 0, count * sizeof(float));
+			rc[r] = 1;
+			done[r] = 0;
+			assert_int_equal(
+				reduce ? fr_ireduce(comms[r], in[r], b[r],
+						    count, FR_F32, FR_SUM, 0,
+						    &rq[r])
+				       : fr_ibroadcast(comms[r], b[r], count,
+						       FR_F32, 0, &rq[r]),
+				0);
+		}
+		if (round == 2) {
+			/* the first connects everyone */
+			assert_int_equal(
+				fake_job_drive(comms, n, rq, rc, n, DRIVE_MS),
+				0);
+			for (int r = 0; r < n; r++)
+				assert_int_equal(rc[r], 0);
+			assert_int_equal(fr_comm_last_algo(comms[0]),
+					 FR_ALGO_TREE);
+		}
+	}
+	fake_tp_freeze(hung, true);
+	deadline = now_ms() + DRIVE_MS;
+	while (!done[leaver]) {
+		assert_true(now_ms() < deadline);
+		for (int r = 0; r < n; r++)
+			if (r != hung)
+				drive_some(rq, done, &r, 1);
+	}
+	assert_int_equal(
+		fr_allreduce(comms[leaver], &u8, &u8, 1, FR_U8, FR_AVG),
+		FR_EINVAL);
+	fr_comm_destroy(comms[leaver]);
+	comms[leaver] = NULL;
+	for (int round = 0; round < 2000; round++)
+		drive_some(rq, done, rest, 2);
+	assert_false(done[reduce ? 0 : 2]); /* waits for the hung rank */
+	fake_tp_freeze(hung, false);
+	for (int r = 0; r < n; r++)
+		while (r != leaver && !done[r]) {
+			assert_true(now_ms() < deadline);
+			drive_some(rq, done, rest, 2);
+			drive_some(rq, done, &hung, 1);
+		}
+	for (int r = 0; r < n; r++) {
+		if (r == leaver)
+			continue;
+		if (!reduce)
+			for (size_t i = 0; i < count; i++)
+				if (b[r][i] != val(0, 3, i))
+					fail_msg("rank %d: element %zu differs",
+						 r, i);
+		if (reduce && r == 0)
+			check_sum(b[0], n, 3, count, "root");
+		assert_int_equal(fr_barrier(comms[r]), FR_EPEER);
+	}
+}
+
+static void test_bcast_root_left(void **state)
+{
+	(void)state;
+	tree_partner_left(false);
+}
+
+static void test_reduce_child_left(void **state)
+{
+	(void)state;
+	tree_partner_left(true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
-		T(test_completion_order), T(test_test_finished),
-		T(test_progress_idle),	  T(test_timeout_fails_all),
-		T(test_timeout_blocking), T(test_progress_thread),
-		T(test_blocking_threads), T(test_results_reference),
+		T(test_completion_order),  T(test_test_finished),
+		T(test_progress_idle),	   T(test_timeout_fails_all),
+		T(test_timeout_blocking),  T(test_progress_thread),
+		T(test_blocking_threads),  T(test_results_reference),
+		T(test_peer_left_early),   T(test_bcast_root_left),
+		T(test_reduce_child_left),
 #undef T
 	};
 

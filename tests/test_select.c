@@ -274,6 +274,106 @@ static void test_mailbox_window(void **state)
 	comm.peer.mbx_slot_size = 64 + 32768;
 }
 
+/*
+ * The double binary tree's trees (dbtree.c) on 1 to 1,100 ranks: one root
+ * and n - 1 edges each, every parent naming its children and every child
+ * its parent, ceil(lg n) + 1 levels at most, and no rank inner in both
+ * trees (one, where n is odd).
+ */
+static void test_dbtree_shape(void **state)
+{
+	(void)state;
+	for (int n = 1; n <= 1100; n++) {
+		int both = 0, levels = 1;
+
+		while ((1 << (levels - 1)) < n)
+			levels++;
+		for (int t = 0; t < 2; t++) {
+			int roots = 0, edges = 0;
+
+			for (int r = 0; r < n; r++) {
+				int p, c[2], nc, pc[2], pn, d = 0, x = r;
+				bool named = false;
+
+				fr_dbtree_shape(n, r, t, &p, c, &nc);
+				assert_true(nc >= 0 && nc <= 2);
+				for (int i = 0; i < nc; i++) {
+					int cp, cc[2], cn;
+
+					fr_dbtree_shape(n, c[i], t, &cp, cc,
+							&cn);
+					assert_int_equal(cp, r);
+				}
+				if (p < 0) {
+					roots++;
+				} else {
+					edges++;
+					fr_dbtree_shape(n, p, t, &x, pc, &pn);
+					for (int i = 0; i < pn; i++)
+						named |= pc[i] == r;
+					assert_true(named);
+					x = r;
+				}
+				while (x >= 0 && d <= levels) {
+					fr_dbtree_shape(n, x, t, &x, pc, &pn);
+					d++;
+				}
+				assert_true(d <= levels);
+			}
+			assert_int_equal(roots, 1);
+			assert_int_equal(edges, n - 1);
+		}
+		for (int r = 0; r < n; r++) {
+			int p, c[2], n0, n1;
+
+			fr_dbtree_shape(n, r, 0, &p, c, &n0);
+			fr_dbtree_shape(n, r, 1, &p, c, &n1);
+			both += n0 && n1;
+		}
+		assert_int_equal(both, n > 1 ? n % 2 : 0);
+	}
+}
+
+/*
+ * Where the double binary tree is chosen: fr_sim, on 256 ranks over 400
+ * Gbit/s links of 5 us with free CPUs, found it the best from 512 KiB (124
+ * us, Rabenseifner 163) to 16 MiB (2,126, the ring 3,219) and not at 64
+ * KiB (89, Rabenseifner 83).  The model with those links (and CPU terms
+ * near zero) chooses it from 1 MiB up (at 512 KiB it predicts 125 us, and
+ * Rabenseifner 122, for 124 and 163 simulated) and not at 64 KiB.
+ */
+static void test_dbtree_choice(void **state)
+{
+	struct fr_tune saved = comm.algo.tune;
+	size_t slot = comm.peer.mbx_slot_size;
+
+	(void)state;
+	comm.nranks = 256;
+	comm.peer.mbx_slot_size = fr_mbx_slot_size(256, 0);
+	comm.algo.tune.alpha_us = 5;
+	comm.algo.tune.beta_ns = 8 / 400.0;
+	comm.algo.tune.copy_ns = 0.001;
+	for (int d = 0; d < FR_DTYPE_COUNT; d++)
+		comm.algo.tune.gamma_ns[d] = 0.001;
+	assert_ptr_not_equal(
+		choose(FR_COLL_ALLREDUCE, (64u << 10) / 4, FR_F32, 0),
+		&fr_algo_dbtree);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (1u << 20) / 4, FR_F32, 0),
+			 &fr_algo_dbtree);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (4u << 20) / 4, FR_F32, 0),
+			 &fr_algo_dbtree);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (16u << 20) / 4, FR_F32, 0),
+			 &fr_algo_dbtree);
+	/* on few ranks it is never the choice: rd, Rabenseifner or the ring
+	 * win at every size */
+	comm.nranks = 8;
+	for (size_t n = 1; n <= (64u << 20); n *= 4)
+		assert_ptr_not_equal(choose(FR_COLL_ALLREDUCE, n, FR_F32, 0),
+				     &fr_algo_dbtree);
+	comm.algo.tune = saved;
+	comm.peer.mbx_slot_size = slot;
+}
+
 static void test_forced_and_others(void **state)
 {
 	(void)state;
@@ -287,8 +387,10 @@ static void test_forced_and_others(void **state)
 		choose(FR_COLL_ALLREDUCE, 1000, FR_F32, FR_ALGO_RABENSEIFNER),
 		&fr_algo_rabenseifner);
 	/* a forced algorithm the collective does not have: auto's choice */
-	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, FR_ALGO_TREE),
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, FR_ALGO_PAIRWISE),
 			 &fr_algo_rd);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, FR_ALGO_TREE),
+			 &fr_algo_dbtree);
 	assert_ptr_equal(choose(FR_COLL_REDUCE_SCATTER, 2, FR_F32, FR_ALGO_RD),
 			 &fr_algo_ring);
 	assert_ptr_equal(choose(FR_COLL_ALLGATHER, 1u << 20, FR_U8, 0),
@@ -735,6 +837,8 @@ int main(void)
 		cmocka_unit_test_setup(test_mailbox_window, setup),
 		cmocka_unit_test_setup(test_memo, setup),
 		cmocka_unit_test_setup(test_forced_and_others, setup),
+		cmocka_unit_test(test_dbtree_shape),
+		cmocka_unit_test_setup(test_dbtree_choice, setup),
 		cmocka_unit_test_setup(test_new_collectives, setup),
 		cmocka_unit_test_setup(test_hier_choice, setup),
 		cmocka_unit_test_setup(test_rab_node_steps, setup),

@@ -25,7 +25,7 @@ done
 check "mp_allreduce matrix n=3" "$B/frrun" -n 3 --timeout 900 \
 	"$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" matrix \
 	--counts 0,1,2,1001 --dtypes f32,f16,bf16,i64,u8 --ops sum,min,avg
-for algo in rd rabenseifner; do
+for algo in rd rabenseifner tree; do
 	check "mp_allreduce matrix n=5 $algo" "$B/frrun" -n 5 -e FR_ALGO=$algo --timeout 900 \
 		"$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" matrix \
 		--counts 0,1,3,1001 --dtypes f32,bf16,u8 --ops sum,avg

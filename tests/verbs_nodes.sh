@@ -14,7 +14,7 @@ rc=0
 "$B/tests/mp_allreduce" regonce --iters 200 --count 4099 || rc=1
 # every All-Reduce algorithm across the wire, and the other collectives
 port=29520
-for algo in ring rd rabenseifner oneshot; do
+for algo in ring rd rabenseifner oneshot tree; do
 	FR_ALGO=$algo FR_RENDEZVOUS=10.99.0.1:$port "$B/tests/mp_allreduce" matrix \
 		--counts 0,1,7919 --dtypes f32,bf16,i32 --ops sum,max || rc=1
 	port=$((port + 1))

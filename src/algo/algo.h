@@ -106,7 +106,9 @@ struct fr_algo {
 		       bool *did_work);
 	bool (*done)(const struct fr_comm *comm, const struct fr_request *req);
 	void (*free)(struct fr_request *req);
-	/* The rank the collective waits on, for timeout messages. */
+	/* The rank the collective waits on now (-1: none), for timeout
+	 * messages and to fail at once when it has left (fr_peers_check_gone):
+	 * never one whose part is over, which may well have gone. */
 	int (*waiting_on)(const struct fr_comm *comm,
 			  const struct fr_request *req);
 	/*
@@ -135,6 +137,7 @@ extern const struct fr_algo fr_algo_cring;	   /* compressed allreduce */
 extern const struct fr_algo fr_algo_hier;	   /* two-level allreduce  */
 extern const struct fr_algo fr_algo_hier_rsag;	   /* two-level RS, AG */
 extern const struct fr_algo fr_algo_oneshot;	   /* allreduce, one step */
+extern const struct fr_algo fr_algo_dbtree;	   /* allreduce, 2 trees */
 extern const struct fr_algo fr_algo_reduce_tree;   /* reduce (binomial) */
 extern const struct fr_algo fr_algo_reduce_chain;  /* reduce (chain)    */
 extern const struct fr_algo fr_algo_pairwise;	   /* alltoall(v)       */
@@ -204,6 +207,15 @@ static inline int fr_algo_peer_ready(struct fr_comm *comm, int peer)
 #define FR_TREE_MAX_CHILDREN 32
 void fr_tree_shape(int n, int rank, int root, bool chain, int *parent,
 		   int *child, int *nchild);
+
+/*
+ * The double binary tree's trees (dbtree.c): rank's parent (-1 at the root)
+ * and children (at most 2, in fold order) in tree 0 (the in-order binary
+ * tree rooted at rank 0) or tree 1 (tree 0 mirrored where n is even,
+ * shifted by one where odd).
+ */
+void fr_dbtree_shape(int n, int rank, int tree, int *parent, int *child,
+		     int *nchild);
 
 /* Shared helpers for the hypercube algorithms (rd.c, rabenseifner.c). */
 struct fr_hcube {

@@ -482,6 +482,50 @@ static double oneshot_grid_us(const struct fr_comm *comm, double n)
 }
 
 /*
+ * The double binary tree's busiest link (us): every edge of either tree
+ * carries n/2 each way, so a node's link (d = 0, beta_ns) or a group's
+ * uplink (grid_beta_ns[d]) carries n/2 for each edge that leaves it.
+ * Counted on the trees themselves: consecutive ranks on a node keep the
+ * lower edges at home, the higher ones cross.  0 on one node.
+ */
+static double tree_wire_us(const struct fr_comm *comm, double n)
+{
+	const int *node = comm->topo.node_of;
+	int p = comm->nranks, nn = comm->topo.nnodes;
+	double worst = 0;
+	int *cross;
+
+	if (!node || nn < 2)
+		return 0;
+	cross = malloc((size_t)nn * sizeof(*cross));
+	if (!cross)
+		return 0;
+	for (int d = 0; d < FR_MAX(comm->topo.ngrid, 1); d++) {
+		double b = d ? grid_b(comm, d) : comm->algo.tune.beta_ns * 1e-3;
+		int g = d ? (int)grid_group_nodes(comm, d) : 1, most = 0;
+
+		if (b <= 0)
+			continue;
+		memset(cross, 0, (size_t)nn * sizeof(*cross));
+		for (int t = 0; t < 2; t++)
+			for (int r = 0; r < p; r++) {
+				int par, ch[2], nc;
+
+				fr_dbtree_shape(p, r, t, &par, ch, &nc);
+				if (par < 0 || node[r] / g == node[par] / g)
+					continue;
+				cross[node[r] / g]++;
+				cross[node[par] / g]++;
+			}
+		for (int i = 0; i < nn; i++)
+			most = FR_MAX(most, cross[i]);
+		worst = fmax(worst, most * n / 2 * b);
+	}
+	free(cross);
+	return worst;
+}
+
+/*
  * The grid's floors for the flat algorithms where they run without the
  * node-aware terms below (one rank per node): what each step's slowest
  * uplink takes beyond the wire time the flat model gave it (rd's and
@@ -505,6 +549,11 @@ static double flat_grid_us(const struct fr_comm *comm, int id, double us,
 	if (id == FR_ALGO_ONESHOT)
 		return us + fmax(0, oneshot_grid_us(comm, n) -
 					    (comm->nranks - 1) * n * bc);
+	/* the model's link term, 3 n beta, is 1.5 times the 2 n a rank
+	 * sends (fr_sim): the busiest link's bytes count the same way */
+	if (id == FR_ALGO_TREE)
+		return us + fmax(0, 1.5 * tree_wire_us(comm, n) -
+					    3 * n * t->beta_ns * 1e-3);
 	if (id != FR_ALGO_RD && id != FR_ALGO_RABENSEIFNER)
 		return us;
 	fr_hcube_init(&h, 0, comm->nranks);
@@ -641,6 +690,9 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 	}
 	if (us < 0)
 		return us;
+	/* the tree's busiest link, counted on its edges */
+	if (id == FR_ALGO_TREE)
+		return us + fmax(0, 1.5 * tree_wire_us(comm, n) - 3 * n * b);
 	/* the flat algorithms' link time, times the ranks sharing it; the
 	 * grid's slowest uplink is a floor under it */
 	if (id == FR_ALGO_RING) {
@@ -703,6 +755,35 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 				    (p - 1) * mbx_stream_us(a, 0, payload_max,
 							    n)) +
 			       (p - 1) * n * g;
+		if (id == FR_ALGO_TREE) {
+			/*
+			 * The double binary tree (dbtree.c): a fragment's
+			 * 2 H hops up and down, H = ceil(lg p), then about 2n
+			 * a rank each way over both trees at once.  fr_sim
+			 * finds the link's part about 1.5 times that where
+			 * the link is the limit (16 MiB: 41 ms for 27 on 4
+			 * ranks at 10 Gbit/s, 43 for 27 on 16, 4.3 for 2.7 on
+			 * 64 at 100): a rank's four streams share its link, and
+			 * their credits come back behind the other streams'
+			 * data. Its four streams (n/2 each) go through their
+			 * windows side by side, all through the outbox
+			 * (2 FR_MBX_SLOTS slots a rank, peer.h), whose slots
+			 * come back a round trip after they left: on 64
+			 * ranks at 384 Gbit/s and 73 us, 25 MiB took it 17.8
+			 * ms in fr_sim, the outbox's 100 round trips.  An
+			 * inner rank folds n.
+			 */
+			double s = fmin(n / 2, payload_max ? (double)payload_max
+							   : n / 2);
+
+			return 2 * ceil(log2(p)) * (a + s * (b + c)) +
+			       fmax(fmax(3 * n * b + 2 * n * c,
+					 mbx_stream_us(a, b + c, payload_max,
+						       n / 2)),
+				    mbx_stream_us(a, 0, 2 * payload_max,
+						  2 * n)) +
+			       n * g;
+		}
 		if (id == FR_ALGO_RABENSEIFNER) {
 			/* step j sends n / 2^(j+1) each way, twice */
 			double wire =
@@ -782,6 +863,7 @@ static const struct fr_algo *const algos[] = {
 	&fr_algo_cring,	     &fr_algo_hier,	   &fr_algo_hier_rsag,
 	&fr_algo_oneshot,    &fr_algo_reduce_tree, &fr_algo_reduce_chain,
 	&fr_algo_pairwise,   &fr_algo_bruck,	   &fr_algo_vring,
+	&fr_algo_dbtree,
 };
 
 int fr_algos_on_cqe(struct fr_comm *comm, struct fr_request *active, int peer,
@@ -826,6 +908,7 @@ static const struct fr_algo *impl(const struct fr_comm *comm, enum fr_coll coll,
 		       : id == FR_ALGO_RD	    ? &fr_algo_rd
 		       : id == FR_ALGO_RABENSEIFNER ? &fr_algo_rabenseifner
 		       : id == FR_ALGO_ONESHOT	    ? &fr_algo_oneshot
+		       : id == FR_ALGO_TREE	    ? &fr_algo_dbtree
 		       : id == FR_ALGO_HIER && hier_ok(comm) ? &fr_algo_hier
 							     : NULL;
 	case FR_COLL_REDUCE_SCATTER:

@@ -320,7 +320,7 @@ static int post(struct fr_comm *comm, struct fr_request *req, bool *did_work)
 	case P2P_SEND_RTS:
 		if (behind(comm, req))
 			return 0;
-		rc = fr_peer_need(comm, req->p2p.peer);
+		rc = fr_peer_need_p2p(comm, req->p2p.peer);
 		if (rc == FR_EAGAIN)
 			return 0;
 		if (rc)
@@ -335,7 +335,7 @@ static int post(struct fr_comm *comm, struct fr_request *req, bool *did_work)
 		}
 		break;
 	case P2P_SEND_CTS:
-		rc = fr_peer_need(comm, req->p2p.peer);
+		rc = fr_peer_need_p2p(comm, req->p2p.peer);
 		if (rc == FR_EAGAIN)
 			return 0;
 		if (!rc)
@@ -485,7 +485,7 @@ int fr_p2p_submit(struct fr_comm *comm, bool send, void *buf, size_t count,
 			return 0;
 	}
 	if (peer != comm->rank)
-		(void)fr_peer_need(comm, peer);
+		(void)fr_peer_need_p2p(comm, peer);
 	/* the first message goes out now, as a collective's does; a failure
 	 * here is the communicator's, and the request reports it */
 	(void)post(comm, req, &work);

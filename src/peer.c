@@ -65,6 +65,22 @@
 #define LIVE_LEVEL_SHIFT 12  /* 0, or waiting for a late rank at that level */
 #define LIVE_LEVEL_MAX 0xffu
 
+/*
+ * p said goodbye after it had started the collective that runs here: it
+ * has finished (or abandoned) its part and left, which is no failure of
+ * ours by itself.  What it sent is still read; writes to it wait; if ours
+ * needs more from it, or needs it to take ours, it is the rank ours waits
+ * on and fr_peers_check_gone fails ours at once.  (A ring's prev at the
+ * last step, a tree's parent once all came down, a reduce's child that
+ * sent all: ranks finish a collective at different times, and one that
+ * fails at its next call leaves at once.)
+ */
+static bool left_after_ours(const struct fr_comm *c, const struct fr_peer *p)
+{
+	return p->bye && c->peer.in_coll &&
+	       (int32_t)(p->bye_seq - (c->peer.seq - 1)) > 0;
+}
+
 int fr_comm_fail(struct fr_comm *comm, int err, const char *fmt, ...)
 {
 	va_list ap;
@@ -461,7 +477,7 @@ failed:
 		tp_why(c, rc) ? " (" : "", tp_why(c, rc) ? tp_why(c, rc) : "");
 }
 
-int fr_peer_need(struct fr_comm *c, int rank)
+static int peer_need(struct fr_comm *c, int rank, bool coll)
 {
 	struct fr_peer *p = &c->peer.peers[rank];
 	int rc;
@@ -472,16 +488,9 @@ int fr_peer_need(struct fr_comm *c, int rank)
 	case FR_PEER_DOWN:
 		if (c->fail.failed)
 			return c->fail.failed;
-		/*
-		 * It said goodbye during a collective of ours: it had finished
-		 * it, a step of ours may still name it (a ring's prev at the
-		 * last step, a tree's parent once all came down) and what it
-		 * sent before is still ours to read.  Writes to it wait
-		 * (FR_EAGAIN); if ours needs more from it, or needs it to take
-		 * ours, it is the rank ours waits on, and fr_peers_check_gone
-		 * fails it at once.
-		 */
-		if (p->bye && c->peer.in_coll)
+		/* left after starting ours (a collective's step, not
+		 * point-to-point): see left_after_ours */
+		if (coll && left_after_ours(c, p))
 			return 0;
 		return fr_comm_fail(
 			c, FR_EPEER, "rank %d: rank %d %s", c->rank, rank,
@@ -518,6 +527,16 @@ int fr_peer_need(struct fr_comm *c, int rank)
 		return peer_advance(c, p);
 	}
 	return FR_EPROTO;
+}
+
+int fr_peer_need(struct fr_comm *c, int rank)
+{
+	return peer_need(c, rank, true);
+}
+
+int fr_peer_need_p2p(struct fr_comm *c, int rank)
+{
+	return peer_need(c, rank, false);
 }
 
 /*
@@ -838,6 +857,10 @@ int fr_peers_progress(struct fr_comm *c, bool *did_work)
 			FR_IMM(FR_IMM_CREDIT, (uint32_t)p->credits_owed), 0);
 		if (rc == FR_EAGAIN)
 			continue;
+		if (rc == FR_EPEER && left_after_ours(c, p)) {
+			p->state = FR_PEER_DOWN; /* it needs none any more */
+			continue;
+		}
 		if (rc)
 			return fr_comm_fail(
 				c, rc,
@@ -870,6 +893,9 @@ static int write_failed(struct fr_comm *c, struct fr_peer *p, int rc)
 	if (rc == FR_EPEER) {
 		p->state = FR_PEER_DOWN;
 		fr_peers_mark_dead(c, fr_peer_rank(&c->peer, p));
+		/* closed before its closing was polled: as there */
+		if (left_after_ours(c, p))
+			return FR_EAGAIN;
 	}
 	return fr_comm_fail(c, rc == FR_ERANGE ? FR_EPROTO : rc,
 			    "rank %d: writing to rank %d failed: %s%s%s%s",
@@ -1476,6 +1502,7 @@ static int on_msg(struct fr_comm *c, struct fr_peer *p, uint32_t slot,
 		 * collectives by the algorithms' start.
 		 */
 		p->bye = true;
+		p->bye_seq = m.seq;
 		return 0;
 	}
 	if (slot != p->recv_arrived % (uint32_t)c->peer.mbx_slots ||
@@ -1560,12 +1587,11 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 		/* gone: closed, dead or left (recovery counts it out) */
 		if (cqe->status == FR_EPEER)
 			fr_peers_mark_dead(c, fr_peer_rank(&c->peer, p));
-		if (p->bye && (!c->peer.in_coll || cqe->status == FR_EPEER)) {
+		if (p->bye && (!c->peer.in_coll || (cqe->status == FR_EPEER &&
+						    left_after_ours(c, p)))) {
 			/* it said goodbye: closing now is expected, even
-			 * while a collective of ours runs (one it had
-			 * finished: a rank that failed at its next call
-			 * leaves at once).  Whether ours needed more from
-			 * it is fr_peers_check_gone's to say. */
+			 * during a collective it had started
+			 * (left_after_ours) */
 			p->state = FR_PEER_DOWN;
 			return 0;
 		}

@@ -172,7 +172,8 @@ struct fr_peer {
 	 * come before anything still in a slot */
 	struct fr_stashed *stash, *stash_tail;
 	uint32_t p2p_unread; /* point-to-point messages in its slots */
-	bool bye; /* it destroyed its communicator */
+	bool bye;	     /* it destroyed its communicator */
+	uint32_t bye_seq;    /* the collectives it had started by then */
 	/* liveness (peer.c, "Slow or dead"): our last PING to it, its last
 	 * PONG, and what that said: how many collectives it had started, and
 	 * whether it is itself waiting for a late rank */
@@ -297,8 +298,13 @@ void fr_peers_free(struct fr_comm *comm);
 int fr_peers_mailbox(struct fr_comm *comm, int rows, bool populate);
 void fr_peers_fini(struct fr_comm *comm);
 /* Connect (or accept) rank on first use: 0 once connected, FR_EAGAIN while
- * connecting, or the error that failed the communicator. */
+ * connecting, or the error that failed the communicator.  A collective's
+ * step (fr_peer_need) also gets 0 for a rank that destroyed its
+ * communicator after it had started the running collective (what it sent
+ * is read, writes to it wait: fr_peers_check_gone decides); point-to-point
+ * (fr_peer_need_p2p) fails for it. */
 int fr_peer_need(struct fr_comm *comm, int rank);
+int fr_peer_need_p2p(struct fr_comm *comm, int rank);
 /* Advance connections, return credits owed. */
 int fr_peers_progress(struct fr_comm *comm, bool *did_work);
 /* A completion from the transport: 0 or the error that failed the

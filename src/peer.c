@@ -1587,8 +1587,8 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 		/* gone: closed, dead or left (recovery counts it out) */
 		if (cqe->status == FR_EPEER)
 			fr_peers_mark_dead(c, fr_peer_rank(&c->peer, p));
-		if (p->bye && (!c->peer.in_coll || (cqe->status == FR_EPEER &&
-						    left_after_ours(c, p)))) {
+		if ((p->bye && !c->peer.in_coll) ||
+		    (cqe->status == FR_EPEER && left_after_ours(c, p))) {
 			/* it said goodbye: closing now is expected, even
 			 * during a collective it had started
 			 * (left_after_ours) */

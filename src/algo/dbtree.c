@@ -400,6 +400,7 @@ static int dbt_waiting_on(const struct fr_comm *comm,
 {
 	const struct dbt_state *st = req->algo_state;
 
+	(void)comm;
 	/* what has to come first; then, with only sends left, the peer
 	 * whose credits they wait for (the one that must not leave: any
 	 * other may have finished and gone meanwhile) */
@@ -421,7 +422,6 @@ static int dbt_waiting_on(const struct fr_comm *comm,
 			if (!fr_xfer_complete(&tr->down_tx[i]))
 				return tr->child[i];
 	}
-	(void)comm;
 	return -1; /* nothing left: nobody to wait on */
 }
 

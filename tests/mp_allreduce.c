@@ -13,7 +13,7 @@
  *   mp_allreduce colls [--counts a,b,..]
  *       reduce-scatter, all-gather, broadcast (every root) and barrier,
  *       checked against the reference (reduce-scatter bit for bit in the
- *       order of the ring or of the two-level one, whichever ran; its
+ *       order of the ring or of the hierarchical one, whichever ran; its
  *       ops at large counts as for matrix);
  *   mp_allreduce bigexit [--count C]
  *       one large All-Reduce, then destroy at once: no rank may fail;
@@ -64,6 +64,11 @@
  * --node-map a,b,.. on node map[r], any placement (colls: the two-level
  * reduce-scatter's groups of equal local index then meet the nodes in
  * different orders).
+ *
+ * --scales (any mode): f32 sums and averages take inputs of exponents
+ * from -15 to 12, so that their sums round and the order of the reduction
+ * shows in the bits (the references' orders are then checked, not only
+ * where the blocks went).
  *
  * Prints "N passed, N failed" and exits non-zero on any failure.
  */
@@ -145,6 +150,9 @@ static uint16_t f16_exact(double d)
  * few are exact, products stay finite), and for float types the special
  * values -0, +-Inf and NaN at sparse positions.
  */
+/* --scales: f32 sums of mixed exponents, whose bits show the order */
+static bool mixed_scales;
+
 static void input_elem(fr_dtype_t dt, fr_op_t op, int r, size_t i,
 		       uint32_t seed, void *out)
 {
@@ -155,6 +163,8 @@ static void input_elem(fr_dtype_t dt, fr_op_t op, int r, size_t i,
 
 	if (op == FR_PROD)
 		d = (h & 1 ? 1.0 : -1.0) * (h & 2 ? 2.0 : h & 4 ? 0.5 : 1.0);
+	if (mixed_scales && dt == FR_F32 && (op == FR_SUM || op == FR_AVG))
+		d = ldexp(d, (int)((h >> 24) % 28) - 12);
 	if (special) {
 		static const double sp[] = { -0.0, 1.0 / 0.0, -1.0 / 0.0, 0.0 };
 		int k = (int)((h >> 8) % 5);
@@ -552,42 +562,108 @@ static int emu_hier_layout(int *k, int *m)
 }
 
 /*
- * Expected element g (of the n blocks) of block b for the two-level
- * reduce-scatter: G = the ranks with b's local index l, one per node, in
- * rank order, b = G[jb].  Each node first sums its ranks in local order
- * l+1, l+2, ..., l; the node sums are then combined in G's order jb+1,
- * jb+2, ..., jb (written from the schedule in fastreduce(7), independently
- * of src/algo/hier_rsag.c).
+ * The levels of the hierarchical reduce-scatter and all-gather on the
+ * emulated nodes, and every rank's coordinate on each (fastreduce(7)):
+ * level 0 the node's k ranks, x_0 the rank's place on its node in rank
+ * order; then each dimension of size > 1 of FR_TOPO's grid where its
+ * product is the number of nodes, x_l the digit of the rank's node
+ * (nodes numbered in the order of their lowest rank), else all the nodes
+ * as one level, x_1 the rank's place among those of its local index in
+ * rank order.  Fills HG[] (sizes), HX[r][l], Hat[] (the rank at each
+ * combination of coordinates, x_0 slowest) once; returns the levels.
+ */
+static int HG[8], HX[64][8], Hat[64], Hnl;
+
+static int hrs_levels(void)
+{
+	int k = 0, m = 0, d[8], nd = 0, id[64], nid = 0, seen[64];
+	const char *e = getenv("FR_TOPO");
+	long prod = 1;
+
+	if (Hnl || !emu_hier_layout(&k, &m))
+		return Hnl;
+	if (e && *e) {
+		char buf[64], *save = NULL;
+
+		snprintf(buf, sizeof(buf), "%s", e);
+		for (char *t = strtok_r(buf, "x", &save); t && nd < 8;
+		     t = strtok_r(NULL, "x", &save))
+			prod *= d[nd++] = atoi(t);
+	}
+	for (int r = 0; r < 64; r++)
+		id[r] = -1;
+	for (int r = 0; r < nranks; r++) {
+		if (id[emu_node(r)] < 0)
+			id[emu_node(r)] = nid++;
+		HX[r][0] = emu_lidx(r);
+	}
+	HG[Hnl++] = k;
+	if (nd && prod == m) {
+		for (int i = 0, stride = 1; i < nd; stride *= d[i++]) {
+			if (d[i] < 2)
+				continue;
+			for (int r = 0; r < nranks; r++)
+				HX[r][Hnl] = id[emu_node(r)] / stride % d[i];
+			HG[Hnl++] = d[i];
+		}
+	} else {
+		memset(seen, 0, sizeof(seen));
+		for (int r = 0; r < nranks; r++)
+			HX[r][1] = seen[HX[r][0]]++;
+		HG[Hnl++] = m;
+	}
+	for (int r = 0; r < nranks; r++) {
+		int pos = 0;
+
+		for (int l = 0; l < Hnl; l++)
+			pos = pos * HG[l] + HX[r][l];
+		Hat[pos] = r;
+	}
+	return Hnl;
+}
+
+/* The partial sum of level l for element g at coordinates x[] (x[l]
+ * free): the level's members x[l] = c+1, c+2, ..., c (mod HG[l]), c the
+ * block owner's coordinate, each with the partial of the level below;
+ * below level 0 the input of the rank at x[]. */
+static void hrs_partial(fr_dtype_t dt, fr_op_t op, int l, const int *own,
+			int *x, size_t g, uint32_t seed, uint8_t *out)
+{
+	uint8_t in[8];
+
+	if (l < 0) {
+		int pos = 0;
+
+		for (int j = 0; j < Hnl; j++)
+			pos = pos * HG[j] + x[j];
+		input_elem(dt, op, Hat[pos], g, seed, out);
+		return;
+	}
+	for (int t = 0; t < HG[l]; t++) {
+		x[l] = (own[l] + 1 + t) % HG[l];
+		hrs_partial(dt, op, l - 1, own, x, g, seed, t ? in : out);
+		if (t)
+			ref_combine(dt, op, out, out, in, 1);
+	}
+}
+
+/*
+ * Expected element g (of the n blocks) of block b for the hierarchical
+ * reduce-scatter: level by level from the node up, the members of a level
+ * combined in the order of their coordinate from the one after the
+ * block owner's, each bringing the partial of the level below (written
+ * from the schedule in fastreduce(7), independently of
+ * src/algo/hier_rsag.c).  Two levels: each node sums its ranks in local
+ * order l+1, l+2, ..., l (l = b's local index), then the node sums in
+ * the order of the ranks of b's local index after b's.
  */
 static void expect_hier_rs(fr_dtype_t dt, fr_op_t op, int b, size_t g,
 			   uint32_t seed, void *out)
 {
-	int k = 0, m = 0, l = emu_lidx(b), G[64], jb = 0, ng = 0;
-	uint8_t acc[8], node[8], in[8];
+	int x[8] = {0}, nl = hrs_levels();
+	uint8_t acc[8];
 
-	emu_hier_layout(&k, &m);
-	for (int r = 0; r < nranks; r++)
-		if (emu_lidx(r) == l) {
-			if (r == b)
-				jb = ng;
-			G[ng++] = r;
-		}
-	for (int t = 0; t < m; t++) {
-		int nd = emu_node(G[(jb + 1 + t) % m]), L[64], nl = 0;
-
-		for (int r = 0; r < nranks; r++)
-			if (emu_node(r) == nd)
-				L[nl++] = r;
-		input_elem(dt, op, L[(l + 1) % k], g, seed, node);
-		for (int u = 1; u < k; u++) {
-			input_elem(dt, op, L[(l + 1 + u) % k], g, seed, in);
-			ref_combine(dt, op, node, node, in, 1);
-		}
-		if (t == 0)
-			memcpy(acc, node, sizeof(acc));
-		else
-			ref_combine(dt, op, acc, acc, node, 1);
-	}
+	hrs_partial(dt, op, nl - 1, HX[b], x, g, seed, acc);
 	if (op == FR_AVG)
 		ref_scale_avg(dt, acc, 1, nranks);
 	memcpy(out, acc, fr_dtype_size(dt));
@@ -614,7 +690,7 @@ static void expect_ring_rs(fr_dtype_t dt, fr_op_t op, size_t g, uint32_t seed,
 	memcpy(out, acc, fr_dtype_size(dt));
 }
 
-/* FR_ALGO=hier where the layout lets it run: the two-level one must. */
+/* FR_ALGO=hier where the layout lets it run: the hierarchical one must. */
 static bool hier_forced(void)
 {
 	const char *a = getenv("FR_ALGO");
@@ -839,7 +915,7 @@ out:
 
 /*
  * Reduce-scatter (against the order of the algorithm that ran: the ring's,
- * or the two-level one's on emulated nodes), all-gather and broadcast
+ * or the hierarchical one's on emulated nodes), all-gather and broadcast
  * (exact copies) and barrier, over counts x dtypes (x ops for
  * reduce-scatter) x in/out of place.  With FR_ALGO=hier on a layout where
  * it applies, reduce-scatter and all-gather must have run it.
@@ -1833,23 +1909,23 @@ static int emulate_node(int k, bool round_robin)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "counts", required_argument, 0, 'c' },
-		{ "dtypes", required_argument, 0, 'd' },
-		{ "ops", required_argument, 0, 'o' },
-		{ "iters", required_argument, 0, 'n' },
-		{ "count", required_argument, 0, 'C' },
-		{ "victim", required_argument, 0, 'v' },
-		{ "at", required_argument, 0, 'a' },
-		{ "how", required_argument, 0, 'h' },
-		{ "what", required_argument, 0, 'w' },
-		{ "ranks-per-node", required_argument, 0, 'N' },
-		{ "round-robin-nodes", required_argument, 0, 'R' },
-		{ "node-map", required_argument, 0, 'M' },
-		{ "late-ms", required_argument, 0, 'L' },
-		{ "jitter-us", required_argument, 0, 'J' },
-		{ "expect", required_argument, 0, 'E' },
-		{ 0, 0, 0, 0 }
-	};
+		{"counts", required_argument, 0, 'c'},
+		{"dtypes", required_argument, 0, 'd'},
+		{"ops", required_argument, 0, 'o'},
+		{"iters", required_argument, 0, 'n'},
+		{"count", required_argument, 0, 'C'},
+		{"victim", required_argument, 0, 'v'},
+		{"at", required_argument, 0, 'a'},
+		{"how", required_argument, 0, 'h'},
+		{"what", required_argument, 0, 'w'},
+		{"ranks-per-node", required_argument, 0, 'N'},
+		{"round-robin-nodes", required_argument, 0, 'R'},
+		{"node-map", required_argument, 0, 'M'},
+		{"late-ms", required_argument, 0, 'L'},
+		{"jitter-us", required_argument, 0, 'J'},
+		{"expect", required_argument, 0, 'E'},
+		{"scales", no_argument, 0, 'S'},
+		{0, 0, 0, 0}};
 	const char *counts = NULL, *dtypes = NULL, *ops = NULL, *how = "kill",
 		   *what = "count", *expect = NULL;
 	int iters = 1000, victim = 1, at = 3, c;
@@ -1882,6 +1958,9 @@ int main(int argc, char **argv)
 		case 'L': late_ms = atol(optarg); break;
 		case 'J': jitter_us = atol(optarg); break;
 		case 'E': expect = optarg; break;
+		case 'S':
+			mixed_scales = true;
+			break;
 		case 'N':
 			/* nodes of K ranks: rank r is on node r / K */
 			rpn = atoi(optarg);

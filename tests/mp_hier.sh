@@ -1,6 +1,7 @@
 #!/bin/bash
 # The hierarchical All-Reduce (two levels, and more on a grid of nodes,
-# FR_TOPO), the two-level reduce-scatter and all-gather on emulated nodes
+# FR_TOPO), the hierarchical reduce-scatter and all-gather (the same
+# levels) on emulated nodes
 # (mp_allreduce --ranks-per-node K sets FR_NODE=node<rank/K>): the matrix
 # and colls bit for bit against their own references, chosen by the model
 # and forced, on regular layouts (2x2, 3x2, 2x3, 2x4, 4x2, round robin and
@@ -10,9 +11,12 @@
 # tests/conform_shm_tcp.sh.
 . "$(dirname "$0")/lib.sh"
 export FR_TIMEOUT_MS=${FR_TIMEOUT_MS:-5000}
+# FR_HIER_AUTO=0 (the sanitizer stage, scripts/test-all.sh): leave out the
+# runs where the model chooses, whose schedules the forced runs cover
+auto() { [ "${FR_HIER_AUTO:-1}" != 0 ]; }
 for cfg in "4 2" "6 2" "6 3" "8 4" "8 2"; do
 	set -- $cfg
-	run "matrix n=$1, $2 ranks per node (auto)" \
+	auto && run "matrix n=$1, $2 ranks per node (auto)" \
 		frrun -n "$1" --transport tcp --timeout 900 "$MP" matrix --ranks-per-node "$2" \
 		--counts "0,1,$(($1 - 1)),7919,300007"
 	run "matrix n=$1, $2 ranks per node (hier forced)" \
@@ -34,7 +38,7 @@ done
 	run "matrix n=16, 2 ranks per node, FR_TOPO=2x2x2 (hier forced)" \
 		frrun -n 16 -e FR_ALGO=hier -e FR_TOPO=2x2x2 --transport tcp --timeout 900 "$MP" matrix \
 		--ranks-per-node 2 --counts 0,1,17,7919 --dtypes f32,bf16,i32 --ops sum,avg,max
-run "matrix n=8, 2 ranks per node, FR_TOPO=2x2 (auto)" \
+auto && run "matrix n=8, 2 ranks per node, FR_TOPO=2x2 (auto)" \
 	frrun -n 8 -e FR_TOPO=2x2 --transport tcp --timeout 900 "$MP" matrix --ranks-per-node 2 \
 	--counts 0,1,7,7919,300007
 run "matrix n=8, 2 ranks per node, FR_TOPO=3x3 (not the 4 nodes: two levels)" \
@@ -58,18 +62,39 @@ run "matrix n=5, nodes of 2, 2, 1 (irregular: no hier)" \
 run "matrix n=4, eager=128B (many fragments per piece)" \
 	frrun -n 4 -e FR_ALGO=hier -e FR_EAGER_BYTES=128 --transport tcp --timeout 600 "$MP" matrix \
 	--ranks-per-node 2 --counts 0,1,1000,7919 --dtypes f32,bf16,u8 --ops sum,min,avg
-# the two-level reduce-scatter and all-gather (colls: every dtype x op, in
-# and out of place; reduce-scatter bit for bit against the hier order, and
-# forced hier must have run where the layout allows it), 2x2, 2x3, 3x2
+# the hierarchical reduce-scatter and all-gather (colls: every dtype x op,
+# in and out of place; reduce-scatter bit for bit against the hier order,
+# f32 sums of mixed exponents (--scales) so that the order shows in the
+# bits, and forced hier must have run where the layout allows it), 2x2,
+# 2x3, 3x2
 for cfg in "4 2" "6 3" "6 2"; do
 	set -- $cfg
-	run "colls n=$1, $2 ranks per node (auto)" \
+	auto && run "colls n=$1, $2 ranks per node (auto)" \
 		frrun -n "$1" --transport tcp --timeout 900 "$MP" colls --ranks-per-node "$2" \
-		--counts "0,1,$(($1 - 1)),7919,65537"
+		--counts "0,1,$(($1 - 1)),7919,65537" --scales
 	run "colls n=$1, $2 ranks per node (hier forced)" \
 		frrun -n "$1" -e FR_ALGO=hier --transport tcp --timeout 900 "$MP" colls \
-		--ranks-per-node "$2" --counts "0,1,$(($1 - 1)),7919,65537"
+		--ranks-per-node "$2" --counts "0,1,$(($1 - 1)),7919,65537" --scales
 done
+# ... on a grid of nodes: three levels on 2x2 (65537 elements: segments
+# pipelined through the levels) and 2x3, four on 2x2x2; a grid with a
+# dimension of 1 over nodes placed anyhow
+[ 8 -le "${FR_HIER_GRID_MAX_RANKS:-16}" ] &&
+	run "colls n=8, 2 ranks per node, FR_TOPO=2x2 (hier forced)" \
+		frrun -n 8 -e FR_ALGO=hier -e FR_TOPO=2x2 --transport tcp --timeout 900 "$MP" colls \
+		--ranks-per-node 2 --counts 0,1,7,7919,65537 --scales
+[ 12 -le "${FR_HIER_GRID_MAX_RANKS:-16}" ] &&
+	run "colls n=12, 2 ranks per node, FR_TOPO=2x3, eager=128B (hier forced)" \
+		frrun -n 12 -e FR_ALGO=hier -e FR_TOPO=2x3 -e FR_EAGER_BYTES=128 --transport tcp \
+		--timeout 900 "$MP" colls --ranks-per-node 2 --counts 0,1,13,1000 --scales
+[ 16 -le "${FR_HIER_GRID_MAX_RANKS:-16}" ] &&
+	run "colls n=16, 2 ranks per node, FR_TOPO=2x2x2 (hier forced)" \
+		frrun -n 16 -e FR_ALGO=hier -e FR_TOPO=2x2x2 --transport tcp --timeout 900 "$MP" colls \
+		--ranks-per-node 2 --counts 0,1,17,7919 --scales
+[ 8 -le "${FR_HIER_GRID_MAX_RANKS:-16}" ] &&
+	run "colls n=8 on nodes 2,0,1,3,3,0,2,1, FR_TOPO=2x1x2 (hier forced)" \
+		frrun -n 8 -e FR_ALGO=hier -e FR_TOPO=2x1x2 --transport tcp --timeout 900 "$MP" colls \
+		--node-map 2,0,1,3,3,0,2,1 --counts 0,1,7,7919 --scales
 run "colls n=8, 4 ranks per node (hier forced)" \
 	frrun -n 8 -e FR_ALGO=hier --transport tcp --timeout 900 "$MP" colls --ranks-per-node 4 \
 	--counts "0,1,7,7919"

@@ -599,6 +599,25 @@ static void test_grid_links(void **state)
 	assert_true(hier >= n * up && hier < 1.1 * n * up);
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (size_t)n / 4, FR_F32, 0),
 			 &fr_algo_hier);
+	/* reduce-scatter and all-gather, half of it each (one way): the
+	 * ring's 7/8 of the data through the uplink, hier's grid 1/2 (the
+	 * node level's share, none; the racks' 1/2 of each node's half,
+	 * both nodes of a rack through one uplink) */
+	for (int c = FR_COLL_REDUCE_SCATTER; c <= FR_COLL_ALLGATHER; c++) {
+		ring = fr_algo_predict_us(&comm, FR_ALGO_RING, (enum fr_coll)c,
+					  (size_t)n, FR_F32);
+		hier = fr_algo_predict_us(&comm, FR_ALGO_HIER, (enum fr_coll)c,
+					  (size_t)n, FR_F32);
+		assert_true(ring >= 7.0 / 8 * n * up &&
+			    ring < 1.1 * 7.0 / 8 * n * up);
+		print_message("%s: ring %.1f ms, hier %.1f ms\n",
+			      fr_coll_name((enum fr_coll)c), ring / 1e3,
+			      hier / 1e3);
+		assert_true(hier >= n / 2 * up && hier < 1.2 * n / 2 * up);
+		assert_ptr_equal(
+			choose((enum fr_coll)c, (size_t)n / 32, FR_F32, 0),
+			&fr_algo_hier_rsag);
+	}
 	/* recursive doubling's step across the racks: 4 ranks x n, a
 	 * floor under its link term, not added to it */
 	rd = fr_algo_predict_us(&comm, FR_ALGO_RD, FR_COLL_ALLREDUCE, 1u << 20,

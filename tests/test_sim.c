@@ -695,6 +695,107 @@ static void test_sim_topologies(void **state)
 	bufs_free(b, 16);
 }
 
+/* One reduce-scatter or all-gather of n blocks of count floats (in place,
+ * sim_collective), checked: block r of rank r the sum of everyone's block
+ * r; every block q of every rank rank q's.  Its time. */
+static uint64_t run_rsag(struct sim *s, enum fr_coll coll, float **b,
+			 size_t count)
+{
+	size_t all = count * (size_t)s->n;
+	uint64_t ns = 0;
+	int rc;
+
+	for (int r = 0; r < s->n; r++)
+		for (size_t i = 0; i < all; i++)
+			b[r][i] = val(r, i);
+	rc = sim_collective(s, coll, (void **)b, count, FR_F32, FR_SUM, &ns);
+	if (rc)
+		fail_msg("%s, %d ranks, %zu floats a block: %s: %s",
+			 fr_coll_name(coll), s->n, count, fr_errname(rc),
+			 s->err);
+	for (int r = 0; r < s->n; r++)
+		for (int q = 0; q < s->n; q++) {
+			if (coll == FR_COLL_REDUCE_SCATTER && q != r)
+				continue;
+			for (size_t j = 0; j < count; j++) {
+				size_t i = (size_t)q * count + j;
+				float want = val(q, i);
+
+				if (coll == FR_COLL_REDUCE_SCATTER) {
+					want = 0;
+					for (int u = 0; u < s->n; u++)
+						want += val(u, i);
+				}
+				if (b[r][i] != want)
+					fail_msg(
+						"%s, %s: rank %d block %d element %zu: %g, want %g",
+						fr_coll_name(coll),
+						fr_algo_name(fr_comm_last_algo(
+							s->comms[0])),
+						r, q, j, (double)b[r][i],
+						(double)want);
+			}
+		}
+	return ns;
+}
+
+/*
+ * Reduce-scatter and all-gather on the three-level network of
+ * perf/sim/README.md: 2 racks of 2 nodes of 2 ranks, the nodes at 10
+ * Gbit/s and 20 us, the racks' uplinks oversubscribed 20:1 (1 Gbit/s for
+ * the 2 nodes' 20).  Told the grid (FR_TOPO=2x2), hier runs three levels
+ * (the node, the rack, the racks) and sends half the data through a
+ * rack's uplink where its two levels send 3/4 and the ring 7/8: 16 MiB
+ * takes it at most 0.75 of the two levels' time, and those less than the
+ * ring's.  Results checked (counts 0, 1, a prime, and 2^19 + 1 floats a
+ * block: several segments through the levels).
+ */
+static void test_sim_rsag_grid(void **state)
+{
+	static const size_t counts[] = {0, 1, 1031};
+	size_t big = (16u << 20) / sizeof(float) / 8;
+	float **b = bufs_new(8, 8 * big + 8);
+
+	(void)state;
+	for (int c = FR_COLL_REDUCE_SCATTER; c <= FR_COLL_ALLGATHER; c++) {
+		uint64_t t[3];
+
+		for (int v = 0; v < 3; v++) {
+			struct sim_net_params p = net_params(8, 2);
+			struct sim s;
+
+			p.link_gbps = 10;
+			p.link_lat_ns = 20000;
+			p.topo = SIM_FAT_TREE;
+			p.levels = 1;
+			p.fanout[0] = 2;
+			p.oversub[0] = 20;
+			/* v: the ring, hier on two levels, hier on the grid */
+			if (v == 2)
+				setenv("FR_TOPO", "2x2", 1);
+			if (sim_open(&s, &p, NULL, NULL, 0))
+				fail_msg("%s", s.err);
+			unsetenv("FR_TOPO");
+			force(&s, v ? FR_ALGO_HIER : FR_ALGO_RING);
+			for (size_t k = 0; k < sizeof(counts) / sizeof(*counts);
+			     k++)
+				run_rsag(&s, (enum fr_coll)c, b, counts[k]);
+			t[v] = run_rsag(&s, (enum fr_coll)c, b, big);
+			assert_int_equal(fr_comm_last_algo(s.comms[0]),
+					 v ? FR_ALGO_HIER : FR_ALGO_RING);
+			sim_close(&s);
+			assert_int_equal(fake_tp_endpoints(), 0);
+		}
+		print_message(
+			"%s 16 MiB: ring %.1f ms, hier %.1f, hier on the grid %.1f\n",
+			fr_coll_name((enum fr_coll)c), (double)t[0] / 1e6,
+			(double)t[1] / 1e6, (double)t[2] / 1e6);
+		assert_true(t[1] < t[0]);
+		assert_true((double)t[2] <= 0.75 * (double)t[1]);
+	}
+	bufs_free(b, 8);
+}
+
 /* A rank that never answers: the driver runs out of events and says the
  * schedule stalled, naming the ranks left, instead of hanging. */
 static void test_sim_stall(void **state)
@@ -743,6 +844,7 @@ int main(void)
 		cmocka_unit_test(test_sim_sizes_only),
 		cmocka_unit_test(test_sim_cpu),
 		cmocka_unit_test(test_sim_topologies),
+		cmocka_unit_test(test_sim_rsag_grid),
 		cmocka_unit_test(test_sim_stall),
 		cmocka_unit_test(test_sim_bad_params),
 	};

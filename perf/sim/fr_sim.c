@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fr_sim - All-Reduce of the library's own schedules, every rank in this
- * process, timed on a simulated network (sim.h, perf/sim/README.md).
+ * fr_sim - All-Reduce (or, with --coll, reduce-scatter or all-gather) of
+ * the library's own schedules, every rank in this process, timed on a
+ * simulated network (sim.h, perf/sim/README.md).
  *
  *   fr_sim -n 16 -k 4 --gbps 100 --lat-us 2 -b 8 -e 64M -f 8 -a all
  *
@@ -64,6 +65,8 @@ static void usage(FILE *f)
 		"  -a, --algos LIST       comma-separated: auto, ring, rd,\n"
 		"                         rabenseifner, tree, hier, oneshot; all\n"
 		"                         (default auto)\n"
+		"  -C, --coll C           allreduce (default), reduce_scatter or\n"
+		"                         allgather; sizes are then all n blocks\n"
 		"      --max-mem-mib M    refuse sizes whose buffers need more\n"
 		"                         (default 4096)\n"
 		"      --sizes-only       no data: times only, for many ranks and\n"
@@ -216,9 +219,43 @@ static float val(int r, size_t i)
 	return (float)((r % 5 + 1) * (int)(i % 7));
 }
 
-static int check(struct sim *s, void **bufs, size_t count, char *msg,
-		 size_t len)
+/* The reduce-scatter's blocks (count elements each): rank r's own is the
+ * sum of block r over all ranks; the all-gather's: block q is rank q's. */
+static int check_rsag(struct sim *s, enum fr_coll coll, void **bufs,
+		      size_t count, char *msg, size_t len)
 {
+	for (int r = 0; r < s->n; r++)
+		for (int q = 0; q < s->n; q++) {
+			if (coll == FR_COLL_REDUCE_SCATTER && q != r)
+				continue;
+			for (size_t j = 0; j < count; j++) {
+				size_t i = (size_t)q * count + j;
+				float want = val(q, i),
+				      got = ((float *)bufs[r])[i];
+
+				if (coll == FR_COLL_REDUCE_SCATTER) {
+					want = 0;
+					for (int u = 0; u < s->n; u++)
+						want += val(u, i);
+				}
+				if (got != want) {
+					snprintf(
+						msg, len,
+						"rank %d block %d element %zu: %g, want %g",
+						r, q, j, (double)got,
+						(double)want);
+					return -1;
+				}
+			}
+		}
+	return 0;
+}
+
+static int check(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
+		 char *msg, size_t len)
+{
+	if (coll != FR_COLL_ALLREDUCE)
+		return check_rsag(s, coll, bufs, count, msg, len);
 	for (size_t i = 0; i < count; i++) {
 		float want = 0;
 
@@ -271,6 +308,7 @@ int main(int argc, char **argv)
 		{"max-mem-mib", required_argument, NULL, 'M'},
 		{"sizes-only", no_argument, NULL, 'Z'},
 		{"sizes", required_argument, NULL, 1009},
+		{"coll", required_argument, NULL, 'C'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -293,9 +331,10 @@ int main(int argc, char **argv)
 	struct sim s;
 	void **bufs, *shared = NULL;
 	bool sizes_only = false;
+	enum fr_coll coll = FR_COLL_ALLREDUCE;
 	int opt, rc = 0;
 
-	while ((opt = getopt_long(argc, argv, "n:k:b:e:f:a:h", longopts,
+	while ((opt = getopt_long(argc, argv, "n:k:b:e:f:a:C:h", longopts,
 				  NULL)) != -1) {
 		switch (opt) {
 		case 'n':
@@ -376,6 +415,16 @@ int main(int argc, char **argv)
 			break;
 		case 'Z':
 			sizes_only = true;
+			break;
+		case 'C':
+			if (!strcmp(optarg, "allreduce"))
+				coll = FR_COLL_ALLREDUCE;
+			else if (!strcmp(optarg, "reduce_scatter"))
+				coll = FR_COLL_REDUCE_SCATTER;
+			else if (!strcmp(optarg, "allgather"))
+				coll = FR_COLL_ALLGATHER;
+			else
+				goto bad;
 			break;
 		case 1009:
 			free(sizes);
@@ -470,12 +519,23 @@ int main(int argc, char **argv)
 	} else {
 		printf("# CPU: free (no CPU model)\n");
 	}
-	printf("# time: simulated, one call after a warm-up; busbw = bytes / time x 2(n-1)/n%s\n",
+	printf("# %s; time: simulated, one call after a warm-up; busbw = bytes / time x %s%s\n",
+	       fr_coll_name(coll),
+	       coll == FR_COLL_ALLREDUCE ? "2(n-1)/n" : "(n-1)/n",
 	       sizes_only ? "; sizes only: no data, results not checked" : "");
 	printf("%12s  %-17s %12s %11s %11s %10s %8s\n", "bytes", "algo",
 	       "time_us", "algbw_GB/s", "busbw_GB/s", "events", "real_s");
 	for (int si = 0; si < nsizes && !rc; si++) {
 		size_t bytes = sizes[si], count = bytes / sizeof(float);
+		/* reduce-scatter, all-gather: a block each of the n */
+		size_t blk = coll == FR_COLL_ALLREDUCE
+				     ? count
+				     : count / (size_t)p.nranks;
+		size_t moved =
+			(coll == FR_COLL_ALLREDUCE ? count
+						   : blk * (size_t)p.nranks) *
+			sizeof(float);
+		double bus = coll == FR_COLL_ALLREDUCE ? 2.0 : 1.0;
 
 		for (int a = 0; a < nalgo && !rc; a++) {
 			uint64_t ns = 0, ev0;
@@ -488,15 +548,15 @@ int main(int argc, char **argv)
 				if (!sizes_only)
 					fill(&s, bufs, count);
 				ev0 = s.events;
-				rc = sim_allreduce(&s, bufs, count, FR_F32,
-						   FR_SUM, &ns);
+				rc = sim_collective(&s, coll, bufs, blk, FR_F32,
+						    FR_SUM, &ns);
 				if (rc) {
 					fprintf(stderr,
 						"fr_sim: %zu bytes, %s: %s: %s\n",
 						bytes, names[a], fr_errname(rc),
 						s.err);
 				} else if (!sizes_only &&
-					   check(&s, bufs, count, msg,
+					   check(&s, coll, bufs, blk, msg,
 						 sizeof(msg))) {
 					fprintf(stderr,
 						"fr_sim: %zu bytes, %s: wrong result: %s\n",
@@ -515,13 +575,10 @@ int main(int argc, char **argv)
 				 ids[a] ? "" : "auto:",
 				 fr_algo_name(fr_comm_last_algo(s.comms[0])));
 			printf("%12zu  %-17s %12.2f %11.3f %11.3f %10llu %8.2f\n",
-			       count * sizeof(float), label, (double)ns / 1e3,
-			       sec > 0 ? (double)(count * sizeof(float)) / sec /
-						 1e9
-				       : 0.0,
-			       sec > 0 ? (double)(count * sizeof(float)) / sec /
-						 1e9 * 2.0 * (p.nranks - 1) /
-						 p.nranks
+			       moved, label, (double)ns / 1e3,
+			       sec > 0 ? (double)moved / sec / 1e9 : 0.0,
+			       sec > 0 ? (double)moved / sec / 1e9 * bus *
+						 (p.nranks - 1) / p.nranks
 				       : 0.0,
 			       (unsigned long long)(s.events - ev0), real);
 			fflush(stdout);

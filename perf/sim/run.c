@@ -450,8 +450,32 @@ void sim_close(struct sim *s)
 	memset(s, 0, sizeof(*s));
 }
 
+/* Start the collective on rank r (sim_collective's buffers). */
+static int coll_start(struct sim *s, int r, enum fr_coll coll, void *buf,
+		      size_t count, fr_dtype_t dt, fr_op_t op,
+		      fr_request_t **req)
+{
+	uint8_t *own = (uint8_t *)buf + (size_t)r * count * fr_dtype_size(dt);
+
+	switch (coll) {
+	case FR_COLL_REDUCE_SCATTER:
+		return fr_ireduce_scatter(s->comms[r], buf, own, count, dt, op,
+					  req);
+	case FR_COLL_ALLGATHER:
+		return fr_iallgather(s->comms[r], own, buf, count, dt, req);
+	default:
+		return fr_iallreduce(s->comms[r], buf, buf, count, dt, op, req);
+	}
+}
+
 int sim_allreduce(struct sim *s, void **bufs, size_t count, fr_dtype_t dt,
 		  fr_op_t op, uint64_t *ns)
+{
+	return sim_collective(s, FR_COLL_ALLREDUCE, bufs, count, dt, op, ns);
+}
+
+int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
+		   fr_dtype_t dt, fr_op_t op, uint64_t *ns)
 {
 	fr_request_t **req = calloc((size_t)s->n, sizeof(*req));
 	uint64_t start = s->clk.now, end = start;
@@ -480,8 +504,7 @@ int sim_allreduce(struct sim *s, void **bufs, size_t count, fr_dtype_t dt,
 	for (int r = 0; r < s->n; r++) {
 		s->cur = r;
 		s->cpu_free[r] = start;
-		rc = fr_iallreduce(s->comms[r], bufs[r], bufs[r], count, dt, op,
-				   &req[r]);
+		rc = coll_start(s, r, coll, bufs[r], count, dt, op, &req[r]);
 		if (rc) {
 			snprintf(s->err, sizeof(s->err), "rank %d: %s", r,
 				 fr_comm_last_error(s->comms[r]));

@@ -20,6 +20,7 @@
 
 #include "fake_tp.h"
 #include "fastreduce.h"
+#include "peer.h" /* enum fr_coll */
 #include "reduce.h"
 
 /* ---- the network (net.c) -------------------------------------------- */
@@ -240,5 +241,13 @@ void sim_close(struct sim *s);
  */
 int sim_allreduce(struct sim *s, void **bufs, size_t count, fr_dtype_t dt,
 		  fr_op_t op, uint64_t *ns);
+/*
+ * The same for any of FR_COLL_ALLREDUCE, FR_COLL_REDUCE_SCATTER and
+ * FR_COLL_ALLGATHER, in place: for the last two bufs[r] holds the n
+ * blocks of count elements (rank r's own at r count), the reduce-scatter
+ * leaving its result there, the all-gather sending it from there.
+ */
+int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
+		   fr_dtype_t dt, fr_op_t op, uint64_t *ns);
 
 #endif

@@ -134,8 +134,8 @@ extern const struct fr_algo fr_algo_bcast_tree;	   /* broadcast         */
 extern const struct fr_algo fr_algo_bcast_chain;   /* broadcast         */
 extern const struct fr_algo fr_algo_dissemination; /* barrier          */
 extern const struct fr_algo fr_algo_cring;	   /* compressed allreduce */
-extern const struct fr_algo fr_algo_hier;	   /* two-level allreduce  */
-extern const struct fr_algo fr_algo_hier_rsag;	   /* two-level RS, AG */
+extern const struct fr_algo fr_algo_hier;	   /* hierarchical allreduce */
+extern const struct fr_algo fr_algo_hier_rsag;	   /* hierarchical RS, AG */
 extern const struct fr_algo fr_algo_oneshot;	   /* allreduce, one step */
 extern const struct fr_algo fr_algo_dbtree;	   /* allreduce, 2 trees */
 extern const struct fr_algo fr_algo_reduce_tree;   /* reduce (binomial) */

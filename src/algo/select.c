@@ -20,7 +20,7 @@
  *   ring RS / AG          p alpha + (p-1)/p N beta (+ (p-1)/p N gamma for RS)
  *                         (N: all n blocks; over several nodes, see
  *                         hier_rsag_us below for the link's share and the
- *                         two-level RS / AG)
+ *                         hierarchical RS / AG)
  *   broadcast tree        ceil(lg p) (alpha + n (beta + c))
  *   broadcast chain       (p - 2 + k)(alpha + s (beta + c)), k = n / s >= 1
  *                         fragments of s bytes (a mailbox slot)
@@ -276,45 +276,13 @@ static double mbx_stream_us(double a, double bc, size_t payload_max, double m)
 	return t;
 }
 
-/* Can the two-level All-Reduce, reduce-scatter and all-gather run here
+/* Can the hierarchical All-Reduce, reduce-scatter and all-gather run here
  * (hier.c, hier_rsag.c)? */
 static bool hier_ok(const struct fr_comm *comm)
 {
 	return comm->topo.nodes_regular && comm->topo.nnodes > 1 &&
 	       comm->topo.nlocal > 1 && comm->topo.nnodes <= 1024 &&
 	       comm->topo.nlocal <= 1024;
-}
-
-/*
- * Reduce-scatter and all-gather of N bytes (all n blocks): the flat ring
- * sends (p-1)/p N over the link per ring crossing of our node; the
- * two-level ones (hier_rsag.c) send (m-1)/m N over it in m-1 steps, spread
- * over the node's k ranks, after (before) (k-1)/k N within the node in k-1
- * steps, every byte copied in and out of the mailboxes and the node's own
- * traffic costing a copy too (as for the All-Reduce, below):
- *   hier RS/AG  (k-1 + m-1 + 1) alpha + (m-1)/m N beta
- *               + ((k-1)/k + (m-1)/(m k)) N (2c (+ gamma for RS))
- *               + (k-1)/k N c
- */
-static double hier_rsag_us(const struct fr_comm *comm, int id,
-			   enum fr_coll coll, double flat_us, double n,
-			   fr_dtype_t dtype)
-{
-	const struct fr_tune *t = &comm->algo.tune;
-	double b = t->beta_ns * 1e-3, c = t->copy_ns * 1e-3;
-	double g =
-		coll == FR_COLL_REDUCE_SCATTER
-			? t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3
-			: 0;
-	double k = comm->topo.nlocal, m = comm->topo.nnodes, p = comm->nranks;
-	double moved = (k - 1) / k + (m - 1) / (m * k);
-
-	if (id == FR_ALGO_HIER)
-		return (k - 1 + m - 1 + 1) * t->alpha_us + (m - 1) / m * n * b +
-		       moved * n * (2 * c + g) + (k - 1) / k * n * c;
-	if (flat_us < 0 || id != FR_ALGO_RING)
-		return flat_us;
-	return flat_us + (comm->topo.ring_crossings - 1) * (p - 1) / p * n * b;
 }
 
 /*
@@ -585,6 +553,45 @@ static double hier_grid_us(const struct fr_comm *comm, double n)
 		worst = fmax(worst, grid_group_nodes(comm, d) * bytes * b);
 	}
 	return worst;
+}
+
+/*
+ * Reduce-scatter and all-gather of N bytes (all n blocks): the flat ring
+ * sends (p-1)/p N over the link per ring crossing of our node; the
+ * hierarchical ones (hier_rsag.c) send (m-1)/m N over it in m-1 steps (or
+ * the sum of the grid's dimensions less one, hier_net_steps), spread over
+ * the node's k ranks, after (before) (k-1)/k N within the node in k-1
+ * steps, every byte copied in and out of the mailboxes and the node's own
+ * traffic costing a copy too (as for the All-Reduce, below):
+ *   hier RS/AG  (k-1 + m-1 + 1) alpha + (m-1)/m N beta
+ *               + ((k-1)/k + (m-1)/(m k)) N (2c (+ gamma for RS))
+ *               + (k-1)/k N c
+ * On a grid the uplinks' bytes are a floor under the link term, half the
+ * All-Reduce's (one way, not there and back): hier's each level's share
+ * of what it holds, the ring's its crossings of the groups.
+ */
+static double hier_rsag_us(const struct fr_comm *comm, int id,
+			   enum fr_coll coll, double flat_us, double n,
+			   fr_dtype_t dtype)
+{
+	const struct fr_tune *t = &comm->algo.tune;
+	double b = t->beta_ns * 1e-3, c = t->copy_ns * 1e-3;
+	double g =
+		coll == FR_COLL_REDUCE_SCATTER
+			? t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3
+			: 0;
+	double k = comm->topo.nlocal, m = comm->topo.nnodes, p = comm->nranks;
+	double moved = (k - 1) / k + (m - 1) / (m * k);
+
+	if (id == FR_ALGO_HIER)
+		return (k - 1 + hier_net_steps(comm) + 1) * t->alpha_us +
+		       fmax((m - 1) / m * n * b, hier_grid_us(comm, n) / 2) +
+		       moved * n * (2 * c + g) + (k - 1) / k * n * c;
+	if (flat_us < 0 || id != FR_ALGO_RING)
+		return flat_us;
+	return flat_us +
+	       fmax((comm->topo.ring_crossings - 1) * (p - 1) / p * n * b,
+		    ring_grid_us(comm, n) / 2 - (p - 1) / p * n * b);
 }
 
 /*

@@ -396,6 +396,25 @@ static void ref_cut(size_t n, int parts, int c, size_t *lo, size_t *len)
 	*len = base + ((size_t)c < rem);
 }
 
+/* FR_TOPO's sizes into d[] (8 at most), their product into *prod; how
+ * many. */
+static int topo_dims(int *d, long *prod)
+{
+	const char *e = getenv("FR_TOPO");
+	int nd = 0;
+
+	*prod = 1;
+	if (e && *e) {
+		char buf[64], *save = NULL;
+
+		snprintf(buf, sizeof(buf), "%s", e);
+		for (char *t = strtok_r(buf, "x", &save); t && nd < 8;
+		     t = strtok_r(NULL, "x", &save))
+			*prod *= d[nd++] = atoi(t);
+	}
+	return nd;
+}
+
 /*
  * The levels of the hierarchical All-Reduce with nodes of rpn ranks (rank
  * r on node r / rpn, local index r % rpn): the node's rpn ranks, then the
@@ -405,20 +424,12 @@ static void ref_cut(size_t n, int parts, int c, size_t *lo, size_t *len)
  */
 static int hier_levels(int *G)
 {
-	int m = nranks / rpn, nl = 0, d[8], nd = 0;
-	const char *e = getenv("FR_TOPO");
-	long prod = 1;
+	int m = nranks / rpn, nl = 0, d[8];
+	long prod;
+	int nd = topo_dims(d, &prod);
 
 	if (rpn > 1)
 		G[nl++] = rpn;
-	if (e && *e) {
-		char buf[64], *save = NULL;
-
-		snprintf(buf, sizeof(buf), "%s", e);
-		for (char *t = strtok_r(buf, "x", &save); t && nd < 8;
-		     t = strtok_r(NULL, "x", &save))
-			prod *= d[nd++] = atoi(t);
-	}
 	if (nd && prod == m) {
 		for (int i = 0; i < nd; i++)
 			if (d[i] > 1)
@@ -568,28 +579,20 @@ static int emu_hier_layout(int *k, int *m)
  * order; then each dimension of size > 1 of FR_TOPO's grid where its
  * product is the number of nodes, x_l the digit of the rank's node
  * (nodes numbered in the order of their lowest rank), else all the nodes
- * as one level, x_1 the rank's place among those of its local index in
- * rank order.  Fills HG[] (sizes), HX[r][l], Hat[] (the rank at each
- * combination of coordinates, x_0 slowest) once; returns the levels.
+ * as one level, x_1 the rank's node in that numbering.  Fills HG[] (sizes),
+ * HX[r][l], Hat[] (the rank at each combination of coordinates, x_0 slowest)
+ * once; returns the levels.
  */
 static int HG[8], HX[64][8], Hat[64], Hnl;
 
 static int hrs_levels(void)
 {
-	int k = 0, m = 0, d[8], nd = 0, id[64], nid = 0, seen[64];
-	const char *e = getenv("FR_TOPO");
-	long prod = 1;
+	int k = 0, m = 0, d[8], nd, id[64], nid = 0;
+	long prod;
 
 	if (Hnl || !emu_hier_layout(&k, &m))
 		return Hnl;
-	if (e && *e) {
-		char buf[64], *save = NULL;
-
-		snprintf(buf, sizeof(buf), "%s", e);
-		for (char *t = strtok_r(buf, "x", &save); t && nd < 8;
-		     t = strtok_r(NULL, "x", &save))
-			prod *= d[nd++] = atoi(t);
-	}
+	nd = topo_dims(d, &prod);
 	for (int r = 0; r < 64; r++)
 		id[r] = -1;
 	for (int r = 0; r < nranks; r++) {
@@ -607,9 +610,8 @@ static int hrs_levels(void)
 			HG[Hnl++] = d[i];
 		}
 	} else {
-		memset(seen, 0, sizeof(seen));
 		for (int r = 0; r < nranks; r++)
-			HX[r][1] = seen[HX[r][0]]++;
+			HX[r][1] = id[emu_node(r)];
 		HG[Hnl++] = m;
 	}
 	for (int r = 0; r < nranks; r++) {
@@ -655,7 +657,7 @@ static void hrs_partial(fr_dtype_t dt, fr_op_t op, int l, const int *own,
  * from the schedule in fastreduce(7), independently of
  * src/algo/hier_rsag.c).  Two levels: each node sums its ranks in local
  * order l+1, l+2, ..., l (l = b's local index), then the node sums in
- * the order of the ranks of b's local index after b's.
+ * node order from the one after b's.
  */
 static void expect_hier_rs(fr_dtype_t dt, fr_op_t op, int b, size_t g,
 			   uint32_t seed, void *out)
@@ -664,6 +666,50 @@ static void expect_hier_rs(fr_dtype_t dt, fr_op_t op, int b, size_t g,
 	uint8_t acc[8];
 
 	hrs_partial(dt, op, nl - 1, HX[b], x, g, seed, acc);
+	if (op == FR_AVG)
+		ref_scale_avg(dt, acc, 1, nranks);
+	memcpy(out, acc, fr_dtype_size(dt));
+}
+
+/*
+ * Rank r's partial sum of its offset j (block (r + j) mod n) after the
+ * Bruck reduce-scatter's step k (k = K: before any, our input), for
+ * element g: at step k (distance d = 2^k) offsets j < min(d, n - d) take
+ * in rank r - d's partial of its offset d + j (the same block), the rest
+ * stay (written from fastreduce(7), independently of
+ * src/algo/bruck_rsag.c).
+ */
+static void bruck_partial(fr_dtype_t dt, fr_op_t op, int r, int j, int k, int K,
+			  size_t g, uint32_t seed, uint8_t *out)
+{
+	int d = 1 << k, c = d < nranks - d ? d : nranks - d;
+	uint8_t in[8];
+
+	if (k == K) {
+		/* rank r's input of the block (all partials here are of
+		 * element g of our block) */
+		input_elem(dt, op, r, g, seed, out);
+		return;
+	}
+	bruck_partial(dt, op, r, j, k + 1, K, g, seed, out);
+	if (j < c) {
+		bruck_partial(dt, op, (r - d + nranks) % nranks, d + j, k + 1,
+			      K, g, seed, in);
+		ref_combine(dt, op, out, out, in, 1);
+	}
+}
+
+/* Expected element g (of the n blocks) of our block for the Bruck
+ * reduce-scatter: our partial of offset 0 after the last step. */
+static void expect_bruck_rs(fr_dtype_t dt, fr_op_t op, size_t g, uint32_t seed,
+			    void *out)
+{
+	int K = 0;
+	uint8_t acc[8];
+
+	while ((1 << K) < nranks)
+		K++;
+	bruck_partial(dt, op, rank, 0, 0, K, g, seed, acc);
 	if (op == FR_AVG)
 		ref_scale_avg(dt, acc, 1, nranks);
 	memcpy(out, acc, fr_dtype_size(dt));
@@ -688,6 +734,14 @@ static void expect_ring_rs(fr_dtype_t dt, fr_op_t op, size_t g, uint32_t seed,
 	if (op == FR_AVG)
 		ref_scale_avg(dt, acc, 1, nranks);
 	memcpy(out, acc, fr_dtype_size(dt));
+}
+
+/* FR_ALGO=bruck: reduce-scatter and all-gather must run it, on any layout. */
+static bool bruck_forced(void)
+{
+	const char *a = getenv("FR_ALGO");
+
+	return a && !strcmp(a, "bruck");
 }
 
 /* FR_ALGO=hier where the layout lets it run: the hierarchical one must. */
@@ -959,6 +1013,10 @@ static int run_colls(fr_comm_t *comm, const char *counts_s)
 					if (rc)
 						goto out;
 					algo = fr_comm_last_algo(comm);
+					if (bruck_forced())
+						CHECK(algo == FR_ALGO_BRUCK,
+						      "reduce_scatter ran %s, not bruck",
+						      fr_algo_name(algo));
 					if (hier_forced())
 						CHECK(algo == FR_ALGO_HIER, "reduce_scatter ran %s, not hier",
 						      fr_algo_name(algo));
@@ -968,6 +1026,10 @@ static int run_colls(fr_comm_t *comm, const char *counts_s)
 
 						if (algo == FR_ALGO_HIER)
 							expect_hier_rs(dt, op, rank, g, seed, acc);
+						else if (algo == FR_ALGO_BRUCK)
+							expect_bruck_rs(dt, op,
+									g, seed,
+									acc);
 						else
 							expect_ring_rs(dt, op, g, seed, acc);
 						if (memcmp(acc, rb + j * es, es)) {
@@ -1006,6 +1068,12 @@ static int run_colls(fr_comm_t *comm, const char *counts_s)
 				CHECK(!bad, "allgather %s count %zu inplace %d (%s): wrong data",
 				      fr_dtype_name(dt), count, inplace,
 				      fr_algo_name(fr_comm_last_algo(comm)));
+				if (bruck_forced())
+					CHECK(fr_comm_last_algo(comm) ==
+						      FR_ALGO_BRUCK,
+					      "allgather ran %s, not bruck",
+					      fr_algo_name(
+						      fr_comm_last_algo(comm)));
 				if (hier_forced())
 					CHECK(fr_comm_last_algo(comm) == FR_ALGO_HIER,
 					      "allgather ran %s, not hier",

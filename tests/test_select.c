@@ -392,7 +392,7 @@ static void test_forced_and_others(void **state)
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, FR_ALGO_TREE),
 			 &fr_algo_dbtree);
 	assert_ptr_equal(choose(FR_COLL_REDUCE_SCATTER, 2, FR_F32, FR_ALGO_RD),
-			 &fr_algo_ring);
+			 &fr_algo_bruck_rsag);
 	assert_ptr_equal(choose(FR_COLL_ALLGATHER, 1u << 20, FR_U8, 0),
 			 &fr_algo_ring);
 	assert_ptr_equal(choose(FR_COLL_BROADCAST, 2, FR_F32, FR_ALGO_RING),
@@ -656,6 +656,69 @@ static void test_grid_links(void **state)
 	comm.algo.tune = saved;
 }
 
+/*
+ * Bruck's reduce-scatter and all-gather: ceil(lg p) steps against the
+ * ring's p, the same (p-1)/p of the data, but through the mailboxes.
+ * Its alpha term is lg p steps; on 1,024 ranks (8 a node, 100 Gbit/s,
+ * 2 us) it is chosen for small blocks and not for large ones, as fr_sim
+ * finds them (64 KiB in all: Bruck 53 us, the ring 707; 16 MiB: the ring
+ * 1.5 ms, Bruck 12.5, window-bound); on 8 ranks over TCP the ring from 4
+ * MiB.  Forced, it runs at any size.
+ */
+static void test_bruck_rsag_choice(void **state)
+{
+	struct fr_tune saved = comm.algo.tune;
+	size_t slot = comm.peer.mbx_slot_size;
+
+	(void)state;
+	layout(1024, 8, true);
+	/* the mailbox's slots on 1,024 ranks: 2 KiB, not 32 (comm.c) */
+	comm.peer.mbx_slot_size = fr_mbx_slot_size(1024, 0);
+	comm.algo.tune.alpha_us = 2;
+	comm.algo.tune.beta_ns = 0.08;
+	comm.algo.tune.copy_ns = 0.02;
+	for (int c = FR_COLL_REDUCE_SCATTER; c <= FR_COLL_ALLGATHER; c++) {
+		enum fr_coll coll = (enum fr_coll)c;
+		double b = fr_algo_predict_us(&comm, FR_ALGO_BRUCK, coll, 8,
+					      FR_F32);
+
+		for (size_t s = 64u << 10; s <= (16u << 20); s *= 16)
+			print_message(
+				"%s on 1,024 ranks, %zu bytes: bruck %.1f us, ring %.1f us\n",
+				fr_coll_name(coll), s,
+				fr_algo_predict_us(&comm, FR_ALGO_BRUCK, coll,
+						   s, FR_F32),
+				fr_algo_predict_us(&comm, FR_ALGO_RING, coll, s,
+						   FR_F32));
+		/* 10 steps of alpha, whatever else */
+		assert_true(b >= 10 * 2 && b < 10 * 2 * 1.5);
+		assert_true(fr_algo_predict_us(&comm, FR_ALGO_RING, coll, 8,
+					       FR_F32) >= 1024 * 2);
+		assert_ptr_equal(
+			choose(coll, (64u << 10) / 4 / 1024, FR_F32, 0),
+			&fr_algo_bruck_rsag);
+		assert_ptr_not_equal(
+			choose(coll, (16u << 20) / 4 / 1024, FR_F32, 0),
+			&fr_algo_bruck_rsag);
+		assert_ptr_equal(choose(coll, 1u << 20, FR_F32, FR_ALGO_BRUCK),
+				 &fr_algo_bruck_rsag);
+	}
+	comm.algo.tune = saved;
+	comm.peer.mbx_slot_size = slot;
+	layout(8, 1, true);
+	for (int c = FR_COLL_REDUCE_SCATTER; c <= FR_COLL_ALLGATHER; c++) {
+		assert_ptr_equal(choose((enum fr_coll)c, 64, FR_F32, 0),
+				 &fr_algo_bruck_rsag);
+		assert_ptr_equal(
+			choose((enum fr_coll)c, (4u << 20) / 4 / 8, FR_F32, 0),
+			&fr_algo_ring);
+	}
+	/* the All-Reduce has no Bruck: forcing it chooses as auto */
+	assert_ptr_not_equal(
+		choose(FR_COLL_ALLREDUCE, 64, FR_F32, FR_ALGO_BRUCK),
+		&fr_algo_bruck_rsag);
+}
+
 static void test_hier_rsag_choice(void **state)
 {
 	(void)state;
@@ -863,6 +926,7 @@ int main(void)
 		cmocka_unit_test_setup(test_rab_node_steps, setup),
 		cmocka_unit_test_setup(test_grid_links, setup),
 		cmocka_unit_test_setup(test_hier_rsag_choice, setup),
+		cmocka_unit_test_setup(test_bruck_rsag_choice, setup),
 		cmocka_unit_test_setup(test_tune_file, setup),
 		cmocka_unit_test_setup(test_oversub, setup),
 	};

@@ -142,6 +142,7 @@ extern const struct fr_algo fr_algo_reduce_tree;   /* reduce (binomial) */
 extern const struct fr_algo fr_algo_reduce_chain;  /* reduce (chain)    */
 extern const struct fr_algo fr_algo_pairwise;	   /* alltoall(v)       */
 extern const struct fr_algo fr_algo_bruck;	   /* alltoall          */
+extern const struct fr_algo fr_algo_bruck_rsag;	   /* log-step RS, AG */
 extern const struct fr_algo fr_algo_vring; /* allgatherv, reduce_scatterv */
 
 /* The table's hooks for the engine (select.c): an algorithm's completion,
@@ -277,6 +278,46 @@ int fr_xfer_take(struct fr_comm *comm, const struct fr_request *req,
 		 struct fr_xfer *x, int rank, uint16_t step, uint8_t *dst,
 		 const uint8_t *a, fr_reduce_fn kern, size_t es, uint32_t limit,
 		 bool *did_work);
+
+/*
+ * A step's data over nb blocks at scattered addresses (xfer.c): the bytes
+ * [lo, lo + len) of each, as fragments of at most a mailbox payload that
+ * hold whole blocks or part of one, so that each is read from and written
+ * to its block's own address, with no staging buffer for a large one (an
+ * empty step is one empty message).  Headers carry the offset in the packed
+ * blocks (stride bytes each), which the receiver checks against its schedule
+ * (FR_EPROTO).
+ */
+struct fr_bx {
+	size_t stride, lo, len;
+	uint32_t nb;
+	uint32_t per;	       /* fragments per block (large blocks) */
+	uint32_t bpf;	       /* blocks per fragment (small blocks) */
+	uint32_t nfrags, done; /* fragments in all / sent or received */
+	uint8_t *bounce;       /* where small blocks are packed to send */
+};
+/* Set x up for a step (x->bounce kept: fr_bx_release frees it).  Blocks
+ * of a payload or less travel whole, as many to a message as fit (packed
+ * on the way out, so that a step of many small blocks is a few messages,
+ * not one a block); larger ones in fragments of a payload. */
+void fr_bx_init(struct fr_bx *x, const struct fr_comm *comm, size_t stride,
+		size_t lo, size_t len, int nb);
+void fr_bx_release(struct fr_bx *x);
+static inline bool fr_bx_complete(const struct fr_bx *x)
+{
+	return x->done >= x->nfrags;
+}
+/* Send the next fragments to rank, block b's from src[b] (the segment's
+ * start in it): 0 (also while slots are full) or the error. */
+int fr_bx_send(struct fr_comm *comm, const struct fr_request *req,
+	       struct fr_bx *x, int rank, uint16_t step,
+	       const uint8_t *const *src, bool *did_work);
+/* Take the fragments that came from rank: dst[b] = a[b] OP fragment with
+ * kern, else a copy.  0 (also while none is there) or the error. */
+int fr_bx_take(struct fr_comm *comm, const struct fr_request *req,
+	       struct fr_bx *x, int rank, uint16_t step, uint8_t *const *dst,
+	       const uint8_t *const *a, fr_reduce_fn kern, size_t es,
+	       bool *did_work);
 
 /*
  * The run of a hypercube All-Reduce (hcube.c): the fold that makes n a power

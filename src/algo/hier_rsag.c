@@ -21,8 +21,9 @@
  * it holds the nodes, else all m nodes as one level.  Every rank has a
  * coordinate on each: x_0 its local index (rank order on its node); x_l
  * its node's digit of that dimension (fr_topo_grid_parse), or, without a
- * grid, its place among the ranks of its local index in rank order (the
- * ranks comm->topo.cross lists).  Level l's ring is the g_l ranks whose
+ * grid, its node (numbered in the order of their lowest rank), so that
+ * level 0's ring is always the node's ranks, however the launcher placed
+ * them.  Level l's ring is the g_l ranks whose
  * coordinates are ours but x_l, in the order of x_l; ours are i_l.  Block
  * b is rank b's (count elements).  The blocks are ordered ("packed") by
  * their owners' coordinates, x_0 first: position
@@ -68,7 +69,7 @@
  * at b * count, and a chunk's owners are spread over the ranks).  Rather
  * than pack them into a staging buffer (a copy of every chunk sent, (k-1)/k
  * of the vector for the all-gather), a step's transfer is cut into
- * fragments that never span a block (struct bx below): fragment i of a
+ * fragments that never span a block (struct fr_bx, xfer.c): fragment i of a
  * chunk is read from and written to its block's own address, at no extra
  * copy.  The price is at least one message per block and step (w_l per
  * step of level l instead of one when blocks are small: a few more
@@ -91,23 +92,13 @@
 /* The chunk-segment a lane aims for (all w_0 blocks of a segment). */
 #define SEG_TARGET ((size_t)1 << 20)
 
-/* A step's data: nb blocks' bytes [lo, lo + len) at scattered addresses,
- * as fragments of at most a mailbox payload that never span a block (an
- * empty step is one empty message).  Headers carry the offset in the
- * packed chunk of whole blocks (stride bytes each). */
-struct bx {
-	size_t stride, lo, len;
-	uint32_t per;	       /* fragments per block */
-	uint32_t nfrags, done; /* fragments in all / sent or received */
-};
-
 /* One level's run over the segments. */
 struct lane {
 	int lv;		   /* its level */
 	int seg, s;	   /* seg == nseg: done */
 	bool inited;	   /* tx / rx set up for (seg, s) */
 	int next, prev;	   /* its peers */
-	struct bx tx, rx;
+	struct fr_bx tx, rx;
 	/* this step's block addresses (segment start): out, in, operand */
 	const uint8_t **tsrc, **ra;
 	uint8_t **rdst;
@@ -129,101 +120,9 @@ struct hrsag {
 	struct lane lane[RSAG_LEVELS];
 };
 
-static const uint8_t nothing[1]; /* the address of empty blocks */
-
 static int mod(int x, int p)
 {
 	return ((x % p) + p) % p;
-}
-
-static void bx_init(struct bx *x, const struct fr_comm *comm, size_t stride,
-		    size_t lo, size_t len, int nb)
-{
-	size_t maxp = fr_msg_payload_max(comm);
-
-	x->stride = stride;
-	x->lo = lo;
-	x->len = len;
-	x->per = len ? (uint32_t)((len + maxp - 1) / maxp) : 0;
-	x->nfrags = len ? x->per * (uint32_t)nb : 1;
-	x->done = 0;
-}
-
-/* Fragment i: block *b, offset *o from the segment's start, *len bytes. */
-static void bx_frag(const struct fr_comm *comm, const struct bx *x, uint32_t i,
-		    int *b, size_t *o, size_t *len)
-{
-	size_t maxp = fr_msg_payload_max(comm);
-
-	if (!x->len) {
-		*b = 0;
-		*o = *len = 0;
-		return;
-	}
-	*b = (int)(i / x->per);
-	*o = (size_t)(i % x->per) * maxp;
-	*len = FR_MIN(maxp, x->len - *o);
-}
-
-static uint64_t bx_off(const struct bx *x, int b, size_t o)
-{
-	return (uint64_t)b * x->stride + x->lo + o;
-}
-
-static int bx_send(struct fr_comm *comm, const struct fr_request *req,
-		   struct bx *x, int rank, uint16_t step,
-		   const uint8_t *const *src, bool *did_work)
-{
-	while (x->done < x->nfrags) {
-		size_t o, len;
-		int b, rc;
-
-		bx_frag(comm, x, x->done, &b, &o, &len);
-		rc = fr_xfer_send_frag(comm, req, rank, step, bx_off(x, b, o),
-				       len ? src[b] + o : nothing, len,
-				       &x->done, did_work);
-		if (rc)
-			return rc == FR_EAGAIN ? 0 : rc;
-	}
-	return 0;
-}
-
-/* dst[b] = a[b] OP fragment with kern, else a copy. */
-static int bx_take(struct fr_comm *comm, const struct fr_request *req,
-		   struct bx *x, int rank, uint16_t step, uint8_t *const *dst,
-		   const uint8_t *const *a, fr_reduce_fn kern, size_t es,
-		   bool *did_work)
-{
-	while (x->done < x->nfrags) {
-		const struct fr_msg *msg;
-		const uint8_t *p;
-		size_t o, len;
-		uint64_t off;
-		int b, rc = fr_msg_get(comm, req, rank, &msg, &p);
-
-		if (rc == FR_EAGAIN)
-			return 0;
-		if (rc)
-			return rc;
-		bx_frag(comm, x, x->done, &b, &o, &len);
-		off = bx_off(x, b, o);
-		if (msg->type != FR_MSG_DATA || msg->step != step ||
-		    msg->offset != off || msg->len != len)
-			return fr_comm_fail(
-				comm, FR_EPROTO,
-				"rank %d: collective #%u: rank %d sent step %u offset %llu (%u bytes), expected step %u offset %llu (%zu bytes)",
-				comm->rank, req->seq, rank, msg->step,
-				(unsigned long long)msg->offset, msg->len, step,
-				(unsigned long long)off, len);
-		if (len && kern)
-			kern(dst[b] + o, a[b] + o, p, len / es);
-		else if (len)
-			memcpy(dst[b] + o, p, len);
-		fr_msg_consume(comm, rank);
-		x->done++;
-		*did_work = true;
-	}
-	return 0;
 }
 
 static void hrsag_free(struct fr_request *req)
@@ -233,6 +132,7 @@ static void hrsag_free(struct fr_request *req)
 	if (st) {
 		free(st->perm);
 		for (int i = 0; i < RSAG_LEVELS; i++) {
+			fr_bx_release(&st->lane[i].tx);
 			free(st->lane[i].tsrc);
 			free(st->lane[i].ra);
 			free(st->lane[i].rdst);
@@ -253,11 +153,10 @@ static int place(const struct fr_comm *comm, struct hrsag *st)
 	const struct fr_topo *t = &comm->topo;
 	int n = comm->nranks, k = t->nlocal, rc = FR_ENOMEM;
 	int *seen = calloc((size_t)t->nnodes, sizeof(int));
-	int *cnt = calloc((size_t)k, sizeof(int));
 	int dim[RSAG_LEVELS], stride[RSAG_LEVELS];
 
 	st->perm = malloc((size_t)n * sizeof(int));
-	if (!seen || !cnt || !st->perm)
+	if (!seen || !st->perm)
 		goto out;
 	st->g[st->nl++] = k;
 	for (int d = 0, s = 1; t->nlevels && d < t->ngrid; d++) {
@@ -269,7 +168,7 @@ static int place(const struct fr_comm *comm, struct hrsag *st)
 		s *= t->grid[d];
 	}
 	if (!t->nlevels)
-		st->g[st->nl++] = t->ncross;
+		st->g[st->nl++] = t->nnodes;
 	st->w[st->nl - 1] = 1;
 	for (int l = st->nl - 2; l >= 0; l--)
 		st->w[l] = st->w[l + 1] * st->g[l + 1];
@@ -285,21 +184,19 @@ static int place(const struct fr_comm *comm, struct hrsag *st)
 			goto out;
 		x[0] = seen[nd]++;
 		for (int l = 1; l < st->nl; l++)
-			x[l] = t->nlevels ? nd / stride[l] % dim[l]
-					  : cnt[x[0]]++;
+			x[l] = t->nlevels ? nd / stride[l] % dim[l] : nd;
 		for (int l = 0; l < st->nl; l++)
 			pos += x[l] * st->w[l];
 		if (pos >= n || st->perm[pos] >= 0)
 			goto out;
 		st->perm[pos] = r;
 		if (r == comm->rank)
-			memcpy(st->i, x, sizeof(x));
+			memcpy(st->i, x, (size_t)st->nl * sizeof(int));
 	}
 	for (int l = 1; l < st->nl; l++)
 		st->base[l] = st->base[l - 1] + st->i[l - 1] * st->w[l - 1];
 	rc = 0;
 out:
-	free(cnt);
 	free(seen);
 	return rc;
 }
@@ -410,8 +307,8 @@ static void step_init(struct fr_comm *comm, struct hrsag *st, struct lane *ln)
 	size_t len = st->blk ? FR_MIN(st->segc * st->es, st->blk - lo) : 0;
 	bool last = l == st->nl - 1 && s == g - 2;
 
-	bx_init(&ln->tx, comm, st->blk, lo, len, nb);
-	bx_init(&ln->rx, comm, st->blk, lo, len, nb);
+	fr_bx_init(&ln->tx, comm, st->blk, lo, len, nb);
+	fr_bx_init(&ln->rx, comm, st->blk, lo, len, nb);
 	if (!len)
 		return; /* no addresses: empty messages */
 	for (int q = 0; q < nb; q++) {
@@ -463,12 +360,13 @@ static int lane_run(struct fr_comm *comm, struct fr_request *req,
 			step_init(comm, st, ln);
 			ln->inited = true;
 		}
-		rc = bx_send(comm, req, &ln->tx, ln->next, step, ln->tsrc,
-			     did_work);
+		rc = fr_bx_send(comm, req, &ln->tx, ln->next, step, ln->tsrc,
+				did_work);
 		if (!rc)
-			rc = bx_take(comm, req, &ln->rx, ln->prev, step,
-				     ln->rdst, ln->ra, st->rs ? st->kern : NULL,
-				     st->es, did_work);
+			rc = fr_bx_take(comm, req, &ln->rx, ln->prev, step,
+					ln->rdst, ln->ra,
+					st->rs ? st->kern : NULL, st->es,
+					did_work);
 		if (rc)
 			return rc;
 		if (ln->tx.done < ln->tx.nfrags || ln->rx.done < ln->rx.nfrags)

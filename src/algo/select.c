@@ -556,6 +556,39 @@ static double hier_grid_us(const struct fr_comm *comm, double n)
 }
 
 /*
+ * Bruck's reduce-scatter and all-gather on the grid (bruck_rsag.c): at the
+ * step of distance D every rank r sends min(D, p - D) blocks to r + D
+ * (the all-gather to r - D: the same count of pairs); the bytes that leave
+ * the busiest group of dimension d's nodes, at its uplink's rate, summed
+ * over the steps.
+ */
+static double bruck_grid_us(const struct fr_comm *comm, double n)
+{
+	const int *node = comm->topo.node_of;
+	int p = comm->nranks;
+	double worst = 0, blk = n / p;
+
+	for (int d = 1; node && d < comm->topo.ngrid; d++) {
+		double b = grid_b(comm, d), t = 0;
+		int g = (int)grid_group_nodes(comm, d);
+		int groups = comm->topo.nnodes / g;
+
+		if (b <= 0 || groups < 2 || groups > 64)
+			continue;
+		for (int D = 1; D < p; D *= 2) {
+			int out[64] = {0}, most = 0;
+
+			for (int r = 0; r < p; r++)
+				if (node[r] / g != node[(r + D) % p] / g)
+					most = FR_MAX(most, ++out[node[r] / g]);
+			t += most * FR_MIN(D, p - D) * blk * b;
+		}
+		worst = fmax(worst, t);
+	}
+	return worst;
+}
+
+/*
  * Reduce-scatter and all-gather of N bytes (all n blocks): the flat ring
  * sends (p-1)/p N over the link per ring crossing of our node; the
  * hierarchical ones (hier_rsag.c) send (m-1)/m N over it in m-1 steps (or
@@ -587,6 +620,13 @@ static double hier_rsag_us(const struct fr_comm *comm, int id,
 		return (k - 1 + hier_net_steps(comm) + 1) * t->alpha_us +
 		       fmax((m - 1) / m * n * b, hier_grid_us(comm, n) / 2) +
 		       moved * n * (2 * c + g) + (k - 1) / k * n * c;
+	/* Bruck's steps pair ranks 2^k apart, on other nodes but for the
+	 * first lg k where a node's ranks are consecutive: counted as all
+	 * of the node's k ranks sending through its link at once */
+	if (id == FR_ALGO_BRUCK && flat_us >= 0)
+		return flat_us +
+		       fmax((k - 1) * (p - 1) / p * n * b,
+			    bruck_grid_us(comm, n) - (p - 1) / p * n * b);
 	if (flat_us < 0 || id != FR_ALGO_RING)
 		return flat_us;
 	return flat_us +
@@ -804,10 +844,25 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 		}
 		return -1;
 	case FR_COLL_REDUCE_SCATTER:
-		return id == FR_ALGO_RING ? p * a + (p - 1) / p * n * (b + g)
-					  : -1;
-	case FR_COLL_ALLGATHER:
-		return id == FR_ALGO_RING ? p * a + (p - 1) / p * n * b : -1;
+	case FR_COLL_ALLGATHER: {
+		/* Bruck's ceil(lg p) steps move c_k = min(2^k, p - 2^k) of
+		 * the p blocks each, (p-1)/p n in all, through the
+		 * mailboxes (each step's stream in its window: a copy in,
+		 * and out again for the all-gather, where the
+		 * reduce-scatter reduces out of the slot), where the ring's
+		 * p steps write in place */
+		double rsg = coll == FR_COLL_REDUCE_SCATTER ? g : 0, wire = 0;
+		int steps = 0;
+
+		if (id == FR_ALGO_RING)
+			return p * a + (p - 1) / p * n * (b + rsg);
+		if (id != FR_ALGO_BRUCK)
+			return -1;
+		for (int d = 1; d < nranks; d *= 2, steps++)
+			wire += mbx_stream_us(a, b + c, payload_max,
+					      fmin(d, p - d) / p * n);
+		return steps * a + wire + (p - 1) / p * n * (rsg ? rsg : c);
+	}
 	case FR_COLL_BROADCAST: {
 		/* the chain streams k = n / s fragments of s bytes through
 		 * p - 1 hops; the tree sends all of it down lg p levels */
@@ -865,12 +920,12 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 /* ---- the table: every algorithm, and what they share with the engine --- */
 
 static const struct fr_algo *const algos[] = {
-	&fr_algo_ring,	     &fr_algo_rd,	   &fr_algo_rabenseifner,
-	&fr_algo_bcast_tree, &fr_algo_bcast_chain, &fr_algo_dissemination,
-	&fr_algo_cring,	     &fr_algo_hier,	   &fr_algo_hier_rsag,
-	&fr_algo_oneshot,    &fr_algo_reduce_tree, &fr_algo_reduce_chain,
-	&fr_algo_pairwise,   &fr_algo_bruck,	   &fr_algo_vring,
-	&fr_algo_dbtree,
+	&fr_algo_ring,	       &fr_algo_rd,	     &fr_algo_rabenseifner,
+	&fr_algo_bcast_tree,   &fr_algo_bcast_chain, &fr_algo_dissemination,
+	&fr_algo_cring,	       &fr_algo_hier,	     &fr_algo_hier_rsag,
+	&fr_algo_bruck_rsag,   &fr_algo_oneshot,     &fr_algo_reduce_tree,
+	&fr_algo_reduce_chain, &fr_algo_pairwise,    &fr_algo_bruck,
+	&fr_algo_vring,	       &fr_algo_dbtree,
 };
 
 int fr_algos_on_cqe(struct fr_comm *comm, struct fr_request *active, int peer,
@@ -920,7 +975,8 @@ static const struct fr_algo *impl(const struct fr_comm *comm, enum fr_coll coll,
 							     : NULL;
 	case FR_COLL_REDUCE_SCATTER:
 	case FR_COLL_ALLGATHER:
-		return id == FR_ALGO_RING ? &fr_algo_ring
+		return id == FR_ALGO_RING    ? &fr_algo_ring
+		       : id == FR_ALGO_BRUCK ? &fr_algo_bruck_rsag
 		       : id == FR_ALGO_HIER && hier_ok(comm)
 			       ? &fr_algo_hier_rsag
 			       : NULL;

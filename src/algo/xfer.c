@@ -9,6 +9,7 @@
  * must be what the receiver's schedule expects next, else the collective
  * fails with FR_EPROTO instead of reducing the wrong bytes.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "algo.h"
@@ -151,6 +152,140 @@ int fr_xfer_take(struct fr_comm *comm, const struct fr_request *req,
 		else if (len)
 			memcpy(dst + off, p, len);
 		fr_xfer_recv_done(comm, x, rank);
+		*did_work = true;
+	}
+	return 0;
+}
+
+/* ---- a step over scattered blocks (struct fr_bx, algo.h) ---- */
+
+static const uint8_t nothing[1]; /* the address of empty blocks */
+
+void fr_bx_init(struct fr_bx *x, const struct fr_comm *comm, size_t stride,
+		size_t lo, size_t len, int nb)
+{
+	size_t maxp = fr_msg_payload_max(comm);
+
+	x->stride = stride;
+	x->lo = lo;
+	x->len = len;
+	x->nb = (uint32_t)nb;
+	/* blocks of a payload or less go whole, as many to a fragment as
+	 * fit; larger ones in fragments of a payload */
+	x->bpf = len && len <= maxp ? (uint32_t)(maxp / len) : 1;
+	x->per = !len	       ? 0
+		 : len <= maxp ? 1
+			       : (uint32_t)((len + maxp - 1) / maxp);
+	x->nfrags = !len	 ? 1
+		    : x->bpf > 1 ? (x->nb + x->bpf - 1) / x->bpf
+				 : x->per * x->nb;
+	x->done = 0;
+}
+
+void fr_bx_release(struct fr_bx *x)
+{
+	free(x->bounce);
+	x->bounce = NULL;
+}
+
+/* Fragment i: its first block *b (of *nblk whole ones, or part of one at
+ * offset *o from the segment's start), *len bytes in all. */
+static void bx_frag(const struct fr_comm *comm, const struct fr_bx *x,
+		    uint32_t i, int *b, uint32_t *nblk, size_t *o, size_t *len)
+{
+	size_t maxp = fr_msg_payload_max(comm);
+
+	*o = 0;
+	*nblk = 1;
+	if (!x->len) {
+		*b = 0;
+		*len = 0;
+	} else if (x->bpf > 1) {
+		*b = (int)(i * x->bpf);
+		*nblk = FR_MIN(x->bpf, x->nb - (uint32_t)*b);
+		*len = *nblk * x->len;
+	} else {
+		*b = (int)(i / x->per);
+		*o = (size_t)(i % x->per) * maxp;
+		*len = FR_MIN(maxp, x->len - *o);
+	}
+}
+
+static uint64_t bx_off(const struct fr_bx *x, int b, size_t o)
+{
+	return (uint64_t)b * x->stride + x->lo + o;
+}
+
+int fr_bx_send(struct fr_comm *comm, const struct fr_request *req,
+	       struct fr_bx *x, int rank, uint16_t step,
+	       const uint8_t *const *src, bool *did_work)
+{
+	while (x->done < x->nfrags) {
+		const uint8_t *from;
+		uint32_t nblk;
+		size_t o, len;
+		int b, rc;
+
+		bx_frag(comm, x, x->done, &b, &nblk, &o, &len);
+		from = len ? src[b] + o : nothing;
+		if (nblk > 1) {
+			/* several small blocks in one message */
+			if (!x->bounce)
+				x->bounce = malloc(fr_msg_payload_max(comm));
+			if (!x->bounce)
+				return FR_ENOMEM;
+			for (uint32_t j = 0; j < nblk; j++)
+				memcpy(x->bounce + j * x->len, src[b + (int)j],
+				       x->len);
+			from = x->bounce;
+		}
+		rc = fr_xfer_send_frag(comm, req, rank, step, bx_off(x, b, o),
+				       from, len, &x->done, did_work);
+		if (rc)
+			return rc == FR_EAGAIN ? 0 : rc;
+	}
+	return 0;
+}
+
+int fr_bx_take(struct fr_comm *comm, const struct fr_request *req,
+	       struct fr_bx *x, int rank, uint16_t step, uint8_t *const *dst,
+	       const uint8_t *const *a, fr_reduce_fn kern, size_t es,
+	       bool *did_work)
+{
+	while (x->done < x->nfrags) {
+		const struct fr_msg *msg;
+		const uint8_t *p;
+		uint32_t nblk;
+		size_t o, len, piece;
+		uint64_t off;
+		int b, rc = fr_msg_get(comm, req, rank, &msg, &p);
+
+		if (rc == FR_EAGAIN)
+			return 0;
+		if (rc)
+			return rc;
+		bx_frag(comm, x, x->done, &b, &nblk, &o, &len);
+		off = bx_off(x, b, o);
+		if (msg->type != FR_MSG_DATA || msg->step != step ||
+		    msg->offset != off || msg->len != len)
+			return fr_comm_fail(
+				comm, FR_EPROTO,
+				"rank %d: collective #%u: rank %d sent step %u offset %llu (%u bytes), expected step %u offset %llu (%zu bytes)",
+				comm->rank, req->seq, rank, msg->step,
+				(unsigned long long)msg->offset, msg->len, step,
+				(unsigned long long)off, len);
+		piece = nblk > 1 ? x->len : len;
+		for (uint32_t j = 0; j < nblk && len; j++) {
+			int bj = b + (int)j;
+
+			if (kern)
+				kern(dst[bj] + o, a[bj] + o, p + j * piece,
+				     piece / es);
+			else
+				memcpy(dst[bj] + o, p + j * piece, piece);
+		}
+		fr_msg_consume(comm, rank);
+		x->done++;
 		*did_work = true;
 	}
 	return 0;

@@ -17,18 +17,19 @@ jobs=$(nproc 2>/dev/null || echo 2)
 step() { printf '\n=== %s === (at %d s)\n' "$*" "$SECONDS"; }
 # FR_TEST_FULL=1: the long campaign (about an hour on two CPUs):
 # every op at the large counts of the multi-process matrix, the ASan stage
-# on 8 ranks too (and with mp_hier's runs where the model chooses), the
+# on 8 ranks too (and with mp_hier's runs where the model chooses and the
+# whole kill and mismatch suites over shm), the
 # Soft-RoCE VM's matrix on 1 to 5 ranks with every
 # algorithm forced on each, and distcheck's matrix on 1 to 8 ranks.  Without
 # it, what CI runs: the same suites, with the cuts each script names.
 export FR_TEST_FULL=${FR_TEST_FULL:-0}
 if [ "$FR_TEST_FULL" = 1 ]; then
 	asan_ranks_default="1 2 3 5 8" asan_shm_ranks_default="1 2 3 5 8" asan_grid_ranks=16
-	asan_hier_auto=1
+	asan_hier_auto=1 asan_shm_short_faults=0
 	dist_ranks="1 2 3 4 5 6 7 8"
 else
 	asan_ranks_default="1 2 3 5" asan_shm_ranks_default="2 3" asan_grid_ranks=8
-	asan_hier_auto=0
+	asan_hier_auto=0 asan_shm_short_faults=1
 	dist_ranks="2 3"
 fi
 
@@ -66,7 +67,8 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 	FR_VM_TESTS=0 FR_TEST_RANKS="${FR_ASAN_TEST_RANKS:-$asan_ranks_default}" \
 	FR_SHM_TEST_RANKS="${FR_ASAN_SHM_TEST_RANKS:-$asan_shm_ranks_default}" \
 	FR_HIER_GRID_MAX_RANKS="${FR_HIER_GRID_MAX_RANKS:-$asan_grid_ranks}" \
-	FR_HIER_AUTO="${FR_HIER_AUTO:-$asan_hier_auto}" make -j"$jobs" check) ||
+	FR_HIER_AUTO="${FR_HIER_AUTO:-$asan_hier_auto}" \
+	FR_SHM_SHORT_FAULTS="${FR_SHM_SHORT_FAULTS:-$asan_shm_short_faults}" make -j"$jobs" check) ||
 	{ cat build-asan/test-suite.log 2>/dev/null | tail -100; exit 1; }
 
 # The progress thread and the communicator's lock: the tests that run

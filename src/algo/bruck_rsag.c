@@ -101,8 +101,9 @@ static int start(struct fr_comm *comm, struct fr_request *req)
 	if (rs) {
 		st->kern = fr_reduce_kernel(req->dtype, req->op);
 		st->in = req->sendbuf;
-		/* offsets [0, 2^(K-2)] at most are received into before the
-		 * last step (which goes to recvbuf) */
+		/* offsets [0, max(p - 2^(K-1), 2^(K-2))) at most, within
+		 * cap, are received into before the last step (which goes
+		 * to recvbuf) */
 		if (st->blk && K > 1) {
 			int rc = fr_scratch_get(comm, (size_t)cap * st->blk);
 

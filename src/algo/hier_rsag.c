@@ -68,12 +68,11 @@
  * A chunk's blocks are not contiguous in the user's buffers (block b sits
  * at b * count, and a chunk's owners are spread over the ranks).  Rather
  * than pack them into a staging buffer (a copy of every chunk sent, (k-1)/k
- * of the vector for the all-gather), a step's transfer is cut into
- * fragments that never span a block (struct fr_bx, xfer.c): fragment i of a
- * chunk is read from and written to its block's own address, at no extra
- * copy.  The price is at least one message per block and step (w_l per
- * step of level l instead of one when blocks are small: a few more
- * headers, sent back to back without waiting).  Fragment headers carry
+ * of the vector for the all-gather), a step's transfer goes block by block
+ * (struct fr_bx, xfer.c): a large block in fragments read from and written
+ * to its own address, at no extra copy; small ones whole, as many to a
+ * message as fit (packed on the way out: a copy of small data, for far
+ * fewer messages).  Fragment headers carry
  * the offset in the packed chunk, so the receiver checks every one
  * against its schedule (FR_EPROTO on a mismatch), as xfer.c does; in each
  * lane a step starts when the one before has finished both ways.

@@ -76,6 +76,17 @@ static int blocks(int p, int d)
 	return FR_MIN(d, p - d);
 }
 
+/* Step st->i's peers: the reduce-scatter sends 2^k ahead, the all-gather
+ * 2^k behind. */
+static void step_peers(const struct fr_comm *comm, const struct brsag *st,
+		       int *to, int *from)
+{
+	int p = comm->nranks, d = 1 << dist_log(st);
+
+	*to = (comm->rank + (st->rs ? d : p - d)) % p;
+	*from = (comm->rank + (st->rs ? p - d : d)) % p;
+}
+
 static int start(struct fr_comm *comm, struct fr_request *req)
 {
 	int p = comm->nranks, K = 0, cap;
@@ -147,8 +158,6 @@ static void step_init(struct fr_comm *comm, struct brsag *st)
 {
 	int p = comm->nranks, d = 1 << dist_log(st), c = blocks(p, d);
 
-	st->to = (comm->rank + (st->rs ? d : p - d)) % p;
-	st->from = (comm->rank + (st->rs ? p - d : d)) % p;
 	fr_bx_init(&st->tx, comm, st->blk, 0, st->blk, c);
 	fr_bx_init(&st->rx, comm, st->blk, 0, st->blk, c);
 	for (int j = 0; j < c && st->blk; j++) {
@@ -175,14 +184,10 @@ static int advance(struct fr_comm *comm, struct fr_request *req, bool *did_work)
 		int rc;
 
 		if (!st->inited) {
-			int d = 1 << dist_log(st), p = comm->nranks;
-
-			rc = fr_peer_need(
-				comm, (comm->rank + (st->rs ? d : p - d)) % p);
+			step_peers(comm, st, &st->to, &st->from);
+			rc = fr_peer_need(comm, st->to);
 			if (!rc)
-				rc = fr_peer_need(comm, (comm->rank +
-							 (st->rs ? p - d : d)) %
-								p);
+				rc = fr_peer_need(comm, st->from);
 			if (rc)
 				return rc == FR_EAGAIN ? 0 : rc;
 			step_init(comm, st);
@@ -224,14 +229,14 @@ static bool done(const struct fr_comm *comm, const struct fr_request *req)
 static int waiting_on(const struct fr_comm *comm, const struct fr_request *req)
 {
 	const struct brsag *st = req->algo_state;
-	int p = comm->nranks, d;
+	int to, from;
 
 	if (!st || st->i == st->K)
 		return -1;
 	if (st->inited)
 		return fr_bx_complete(&st->rx) ? st->to : st->from;
-	d = 1 << dist_log(st);
-	return (comm->rank + (st->rs ? p - d : d)) % p;
+	step_peers(comm, st, &to, &from);
+	return from;
 }
 
 static void brsag_free(struct fr_request *req)

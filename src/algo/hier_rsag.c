@@ -368,7 +368,7 @@ static int lane_run(struct fr_comm *comm, struct fr_request *req,
 					did_work);
 		if (rc)
 			return rc;
-		if (ln->tx.done < ln->tx.nfrags || ln->rx.done < ln->rx.nfrags)
+		if (!fr_bx_complete(&ln->tx) || !fr_bx_complete(&ln->rx))
 			return 0;
 		ln->inited = false;
 		if (++ln->s < st->g[ln->lv] - 1)
@@ -434,7 +434,7 @@ static int hrsag_waiting_on(const struct fr_comm *comm,
 		if (st->lane[j].seg < st->lane[j - 1].seg)
 			break;
 	ln = &st->lane[j];
-	return ln->inited && ln->rx.done >= ln->rx.nfrags ? ln->next : ln->prev;
+	return ln->inited && fr_bx_complete(&ln->rx) ? ln->next : ln->prev;
 }
 
 const struct fr_algo fr_algo_hier_rsag = {

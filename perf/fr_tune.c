@@ -12,6 +12,9 @@
  *                    terms, per byte on the wire;
  *   copy             Rabenseifner on a medium vector, minus everything the
  *                    model already explains, per byte through a mailbox;
+ *   grid_beta        with a grid of nodes (FR_TOPO), each dimension's
+ *                    uplink: every rank exchanging a large vector with
+ *                    its partner a step along it (time_grid);
  * then checks the model: for a range of sizes it runs every All-Reduce
  * algorithm, prints measured against predicted times and whether the
  * automatic choice picked the fastest.  Every time is the slowest rank's
@@ -101,6 +104,93 @@ static double time_kernel(struct tool *t, fr_dtype_t dt)
 	if (ns < 0)
 		exit(1);
 	return agree_max(t, ns);
+}
+
+/*
+ * The grid's uplinks (FR_TOPO, topo.h): for each dimension d >= 1 of two
+ * or more, every rank sends bytes to its partner one step along d (the rank
+ * with its local index on the node whose d-th coordinate is one more, mod
+ * grid[d]) and receives as much from the one a step back, all ranks at
+ * once.  Every byte then leaves its group of dimension d - the g = grid[0]
+ * x ... x grid[d-1] nodes whose coordinates from d on are alike - through
+ * the uplink they share, g k bytes for one rank's (k ranks a node), so
+ *   grid_beta_ns[d] = T / (g k bytes)
+ * with T the slowest rank's median.  Where the uplink does not limit the
+ * exchange, T is the nodes' own links' time and this a bound from above
+ * on the uplink's cost, below which the model's floor on it (select.c)
+ * does not bind.  Returns the number of dimensions measured (0: no grid
+ * holds the nodes, or the layout is not regular).
+ */
+static int time_grid(struct tool *t, void *sbuf, void *rbuf, size_t bytes,
+		     double *beta_ns)
+{
+	const struct fr_topo *tp = &t->comm->topo;
+	int p = t->n, k = tp->nlocal, nn = tp->nnodes, measured = 0;
+	int *at, *lidx, *count, me = t->rank;
+
+	if (!tp->nlevels || tp->ngrid < 2 || !tp->node_of || nn * k != p)
+		return 0;
+	at = calloc((size_t)p * 3, sizeof(int));
+	if (!at)
+		exit(1);
+	lidx = at + p;
+	count = lidx + p;
+	/* the rank with local index i on node j: at[j k + i] */
+	for (int r = 0; r < p; r++) {
+		int j = tp->node_of[r];
+
+		lidx[r] = count[j]++;
+		at[j * k + lidx[r]] = r;
+	}
+	for (int d = 1, w = tp->grid[0]; d < tp->ngrid; w *= tp->grid[d++]) {
+		int j = tp->node_of[me], x = j / w % tp->grid[d];
+		int up = j + ((x + 1) % tp->grid[d] - x) * w;
+		int down = j + ((x + tp->grid[d] - 1) % tp->grid[d] - x) * w;
+		int to = at[up * k + lidx[me]], from = at[down * k + lidx[me]];
+		int iters = t->iters / 8 > 3 ? t->iters / 8 : 3;
+		double v[64], med;
+
+		if (tp->grid[d] < 2)
+			continue;
+		iters = iters > 64 ? 64 : iters;
+		for (int i = -1; i < iters; i++) {
+			fr_request_t *rq[2] = {NULL, NULL};
+			uint64_t t0;
+			int rc;
+
+			if (fr_barrier(t->comm))
+				goto fail;
+			t0 = pc_now_ns();
+			rc = fr_irecv(t->comm, rbuf, bytes, FR_U8, from, 7,
+				      &rq[0]);
+			if (!rc)
+				rc = fr_isend(t->comm, sbuf, bytes, FR_U8, to,
+					      7, &rq[1]);
+			for (int q = 0; q < 2; q++)
+				if (rq[q]) {
+					int wrc = fr_wait(&rq[q]);
+
+					rc = rc ? rc : wrc;
+				}
+			if (rc)
+				goto fail;
+			if (i >= 0)
+				v[i] = (double)(pc_now_ns() - t0) / 1e3;
+		}
+		qsort(v, (size_t)iters, sizeof(double), cmp_double);
+		med = agree_max(t, v[iters / 2]);
+		beta_ns[d] = med * 1e3 / ((double)w * k * (double)bytes);
+		if (t->rank == 0)
+			printf("# grid dimension %d: %d groups of %d node(s), %d rank(s) each: %zu bytes a rank across in %.1f us, the uplink %.4f ns/B\n",
+			       d, tp->grid[d], w, k, bytes, med, beta_ns[d]);
+		measured++;
+	}
+	free(at);
+	return measured;
+fail:
+	fprintf(stderr, "fr_tune: rank %d: %s\n", t->rank,
+		fr_comm_last_error(t->comm));
+	exit(1);
 }
 
 static int lg(int n)
@@ -229,6 +319,16 @@ int main(int argc, char **argv)
 				 0);
 	tn.beta_ns = b * 1e3;
 	tn.copy_ns = c * 1e3;
+	{
+		double gb[FR_TOPO_MAX_DIMS] = {0};
+		char *rbuf = malloc(big);
+
+		if (!rbuf)
+			return 1;
+		if (time_grid(&t, t.buf, rbuf, 8u << 20, gb))
+			memcpy(tn.grid_beta_ns, gb, sizeof(gb));
+		free(rbuf);
+	}
 	fr_tune_set(t.comm, &tn);
 
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&now));
@@ -255,8 +355,9 @@ int main(int argc, char **argv)
 				fprintf(o, "gamma_ns.%s = %.4f\n",
 					fr_dtype_name((fr_dtype_t)d),
 					tn.gamma_ns[d]);
-			/* not measured here: kept from FR_TUNE_FILE, so a
-			 * new file does not lose the racks' rates */
+			/* measured on FR_TOPO's grid (time_grid), else
+			 * kept from FR_TUNE_FILE, so that a new file does
+			 * not lose the racks' rates */
 			for (int d = 1; d < FR_TOPO_MAX_DIMS; d++)
 				if (tn.grid_beta_ns[d] > 0)
 					fprintf(o,

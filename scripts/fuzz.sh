@@ -6,7 +6,7 @@
 #                                           BUILDDIR/fuzz (default: build)
 #   scripts/fuzz.sh smoke [BUILDDIR]        build, then each harness for
 #                                           FR_FUZZ_SMOKE_S seconds (default
-#                                           20) from its seeds, one harness
+#                                           10) from its seeds, one harness
 #                                           per core at a time: CI runs this
 #   scripts/fuzz.sh run SECONDS [BUILDDIR] [HARNESS...]
 #                                           the long campaign: each harness
@@ -111,7 +111,7 @@ smoke)
 	par=$(nproc 2>/dev/null || echo 1)
 	for h in $HARNESSES; do
 		# (in a || list, as run alone: its greps may find nothing)
-		{ run_one "$h" "${FR_FUZZ_SMOKE_S:-20}" 1 || exit 1; } &
+		{ run_one "$h" "${FR_FUZZ_SMOKE_S:-10}" 1 || exit 1; } &
 		pids+=($!)
 		if [ "${#pids[@]}" -ge "$par" ]; then
 			wait "${pids[0]}" || fail=1

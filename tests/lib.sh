@@ -12,7 +12,8 @@ TRANSPORT=${FR_TEST_TRANSPORT:-tcp}
 # FR_TEST_SHORT=1 (set by the Soft-RoCE VM suite, where the emulator is
 # slow, unless FR_TEST_FULL=1): the suites leave out the cases whose logic
 # sits above the transport (patience of late ranks, every mismatch on every
-# algorithm), which the fast transports run in full; they say which.
+# algorithm and rank count, training's variants), which the fast transports
+# run in full; they say which.
 SHORT=0
 [ "${FR_TEST_SHORT:-0}" = 1 ] && [ "${FR_TEST_FULL:-0}" != 1 ] && SHORT=1
 npass=0

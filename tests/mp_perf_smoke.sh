@@ -135,6 +135,27 @@ tune() {
 	rm -f "$f" "$f.out"
 	return $rc
 }
+# On FR_TOPO's grid fr_tune measures the racks' uplink (grid_beta_ns.1):
+# 4 emulated nodes, 2 racks of 2; on a grid that does not hold the nodes it
+# measures none, and keeps the value FR_TUNE_FILE gave
+tune_grid() {
+	local f g out
+	f=$(mktemp) g=$(mktemp)
+	node() { frrun -n 4 -e FR_TOPO="$1" --transport "$TRANSPORT" --timeout 300 \
+		bash -c 'export FR_NODE=node$FR_RANK; exec "$0" "$@"' "$B/fr_tune" -q -n 8 "${@:2}"; }
+	out=$(node 2x2 -o "$f" 2>&1) &&
+		echo "$out" | grep -q '# grid dimension 1: 2 groups of 2 node(s), 1 rank(s) each: 8388608 bytes' &&
+		awk -v k="$TRANSPORT.grid_beta_ns.1" '$1 == k && $3 > 0 { ok = 1 } END { exit !ok }' "$f" &&
+		! grep -q 'grid_beta_ns.2' "$f" &&
+		printf '%s.grid_beta_ns.1 = 12.5\n' "$TRANSPORT" >"$g" &&
+		out=$(FR_TUNE_FILE=$g node 3x2 -o "$f" 2>&1) &&
+		! echo "$out" | grep -q '# grid dimension' &&
+		grep -qx "$TRANSPORT.grid_beta_ns.1 = 12.5000" "$f"
+	rc=$?
+	[ $rc -eq 0 ] || { echo "$out"; cat "$f"; }
+	rm -f "$f" "$g"
+	return $rc
+}
 # -Z / --ef / --overlap-ms: compressed rows are checked (identical bits,
 # relerr within the format's reach), wire bytes shrink, overlap columns
 compress_overlap() {
@@ -189,6 +210,7 @@ sim_table() {
 	[ $? -eq 2 ] || { echo "fr_sim -n 4x: not refused"; return 1; }
 }
 run "fr_tune writes a tune file that FR_TUNE_FILE reads" tune
+run "fr_tune measures the grid's uplink (FR_TOPO=2x2)" tune_grid
 run "fr_allreduce_perf every dtype, 3 ranks" allreduce_table
 run "fr_allreduce_perf --csv / --json" allreduce_csv_json
 run "fr_allreduce_perf -C reduce_scatter/allgather/broadcast" allreduce_collectives

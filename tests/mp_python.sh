@@ -28,8 +28,9 @@ export FR_BUILDDIR="$B"
 # Bytecode caches stay out of the (possibly read-only) source tree.
 export PYTHONDONTWRITEBYTECODE=1
 cd "$top/tests/python" || exit 1
-# FR_PY_TEST_FILES: which test files (default: all); distcheck runs the
-# package's API and the backend's build from the tarball, not the training
-# runs, which the plain build has run already
+# FR_PY_TEST_FILES: which test files or tests (pytest's FILE::TEST; default:
+# all); distcheck runs the package's API and the backend built from the
+# tarball running the collectives, not the training runs, which the plain
+# build has run already
 # shellcheck disable=SC2086
 exec "$PY" -m pytest -q -p no:cacheprovider -rs --durations=10 "$@" ${FR_PY_TEST_FILES:-.}

@@ -4,18 +4,31 @@
 set -u
 B=$(cd "${1:-build}" && pwd)
 VG="valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --quiet"
-pass=0 fail=0
+# The checks run as many at a time as there are CPUs (FR_VALGRIND_JOBS):
+# each is one process under valgrind, or a job of a few, and memcheck runs
+# a process's threads one at a time.  A check's output is kept and printed
+# in order once all have run; a failed one's last lines with it.
+par=${FR_VALGRIND_JOBS:-$(nproc 2>/dev/null || echo 1)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+names=()
 check() {
-	name=$1
+	local id=${#names[@]}
+	names+=("$1")
 	shift
-	if timeout 900 "$@" >/tmp/fr-vg.$$ 2>&1; then
-		pass=$((pass + 1))
-		echo "PASS valgrind $name"
-	else
-		fail=$((fail + 1))
-		echo "FAIL valgrind $name"
-		tail -n 40 /tmp/fr-vg.$$
-	fi
+	while [ "$(jobs -rp | wc -l)" -ge "$par" ]; do
+		wait -n || true
+	done
+	{
+		timeout 900 "$@" >"$tmp/$id.out" 2>&1
+		echo $? >"$tmp/$id.rc"
+	} &
+}
+# alone, after the others: its peers' patience is timed (FR_TIMEOUT_MS)
+check_alone() {
+	wait
+	par=1 check "$@"
+	wait
 }
 for t in "$B"/tests/test_*; do
 	case "$t" in *.o | *.log | *.trs) continue ;; esac
@@ -42,8 +55,19 @@ check "mp_allreduce buckets n=3 progress=thread" "$B/frrun" -n 3 -e FR_PROGRESS=
 	--count 20011 --iters 3
 check "mp_allreduce threads n=2" "$B/frrun" -n 2 -e FR_PROGRESS=thread --timeout 900 \
 	"$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" threads --count 101 --iters 20
-check "mp_allreduce mismatch n=3" env FR_TIMEOUT_MS=20000 "$B/frrun" -n 3 --timeout 300 \
+check_alone "mp_allreduce mismatch n=3" env FR_TIMEOUT_MS=20000 "$B/frrun" -n 3 --timeout 300 \
 	"$B/libtool" --mode=execute $VG "$B/tests/mp_allreduce" mismatch --victim 2 --what count
-rm -f /tmp/fr-vg.$$
+wait
+pass=0 fail=0
+for id in "${!names[@]}"; do
+	if [ "$(cat "$tmp/$id.rc" 2>/dev/null)" = 0 ]; then
+		pass=$((pass + 1))
+		echo "PASS valgrind ${names[$id]}"
+	else
+		fail=$((fail + 1))
+		echo "FAIL valgrind ${names[$id]} (exit $(cat "$tmp/$id.rc" 2>/dev/null))"
+		tail -n 40 "$tmp/$id.out"
+	fi
+done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

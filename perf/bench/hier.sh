@@ -21,20 +21,24 @@
 # against the two of plain hier, and "auto-grid": the library's choice
 # told the grid and the rack link's rate (a tune file with
 # <transport>.grid_beta_ns.1 = 8 / RACK_RATE in Gbit/s, fastreduce(7)).
+# With --fr-tune, fr_tune(1) measures that file instead, on the emulated
+# cluster told the grid: every parameter, and the rack link's
+# grid_beta_ns.1 from every rank exchanging 8 MiB with its partner in the
+# other rack (printed beside the rate set).
 # Times: per call the slowest rank, median over the calls (--stat
 # median).
 #
 # usage: perf/bench/hier.sh [--nodes M] [--per-node K] [--rate R]
 #                           [--sizes "1M 64M"] [--iters N] [--rounds R]
 #                           [--round-robin] [--coll C]
-#                           [--racks R --rack-rate RATE] [BUILD]
+#                           [--racks R --rack-rate RATE [--fr-tune]] [BUILD]
 # (default 2 nodes x 2 ranks, 1gbit, sizes from 1M to 64M by factors of
 # 64, i.e. 1M and 64M, 5 iterations, 2 rounds,
 # BUILD = build/).  Root needed; namespaces frh_* on 198.21.0.0/24.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 NODES=2 K=2 RATE=1gbit SIZES="1M 64M" ITERS=5 ROUNDS=2 B=$HERE/../../build RR=0 COLL=allreduce
-RACKS=1 RACK_RATE=1gbit
+RACKS=1 RACK_RATE=1gbit TUNE=0
 while (($#)); do
 	case "$1" in
 	--nodes) NODES=$2; shift 2 ;;
@@ -47,7 +51,8 @@ while (($#)); do
 	--coll) COLL=$2; shift 2 ;;
 	--racks) RACKS=$2; shift 2 ;;
 	--rack-rate) RACK_RATE=$2; shift 2 ;;
-	-h|--help) sed -n '3,33p' "$0"; exit 0 ;;
+	--fr-tune) TUNE=1; shift ;;
+	-h|--help) sed -n '3,37p' "$0"; exit 0 ;;
 	*) B=$1; shift ;;
 	esac
 done
@@ -57,12 +62,20 @@ bash "$HERE/netns.sh" setup "$NODES" --rate "$RATE" --racks "$RACKS" --rack-rate
 	>/dev/null || exit 1
 trap 'bash "$HERE/netns.sh" teardown "$NODES" >/dev/null 2>&1' EXIT
 N=$((NODES * K))
+# fr_tune links the library's internals: a program of its own, or libtool's
+TUNER=$B/.libs/fr_tune
+[ -x "$TUNER" ] || TUNER=$B/fr_tune
 out=$(mktemp -d /tmp/frhier.XXXXXX)
 run() { # ALGO ROUND
 	local port=$((30000 + RANDOM % 20000)) pids=() r node algo=$1 order=node grid="" tune=""
+	local cmd=("$B/.libs/fr_allreduce_perf" -C "$COLL" -b "${SIZES%% *}" -e "${SIZES##* }"
+		-f 64 -n "$ITERS" -w 2 --stat median)
 	[ "$algo" = ring-rank ] && algo=ring order=rank
 	[ "$algo" = hier-grid ] && algo=hier grid=$((NODES / RACKS))x$RACKS
 	[ "$algo" = auto-grid ] && algo=auto grid=$((NODES / RACKS))x$RACKS tune=$out/grid.tune
+	# fr_tune on the grid, writing the file auto-grid reads
+	[ "$algo" = fr_tune ] && algo=auto grid=$((NODES / RACKS))x$RACKS \
+		cmd=("$TUNER" -q -n 20 -o "$out/grid.tune")
 	for r in $(seq 0 $((N - 1))); do
 		node=$((r / K))
 		[ "$RR" = 1 ] && node=$((r % NODES))
@@ -70,8 +83,7 @@ run() { # ALGO ROUND
 			FR_RANK=$r FR_NRANKS=$N FR_RENDEZVOUS=198.21.0.1:$port \
 			FR_TRANSPORT="${FR_TRANSPORT:-auto}" FR_ALGO="$algo" FR_JOB_TOKEN="hier$port" \
 			FR_RING_ORDER=$order FR_TOPO="$grid" FR_TUNE_FILE="$tune" \
-			timeout 600 "$B/.libs/fr_allreduce_perf" -C "$COLL" -b "${SIZES%% *}" \
-			-e "${SIZES##* }" -f 64 -n "$ITERS" -w 2 --stat median >"$out/$1.$2.$r" 2>&1 &
+			timeout 600 "${cmd[@]}" >"$out/$1.$2.$r" 2>&1 &
 		pids+=($!)
 	done
 	wait "${pids[@]}"
@@ -86,6 +98,11 @@ rack_gbit=$(awk -v r="${RACK_RATE,,}" 'BEGIN {
 for tp in tcp shm+tcp verbs shm; do
 	echo "$tp.grid_beta_ns.1 = $(awk -v g="${rack_gbit:-1}" 'BEGIN { printf "%.6g", 8 / g }')"
 done >"$out/grid.tune"
+if [ "$TUNE" = 1 ] && [ "$RACKS" -gt 1 ]; then
+	run fr_tune 0 || { cat "$out/fr_tune.0.0"; exit 1; }
+	echo "# fr_tune on the grid (auto-grid reads it; the racks' link is set to $RACK_RATE, $(awk -v g="${rack_gbit:-1}" 'BEGIN { printf "%.6g", 8 / g }') ns/B):"
+	sed 's/^/#   /' "$out/grid.tune"
+fi
 echo "# $COLL, $NODES nodes x $K ranks$([ "$RR" = 1 ] && echo ", dealt round robin"), $RATE per node link$([ "$RACKS" -gt 1 ] && echo ", $RACKS racks joined at $RACK_RATE"), fr_allreduce_perf -n $ITERS --stat median"
 printf '%-6s %-9s %12s %14s %10s\n' round algo bytes time_us busbw
 for round in $(seq 1 "$ROUNDS"); do

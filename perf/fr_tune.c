@@ -62,8 +62,10 @@ static double agree_max(struct tool *t, double v)
 	return v;
 }
 
-/* Median time (us) of an All-Reduce of bytes with algorithm algo. */
-static double time_allreduce(struct tool *t, int algo, size_t bytes)
+/* Median time (us) of an All-Reduce of bytes with algorithm algo on comm
+ * (t's or a sub-communicator of it), the slowest rank's of t's. */
+static double time_allreduce_on(struct tool *t, fr_comm_t *comm, int algo,
+				size_t bytes)
 {
 	int iters = bytes >= (4u << 20) ? (t->iters / 8 > 3 ? t->iters / 8 : 3)
 		    : bytes >= (256u << 10)
@@ -74,25 +76,59 @@ static double time_allreduce(struct tool *t, int algo, size_t bytes)
 
 	if (!v)
 		exit(1);
-	saved = fr_algo_force(t->comm, algo);
+	saved = fr_algo_force(comm, algo);
 	for (int i = -2; i < iters; i++) {
 		uint64_t t0 = pc_now_ns();
-		int rc = fr_allreduce(t->comm, FR_IN_PLACE, t->buf, bytes / 4,
+		int rc = fr_allreduce(comm, FR_IN_PLACE, t->buf, bytes / 4,
 				      FR_F32, FR_SUM);
 
 		if (rc) {
 			fprintf(stderr, "fr_tune: rank %d: %s\n", t->rank,
-				fr_comm_last_error(t->comm));
+				fr_comm_last_error(comm));
 			exit(1);
 		}
 		if (i >= 0)
 			v[i] = (double)(pc_now_ns() - t0) / 1e3;
 	}
-	fr_algo_force(t->comm, saved);
+	fr_algo_force(comm, saved);
 	qsort(v, (size_t)iters, sizeof(double), cmp_double);
 	med = v[iters / 2];
 	free(v);
 	return agree_max(t, med);
+}
+
+static double time_allreduce(struct tool *t, int algo, size_t bytes)
+{
+	return time_allreduce_on(t, t->comm, algo, bytes);
+}
+
+/*
+ * On a grid (FR_TOPO) whose racks - the groups of its first dimension's
+ * nodes - hold two nodes or more and are more than one, alpha, beta, copy
+ * and msg are measured inside each rack at once, on a sub-communicator:
+ * the model's beta is the nodes' own links, the racks' uplinks are
+ * grid_beta_ns (time_grid), and a ring over the whole job would measure
+ * the uplink as beta.  NULL where that does not apply.
+ */
+static fr_comm_t *rack_comm(struct tool *t, int *nodes)
+{
+	const struct fr_topo *tp = &t->comm->topo;
+	fr_comm_t *rc = NULL;
+	int racks = 1;
+
+	for (int d = 1; d < tp->ngrid; d++)
+		racks *= tp->grid[d];
+	if (!tp->nlevels || tp->ngrid < 2 || tp->grid[0] < 2 || racks < 2 ||
+	    !tp->node_of)
+		return NULL;
+	if (fr_comm_split(t->comm, tp->node_of[t->rank] / tp->grid[0], t->rank,
+			  &rc)) {
+		fprintf(stderr, "fr_tune: rank %d: %s\n", t->rank,
+			fr_comm_last_error(t->comm));
+		exit(1);
+	}
+	*nodes = tp->grid[0];
+	return rc;
 }
 
 /* ns per byte of one input of the sum kernel, in cache, the slowest
@@ -219,7 +255,8 @@ int main(int argc, char **argv)
 	bool check = true;
 	struct fr_tune tn;
 	FILE *fo = NULL;
-	int opt, L, pof2, f, rc;
+	int opt, L, pof2, f, rc, rack_nodes = 0;
+	fr_comm_t *rack, *mc;
 	double a, b, c, g32, T, p;
 	size_t big, mid;
 	char when[64];
@@ -288,22 +325,24 @@ int main(int argc, char **argv)
 	if (!t.buf)
 		return 1;
 	fr_tune_get(t.comm, &tn);
-	L = lg(t.n);
+	rack = rack_comm(&t, &rack_nodes);
+	mc = rack ? rack : t.comm;
+	L = lg(fr_comm_size(mc));
 	pof2 = 1 << L;
-	f = pof2 != t.n;
-	p = t.n;
+	f = pof2 != fr_comm_size(mc);
+	p = fr_comm_size(mc);
 
 	for (int d = 0; d < FR_DTYPE_COUNT; d++)
 		tn.gamma_ns[d] = time_kernel(&t, (fr_dtype_t)d);
 	g32 = tn.gamma_ns[FR_F32] * 1e-3;
-	T = time_allreduce(&t, FR_ALGO_RD, 8);
+	T = time_allreduce_on(&t, mc, FR_ALGO_RD, 8);
 	a = T / (L + 2 * f);
-	T = time_allreduce(&t, FR_ALGO_RING, 8u << 20);
+	T = time_allreduce_on(&t, mc, FR_ALGO_RING, 8u << 20);
 	b = (T - (2 * (p - 1) + 1) * a - (p - 1) / p * (8 << 20) * g32) /
 	    (2 * (p - 1) / p * (8 << 20));
 	b = fmax(b, 1e-5);
 	mid = 1u << 20;
-	T = time_allreduce(&t, FR_ALGO_RABENSEIFNER, mid);
+	T = time_allreduce_on(&t, mc, FR_ALGO_RABENSEIFNER, mid);
 	c = (T - (2 * L + 2 * f) * a -
 	     ((double)(pof2 - 1) / pof2 + f) * (double)mid * g32) /
 		    ((2.0 * (pof2 - 1) / pof2 + 2 * f) * (double)mid) -
@@ -314,11 +353,14 @@ int main(int argc, char **argv)
 	 * time, one latency and p - 2 of them (2 ranks: none to see) */
 	tn.msg_us = FR_MSG_PER_ALPHA * a; /* as built in */
 	if (p > 2)
-		tn.msg_us = fmax((time_allreduce(&t, FR_ALGO_ONESHOT, 8) - a) /
-					 (p - 2),
-				 0);
+		tn.msg_us =
+			fmax((time_allreduce_on(&t, mc, FR_ALGO_ONESHOT, 8) -
+			      a) / (p - 2),
+			     0);
 	tn.beta_ns = b * 1e3;
 	tn.copy_ns = c * 1e3;
+	if (rack)
+		fr_comm_destroy(rack);
 	{
 		double gb[FR_TOPO_MAX_DIMS] = {0};
 		char *rbuf = malloc(big);
@@ -343,6 +385,10 @@ int main(int argc, char **argv)
 			fprintf(o,
 				"# %d ranks over %s; read it with FR_TUNE_FILE=<this file>\n",
 				t.n, fr_comm_transport(t.comm));
+			if (rack_nodes)
+				fprintf(o,
+					"# alpha, beta, copy, msg: inside the racks of %d nodes, all at once (FR_TOPO)\n",
+					rack_nodes);
 			fprintf(o, "%s.alpha_us = %.3f\n",
 				fr_comm_transport(t.comm), tn.alpha_us);
 			fprintf(o, "%s.beta_ns = %.4f\n",

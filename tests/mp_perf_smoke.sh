@@ -135,9 +135,10 @@ tune() {
 	rm -f "$f" "$f.out"
 	return $rc
 }
-# On FR_TOPO's grid fr_tune measures the racks' uplink (grid_beta_ns.1):
-# 4 emulated nodes, 2 racks of 2; on a grid that does not hold the nodes it
-# measures none, and keeps the value FR_TUNE_FILE gave
+# On FR_TOPO's grid fr_tune measures the racks' uplink (grid_beta_ns.1),
+# and the other parameters inside the racks: 4 emulated nodes, 2 racks of
+# 2; on a grid that does not hold the nodes it measures none, and keeps the
+# value FR_TUNE_FILE gave
 tune_grid() {
 	local f g out
 	f=$(mktemp) g=$(mktemp)
@@ -145,11 +146,12 @@ tune_grid() {
 		bash -c 'export FR_NODE=node$FR_RANK; exec "$0" "$@"' "$B/fr_tune" -q -n 8 "${@:2}"; }
 	out=$(node 2x2 -o "$f" 2>&1) &&
 		echo "$out" | grep -q '# grid dimension 1: 2 groups of 2 node(s), 1 rank(s) each: 8388608 bytes' &&
+		grep -q '^# alpha, beta, copy, msg: inside the racks of 2 nodes' "$f" &&
 		awk -v k="$TRANSPORT.grid_beta_ns.1" '$1 == k && $3 > 0 { ok = 1 } END { exit !ok }' "$f" &&
 		! grep -q 'grid_beta_ns.2' "$f" &&
 		printf '%s.grid_beta_ns.1 = 12.5\n' "$TRANSPORT" >"$g" &&
 		out=$(FR_TUNE_FILE=$g node 3x2 -o "$f" 2>&1) &&
-		! echo "$out" | grep -q '# grid dimension' &&
+		! echo "$out" | grep -q '# grid dimension\|inside the racks' &&
 		grep -qx "$TRANSPORT.grid_beta_ns.1 = 12.5000" "$f"
 	rc=$?
 	[ $rc -eq 0 ] || { echo "$out"; cat "$f"; }

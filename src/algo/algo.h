@@ -295,6 +295,8 @@ struct fr_bx {
 	uint32_t bpf;	       /* blocks per fragment (small blocks) */
 	uint32_t nfrags, done; /* fragments in all / sent or received */
 	uint8_t *bounce;       /* where small blocks are packed to send */
+	uint32_t packed;       /* the fragment bounce holds (a full window
+				* leaves it there for the next try) */
 };
 /* Set x up for a step (x->bounce kept: fr_bx_release frees it).  Blocks
  * of a payload or less travel whole, as many to a message as fit (packed

@@ -180,6 +180,7 @@ void fr_bx_init(struct fr_bx *x, const struct fr_comm *comm, size_t stride,
 		    : x->bpf > 1 ? (x->nb + x->bpf - 1) / x->bpf
 				 : x->per * x->nb;
 	x->done = 0;
+	x->packed = UINT32_MAX;
 }
 
 void fr_bx_release(struct fr_bx *x)
@@ -234,9 +235,11 @@ int fr_bx_send(struct fr_comm *comm, const struct fr_request *req,
 				x->bounce = malloc(fr_msg_payload_max(comm));
 			if (!x->bounce)
 				return FR_ENOMEM;
-			for (uint32_t j = 0; j < nblk; j++)
-				memcpy(x->bounce + j * x->len, src[b + (int)j],
-				       x->len);
+			if (x->packed != x->done)
+				for (uint32_t j = 0; j < nblk; j++)
+					memcpy(x->bounce + j * x->len,
+					       src[b + (int)j], x->len);
+			x->packed = x->done;
 			from = x->bounce;
 		}
 		rc = fr_xfer_send_frag(comm, req, rank, step, bx_off(x, b, o),

@@ -417,20 +417,28 @@ int main(int argc, char **argv)
 		}
 	}
 	if (check) {
+		/* and hier where it runs: several nodes, alike */
 		static const int algos[] = {FR_ALGO_RD, FR_ALGO_RABENSEIFNER,
-					    FR_ALGO_RING};
+					    FR_ALGO_RING, FR_ALGO_HIER};
+		int na = fr_algo_predict_us(t.comm, FR_ALGO_HIER,
+					    FR_COLL_ALLREDUCE, 8, FR_F32) >= 0
+				 ? 4
+				 : 3;
 		int right = 0, points = 0;
 
-		if (t.rank == 0)
+		if (t.rank == 0) {
 			printf("#\n# model check, f32 sum: measured / predicted us\n"
-			       "# %10s %21s %21s %21s %14s\n",
-			       "bytes", "rd", "rabenseifner", "ring",
-			       "auto picks");
+			       "# %10s %21s %21s %21s",
+			       "bytes", "rd", "rabenseifner", "ring");
+			if (na == 4)
+				printf(" %21s", "hier");
+			printf(" %14s\n", "auto picks");
+		}
 		for (size_t bytes = 8; bytes <= t.maxbytes; bytes *= 8) {
-			double meas[3], pred[3];
+			double meas[4], pred[4];
 			int fastest = 0, pick = 0;
 
-			for (int i = 0; i < 3; i++) {
+			for (int i = 0; i < na; i++) {
 				meas[i] = time_allreduce(&t, algos[i], bytes);
 				pred[i] = fr_algo_predict_us(t.comm, algos[i],
 							     FR_COLL_ALLREDUCE,
@@ -443,14 +451,14 @@ int main(int argc, char **argv)
 			points++;
 			/* within 10 % of the fastest counts as a right pick */
 			right += meas[pick] <= 1.1 * meas[fastest];
-			if (t.rank == 0)
-				printf("  %10zu %10.1f/%10.1f %10.1f/%10.1f %10.1f/%10.1f %14s%s\n",
-				       bytes, meas[0], pred[0], meas[1],
-				       pred[1], meas[2], pred[2],
-				       fr_algo_name(algos[pick]),
-				       meas[pick] <= 1.1 * meas[fastest]
-					       ? ""
-					       : " (slower)");
+			if (t.rank != 0)
+				continue;
+			printf("  %10zu", bytes);
+			for (int i = 0; i < na; i++)
+				printf(" %10.1f/%10.1f", meas[i], pred[i]);
+			printf(" %14s%s\n", fr_algo_name(algos[pick]),
+			       meas[pick] <= 1.1 * meas[fastest] ? ""
+								 : " (slower)");
 		}
 		if (t.rank == 0)
 			printf("# auto picked the fastest (within 10%%) at %d of %d sizes\n",

@@ -24,7 +24,9 @@
 # With --fr-tune, fr_tune(1) measures that file instead, on the emulated
 # cluster told the grid: every parameter, and the rack link's
 # grid_beta_ns.1 from every rank exchanging 8 MiB with its partner in the
-# other rack (printed beside the rate set).
+# other rack (printed beside the rate set), and its model check up to the
+# largest size (measured against predicted times, ring, rd, Rabenseifner
+# and hier on the grid).
 # Times: per call the slowest rank, median over the calls (--stat
 # median).
 #
@@ -52,7 +54,7 @@ while (($#)); do
 	--racks) RACKS=$2; shift 2 ;;
 	--rack-rate) RACK_RATE=$2; shift 2 ;;
 	--fr-tune) TUNE=1; shift ;;
-	-h|--help) sed -n '3,37p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,39p' "$0"; exit 0 ;;
 	*) B=$1; shift ;;
 	esac
 done
@@ -75,7 +77,7 @@ run() { # ALGO ROUND
 	[ "$algo" = auto-grid ] && algo=auto grid=$((NODES / RACKS))x$RACKS tune=$out/grid.tune
 	# fr_tune on the grid, writing the file auto-grid reads
 	[ "$algo" = fr_tune ] && algo=auto grid=$((NODES / RACKS))x$RACKS \
-		cmd=("$TUNER" -q -n 20 -o "$out/grid.tune")
+		cmd=("$TUNER" -n 20 -e "${SIZES##* }" -o "$out/grid.tune")
 	for r in $(seq 0 $((N - 1))); do
 		node=$((r / K))
 		[ "$RR" = 1 ] && node=$((r % NODES))
@@ -102,6 +104,8 @@ if [ "$TUNE" = 1 ] && [ "$RACKS" -gt 1 ]; then
 	run fr_tune 0 || { cat "$out/fr_tune.0.0"; exit 1; }
 	echo "# fr_tune on the grid (auto-grid reads it; the racks' link is set to $RACK_RATE, $(awk -v g="${rack_gbit:-1}" 'BEGIN { printf "%.6g", 8 / g }') ns/B):"
 	sed 's/^/#   /' "$out/grid.tune"
+	# its model check on this network, up to the largest size
+	sed -n '/^# model check/,$p' "$out/fr_tune.0.0" | sed 's/^/#   /'
 fi
 echo "# $COLL, $NODES nodes x $K ranks$([ "$RR" = 1 ] && echo ", dealt round robin"), $RATE per node link$([ "$RACKS" -gt 1 ] && echo ", $RACKS racks joined at $RACK_RATE"), fr_allreduce_perf -n $ITERS --stat median"
 printf '%-6s %-9s %12s %14s %10s\n' round algo bytes time_us busbw

@@ -194,6 +194,26 @@ c2c_probe() {
 	rm -rf "$d"
 	return $rc
 }
+# ceiling.sh's TCP ring (perf/bench/tcp_ring.c) on loopback: every rank
+# reports a rate; bad arguments refused
+tcp_ring() {
+	local d rc=0 out
+	d=$(mktemp -d)
+	${CC:-cc} -std=c11 -O2 -Wall -Wextra -o "$d/tcp_ring" \
+		"$(dirname "$0")/../perf/bench/tcp_ring.c" || rc=1
+	if [ $rc -eq 0 ]; then
+		local port=$((30000 + RANDOM % 20000))
+		out=$(for r in 0 1 2; do
+			timeout 60 "$d/tcp_ring" $r 3 $port 1.5 127.0.0.1 &
+		done; wait)
+		echo "$out"
+		[ "$(echo "$out" | grep -Ec '^rank [0-2]: [0-9]+\.[0-9]+ MB/s received$')" = 3 ] || rc=1
+		timeout 10 "$d/tcp_ring" 0 1 $port 2 127.0.0.1 >/dev/null 2>&1
+		[ $? -eq 2 ] || { echo "tcp_ring on 1 rank: not refused"; rc=1; }
+	fi
+	rm -rf "$d"
+	return $rc
+}
 # the simulator (perf/sim): its table for every algorithm, each result
 # checked by the tool; the times the same on a second run (all but the
 # real seconds); a network it cannot model and a bad option refused
@@ -225,4 +245,6 @@ if command -v "${CC:-cc}" >/dev/null && command -v taskset >/dev/null &&
 	[ "$(nproc)" -ge 2 ]; then
 	run "compare.sh's core-to-core probe (perf/bench/c2c_rtt.c)" c2c_probe
 fi
+command -v "${CC:-cc}" >/dev/null &&
+	run "ceiling.sh's TCP ring (perf/bench/tcp_ring.c) on loopback" tcp_ring
 finish

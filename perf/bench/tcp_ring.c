@@ -14,7 +14,9 @@
  *   rank r listens on HOSTr:PORT+r, connects to the next rank's, and sends
  *   4 MiB writes for SECONDS; the bytes received in the first second are
  *   not counted (slow start).  Prints "rank R: X MB/s received" (MB =
- *   10^6 bytes).  With one host given, every rank is on it.
+ *   10^6 bytes).  With one host given, every rank is on it.  Exits 3 when
+ *   its port is taken (choose another), 1 on other failures, 2 on bad
+ *   arguments.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -91,8 +93,15 @@ int main(int argc, char **argv)
 		return 1;
 	ls = socket(AF_INET, SOCK_STREAM, 0);
 	if (ls < 0 ||
-	    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
-	    bind(ls, (struct sockaddr *)&me, sizeof(me)) || listen(ls, 1))
+	    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)))
+		return die("tcp_ring: socket");
+	if (bind(ls, (struct sockaddr *)&me, sizeof(me))) {
+		int taken = errno == EADDRINUSE;
+
+		die("tcp_ring: bind");
+		return taken ? 3 : 1;
+	}
+	if (listen(ls, 1))
 		return die("tcp_ring: listen");
 	/* the next rank may not listen yet: retry for 30 s */
 	t0 = now_s();
@@ -107,6 +116,17 @@ int main(int argc, char **argv)
 		if (now_s() - t0 > 30)
 			return die("tcp_ring: connect");
 		usleep(20000);
+	}
+	/* the previous rank connects within 30 s, or it failed */
+	{
+		struct pollfd lp = {ls, POLLIN, 0};
+
+		if (poll(&lp, 1, 30000) != 1) {
+			fprintf(stderr,
+				"tcp_ring: rank %d: the previous rank did not connect within 30 s\n",
+				rank);
+			return 1;
+		}
 	}
 	in = accept(ls, NULL, NULL);
 	if (in < 0)

@@ -157,18 +157,22 @@ static double time_kernel(struct tool *t, fr_dtype_t dt)
  * does not bind.  Returns the number of dimensions measured (0: no grid
  * holds the nodes, or the layout is not regular).
  */
-static int time_grid(struct tool *t, void *sbuf, void *rbuf, size_t bytes,
+static int time_grid(struct tool *t, const void *sbuf, size_t bytes,
 		     double *beta_ns)
 {
 	const struct fr_topo *tp = &t->comm->topo;
 	int p = t->n, k = tp->nlocal, nn = tp->nnodes, measured = 0;
 	int *at, *lidx, *count, me = t->rank;
+	void *rbuf;
 
 	if (!tp->nlevels || tp->ngrid < 2 || !tp->node_of || nn * k != p)
 		return 0;
 	at = calloc((size_t)p * 3, sizeof(int));
-	if (!at)
+	rbuf = malloc(bytes);
+	if (!at || !rbuf) {
+		fprintf(stderr, "fr_tune: rank %d: out of memory\n", t->rank);
 		exit(1);
+	}
 	lidx = at + p;
 	count = lidx + p;
 	/* the rank with local index i on node j: at[j k + i] */
@@ -202,6 +206,8 @@ static int time_grid(struct tool *t, void *sbuf, void *rbuf, size_t bytes,
 			if (!rc)
 				rc = fr_isend(t->comm, sbuf, bytes, FR_U8, to,
 					      7, &rq[1]);
+			if (rc) /* not waiting for what may never come */
+				goto fail;
 			for (int q = 0; q < 2; q++)
 				if (rq[q]) {
 					int wrc = fr_wait(&rq[q]);
@@ -218,9 +224,10 @@ static int time_grid(struct tool *t, void *sbuf, void *rbuf, size_t bytes,
 		beta_ns[d] = med * 1e3 / ((double)w * k * (double)bytes);
 		if (t->rank == 0)
 			printf("# grid dimension %d: %d groups of %d node(s), %d rank(s) each: %zu bytes a rank across in %.1f us, the uplink %.4f ns/B\n",
-			       d, tp->grid[d], w, k, bytes, med, beta_ns[d]);
+			       d, nn / w, w, k, bytes, med, beta_ns[d]);
 		measured++;
 	}
+	free(rbuf);
 	free(at);
 	return measured;
 fail:
@@ -363,13 +370,13 @@ int main(int argc, char **argv)
 		fr_comm_destroy(rack);
 	{
 		double gb[FR_TOPO_MAX_DIMS] = {0};
-		char *rbuf = malloc(big);
 
-		if (!rbuf)
-			return 1;
-		if (time_grid(&t, t.buf, rbuf, 8u << 20, gb))
-			memcpy(tn.grid_beta_ns, gb, sizeof(gb));
-		free(rbuf);
+		/* the dimensions measured replace the file's; the others
+		 * (of size 1: no uplink) keep what it gave */
+		time_grid(&t, t.buf, 8u << 20, gb);
+		for (int d = 1; d < FR_TOPO_MAX_DIMS; d++)
+			if (gb[d] > 0)
+				tn.grid_beta_ns[d] = gb[d];
 	}
 	fr_tune_set(t.comm, &tn);
 
@@ -401,9 +408,9 @@ int main(int argc, char **argv)
 				fprintf(o, "gamma_ns.%s = %.4f\n",
 					fr_dtype_name((fr_dtype_t)d),
 					tn.gamma_ns[d]);
-			/* measured on FR_TOPO's grid (time_grid), else
-			 * kept from FR_TUNE_FILE, so that a new file does
-			 * not lose the racks' rates */
+			/* measured on FR_TOPO's grid (time_grid), the
+			 * others kept from FR_TUNE_FILE, so that a new file
+			 * does not lose the racks' rates */
 			for (int d = 1; d < FR_TOPO_MAX_DIMS; d++)
 				if (tn.grid_beta_ns[d] > 0)
 					fprintf(o,

@@ -139,18 +139,21 @@ tune() {
 # and the other parameters inside the racks: 4 emulated nodes, 2 racks of
 # 2; on a grid that does not hold the nodes it measures none, and keeps the
 # value FR_TUNE_FILE gave
+# fr_tune on 4 emulated nodes of one rank, told the grid $1
+tune_nodes() {
+	frrun -n 4 -e FR_TOPO="$1" --transport "$TRANSPORT" --timeout 300 \
+		bash -c 'export FR_NODE=node$FR_RANK; exec "$0" "$@"' "$B/fr_tune" -q -n 8 "${@:2}"
+}
 tune_grid() {
-	local f g out
+	local f g out rc
 	f=$(mktemp) g=$(mktemp)
-	node() { frrun -n 4 -e FR_TOPO="$1" --transport "$TRANSPORT" --timeout 300 \
-		bash -c 'export FR_NODE=node$FR_RANK; exec "$0" "$@"' "$B/fr_tune" -q -n 8 "${@:2}"; }
-	out=$(node 2x2 -o "$f" 2>&1) &&
+	out=$(tune_nodes 2x2 -o "$f" 2>&1) &&
 		echo "$out" | grep -q '# grid dimension 1: 2 groups of 2 node(s), 1 rank(s) each: 8388608 bytes' &&
 		grep -q '^# alpha, beta, copy, msg: inside the racks of 2 nodes' "$f" &&
 		awk -v k="$TRANSPORT.grid_beta_ns.1" '$1 == k && $3 > 0 { ok = 1 } END { exit !ok }' "$f" &&
 		! grep -q 'grid_beta_ns.2' "$f" &&
 		printf '%s.grid_beta_ns.1 = 12.5\n' "$TRANSPORT" >"$g" &&
-		out=$(FR_TUNE_FILE=$g node 3x2 -o "$f" 2>&1) &&
+		out=$(FR_TUNE_FILE=$g tune_nodes 3x2 -o "$f" 2>&1) &&
 		! echo "$out" | grep -q '# grid dimension\|inside the racks' &&
 		grep -qx "$TRANSPORT.grid_beta_ns.1 = 12.5000" "$f"
 	rc=$?
@@ -199,7 +202,7 @@ c2c_probe() {
 # below Linux's ephemeral range, where no other test's connection takes
 # them, and chosen again while one is taken (exit 3).
 tcp_ring() {
-	local d rc=0 out try port
+	local d rc=0 out try port ran=0
 	d=$(mktemp -d)
 	${CC:-cc} -std=c11 -O2 -Wall -Wextra -o "$d/tcp_ring" \
 		"$(dirname "$0")/../perf/bench/tcp_ring.c" || rc=1
@@ -212,9 +215,11 @@ tcp_ring() {
 		done; wait)
 		echo "$out"
 		echo "$out" | grep -q '^exit 3$' && continue
+		ran=1
 		[ "$(echo "$out" | grep -Ec '^rank [0-2]: [0-9]+\.[0-9]+ MB/s received$')" = 3 ] || rc=1
 		break
 	done
+	[ $ran = 1 ] || { echo "tcp_ring: every port tried was taken"; rc=1; }
 	if [ $rc -eq 0 ]; then
 		timeout 10 "$d/tcp_ring" 0 1 20000 2 127.0.0.1 >/dev/null 2>&1
 		[ $? -eq 2 ] || { echo "tcp_ring on 1 rank: not refused"; rc=1; }

@@ -9,6 +9,7 @@ VG="valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=defin
 # a process's threads one at a time.  A check's output is kept and printed
 # in order once all have run; a failed one's last lines with it.
 par=${FR_VALGRIND_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[[ "$par" =~ ^[1-9][0-9]*$ ]] || { echo "FR_VALGRIND_JOBS=$par is not a count >= 1" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 names=()

@@ -30,12 +30,14 @@ while (($#)); do
 	*) echo "ceiling.sh: unknown argument $1 (--help)" >&2; exit 2 ;;
 	esac
 done
-work=$(mktemp -d /tmp/frceil.XXXXXX)
-trap 'bash "$HERE/netns.sh" teardown >/dev/null 2>&1; rm -rf "$work"' EXIT
-"${CC:-cc}" -std=c11 -O2 -Wall -Wextra "$HERE/tcp_ring.c" -o "$work/tcp_ring" || exit 1
 export BENCH_NS_PREFIX=frc_ BENCH_SUBNET=198.22.0
+work=$(mktemp -d /tmp/frceil.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+"${CC:-cc}" -std=c11 -O2 -Wall -Wextra "$HERE/tcp_ring.c" -o "$work/tcp_ring" || exit 1
+# (torn down only once set up here: not another run's namespaces)
 bash "$HERE/netns.sh" setup "$N" --rate "$RATE" --racks "$RACKS" --rack-rate "$RACK_RATE" \
 	>/dev/null || exit 1
+trap 'bash "$HERE/netns.sh" teardown >/dev/null 2>&1; rm -rf "$work"' EXIT
 hosts=()
 for i in $(seq 0 $((N - 1))); do hosts+=("$BENCH_SUBNET.$((i + 1))"); done
 # the line in MB/s (10^6 bytes), from tc's rate

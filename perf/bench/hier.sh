@@ -59,6 +59,8 @@ while (($#)); do
 	esac
 done
 B=$(cd "$B" && pwd)
+[ "$TUNE" = 1 ] && [ "$RACKS" -lt 2 ] &&
+	{ echo "hier.sh: --fr-tune measures the racks' link: it needs --racks 2 or more" >&2; exit 2; }
 export BENCH_NS_PREFIX=frh_ BENCH_SUBNET=198.21.0
 bash "$HERE/netns.sh" setup "$NODES" --rate "$RATE" --racks "$RACKS" --rack-rate "$RACK_RATE" \
 	>/dev/null || exit 1
@@ -77,7 +79,7 @@ run() { # ALGO ROUND
 	[ "$algo" = auto-grid ] && algo=auto grid=$((NODES / RACKS))x$RACKS tune=$out/grid.tune
 	# fr_tune on the grid, writing the file auto-grid reads
 	[ "$algo" = fr_tune ] && algo=auto grid=$((NODES / RACKS))x$RACKS \
-		cmd=("$TUNER" -n 20 -e "${SIZES##* }" -o "$out/grid.tune")
+		cmd=("$TUNER" -n 20 -e "${SIZES##* }" -o "$out/grid.tune.new")
 	for r in $(seq 0 $((N - 1))); do
 		node=$((r / K))
 		[ "$RR" = 1 ] && node=$((r % NODES))
@@ -88,7 +90,9 @@ run() { # ALGO ROUND
 			timeout 600 "${cmd[@]}" >"$out/$1.$2.$r" 2>&1 &
 		pids+=($!)
 	done
-	wait "${pids[@]}"
+	local fail=0
+	for p in "${pids[@]}"; do wait "$p" || fail=1; done
+	return $fail
 }
 ALGOS="ring hier auto"
 [ "$RR" = 1 ] && ALGOS="ring ring-rank hier auto"
@@ -101,7 +105,9 @@ for tp in tcp shm+tcp verbs shm; do
 	echo "$tp.grid_beta_ns.1 = $(awk -v g="${rack_gbit:-1}" 'BEGIN { printf "%.6g", 8 / g }')"
 done >"$out/grid.tune"
 if [ "$TUNE" = 1 ] && [ "$RACKS" -gt 1 ]; then
-	run fr_tune 0 || { cat "$out/fr_tune.0.0"; exit 1; }
+	# (the file auto-grid reads only once every rank has succeeded)
+	run fr_tune 0 && mv "$out/grid.tune.new" "$out/grid.tune" ||
+		{ cat "$out"/fr_tune.0.*; rm -rf "$out"; exit 1; }
 	echo "# fr_tune on the grid (auto-grid reads it; the racks' link is set to $RACK_RATE, $(awk -v g="${rack_gbit:-1}" 'BEGIN { printf "%.6g", 8 / g }') ns/B):"
 	sed 's/^/#   /' "$out/grid.tune"
 	# its model check on this network, up to the largest size

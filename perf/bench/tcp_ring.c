@@ -75,8 +75,9 @@ int main(int argc, char **argv)
 	n = atoi(argv[2]);
 	port = atoi(argv[3]);
 	secs = atof(argv[4]);
-	if (n < 2 || rank < 0 || rank >= n || port < 1 || port + n > 65535 ||
-	    secs < 1.5 || (argc - 5 != 1 && argc - 5 != n)) {
+	if (n < 2 || rank < 0 || rank >= n || port < 1 ||
+	    port + n - 1 > 65535 || secs < 1.5 ||
+	    (argc - 5 != 1 && argc - 5 != n)) {
 		fprintf(stderr,
 			"tcp_ring: bad arguments (2 or more ranks, SECONDS >= 1.5, one host or NRANKS)\n");
 		return 2;

@@ -114,12 +114,9 @@ static fr_comm_t *rack_comm(struct tool *t, int *nodes)
 {
 	const struct fr_topo *tp = &t->comm->topo;
 	fr_comm_t *rc = NULL;
-	int racks = 1;
 
-	for (int d = 1; d < tp->ngrid; d++)
-		racks *= tp->grid[d];
-	if (!tp->nlevels || tp->ngrid < 2 || tp->grid[0] < 2 || racks < 2 ||
-	    !tp->node_of)
+	/* (nlevels: the grid holds the nodes, grid[0] of them a rack) */
+	if (!tp->nlevels || tp->grid[0] < 2 || tp->nnodes / tp->grid[0] < 2)
 		return NULL;
 	if (fr_comm_split(t->comm, tp->node_of[t->rank] / tp->grid[0], t->rank,
 			  &rc)) {
@@ -161,38 +158,33 @@ static int time_grid(struct tool *t, const void *sbuf, size_t bytes,
 		     double *beta_ns)
 {
 	const struct fr_topo *tp = &t->comm->topo;
-	int p = t->n, k = tp->nlocal, nn = tp->nnodes, measured = 0;
-	int *at, *lidx, *count, me = t->rank;
+	int k = tp->nlocal, measured = 0;
+	int iters = t->iters / 8 > 3 ? t->iters / 8 : 3;
 	void *rbuf;
 
-	if (!tp->nlevels || tp->ngrid < 2 || !tp->node_of || nn * k != p)
+	if (!tp->nlevels) /* no grid holds the nodes alike */
 		return 0;
-	at = calloc((size_t)p * 3, sizeof(int));
 	rbuf = malloc(bytes);
-	if (!at || !rbuf) {
+	if (!rbuf) {
 		fprintf(stderr, "fr_tune: rank %d: out of memory\n", t->rank);
 		exit(1);
 	}
-	lidx = at + p;
-	count = lidx + p;
-	/* the rank with local index i on node j: at[j k + i] */
-	for (int r = 0; r < p; r++) {
-		int j = tp->node_of[r];
-
-		lidx[r] = count[j]++;
-		at[j * k + lidx[r]] = r;
-	}
-	for (int d = 1, w = tp->grid[0]; d < tp->ngrid; w *= tp->grid[d++]) {
-		int j = tp->node_of[me], x = j / w % tp->grid[d];
-		int up = j + ((x + 1) % tp->grid[d] - x) * w;
-		int down = j + ((x + tp->grid[d] - 1) % tp->grid[d] - x) * w;
-		int to = at[up * k + lidx[me]], from = at[down * k + lidx[me]];
-		int iters = t->iters / 8 > 3 ? t->iters / 8 : 3;
+	iters = iters > 64 ? 64 : iters;
+	/* dimension d's partners are on its level (fr_topo_levels: the
+	 * dimensions of size 2 or more in turn, each a ring in the order of
+	 * d's coordinate); level 0 of dimension 0 is the nodes' own links */
+	for (int d = 0, l = 0, w = 1; d < tp->ngrid; w *= tp->grid[d++]) {
+		int n = tp->grid[d], x, to, from;
 		double v[64], med;
 
-		if (tp->grid[d] < 2)
+		if (n < 2)
 			continue;
-		iters = iters > 64 ? 64 : iters;
+		x = tp->level_index[l];
+		to = tp->level[l][(x + 1) % n];
+		from = tp->level[l][(x + n - 1) % n];
+		l++;
+		if (d == 0)
+			continue;
 		for (int i = -1; i < iters; i++) {
 			fr_request_t *rq[2] = {NULL, NULL};
 			uint64_t t0;
@@ -224,11 +216,10 @@ static int time_grid(struct tool *t, const void *sbuf, size_t bytes,
 		beta_ns[d] = med * 1e3 / ((double)w * k * (double)bytes);
 		if (t->rank == 0)
 			printf("# grid dimension %d: %d groups of %d node(s), %d rank(s) each: %zu bytes a rank across in %.1f us, the uplink %.4f ns/B\n",
-			       d, nn / w, w, k, bytes, med, beta_ns[d]);
+			       d, tp->nnodes / w, w, k, bytes, med, beta_ns[d]);
 		measured++;
 	}
 	free(rbuf);
-	free(at);
 	return measured;
 fail:
 	fprintf(stderr, "fr_tune: rank %d: %s\n", t->rank,

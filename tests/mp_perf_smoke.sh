@@ -135,15 +135,15 @@ tune() {
 	rm -f "$f" "$f.out"
 	return $rc
 }
-# On FR_TOPO's grid fr_tune measures the racks' uplink (grid_beta_ns.1),
-# and the other parameters inside the racks: 4 emulated nodes, 2 racks of
-# 2; on a grid that does not hold the nodes it measures none, and keeps the
-# value FR_TUNE_FILE gave
 # fr_tune on 4 emulated nodes of one rank, told the grid $1
 tune_nodes() {
 	frrun -n 4 -e FR_TOPO="$1" --transport "$TRANSPORT" --timeout 300 \
 		bash -c 'export FR_NODE=node$FR_RANK; exec "$0" "$@"' "$B/fr_tune" -q -n 8 "${@:2}"
 }
+# On FR_TOPO's grid fr_tune measures the racks' uplink (grid_beta_ns.1),
+# and the other parameters inside the racks: 4 emulated nodes, 2 racks of
+# 2; on a grid that does not hold the nodes it measures none, and keeps the
+# value FR_TUNE_FILE gave
 tune_grid() {
 	local f g out rc
 	f=$(mktemp) g=$(mktemp)

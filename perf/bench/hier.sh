@@ -104,7 +104,7 @@ rack_gbit=$(awk -v r="${RACK_RATE,,}" 'BEGIN {
 for tp in tcp shm+tcp verbs shm; do
 	echo "$tp.grid_beta_ns.1 = $(awk -v g="${rack_gbit:-1}" 'BEGIN { printf "%.6g", 8 / g }')"
 done >"$out/grid.tune"
-if [ "$TUNE" = 1 ] && [ "$RACKS" -gt 1 ]; then
+if [ "$TUNE" = 1 ]; then  # (with racks: checked above)
 	# (the file auto-grid reads only once every rank has succeeded)
 	run fr_tune 0 && mv "$out/grid.tune.new" "$out/grid.tune" ||
 		{ cat "$out"/fr_tune.0.*; rm -rf "$out"; exit 1; }

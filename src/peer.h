@@ -83,6 +83,8 @@ enum fr_imm_type {
 	FR_IMM_PONG = 7,    /* yes: late level << 12 | started mod 2^12 */
 	/* the engine's point-to-point (p2p.c), not an algorithm's */
 	FR_IMM_P2P = 8, /* rendezvous write: payload = the receiver's id */
+	/* an algorithm's zero-copy step (xfer.c): slot << 14 | segment */
+	FR_IMM_ZX = 9,
 };
 /* The types the peer layer reads itself. */
 #define FR_IMM_PEER_TYPES                                             \
@@ -107,7 +109,7 @@ struct fr_msg {
 
 enum fr_msg_type {
 	FR_MSG_DATA = 1,  /* a fragment of a step's data */
-	FR_MSG_READY = 2, /* ring: ready to receive, names the buffer */
+	FR_MSG_READY = 2, /* ready to receive: names the buffer */
 	FR_MSG_ABORT = 3, /* the job failed (special slot, sent once) */
 	FR_MSG_BYE = 4,	  /* the communicator is destroyed (special slot) */
 	/* point-to-point (p2p.c): aux = tag, seq = the sender's number */

@@ -44,6 +44,7 @@
  *       staging: every rank fails within seconds and R's message says how
  *       to raise the limit;
  *   mp_allreduce mismatch --victim R [--what count|dtype|op|skip|refuse-*]
+ *       [--counts C]
  *       rank R calls with a different argument; every rank must get
  *       FR_EMISMATCH (skip: rank R skips a collective; every rank must fail;
  *       refuse-null, refuse-dtype, refuse-first: rank R passes an argument
@@ -1490,10 +1491,26 @@ static int run_faults(fr_comm_t *comm, int iters, long jitter_us)
 	return failed;
 }
 
-static int run_mismatch(fr_comm_t *comm, int victim, const char *what)
+static int run_mismatch_n(fr_comm_t *comm, int victim, const char *what,
+			  size_t count, double *buf);
+
+static int run_mismatch(fr_comm_t *comm, int victim, const char *what,
+			const char *counts)
 {
-	double buf[64] = { 0 };
-	size_t count = 33;
+	/* --counts C: C elements (the zero-copy steps of large ones) */
+	size_t count = counts ? (size_t)atol(counts) : 33;
+	double *buf = calloc(count + 1, sizeof(double));
+
+	CHECK(buf, "no memory for %zu elements", count + 1);
+	if (buf)
+		run_mismatch_n(comm, victim, what, count, buf);
+	free(buf);
+	return failed;
+}
+
+static int run_mismatch_n(fr_comm_t *comm, int victim, const char *what,
+			  size_t count, double *buf)
+{
 	fr_dtype_t dt = FR_F64;
 	fr_op_t op = FR_SUM;
 	int rc;
@@ -2087,7 +2104,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(argv[1], "fdhog"))
 		run_fdhog(comm, victim, what);
 	else if (!strcmp(argv[1], "mismatch"))
-		run_mismatch(comm, victim, what);
+		run_mismatch(comm, victim, what, counts);
 	else if (!strcmp(argv[1], "threads"))
 		run_threads(comm, iters > 300 ? 300 : iters, count);
 	else if (!strcmp(argv[1], "compress"))

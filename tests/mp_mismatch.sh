@@ -26,6 +26,10 @@ for algo in ring rd rabenseifner oneshot tree; do
 			frrun -n 5 -e FR_ALGO=$algo --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 2 --what $what
 	done
 done
+# a large Rabenseifner, whose steps go zero copy (xfer.c): caught by the
+# READY's header as by a fragment's
+run "mismatch count n=5 rabenseifner zero-copy" \
+	frrun -n 5 -e FR_ALGO=rabenseifner --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 2 --what count --counts 1000000
 # a rank whose arguments are refused: the others fail at once, naming it
 for n in $ranks; do
 	for what in refuse-null refuse-dtype refuse-first; do

@@ -70,6 +70,21 @@ struct fr_tune {
  * a collective. */
 enum fr_algo_state_slot { FR_ASTATE_RING, FR_ASTATE_COUNT };
 
+/* Zero-copy steps' receives open at once (xfer.c): an immediate's slot. */
+#define FR_ZX_SLOTS 64
+
+/* What the zero-copy steps keep across collectives (xfer.c). */
+struct fr_zx_layer {
+	/* where reduced steps land before they are reduced: registered once
+	 * for remote writes, grown on demand */
+	void *stage;
+	size_t stage_len;
+	struct fr_mem *stage_mem;
+	/* the receives whose READY went out, by the slot their writes
+	 * name */
+	struct fr_zx *rx[FR_ZX_SLOTS];
+};
+
 /* The algorithm layer's state in the communicator (comm->algo). */
 struct fr_algo_layer {
 	int forced; /* FR_ALGO / config: FR_ALGO_AUTO or one algorithm */
@@ -96,6 +111,7 @@ struct fr_algo_layer {
 	 * known: bit j for step j */
 	bool hc_local_known;
 	unsigned hc_local;
+	struct fr_zx_layer zx;
 };
 
 struct fr_algo {
@@ -280,6 +296,76 @@ int fr_xfer_take(struct fr_comm *comm, const struct fr_request *req,
 		 bool *did_work);
 
 /*
+ * A step's data written zero copy (xfer.c, "Zero-copy steps"): the
+ * receiver names where it goes in a READY message, the sender writes it
+ * there straight from its own buffer in segments of FR_SEGMENT_BYTES, each
+ * a write-with-immediate the receiver counts.  For steps of fr_zx_min()
+ * bytes or more, where the mailbox's fragments (a copy on each side, and
+ * a window of FR_MBX_SLOTS payloads a round trip) cost more than the
+ * READY's extra latency.
+ */
+struct fr_zx {
+	int peer;
+	uint16_t step;
+	size_t len;
+	/* receiving: the READY went out; bytes and writes landed (in order) */
+	bool posted;
+	int slot;
+	size_t arrived;
+	uint32_t segs;
+	/* sending: the READY came, naming dest (id: its slot); bytes posted */
+	bool have_dest;
+	struct fr_tp_rkey dest;
+	uint64_t dest_off;
+	uint32_t id;
+	size_t sent;
+	uint32_t segs_sent;
+};
+/* The smallest step sent zero copy where a mailbox payload is
+ * payload_max bytes: a full window of fragments, and at least 64 KiB. */
+static inline size_t fr_zx_min(size_t payload_max)
+{
+	size_t w = (size_t)FR_MBX_SLOTS * payload_max;
+
+	return w > (64u << 10) ? w : (64u << 10);
+}
+/* Does a step of len bytes go zero copy on this communicator?  The same
+ * answer on every rank for the same len. */
+bool fr_zx_use(const struct fr_comm *comm, size_t len);
+/* The staging area for received steps that are reduced: at least len
+ * bytes at comm->algo.zx.stage (0, or FR_ENOMEM / the registration's
+ * error).  Only between collectives' steps: no READY may name it. */
+int fr_zx_stage(struct fr_comm *comm, size_t len);
+/* Receive len bytes from peer into mem's bytes [off, off + len): send the
+ * READY (0 also while the mailbox is full: call again), then count the
+ * writes (fr_zx_on_cqe).  Complete once z->arrived == len. */
+int fr_zx_recv(struct fr_comm *comm, const struct fr_request *req,
+	       struct fr_zx *z, int peer, uint16_t step, struct fr_mem *mem,
+	       size_t off, size_t len, bool *did_work);
+/* Send len bytes of mem from off to peer once its READY for step has
+ * come: 0 (also while waiting) or the error.  Complete once z->sent ==
+ * len (the writes are the engine's to wait for: fr_peer_write's user). */
+int fr_zx_send(struct fr_comm *comm, const struct fr_request *req,
+	       struct fr_zx *z, int peer, uint16_t step, struct fr_mem *mem,
+	       size_t off, size_t len, bool *did_work);
+static inline bool fr_zx_recv_done(const struct fr_zx *z)
+{
+	return z->posted && z->arrived == z->len;
+}
+static inline bool fr_zx_send_done(const struct fr_zx *z)
+{
+	return z->have_dest && z->sent == z->len;
+}
+/* A transfer before its first use (fr_zx_recv / fr_zx_send). */
+void fr_zx_reset(struct fr_zx *z);
+/* Forget a receive (its slot freed): before the state holding z goes. */
+void fr_zx_cancel(struct fr_comm *comm, struct fr_zx *z);
+/* A FR_IMM_ZX write landed (the algorithms' on_cqe for that type). */
+int fr_zx_on_cqe(struct fr_comm *comm, struct fr_request *active, int peer,
+		 const struct fr_tp_cqe *cqe);
+void fr_zx_comm_free(struct fr_comm *comm);
+
+/*
  * A step's data over nb blocks at scattered addresses (xfer.c): the bytes
  * [lo, lo + len) of each, as fragments of at most a mailbox payload that
  * hold whole blocks or part of one, so that each is read from and written
@@ -336,6 +422,14 @@ struct fr_hc {
 	int stage, partner;
 	bool inited; /* tx / rx set up for the current step */
 	struct fr_xfer tx, rx;
+	/* the step's directions zero copy (fr_zx_use), their transfers, the
+	 * received bytes reduced so far, and the registrations of the input
+	 * (imem, where it is not buf) and of buf, taken on first use */
+	bool ztx, zrx;
+	struct fr_zx zt, zr;
+	size_t zdone;
+	struct fr_mem *imem, *bmem;
+	const uint8_t *in; /* the input */
 };
 /* Fill hc for req, start the connections of the schedule (the fold
  * partner, and the partner of every hypercube dimension). */
@@ -369,6 +463,8 @@ typedef int (*fr_hc_body_fn)(struct fr_comm *comm, struct fr_request *req,
 int fr_hc_run(struct fr_comm *comm, struct fr_request *req, fr_hc_body_fn body,
 	      bool *did_work);
 bool fr_hc_done(const struct fr_comm *comm, const struct fr_request *req);
+/* The algorithms' free: registrations released, a receive cancelled. */
+void fr_hc_free(struct fr_request *req);
 int fr_hc_waiting_on(const struct fr_comm *comm, const struct fr_request *req);
 /* req->algo_state = size zeroed bytes: inside the request when they fit
  * (FR_ALGO_INLINE: a small collective allocates nothing), else from the

@@ -12,8 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
 #include "algo.h"
+#include "internal.h"
+#include "mem.h"
 #include "peer.h"
 
 #define STEP_FOLD 0
@@ -42,6 +43,7 @@ int fr_hc_start(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc)
 	hc->bytes = req->count * hc->es;
 	hc->buf = req->recvbuf;
 	hc->cur = req->sendbuf == FR_IN_PLACE ? req->recvbuf : req->sendbuf;
+	hc->in = hc->cur;
 	hc->kern = fr_reduce_kernel(req->dtype, req->op);
 	hc->partner = -1;
 	fr_hcube_init(&hc->h, comm->rank, comm->nranks);
@@ -67,6 +69,72 @@ void fr_hc_xfers(struct fr_comm *comm, struct fr_hc *hc, int partner,
 	fr_xfer_init(&hc->tx, comm, txlen);
 	fr_xfer_init(&hc->rx, comm, rxlen);
 	hc->inited = true;
+	hc->ztx = hc->zrx = false;
+}
+
+/* The registration holding p (in buf or in the input) and p's offset in
+ * it: 0, or the error that failed the communicator. */
+static int hc_mem(struct fr_comm *comm, struct fr_hc *hc, const uint8_t *p,
+		  struct fr_mem **mem, size_t *off)
+{
+	bool in_buf = p >= hc->buf && p <= hc->buf + hc->bytes;
+	const uint8_t *base = in_buf ? hc->buf : hc->in;
+	struct fr_mem **m = in_buf ? &hc->bmem : &hc->imem;
+	int rc = 0;
+
+	if (!*m)
+		rc = fr_mem_acquire(comm, base, hc->bytes,
+				    in_buf ? FR_TP_LOCAL_READ |
+						     FR_TP_LOCAL_WRITE |
+						     FR_TP_REMOTE_WRITE
+					   : FR_TP_LOCAL_READ,
+				    m);
+	if (rc)
+		return fr_comm_fail(comm, rc,
+				    "rank %d: registering %zu bytes: %s",
+				    comm->rank, hc->bytes, fr_strerror(rc));
+	*mem = *m;
+	*off = (size_t)(p - base) + ((uintptr_t)base - (*m)->base);
+	return 0;
+}
+
+/* A zero-copy receive: its READY out, what came reduced into dst (with a)
+ * segment by segment from the staging area. */
+static int hc_zx_recv(struct fr_comm *comm, struct fr_request *req,
+		      struct fr_hc *hc, uint16_t step, uint8_t *dst,
+		      const uint8_t *a, size_t rxlen, bool *did_work)
+{
+	struct fr_zx_layer *zl = &comm->algo.zx;
+	struct fr_zx *z = &hc->zr;
+	struct fr_mem *mem;
+	size_t off = 0, n;
+	int rc;
+
+	if (!z->posted) {
+		if (a) {
+			rc = fr_zx_stage(comm, rxlen);
+			if (rc)
+				return fr_comm_fail(
+					comm, rc,
+					"rank %d: a staging area of %zu bytes: %s",
+					comm->rank, rxlen, fr_strerror(rc));
+			mem = zl->stage_mem;
+		} else if ((rc = hc_mem(comm, hc, dst, &mem, &off))) {
+			return rc;
+		}
+		rc = fr_zx_recv(comm, req, z, hc->partner, step, mem, off,
+				rxlen, did_work);
+		if (rc || !z->posted)
+			return rc;
+	}
+	n = a ? (z->arrived - hc->zdone) / hc->es * hc->es : 0;
+	if (n) {
+		hc->kern(dst + hc->zdone, a + hc->zdone,
+			 (const uint8_t *)zl->stage + hc->zdone, n / hc->es);
+		hc->zdone += n;
+		*did_work = true;
+	}
+	return 0;
 }
 
 int fr_hc_exchange(struct fr_comm *comm, struct fr_request *req,
@@ -75,22 +143,46 @@ int fr_hc_exchange(struct fr_comm *comm, struct fr_request *req,
 		   const uint8_t *a, size_t rxlen, bool lockstep,
 		   bool *did_work)
 {
+	struct fr_mem *mem;
+	size_t off;
 	int rc;
 
-	if (!hc->inited)
+	if (!hc->inited) {
 		fr_hc_xfers(comm, hc, partner, txlen, rxlen);
+		/* lockstep reads what it reduces into: fragments only */
+		hc->ztx = !lockstep && fr_zx_use(comm, txlen);
+		hc->zrx = !lockstep && fr_zx_use(comm, rxlen);
+		fr_zx_reset(&hc->zt);
+		fr_zx_reset(&hc->zr);
+		hc->zdone = 0;
+	}
 	rc = fr_peer_need(comm, hc->partner);
 	if (rc)
 		return rc == FR_EAGAIN ? 0 : rc;
-	rc = fr_xfer_send(comm, req, &hc->tx, hc->partner, step, src, txlen,
-			  did_work);
-	if (!rc)
+	/* the READY first: the partner's data may start at once */
+	if (hc->zrx)
+		rc = hc_zx_recv(comm, req, hc, step, dst, a, rxlen, did_work);
+	if (!rc && hc->ztx) {
+		rc = hc_mem(comm, hc, src, &mem, &off);
+		if (!rc)
+			rc = fr_zx_send(comm, req, &hc->zt, hc->partner, step,
+					mem, off, txlen, did_work);
+	} else if (!rc) {
+		rc = fr_xfer_send(comm, req, &hc->tx, hc->partner, step, src,
+				  txlen, did_work);
+	}
+	if (!rc && !hc->zrx)
 		rc = fr_xfer_take(comm, req, &hc->rx, hc->partner, step, dst, a,
 				  a ? hc->kern : NULL, hc->es,
 				  lockstep ? hc->tx.done : UINT32_MAX,
 				  did_work);
-	if (rc || !fr_xfer_complete(&hc->tx) || !fr_xfer_complete(&hc->rx))
+	if (rc)
 		return rc;
+	if (hc->ztx ? !fr_zx_send_done(&hc->zt) : !fr_xfer_complete(&hc->tx))
+		return 0;
+	if (hc->zrx ? !fr_zx_recv_done(&hc->zr) || (a && hc->zdone < rxlen)
+		    : !fr_xfer_complete(&hc->rx))
+		return 0;
 	hc->inited = false;
 	return 1;
 }
@@ -194,8 +286,23 @@ bool fr_hc_done(const struct fr_comm *comm, const struct fr_request *req)
 {
 	const struct fr_hc *hc = req->algo_state;
 
-	(void)comm;
-	return hc && hc->stage == FR_HC_DONE;
+	/* zero-copy steps read our buffers until their writes complete */
+	return hc && hc->stage == FR_HC_DONE &&
+	       comm->peer.user_outstanding == 0;
+}
+
+void fr_hc_free(struct fr_request *req)
+{
+	struct fr_hc *hc = req->algo_state;
+
+	if (hc) {
+		fr_zx_cancel(req->comm, &hc->zr);
+		if (hc->imem)
+			fr_mem_release(hc->imem);
+		if (hc->bmem)
+			fr_mem_release(hc->bmem);
+	}
+	fr_algo_free_state(req);
 }
 
 int fr_hc_waiting_on(const struct fr_comm *comm, const struct fr_request *req)

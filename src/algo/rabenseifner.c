@@ -17,8 +17,13 @@
  *
  * 2 L messages of decreasing then increasing size: 2 lg p latencies but
  * only 2 (p-1)/p n bytes on the wire per rank, which makes it the choice
- * between recursive doubling (small) and the ring (large).  Data travels
- * as mailbox fragments (xfer.c) reduced or copied on arrival.
+ * between recursive doubling (small) and the ring (large).  A step's data
+ * travels as mailbox fragments (xfer.c) reduced or copied on arrival, or,
+ * from fr_zx_min() bytes up, zero copy (xfer.c, "Zero-copy steps"): the
+ * partner writes the reduce-scatter's half into our staging area, which
+ * we reduce a segment at a time as it lands, and the all-gather's half
+ * straight into its place in recvbuf.  On a large job that matters most:
+ * 32 MiB of mailbox over 4,096 ranks leaves fragments of about 1 KiB.
  *
  * Determinism: element i is combined over the hypercube dimensions in the
  * order 0, 1, ..., L-1, by the same commutative kernels, exactly the tree
@@ -148,6 +153,8 @@ const struct fr_algo fr_algo_rabenseifner = {
 	.start = rab_start,
 	.advance = rab_advance,
 	.done = fr_hc_done,
-	.free = fr_algo_free_state,
+	.free = fr_hc_free,
 	.waiting_on = fr_hc_waiting_on,
+	.imm_types = 1u << FR_IMM_ZX,
+	.on_cqe = fr_zx_on_cqe,
 };

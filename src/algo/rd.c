@@ -87,6 +87,6 @@ const struct fr_algo fr_algo_rd = {
 	.start = rd_start,
 	.advance = rd_advance,
 	.done = fr_hc_done,
-	.free = fr_algo_free_state,
+	.free = fr_hc_free,
 	.waiting_on = fr_hc_waiting_on,
 };

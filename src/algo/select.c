@@ -276,6 +276,29 @@ static double mbx_stream_us(double a, double bc, size_t payload_max, double m)
 	return t;
 }
 
+/*
+ * One of Rabenseifner's steps, m bytes to one peer over a link of b a byte:
+ * the mailbox's stream, or from fr_zx_min() bytes up zero copy (xfer.c),
+ * the READY's latency and the wire, no copy and no window.
+ */
+static double rab_step_us(double a, double b, double c, size_t payload_max,
+			  double m)
+{
+	if (payload_max && m >= (double)fr_zx_min(payload_max))
+		return a + m * b;
+	return mbx_stream_us(a, b + c, payload_max, m);
+}
+
+/* A zero-copy reduce-scatter step ends with its last segment's reduction,
+ * which the next step's send waits for (the mailbox's fragments are
+ * reduced as they come, a payload at a time: no such wait). */
+static double rab_drain_us(size_t payload_max, double m, double g)
+{
+	if (payload_max && m >= (double)fr_zx_min(payload_max))
+		return fmin(m, (double)FR_DEFAULT_SEGMENT) * g;
+	return 0;
+}
+
 /* Can the hierarchical All-Reduce, reduce-scatter and all-gather run here
  * (hier.c, hier_rsag.c)? */
 static bool hier_ok(const struct fr_comm *comm)
@@ -527,9 +550,16 @@ static double flat_grid_us(const struct fr_comm *comm, int id, double us,
 	fr_hcube_init(&h, 0, comm->nranks);
 	for (int j = 0; j < h.steps; j++) {
 		double m = id == FR_ALGO_RD ? n : n / (double)(2 << j);
+		/* Rabenseifner's zero-copy steps copy nothing */
+		double flat =
+			id == FR_ALGO_RABENSEIFNER &&
+					m >= (double)fr_zx_min(
+						     fr_msg_payload_max(comm))
+				? m * t->beta_ns * 1e-3
+				: m * bc;
 
 		us += (id == FR_ALGO_RD ? 1 : 2) *
-		      fmax(0, hc_grid_us(comm, &h, j, m) - m * bc);
+		      fmax(0, hc_grid_us(comm, &h, j, m) - flat);
 	}
 	return us;
 }
@@ -667,8 +697,9 @@ static double rab_us(const struct fr_comm *comm, double n, fr_dtype_t dtype)
 
 		wire += 2 * (local >> j & 1
 				     ? m * 2 * c
-				     : fmax(mbx_stream_us(a, k * b + c, pm, m),
-					    hc_grid_us(comm, &h, j, m)));
+				     : fmax(rab_step_us(a, k * b, c, pm, m),
+					    hc_grid_us(comm, &h, j, m))) +
+			rab_drain_us(pm, m, g);
 	}
 	return (2 * h.steps + 2 * f) * a + wire +
 	       2 * f * mbx_stream_us(a, b + c, pm, n) +
@@ -837,8 +868,10 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 				2 * f * mbx_stream_us(a, b + c, payload_max, n);
 
 			for (int j = 0; j < L; j++)
-				wire += 2 * mbx_stream_us(a, b + c, payload_max,
-							  n / (double)(2 << j));
+				wire += 2 * rab_step_us(a, b, c, payload_max,
+							n / (double)(2 << j)) +
+					rab_drain_us(payload_max,
+						     n / (double)(2 << j), g);
 			return (2 * L + 2 * f) * a + wire +
 			       ((double)(pof2 - 1) / pof2 + f) * n * g;
 		}
@@ -956,6 +989,7 @@ int fr_algos_progress(struct fr_comm *comm, bool *did_work)
 
 void fr_algos_comm_free(struct fr_comm *comm)
 {
+	fr_zx_comm_free(comm);
 	for (size_t i = 0; i < FR_ARRAY_SIZE(algos); i++)
 		if (algos[i]->comm_free)
 			algos[i]->comm_free(comm);

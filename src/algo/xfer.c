@@ -8,12 +8,32 @@
  * peer bound how far a sender runs ahead.  The header's step and offset
  * must be what the receiver's schedule expects next, else the collective
  * fails with FR_EPROTO instead of reducing the wrong bytes.
+ *
+ * Zero-copy steps (struct fr_zx): a large step skips the mailbox.
+ *   receiver: READY (step, the slot its writes will name, the length, the
+ *     registration's id and offset, and its key the first time this peer
+ *     needs it) once it is in the step and the destination is free;
+ *   sender: once READY came, the step's bytes straight from its own
+ *     registered buffer into the named one, in writes of FR_SEGMENT_BYTES
+ *     (whole elements), each with immediate FR_IMM_ZX (slot << 14 | the
+ *     write's number mod 2^14);
+ *   receiver: counts the writes in order (fr_zx_on_cqe), so that a reduced
+ *     step is reduced a segment at a time while the next one travels.
+ * What it saves: the copy into and out of a mailbox slot on each side, a
+ * message per fragment, and the mailbox's window (FR_MBX_SLOTS payloads a
+ * round trip; on a job of 4,096 ranks a payload is about 1 KiB).  What it
+ * costs: the READY's latency, once a step.  No byte is written before the
+ * receiver said where (it is in the collective, the area is free), and the
+ * READY carries the length so that ranks whose counts differ fail with
+ * FR_EMISMATCH.  A slot is a receive of the running collective: a write
+ * naming another one, or going past the length, fails it with FR_EPROTO.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "algo.h"
 #include "internal.h"
+#include "mem.h"
 #include "peer.h"
 #include "util.h"
 
@@ -291,5 +311,263 @@ int fr_bx_take(struct fr_comm *comm, const struct fr_request *req,
 		x->done++;
 		*did_work = true;
 	}
+	return 0;
+}
+
+/* ---- zero-copy steps (struct fr_zx, algo.h) ---- */
+
+#define ZX_SEG_BITS 14
+#define ZX_SEG_MASK ((1u << ZX_SEG_BITS) - 1)
+/* READY: slot, registration id, offset, length, has key, key length, key
+ * (little-endian) */
+#define ZX_READY_LEN (24 + 2 + FR_TP_RKEY_MAX)
+
+bool fr_zx_use(const struct fr_comm *comm, size_t len)
+{
+	return len >= fr_zx_min(fr_msg_payload_max(comm));
+}
+
+int fr_zx_stage(struct fr_comm *comm, size_t len)
+{
+	struct fr_zx_layer *zl = &comm->algo.zx;
+	size_t ps = fr_page_size(), sz = (len + ps - 1) / ps * ps;
+	struct fr_mem *mem;
+	void *buf;
+	int rc;
+
+	if (zl->stage_len >= len)
+		return 0;
+	buf = aligned_alloc(ps, sz);
+	if (!buf)
+		return FR_ENOMEM;
+	rc = fr_mem_register_internal(comm, buf, sz,
+				      FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE |
+					      FR_TP_REMOTE_WRITE,
+				      false, &mem);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	/* peers may hold the old one's key; its id is never used again, so
+	 * a READY naming the new one carries the new key */
+	fr_zx_comm_free(comm);
+	zl->stage = buf;
+	zl->stage_len = sz;
+	zl->stage_mem = mem;
+	return 0;
+}
+
+void fr_zx_comm_free(struct fr_comm *comm)
+{
+	struct fr_zx_layer *zl = &comm->algo.zx;
+
+	if (zl->stage_mem)
+		fr_mem_free_buf(zl->stage_mem, zl->stage, zl->stage_len,
+				fr_release_heap);
+	zl->stage = NULL;
+	zl->stage_len = 0;
+	zl->stage_mem = NULL;
+}
+
+static int zx_slot_take(struct fr_comm *comm, struct fr_zx *z)
+{
+	struct fr_zx_layer *zl = &comm->algo.zx;
+
+	for (int i = 0; i < FR_ZX_SLOTS; i++)
+		if (!zl->rx[i]) {
+			zl->rx[i] = z;
+			return i;
+		}
+	return -1;
+}
+
+void fr_zx_reset(struct fr_zx *z)
+{
+	memset(z, 0, sizeof(*z));
+	z->slot = -1;
+}
+
+void fr_zx_cancel(struct fr_comm *comm, struct fr_zx *z)
+{
+	if (z->slot >= 0 && z->slot < FR_ZX_SLOTS &&
+	    comm->algo.zx.rx[z->slot] == z)
+		comm->algo.zx.rx[z->slot] = NULL;
+	z->slot = -1;
+}
+
+int fr_zx_recv(struct fr_comm *comm, const struct fr_request *req,
+	       struct fr_zx *z, int peer, uint16_t step, struct fr_mem *mem,
+	       size_t off, size_t len, bool *did_work)
+{
+	struct fr_peer_keys *keys;
+	uint8_t b[ZX_READY_LEN] = {0};
+	uint32_t ks = mem->id % FR_RKEY_CACHE;
+	bool key = false;
+	struct fr_msg m;
+	int rc;
+
+	if (z->posted)
+		return 0;
+	z->peer = peer;
+	z->step = step;
+	z->len = len;
+	keys = fr_peer_keys(&comm->peer.peers[peer]);
+	if (!keys)
+		return fr_comm_fail(comm, FR_ENOMEM,
+				    "rank %d: no memory for rank %d's keys",
+				    comm->rank, peer);
+	if (z->slot < 0)
+		z->slot = zx_slot_take(comm, z);
+	if (z->slot < 0)
+		return fr_comm_fail(
+			comm, FR_EPROTO,
+			"rank %d: collective #%u: more than %d zero-copy receives at once",
+			comm->rank, req->seq, FR_ZX_SLOTS);
+	fr_put_le32(b, (uint32_t)z->slot);
+	fr_put_le32(b + 4, mem->id);
+	fr_put_le64(b + 8, (uint64_t)off);
+	fr_put_le64(b + 16, (uint64_t)len);
+	if (keys->sent[ks] != mem->id) {
+		size_t kl = FR_TP_RKEY_MAX;
+
+		rc = fr_mem_pack_key(mem, b + 26, &kl);
+		if (rc)
+			return fr_comm_fail(comm, rc,
+					    "rank %d: packing a key: %s",
+					    comm->rank, fr_strerror(rc));
+		b[24] = 1;
+		b[25] = (uint8_t)kl;
+		key = true;
+	}
+	fr_msg_for(req, FR_MSG_READY, &m);
+	m.step = step;
+	rc = fr_msg_send(comm, peer, &m, b, sizeof(b));
+	if (rc == FR_EAGAIN)
+		return 0;
+	if (rc)
+		return fr_comm_fail(
+			comm, rc,
+			"rank %d: collective #%u: sending to rank %d: %s",
+			comm->rank, req->seq, peer, fr_strerror(rc));
+	if (key) {
+		keys->sent[ks] = mem->id;
+		comm->stats.rkeys_sent++;
+	}
+	z->posted = true;
+	*did_work = true;
+	return 0;
+}
+
+/* The receiver's READY for step, if it came: 1, 0 (not yet) or the error. */
+static int zx_take_ready(struct fr_comm *comm, const struct fr_request *req,
+			 struct fr_zx *z, int peer, uint16_t step, size_t len)
+{
+	const struct fr_msg *m;
+	const uint8_t *b;
+	struct fr_peer_keys *keys;
+	uint32_t id, ks;
+	uint64_t rlen;
+	int rc = fr_msg_get(comm, req, peer, &m, &b);
+
+	if (rc == FR_EAGAIN)
+		return 0;
+	if (rc)
+		return rc;
+	if (m->type != FR_MSG_READY || m->step != step ||
+	    m->len != ZX_READY_LEN)
+		return fr_comm_fail(
+			comm, FR_EPROTO,
+			"rank %d: collective #%u: rank %d sent a message of type %u for step %u where this rank waits for its READY for step %u",
+			comm->rank, req->seq, peer, m->type, m->step, step);
+	rlen = fr_get_le64(b + 16);
+	if (rlen != len)
+		return fr_comm_fail(
+			comm, FR_EMISMATCH,
+			"rank %d: collective #%u (%s): rank %d expects %llu bytes from this rank, which sends %zu (the counts differ between the ranks)",
+			comm->rank, req->seq, fr_coll_name(req->coll), peer,
+			(unsigned long long)rlen, len);
+	keys = fr_peer_keys(&comm->peer.peers[peer]);
+	if (!keys)
+		return fr_comm_fail(comm, FR_ENOMEM,
+				    "rank %d: no memory for rank %d's keys",
+				    comm->rank, peer);
+	id = fr_get_le32(b + 4);
+	ks = id % FR_RKEY_CACHE;
+	if (b[24] > 1 || b[25] > FR_TP_RKEY_MAX || !id ||
+	    fr_get_le32(b) >= FR_ZX_SLOTS)
+		goto bad;
+	if (b[24]) {
+		if (fr_mem_unpack_key(comm, b + 26, b[25], &keys->rkey[ks]))
+			goto bad;
+		keys->id[ks] = id;
+	}
+	if (keys->id[ks] != id)
+		goto bad;
+	z->dest = keys->rkey[ks];
+	z->dest_off = fr_get_le64(b + 8);
+	z->id = fr_get_le32(b);
+	z->have_dest = true;
+	fr_msg_consume(comm, peer);
+	return 1;
+bad:
+	return fr_comm_fail(
+		comm, FR_EPROTO,
+		"rank %d: collective #%u: rank %d sent a READY naming a buffer whose key it never sent",
+		comm->rank, req->seq, peer);
+}
+
+int fr_zx_send(struct fr_comm *comm, const struct fr_request *req,
+	       struct fr_zx *z, int peer, uint16_t step, struct fr_mem *mem,
+	       size_t off, size_t len, bool *did_work)
+{
+	size_t es = fr_dtype_size(req->dtype);
+	size_t seg = FR_MAX(comm->algo.segment_bytes / es, (size_t)1) * es;
+	int rc;
+
+	if (!z->have_dest) {
+		rc = zx_take_ready(comm, req, z, peer, step, len);
+		if (rc <= 0)
+			return rc;
+		z->len = len;
+		*did_work = true;
+	}
+	while (z->sent < z->len) {
+		size_t n = FR_MIN(seg, z->len - z->sent);
+
+		rc = fr_peer_write(
+			comm, peer, mem, off + z->sent, &z->dest,
+			z->dest_off + z->sent, n,
+			FR_IMM(FR_IMM_ZX, z->id << ZX_SEG_BITS |
+						  (z->segs_sent & ZX_SEG_MASK)),
+			true);
+		if (rc == FR_EAGAIN)
+			return 0;
+		if (rc)
+			return rc;
+		z->sent += n;
+		z->segs_sent++;
+		*did_work = true;
+	}
+	return 0;
+}
+
+int fr_zx_on_cqe(struct fr_comm *comm, struct fr_request *active, int peer,
+		 const struct fr_tp_cqe *cqe)
+{
+	uint32_t payload = FR_IMM_PAYLOAD(cqe->imm);
+	uint32_t slot = payload >> ZX_SEG_BITS;
+	struct fr_zx *z = slot < FR_ZX_SLOTS ? comm->algo.zx.rx[slot] : NULL;
+
+	if (!active || !z || !z->posted || z->peer != peer ||
+	    (payload & ZX_SEG_MASK) != (z->segs & ZX_SEG_MASK) ||
+	    cqe->len > z->len - z->arrived || !cqe->len)
+		return fr_comm_fail(
+			comm, FR_EPROTO,
+			"rank %d: unexpected zero-copy write (immediate 0x%08x, %u bytes) from rank %d",
+			comm->rank, cqe->imm, cqe->len, peer);
+	z->arrived += cqe->len;
+	z->segs++;
+	if (z->arrived == z->len)
+		fr_zx_cancel(comm, z);
 	return 0;
 }

@@ -826,6 +826,47 @@ static void test_no_patience_circle(void **state)
 	assert_true(now_ms() - t0 < 10000);
 }
 
+/*
+ * Rabenseifner's large steps go zero copy (xfer.c).  On 2 ranks a 1 MiB
+ * All-Reduce (steps of 512 KiB: 8 payloads of 32 KiB or more) writes,
+ * each way, the reduce-scatter's half in segments of FR_SEGMENT_BYTES (64
+ * KiB here: 8 writes with immediate FR_IMM_ZX, slot 0, segments 0 to 7),
+ * then the all-gather's the same way; a 64 KiB one (steps of 32 KiB) goes
+ * through the mailbox.  Results checked, twice on the same job.  A
+ * segment lost on the way: the next one names segment 3 where 2 is due,
+ * and the receiver fails with FR_EPROTO instead of reducing a hole.
+ */
+static void test_zero_copy_steps(void **state)
+{
+	fr_config_t cfg = config(20000, FR_ALGO_RABENSEIFNER);
+	uint32_t imms[64];
+	int rc0, rc1;
+
+	(void)state;
+	cfg.segment_bytes = 64u << 10;
+	job(2, &cfg);
+	allreduce_all(2, (64u << 10) / 4);
+	assert_int_equal(fake_tp_imms(0, 1, FR_IMM_ZX, imms, 64), 0);
+	allreduce_all(2, (1u << 20) / 4);
+	for (int from = 0; from < 2; from++) {
+		assert_int_equal(
+			fake_tp_imms(from, 1 - from, FR_IMM_ZX, imms, 64), 16);
+		for (uint32_t i = 0; i < 16; i++)
+			assert_int_equal(imms[i], FR_IMM(FR_IMM_ZX, i % 8));
+	}
+	allreduce_all(2, (1u << 20) / 4);
+	assert_int_equal(fake_tp_imms(0, 1, FR_IMM_ZX, imms, 64), 32);
+	fake_tp_fault(0, 1, FR_IMM_ZX, 2, FAKE_DROP, 0, 0);
+	two_rank_round((1u << 20) / 4, 1, &rc0, &rc1);
+	assert_true(fake_tp_fault_fired());
+	if (rc1 != FR_EPROTO)
+		fail_msg("rank 1: %s, not FR_EPROTO (%s)", fr_errname(rc1),
+			 fr_comm_last_error(comms[1]));
+	assert_contains(fr_comm_last_error(comms[1]),
+			"unexpected zero-copy write");
+	(void)rc0;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -839,6 +880,7 @@ int main(void)
 		T(test_corrupt_count),	      T(test_lost_message),
 		T(test_no_patience_circle),   T(test_corrupt_compact),
 		T(test_small_messages),	      T(test_split_shares_connections),
+		T(test_zero_copy_steps),
 #undef T
 	};
 

@@ -58,6 +58,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "perf_common.h"
@@ -325,12 +326,69 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
+/* Can port be bound on ai's address (nothing listens there now)? */
+static bool port_free(const struct addrinfo *ai, long port)
+{
+	struct sockaddr_storage ss;
+	bool ok = false;
+	int fd;
+
+	if (ai->ai_addrlen > sizeof(ss))
+		return false;
+	memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+	if (ss.ss_family == AF_INET)
+		((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
+	else if (ss.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)port);
+	else
+		return false;
+	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
+		    ai->ai_protocol);
+	if (fd < 0)
+		return false;
+	ok = bind(fd, (struct sockaddr *)&ss, ai->ai_addrlen) == 0;
+	close(fd);
+	return ok;
+}
+
 /*
- * Find a free port by binding port 0 on the rendezvous host and reading the
- * kernel's choice back.  The socket is closed before rank 0 binds it, so in
- * theory another process could take it in between; the kernel hands out
- * ephemeral ports round-robin, which makes that unlikely, and a collision
- * shows up as a clear bind error in rank 0, not as a wrong job.
+ * A port below the kernel's ephemeral range whose next two are free too:
+ * the rendezvous takes it, the Python package's torch store (fastreduce.
+ * torch) the port two above.  Ports in the ephemeral range would do for the
+ * first, but the ones next to it are those the kernel hands out to the next
+ * connections on the host: a test suite's other jobs took one there while
+ * its store was starting (EADDRINUSE).  0 if none found in a few tries.
+ */
+static long pick_low_port(const struct addrinfo *ai)
+{
+	unsigned int seed = (unsigned int)getpid() ^ (unsigned int)time(NULL);
+	long lo = 10000, hi = 32768; /* below Linux's default 32768-60999 */
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+	long elo, ehi;
+
+	if (f) {
+		if (fscanf(f, "%ld %ld", &elo, &ehi) == 2 && elo > lo + 1000 &&
+		    elo < hi)
+			hi = elo;
+		fclose(f);
+	}
+	for (int tries = 0; tries < 64; tries++) {
+		long p = lo +
+			 (long)(rand_r(&seed) % (unsigned int)(hi - lo - 3));
+
+		if (port_free(ai, p) && port_free(ai, p + 1) &&
+		    port_free(ai, p + 2))
+			return p;
+	}
+	return 0;
+}
+
+/*
+ * Find a free port: one below the ephemeral range with its next two free
+ * (pick_low_port), else by binding port 0 on the rendezvous host and
+ * reading the kernel's choice back.  The socket is closed before rank 0
+ * binds it, so in theory another process could take it in between, and a
+ * collision shows up as a clear bind error in rank 0, not as a wrong job.
  */
 static int pick_port(const char *host, long *port)
 {
@@ -347,6 +405,13 @@ static int pick_port(const char *host, long *port)
 		fprintf(stderr, "frrun: cannot resolve '%s': %s\n", host,
 			gai_strerror(rc));
 		return -1;
+	}
+	for (ai = res; ai; ai = ai->ai_next) {
+		*port = pick_low_port(ai);
+		if (*port) {
+			freeaddrinfo(res);
+			return 0;
+		}
 	}
 	for (ai = res; ai; ai = ai->ai_next) {
 		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,

@@ -289,16 +289,6 @@ static double rab_step_us(double a, double b, double c, size_t payload_max,
 	return mbx_stream_us(a, b + c, payload_max, m);
 }
 
-/* A zero-copy reduce-scatter step ends with its last segment's reduction,
- * which the next step's send waits for (the mailbox's fragments are
- * reduced as they come, a payload at a time: no such wait). */
-static double rab_drain_us(size_t payload_max, double m, double g)
-{
-	if (payload_max && m >= (double)fr_zx_min(payload_max))
-		return fmin(m, (double)FR_DEFAULT_SEGMENT) * g;
-	return 0;
-}
-
 /* Can the hierarchical All-Reduce, reduce-scatter and all-gather run here
  * (hier.c, hier_rsag.c)? */
 static bool hier_ok(const struct fr_comm *comm)
@@ -698,8 +688,7 @@ static double rab_us(const struct fr_comm *comm, double n, fr_dtype_t dtype)
 		wire += 2 * (local >> j & 1
 				     ? m * 2 * c
 				     : fmax(rab_step_us(a, k * b, c, pm, m),
-					    hc_grid_us(comm, &h, j, m))) +
-			rab_drain_us(pm, m, g);
+					    hc_grid_us(comm, &h, j, m)));
 	}
 	return (2 * h.steps + 2 * f) * a + wire +
 	       2 * f * mbx_stream_us(a, b + c, pm, n) +
@@ -869,9 +858,7 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 
 			for (int j = 0; j < L; j++)
 				wire += 2 * rab_step_us(a, b, c, payload_max,
-							n / (double)(2 << j)) +
-					rab_drain_us(payload_max,
-						     n / (double)(2 << j), g);
+							n / (double)(2 << j));
 			return (2 * L + 2 * f) * a + wire +
 			       ((double)(pof2 - 1) / pof2 + f) * n * g;
 		}

@@ -367,11 +367,13 @@ static long pick_low_port(const struct addrinfo *ai)
 	long elo, ehi;
 
 	if (f) {
-		if (fscanf(f, "%ld %ld", &elo, &ehi) == 2 && elo > lo + 1000 &&
-		    elo < hi)
+		if (fscanf(f, "%ld %ld", &elo, &ehi) == 2 && elo < hi)
 			hi = elo;
 		fclose(f);
 	}
+	/* an ephemeral range from (nearly) the bottom: no room below it */
+	if (hi < lo + 1000)
+		return 0;
 	for (int tries = 0; tries < 64; tries++) {
 		long p = lo +
 			 (long)(rand_r(&seed) % (unsigned int)(hi - lo - 3));

@@ -867,6 +867,32 @@ static void test_zero_copy_steps(void **state)
 	(void)rc0;
 }
 
+/*
+ * A reduced half larger than the staging area (FR_ZX_STAGE_MAX, 16 MiB)
+ * comes in chunks, a READY each: 40 MiB on 2 ranks in writes of 3 MiB is
+ * 6 writes of the first 16 MiB of the 20 MiB half (the last of 1 MiB) and
+ * 2 of the other 4 MiB, segments numbered on across the chunks (in one
+ * piece it would be 7 writes); then the all-gather's 20 MiB in place, 7
+ * writes; the sums are right.
+ */
+static void test_zero_copy_chunks(void **state)
+{
+	fr_config_t cfg = config(20000, FR_ALGO_RABENSEIFNER);
+	uint32_t imms[32];
+
+	(void)state;
+	cfg.segment_bytes = 3u << 20;
+	job(2, &cfg);
+	allreduce_all(2, (40u << 20) / 4);
+	for (int from = 0; from < 2; from++) {
+		assert_int_equal(
+			fake_tp_imms(from, 1 - from, FR_IMM_ZX, imms, 32), 15);
+		for (uint32_t i = 0; i < 15; i++)
+			assert_int_equal(imms[i],
+					 FR_IMM(FR_IMM_ZX, i < 8 ? i : i - 8));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -880,7 +906,7 @@ int main(void)
 		T(test_corrupt_count),	      T(test_lost_message),
 		T(test_no_patience_circle),   T(test_corrupt_compact),
 		T(test_small_messages),	      T(test_split_shares_connections),
-		T(test_zero_copy_steps),
+		T(test_zero_copy_steps),      T(test_zero_copy_chunks),
 #undef T
 	};
 

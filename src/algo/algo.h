@@ -308,19 +308,28 @@ struct fr_zx {
 	int peer;
 	uint16_t step;
 	size_t len;
-	/* receiving: the READY went out; bytes and writes landed (in order) */
+	/* the chunk of [0, len) the last READY covers: the receiver names a
+	 * chunk at a time where its area is smaller than the step */
+	size_t chunk_start, chunk_end;
+	/* receiving: a READY is out and its chunk not all in; bytes and
+	 * writes landed (in order) */
 	bool posted;
 	int slot;
 	size_t arrived;
 	uint32_t segs;
-	/* sending: the READY came, naming dest (id: its slot); bytes posted */
-	bool have_dest;
+	/* sending: the chunk's READY came, naming dest (id: its slot); bytes
+	 * posted; wrote: a write went out (the engine waits for them) */
+	bool have_dest, wrote;
 	struct fr_tp_rkey dest;
 	uint64_t dest_off;
 	uint32_t id;
 	size_t sent;
 	uint32_t segs_sent;
 };
+/* The largest chunk a staging area holds: a step longer than this is
+ * received a chunk at a time (a READY each), so that the area a
+ * communicator keeps pinned stays this size whatever the collectives'. */
+#define FR_ZX_STAGE_MAX (16u << 20)
 /* The smallest step sent zero copy where a mailbox payload is
  * payload_max bytes: a full window of fragments, and at least 64 KiB. */
 static inline size_t fr_zx_min(size_t payload_max)
@@ -336,25 +345,29 @@ bool fr_zx_use(const struct fr_comm *comm, size_t len);
  * bytes at comm->algo.zx.stage (0, or FR_ENOMEM / the registration's
  * error).  Only between collectives' steps: no READY may name it. */
 int fr_zx_stage(struct fr_comm *comm, size_t len);
-/* Receive len bytes from peer into mem's bytes [off, off + len): send the
- * READY (0 also while the mailbox is full: call again), then count the
- * writes (fr_zx_on_cqe).  Complete once z->arrived == len. */
+/* Receive the next chunk of a step of len bytes from peer, at most chunk
+ * bytes from byte z->arrived on, into mem's bytes from off: send its READY
+ * (0 also while the mailbox is full: call again), then count the writes
+ * (fr_zx_on_cqe) until z->arrived reaches z->chunk_end; call again for
+ * the next chunk once this one's bytes are used.  Complete once
+ * z->arrived == len. */
 int fr_zx_recv(struct fr_comm *comm, const struct fr_request *req,
 	       struct fr_zx *z, int peer, uint16_t step, struct fr_mem *mem,
-	       size_t off, size_t len, bool *did_work);
-/* Send len bytes of mem from off to peer once its READY for step has
- * come: 0 (also while waiting) or the error.  Complete once z->sent ==
- * len (the writes are the engine's to wait for: fr_peer_write's user). */
+	       size_t off, size_t len, size_t chunk, bool *did_work);
+/* Send len bytes of mem from off to peer, each chunk once its READY for
+ * step has come: 0 (also while waiting) or the error.  Complete once
+ * z->sent == len (the writes are the engine's to wait for:
+ * fr_peer_write's user). */
 int fr_zx_send(struct fr_comm *comm, const struct fr_request *req,
 	       struct fr_zx *z, int peer, uint16_t step, struct fr_mem *mem,
 	       size_t off, size_t len, bool *did_work);
 static inline bool fr_zx_recv_done(const struct fr_zx *z)
 {
-	return z->posted && z->arrived == z->len;
+	return z->len && z->arrived == z->len;
 }
 static inline bool fr_zx_send_done(const struct fr_zx *z)
 {
-	return z->have_dest && z->sent == z->len;
+	return z->len && z->sent == z->len;
 }
 /* A transfer before its first use (fr_zx_recv / fr_zx_send). */
 void fr_zx_reset(struct fr_zx *z);
@@ -428,6 +441,7 @@ struct fr_hc {
 	bool ztx, zrx;
 	struct fr_zx zt, zr;
 	size_t zdone;
+	bool zwrote; /* zero-copy writes went out: done waits for them */
 	struct fr_mem *imem, *bmem;
 	const uint8_t *in; /* the input */
 };

@@ -44,6 +44,7 @@ int fr_hc_start(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc)
 	hc->buf = req->recvbuf;
 	hc->cur = req->sendbuf == FR_IN_PLACE ? req->recvbuf : req->sendbuf;
 	hc->in = hc->cur;
+	hc->zr.slot = -1; /* no receive open (fr_hc_free) */
 	hc->kern = fr_reduce_kernel(req->dtype, req->op);
 	hc->partner = -1;
 	fr_hcube_init(&hc->h, comm->rank, comm->nranks);
@@ -77,7 +78,9 @@ void fr_hc_xfers(struct fr_comm *comm, struct fr_hc *hc, int partner,
 static int hc_mem(struct fr_comm *comm, struct fr_hc *hc, const uint8_t *p,
 		  struct fr_mem **mem, size_t *off)
 {
-	bool in_buf = p >= hc->buf && p <= hc->buf + hc->bytes;
+	/* p starts a non-empty range: in buf only if below its end (an
+	 * input right after buf is not buf's) */
+	bool in_buf = p >= hc->buf && p < hc->buf + hc->bytes;
 	const uint8_t *base = in_buf ? hc->buf : hc->in;
 	struct fr_mem **m = in_buf ? &hc->bmem : &hc->imem;
 	int rc = 0;
@@ -98,43 +101,45 @@ static int hc_mem(struct fr_comm *comm, struct fr_hc *hc, const uint8_t *p,
 	return 0;
 }
 
-/* A zero-copy receive: its READY out, what came reduced into dst (with a)
- * segment by segment from the staging area. */
+/* A zero-copy receive: what came reduced into dst (with a) segment by
+ * segment from the staging area, which holds a chunk of at most
+ * FR_ZX_STAGE_MAX bytes; then the next chunk's READY, once the area is
+ * free (a gathered step lands in place, in one chunk). */
 static int hc_zx_recv(struct fr_comm *comm, struct fr_request *req,
 		      struct fr_hc *hc, uint16_t step, uint8_t *dst,
 		      const uint8_t *a, size_t rxlen, bool *did_work)
 {
 	struct fr_zx_layer *zl = &comm->algo.zx;
 	struct fr_zx *z = &hc->zr;
+	size_t off = 0, n, chunk = rxlen;
 	struct fr_mem *mem;
-	size_t off = 0, n;
 	int rc;
 
-	if (!z->posted) {
-		if (a) {
-			rc = fr_zx_stage(comm, rxlen);
-			if (rc)
-				return fr_comm_fail(
-					comm, rc,
-					"rank %d: a staging area of %zu bytes: %s",
-					comm->rank, rxlen, fr_strerror(rc));
-			mem = zl->stage_mem;
-		} else if ((rc = hc_mem(comm, hc, dst, &mem, &off))) {
-			return rc;
-		}
-		rc = fr_zx_recv(comm, req, z, hc->partner, step, mem, off,
-				rxlen, did_work);
-		if (rc || !z->posted)
-			return rc;
-	}
 	n = a ? (z->arrived - hc->zdone) / hc->es * hc->es : 0;
 	if (n) {
 		hc->kern(dst + hc->zdone, a + hc->zdone,
-			 (const uint8_t *)zl->stage + hc->zdone, n / hc->es);
+			 (const uint8_t *)zl->stage +
+				 (hc->zdone - z->chunk_start),
+			 n / hc->es);
 		hc->zdone += n;
 		*did_work = true;
 	}
-	return 0;
+	if (z->posted || fr_zx_recv_done(z) || (a && hc->zdone < z->arrived))
+		return 0;
+	if (a) {
+		chunk = FR_MIN(rxlen - z->arrived, (size_t)FR_ZX_STAGE_MAX);
+		rc = fr_zx_stage(comm, chunk);
+		if (rc)
+			return fr_comm_fail(
+				comm, rc,
+				"rank %d: a staging area of %zu bytes: %s",
+				comm->rank, chunk, fr_strerror(rc));
+		mem = zl->stage_mem;
+	} else if ((rc = hc_mem(comm, hc, dst + z->arrived, &mem, &off))) {
+		return rc;
+	}
+	return fr_zx_recv(comm, req, z, hc->partner, step, mem, off, rxlen,
+			  chunk, did_work);
 }
 
 int fr_hc_exchange(struct fr_comm *comm, struct fr_request *req,
@@ -159,14 +164,20 @@ int fr_hc_exchange(struct fr_comm *comm, struct fr_request *req,
 	rc = fr_peer_need(comm, hc->partner);
 	if (rc)
 		return rc == FR_EAGAIN ? 0 : rc;
-	/* the READY first: the partner's data may start at once */
-	if (hc->zrx)
+	/* the READY first: the partner's data may start at once, and a
+	 * fragment of ours must not overtake it (the partner's zero-copy
+	 * send takes a READY first) */
+	if (hc->zrx) {
 		rc = hc_zx_recv(comm, req, hc, step, dst, a, rxlen, did_work);
+		if (!rc && !hc->zr.posted && !hc->zr.arrived)
+			return comm->fail.failed;
+	}
 	if (!rc && hc->ztx) {
 		rc = hc_mem(comm, hc, src, &mem, &off);
 		if (!rc)
 			rc = fr_zx_send(comm, req, &hc->zt, hc->partner, step,
 					mem, off, txlen, did_work);
+		hc->zwrote |= hc->zt.wrote;
 	} else if (!rc) {
 		rc = fr_xfer_send(comm, req, &hc->tx, hc->partner, step, src,
 				  txlen, did_work);
@@ -288,7 +299,7 @@ bool fr_hc_done(const struct fr_comm *comm, const struct fr_request *req)
 
 	/* zero-copy steps read our buffers until their writes complete */
 	return hc && hc->stage == FR_HC_DONE &&
-	       comm->peer.user_outstanding == 0;
+	       (!hc->zwrote || comm->peer.user_outstanding == 0);
 }
 
 void fr_hc_free(struct fr_request *req)

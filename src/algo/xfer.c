@@ -19,6 +19,10 @@
  *     write's number mod 2^14);
  *   receiver: counts the writes in order (fr_zx_on_cqe), so that a reduced
  *     step is reduced a segment at a time while the next one travels.
+ * A reduced step lands in a staging area of at most FR_ZX_STAGE_MAX (16
+ * MiB), which the communicator keeps registered: a longer step comes a
+ * chunk at a time, the next chunk's READY once the last one is reduced
+ * (its latency once per 16 MiB).  A gathered step lands in place, whole.
  * What it saves: the copy into and out of a mailbox slot on each side, a
  * message per fragment, and the mailbox's window (FR_MBX_SLOTS payloads a
  * round trip; on a job of 4,096 ranks a payload is about 1 KiB).  What it
@@ -318,9 +322,11 @@ int fr_bx_take(struct fr_comm *comm, const struct fr_request *req,
 
 #define ZX_SEG_BITS 14
 #define ZX_SEG_MASK ((1u << ZX_SEG_BITS) - 1)
-/* READY: slot, registration id, offset, length, has key, key length, key
- * (little-endian) */
-#define ZX_READY_LEN (24 + 2 + FR_TP_RKEY_MAX)
+_Static_assert(FR_ZX_SLOTS <= 1u << (20 - ZX_SEG_BITS),
+	       "a slot and a segment number fill an immediate's 20 bits");
+/* READY: slot, registration id, offset, the step's length, the chunk's
+ * start and length, has key, key length, key (little-endian) */
+#define ZX_READY_LEN (40 + 2 + FR_TP_RKEY_MAX)
 
 bool fr_zx_use(const struct fr_comm *comm, size_t len)
 {
@@ -397,7 +403,7 @@ void fr_zx_cancel(struct fr_comm *comm, struct fr_zx *z)
 
 int fr_zx_recv(struct fr_comm *comm, const struct fr_request *req,
 	       struct fr_zx *z, int peer, uint16_t step, struct fr_mem *mem,
-	       size_t off, size_t len, bool *did_work)
+	       size_t off, size_t len, size_t chunk, bool *did_work)
 {
 	struct fr_peer_keys *keys;
 	uint8_t b[ZX_READY_LEN] = {0};
@@ -406,11 +412,12 @@ int fr_zx_recv(struct fr_comm *comm, const struct fr_request *req,
 	struct fr_msg m;
 	int rc;
 
-	if (z->posted)
+	if (z->posted || (z->len && z->arrived == z->len))
 		return 0;
 	z->peer = peer;
 	z->step = step;
 	z->len = len;
+	chunk = FR_MIN(chunk, len - z->arrived);
 	keys = fr_peer_keys(&comm->peer.peers[peer]);
 	if (!keys)
 		return fr_comm_fail(comm, FR_ENOMEM,
@@ -427,16 +434,18 @@ int fr_zx_recv(struct fr_comm *comm, const struct fr_request *req,
 	fr_put_le32(b + 4, mem->id);
 	fr_put_le64(b + 8, (uint64_t)off);
 	fr_put_le64(b + 16, (uint64_t)len);
+	fr_put_le64(b + 24, (uint64_t)z->arrived);
+	fr_put_le64(b + 32, (uint64_t)chunk);
 	if (keys->sent[ks] != mem->id) {
 		size_t kl = FR_TP_RKEY_MAX;
 
-		rc = fr_mem_pack_key(mem, b + 26, &kl);
+		rc = fr_mem_pack_key(mem, b + 42, &kl);
 		if (rc)
 			return fr_comm_fail(comm, rc,
 					    "rank %d: packing a key: %s",
 					    comm->rank, fr_strerror(rc));
-		b[24] = 1;
-		b[25] = (uint8_t)kl;
+		b[40] = 1;
+		b[41] = (uint8_t)kl;
 		key = true;
 	}
 	fr_msg_for(req, FR_MSG_READY, &m);
@@ -453,6 +462,8 @@ int fr_zx_recv(struct fr_comm *comm, const struct fr_request *req,
 		keys->sent[ks] = mem->id;
 		comm->stats.rkeys_sent++;
 	}
+	z->chunk_start = z->arrived;
+	z->chunk_end = z->arrived + chunk;
 	z->posted = true;
 	*did_work = true;
 	return 0;
@@ -466,7 +477,7 @@ static int zx_take_ready(struct fr_comm *comm, const struct fr_request *req,
 	const uint8_t *b;
 	struct fr_peer_keys *keys;
 	uint32_t id, ks;
-	uint64_t rlen;
+	uint64_t rlen, cstart, clen;
 	int rc = fr_msg_get(comm, req, peer, &m, &b);
 
 	if (rc == FR_EAGAIN)
@@ -493,11 +504,14 @@ static int zx_take_ready(struct fr_comm *comm, const struct fr_request *req,
 				    comm->rank, peer);
 	id = fr_get_le32(b + 4);
 	ks = id % FR_RKEY_CACHE;
-	if (b[24] > 1 || b[25] > FR_TP_RKEY_MAX || !id ||
-	    fr_get_le32(b) >= FR_ZX_SLOTS)
+	cstart = fr_get_le64(b + 24);
+	clen = fr_get_le64(b + 32);
+	if (b[40] > 1 || b[41] > FR_TP_RKEY_MAX || !id ||
+	    fr_get_le32(b) >= FR_ZX_SLOTS || cstart != z->sent || !clen ||
+	    clen > len - z->sent)
 		goto bad;
-	if (b[24]) {
-		if (fr_mem_unpack_key(comm, b + 26, b[25], &keys->rkey[ks]))
+	if (b[40]) {
+		if (fr_mem_unpack_key(comm, b + 42, b[41], &keys->rkey[ks]))
 			goto bad;
 		keys->id[ks] = id;
 	}
@@ -506,13 +520,15 @@ static int zx_take_ready(struct fr_comm *comm, const struct fr_request *req,
 	z->dest = keys->rkey[ks];
 	z->dest_off = fr_get_le64(b + 8);
 	z->id = fr_get_le32(b);
+	z->chunk_start = (size_t)cstart;
+	z->chunk_end = (size_t)(cstart + clen);
 	z->have_dest = true;
 	fr_msg_consume(comm, peer);
 	return 1;
 bad:
 	return fr_comm_fail(
 		comm, FR_EPROTO,
-		"rank %d: collective #%u: rank %d sent a READY naming a buffer whose key it never sent",
+		"rank %d: collective #%u: rank %d sent a malformed READY (a range this rank does not send next, or a buffer whose key it never sent)",
 		comm->rank, req->seq, peer);
 }
 
@@ -524,19 +540,21 @@ int fr_zx_send(struct fr_comm *comm, const struct fr_request *req,
 	size_t seg = FR_MAX(comm->algo.segment_bytes / es, (size_t)1) * es;
 	int rc;
 
-	if (!z->have_dest) {
-		rc = zx_take_ready(comm, req, z, peer, step, len);
-		if (rc <= 0)
-			return rc;
-		z->len = len;
-		*did_work = true;
-	}
-	while (z->sent < z->len) {
-		size_t n = FR_MIN(seg, z->len - z->sent);
+	z->len = len;
+	while (z->sent < len) {
+		size_t n;
 
+		if (!z->have_dest) {
+			/* the next chunk's READY */
+			rc = zx_take_ready(comm, req, z, peer, step, len);
+			if (rc <= 0)
+				return rc;
+			*did_work = true;
+		}
+		n = FR_MIN(seg, z->chunk_end - z->sent);
 		rc = fr_peer_write(
 			comm, peer, mem, off + z->sent, &z->dest,
-			z->dest_off + z->sent, n,
+			z->dest_off + (z->sent - z->chunk_start), n,
 			FR_IMM(FR_IMM_ZX, z->id << ZX_SEG_BITS |
 						  (z->segs_sent & ZX_SEG_MASK)),
 			true);
@@ -546,6 +564,9 @@ int fr_zx_send(struct fr_comm *comm, const struct fr_request *req,
 			return rc;
 		z->sent += n;
 		z->segs_sent++;
+		z->wrote = true;
+		if (z->sent == z->chunk_end)
+			z->have_dest = false;
 		*did_work = true;
 	}
 	return 0;
@@ -560,14 +581,17 @@ int fr_zx_on_cqe(struct fr_comm *comm, struct fr_request *active, int peer,
 
 	if (!active || !z || !z->posted || z->peer != peer ||
 	    (payload & ZX_SEG_MASK) != (z->segs & ZX_SEG_MASK) ||
-	    cqe->len > z->len - z->arrived || !cqe->len)
+	    cqe->len > z->chunk_end - z->arrived || !cqe->len)
 		return fr_comm_fail(
 			comm, FR_EPROTO,
 			"rank %d: unexpected zero-copy write (immediate 0x%08x, %u bytes) from rank %d",
 			comm->rank, cqe->imm, cqe->len, peer);
 	z->arrived += cqe->len;
 	z->segs++;
-	if (z->arrived == z->len)
+	if (z->arrived == z->chunk_end) {
+		/* the chunk is in: a write more names no receive */
 		fr_zx_cancel(comm, z);
+		z->posted = false;
+	}
 	return 0;
 }

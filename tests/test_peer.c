@@ -868,6 +868,31 @@ static void test_zero_copy_steps(void **state)
 }
 
 /*
+ * On 3 ranks (not a power of two) rank 0 folds its whole vector into rank
+ * 1 and gets the result back (hcube.c): zero copy too from 8 payloads up,
+ * 1 MiB in 16 writes of 64 KiB each way, segments 0 to 15; rank 2 is
+ * rank 1's only partner.
+ */
+static void test_zero_copy_fold(void **state)
+{
+	fr_config_t cfg = config(20000, FR_ALGO_RABENSEIFNER);
+	uint32_t imms[32];
+
+	(void)state;
+	cfg.segment_bytes = 64u << 10;
+	job(3, &cfg);
+	allreduce_all(3, (1u << 20) / 4);
+	for (int from = 0; from < 2; from++) {
+		assert_int_equal(
+			fake_tp_imms(from, 1 - from, FR_IMM_ZX, imms, 32), 16);
+		for (uint32_t i = 0; i < 16; i++)
+			assert_int_equal(imms[i], FR_IMM(FR_IMM_ZX, i));
+	}
+	assert_int_equal(fake_tp_imms(0, 2, FR_IMM_ZX, imms, 32), 0);
+	assert_int_equal(fake_tp_imms(2, 0, FR_IMM_ZX, imms, 32), 0);
+}
+
+/*
  * A reduced half larger than the staging area (FR_ZX_STAGE_MAX, 16 MiB)
  * comes in chunks, a READY each: 40 MiB on 2 ranks in writes of 3 MiB is
  * 6 writes of the first 16 MiB of the 20 MiB half (the last of 1 MiB) and
@@ -907,6 +932,7 @@ int main(void)
 		T(test_no_patience_circle),   T(test_corrupt_compact),
 		T(test_small_messages),	      T(test_split_shares_connections),
 		T(test_zero_copy_steps),      T(test_zero_copy_chunks),
+		T(test_zero_copy_fold),
 #undef T
 	};
 

@@ -356,17 +356,21 @@ static void test_dbtree_shape(void **state)
 }
 
 /*
- * Where the double binary tree is chosen: fr_sim, over 400 Gbit/s links of
- * 5 us with free CPUs (one rank a node):
+ * Where the double binary tree was chosen, and is not since Rabenseifner's
+ * large steps went zero copy: fr_sim, over 400 Gbit/s links of 5 us with
+ * free CPUs (one rank a node):
  *   - on 256 ranks recursive doubling is the best at 64 KiB (50.6 us,
  *     Rabenseifner 82.7, the tree 89.1), and Rabenseifner, whose large
  *     steps go zero copy (xfer.c), from 1 MiB (152, the tree 169) to 16
  *     MiB (823, the tree 2,108, the ring 3,219); at 256 and 512 KiB the
  *     two are within 2 % (the model: 101.1 and 100.9 us at 256 KiB,
  *     predicting within 3 % of fr_sim at every size here);
- *   - on 384 (not a power of two: Rabenseifner's fold sends the whole
- *     vector through the mailbox) the tree is, at 1 MiB (215 us,
- *     Rabenseifner 485) and 4 MiB (852, 1,613).
+ *   - on 384 (not a power of two: Rabenseifner's fold and unfold send
+ *     the whole vector, now zero copy too) Rabenseifner is, at 4 MiB
+ *     (481 us, the tree 852) and 16 MiB (1,505, the tree 2,992; the ring,
+ *     auto's choice before, 4,500), and ties at 1 MiB (210, 215).  With
+ *     the fold through the mailbox it took 485 and 1,613 us at 1 and 4
+ *     MiB, and the tree was the best there.
  * The model chooses as the simulator there.
  */
 static void test_dbtree_choice(void **state)
@@ -389,10 +393,10 @@ static void test_dbtree_choice(void **state)
 				 &fr_algo_rabenseifner);
 	comm.nranks = 384;
 	comm.peer.mbx_slot_size = fr_mbx_slot_size(384, 0);
-	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (1u << 20) / 4, FR_F32, 0),
-			 &fr_algo_dbtree);
 	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (4u << 20) / 4, FR_F32, 0),
-			 &fr_algo_dbtree);
+			 &fr_algo_rabenseifner);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, (16u << 20) / 4, FR_F32, 0),
+			 &fr_algo_rabenseifner);
 	/* on few ranks it is never the choice: rd, Rabenseifner or the ring
 	 * win at every size */
 	comm.nranks = 8;

@@ -7,7 +7,10 @@
  * rem = n - pof2): of each pair (2i, 2i+1), i < rem, the even rank sends its
  * whole input to the odd one, which reduces it into its own and becomes
  * virtual rank i; ranks >= 2 rem are virtual rank r - rem.  The even rank
- * waits out the body and receives the whole result in the unfold.
+ * waits out the body and receives the whole result in the unfold.  Both
+ * go zero copy from fr_zx_min() bytes up (xfer.c), as Rabenseifner's
+ * steps do (fr_hc_exchange; recursive doubling's steps, which reduce into
+ * what they send, stay in the mailbox).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -142,25 +145,76 @@ static int hc_zx_recv(struct fr_comm *comm, struct fr_request *req,
 			  chunk, did_work);
 }
 
+/* A step's transfers with partner, zero copy where zx_ok and the length
+ * calls for it (the same answer on both sides: the lengths agree). */
+static void hc_step(struct fr_comm *comm, struct fr_hc *hc, int partner,
+		    size_t txlen, size_t rxlen, bool zx_ok)
+{
+	fr_hc_xfers(comm, hc, partner, txlen, rxlen);
+	hc->ztx = zx_ok && fr_zx_use(comm, txlen);
+	hc->zrx = zx_ok && fr_zx_use(comm, rxlen);
+	fr_zx_reset(&hc->zt);
+	fr_zx_reset(&hc->zr);
+	hc->zdone = 0;
+}
+
+/* Send the step's txlen bytes from src: 0 (also while going on), the
+ * error; *done once all is sent. */
+static int hc_send(struct fr_comm *comm, struct fr_request *req,
+		   struct fr_hc *hc, uint16_t step, const uint8_t *src,
+		   size_t txlen, bool *done, bool *did_work)
+{
+	struct fr_mem *mem;
+	size_t off;
+	int rc;
+
+	if (!hc->ztx) {
+		rc = fr_xfer_send(comm, req, &hc->tx, hc->partner, step, src,
+				  txlen, did_work);
+		*done = !rc && fr_xfer_complete(&hc->tx);
+		return rc;
+	}
+	rc = hc_mem(comm, hc, src, &mem, &off);
+	if (!rc)
+		rc = fr_zx_send(comm, req, &hc->zt, hc->partner, step, mem, off,
+				txlen, did_work);
+	hc->zwrote |= hc->zt.wrote;
+	*done = !rc && fr_zx_send_done(&hc->zt);
+	return rc;
+}
+
+/* Take the step's rxlen bytes into dst (dst = a OP them with hc->kern
+ * when a, else a copy): 0 or the error; *done once all is in. */
+static int hc_recv(struct fr_comm *comm, struct fr_request *req,
+		   struct fr_hc *hc, uint16_t step, uint8_t *dst,
+		   const uint8_t *a, size_t rxlen, bool *done, bool *did_work)
+{
+	int rc;
+
+	if (!hc->zrx) {
+		rc = fr_xfer_take(comm, req, &hc->rx, hc->partner, step, dst, a,
+				  a ? hc->kern : NULL, hc->es, UINT32_MAX,
+				  did_work);
+		*done = !rc && fr_xfer_complete(&hc->rx);
+		return rc;
+	}
+	rc = hc_zx_recv(comm, req, hc, step, dst, a, rxlen, did_work);
+	*done = !rc && fr_zx_recv_done(&hc->zr) && (!a || hc->zdone == rxlen);
+	return rc;
+}
+
 int fr_hc_exchange(struct fr_comm *comm, struct fr_request *req,
 		   struct fr_hc *hc, int partner, uint16_t step,
 		   const uint8_t *src, size_t txlen, uint8_t *dst,
 		   const uint8_t *a, size_t rxlen, bool lockstep,
 		   bool *did_work)
 {
-	struct fr_mem *mem;
-	size_t off;
-	int rc;
+	bool tx_done = false, rx_done = false;
+	int rc = 0;
 
-	if (!hc->inited) {
-		fr_hc_xfers(comm, hc, partner, txlen, rxlen);
-		/* lockstep reads what it reduces into: fragments only */
-		hc->ztx = !lockstep && fr_zx_use(comm, txlen);
-		hc->zrx = !lockstep && fr_zx_use(comm, rxlen);
-		fr_zx_reset(&hc->zt);
-		fr_zx_reset(&hc->zr);
-		hc->zdone = 0;
-	}
+	/* lockstep reads what it reduces into: fragments only */
+	if (!hc->inited)
+		hc_step(comm, hc, partner, txlen, rxlen, !lockstep);
 	rc = fr_peer_need(comm, hc->partner);
 	if (rc)
 		return rc == FR_EAGAIN ? 0 : rc;
@@ -168,32 +222,23 @@ int fr_hc_exchange(struct fr_comm *comm, struct fr_request *req,
 	 * fragment of ours must not overtake it (the partner's zero-copy
 	 * send takes a READY first) */
 	if (hc->zrx) {
-		rc = hc_zx_recv(comm, req, hc, step, dst, a, rxlen, did_work);
+		rc = hc_recv(comm, req, hc, step, dst, a, rxlen, &rx_done,
+			     did_work);
 		if (!rc && !hc->zr.posted && !hc->zr.arrived)
 			return comm->fail.failed;
 	}
-	if (!rc && hc->ztx) {
-		rc = hc_mem(comm, hc, src, &mem, &off);
-		if (!rc)
-			rc = fr_zx_send(comm, req, &hc->zt, hc->partner, step,
-					mem, off, txlen, did_work);
-		hc->zwrote |= hc->zt.wrote;
-	} else if (!rc) {
-		rc = fr_xfer_send(comm, req, &hc->tx, hc->partner, step, src,
-				  txlen, did_work);
-	}
-	if (!rc && !hc->zrx)
+	if (!rc)
+		rc = hc_send(comm, req, hc, step, src, txlen, &tx_done,
+			     did_work);
+	if (!rc && !hc->zrx) {
 		rc = fr_xfer_take(comm, req, &hc->rx, hc->partner, step, dst, a,
 				  a ? hc->kern : NULL, hc->es,
 				  lockstep ? hc->tx.done : UINT32_MAX,
 				  did_work);
-	if (rc)
+		rx_done = !rc && fr_xfer_complete(&hc->rx);
+	}
+	if (rc || !tx_done || !rx_done)
 		return rc;
-	if (hc->ztx ? !fr_zx_send_done(&hc->zt) : !fr_xfer_complete(&hc->tx))
-		return 0;
-	if (hc->zrx ? !fr_zx_recv_done(&hc->zr) || (a && hc->zdone < rxlen)
-		    : !fr_xfer_complete(&hc->rx))
-		return 0;
 	hc->inited = false;
 	return 1;
 }
@@ -202,6 +247,7 @@ int fr_hc_fold(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc,
 	       bool *did_work)
 {
 	int r = comm->rank, rc;
+	bool done;
 
 	if (r >= 2 * hc->h.rem) {
 		hc->stage = FR_HC_BODY;
@@ -209,24 +255,26 @@ int fr_hc_fold(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc,
 		return 0;
 	}
 	if (!hc->inited)
-		fr_hc_xfers(comm, hc, r ^ 1, r % 2 ? 0 : hc->bytes,
-			    r % 2 ? hc->bytes : 0);
+		hc_step(comm, hc, r ^ 1, r % 2 ? 0 : hc->bytes,
+			r % 2 ? hc->bytes : 0, true);
 	rc = fr_peer_need(comm, hc->partner);
 	if (rc)
 		return rc == FR_EAGAIN ? 0 : rc;
 	if (r % 2 == 0) {
-		rc = fr_xfer_send(comm, req, &hc->tx, hc->partner, STEP_FOLD,
-				  hc->cur, hc->bytes, did_work);
-		if (rc || !fr_xfer_complete(&hc->tx))
+		rc = hc_send(comm, req, hc, STEP_FOLD, hc->cur, hc->bytes,
+			     &done, did_work);
+		if (rc || !done)
 			return rc;
-		/* nothing to do until the result comes back */
+		/* nothing to do until the result comes back (its READY, for
+		 * a zero-copy one, goes out now: the partner's writes land
+		 * once it has read all of ours) */
 		hc->stage = FR_HC_UNFOLD;
-		fr_hc_xfers(comm, hc, r + 1, 0, hc->bytes);
+		hc_step(comm, hc, r + 1, 0, hc->bytes, true);
 		return 0;
 	}
-	rc = fr_xfer_take(comm, req, &hc->rx, hc->partner, STEP_FOLD, hc->buf,
-			  hc->cur, hc->kern, hc->es, UINT32_MAX, did_work);
-	if (rc || !fr_xfer_complete(&hc->rx))
+	rc = hc_recv(comm, req, hc, STEP_FOLD, hc->buf, hc->cur, hc->bytes,
+		     &done, did_work);
+	if (rc || !done)
 		return rc;
 	hc->cur = hc->buf;
 	hc->stage = FR_HC_BODY;
@@ -246,26 +294,23 @@ void fr_hc_body_done(struct fr_comm *comm, struct fr_hc *hc)
 		return;
 	}
 	hc->stage = FR_HC_UNFOLD;
-	fr_hc_xfers(comm, hc, r - 1, hc->bytes, 0);
+	hc_step(comm, hc, r - 1, hc->bytes, 0, true);
 }
 
 int fr_hc_unfold(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc,
 		 bool *did_work)
 {
+	bool done;
 	int rc;
 
-	if (comm->rank % 2) {
-		rc = fr_xfer_send(comm, req, &hc->tx, hc->partner, STEP_UNFOLD,
-				  hc->buf, hc->bytes, did_work);
-		if (rc || !fr_xfer_complete(&hc->tx))
-			return rc;
-	} else {
-		rc = fr_xfer_take(comm, req, &hc->rx, hc->partner, STEP_UNFOLD,
-				  hc->buf, NULL, NULL, hc->es, UINT32_MAX,
-				  did_work);
-		if (rc || !fr_xfer_complete(&hc->rx))
-			return rc;
-	}
+	if (comm->rank % 2)
+		rc = hc_send(comm, req, hc, STEP_UNFOLD, hc->buf, hc->bytes,
+			     &done, did_work);
+	else
+		rc = hc_recv(comm, req, hc, STEP_UNFOLD, hc->buf, NULL,
+			     hc->bytes, &done, did_work);
+	if (rc || !done)
+		return rc;
 	hc->stage = FR_HC_DONE;
 	return 0;
 }

@@ -277,12 +277,13 @@ static double mbx_stream_us(double a, double bc, size_t payload_max, double m)
 }
 
 /*
- * One of Rabenseifner's steps, m bytes to one peer over a link of b a byte:
+ * A hypercube step of m bytes to one peer (one of Rabenseifner's, or the
+ * fold and unfold that make p a power of two) over a link of b a byte:
  * the mailbox's stream, or from fr_zx_min() bytes up zero copy (xfer.c),
  * the READY's latency and the wire, no copy and no window.
  */
-static double rab_step_us(double a, double b, double c, size_t payload_max,
-			  double m)
+static double zx_step_us(double a, double b, double c, size_t payload_max,
+			 double m)
 {
 	if (payload_max && m >= (double)fr_zx_min(payload_max))
 		return a + m * b;
@@ -687,11 +688,11 @@ static double rab_us(const struct fr_comm *comm, double n, fr_dtype_t dtype)
 
 		wire += 2 * (local >> j & 1
 				     ? m * 2 * c
-				     : fmax(rab_step_us(a, k * b, c, pm, m),
+				     : fmax(zx_step_us(a, k * b, c, pm, m),
 					    hc_grid_us(comm, &h, j, m)));
 	}
 	return (2 * h.steps + 2 * f) * a + wire +
-	       2 * f * mbx_stream_us(a, b + c, pm, n) +
+	       2 * f * zx_step_us(a, b, c, pm, n) +
 	       ((double)(h.pof2 - 1) / h.pof2 + f) * n * g;
 }
 
@@ -809,8 +810,8 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 			       (p - 1) / p * n * g;
 		if (id == FR_ALGO_RD)
 			return (L + 2 * f) * a +
-			       (L + 2 * f) *
-				       mbx_stream_us(a, b + c, payload_max, n) +
+			       L * mbx_stream_us(a, b + c, payload_max, n) +
+			       2 * f * zx_step_us(a, b, c, payload_max, n) +
 			       (L + f) * n * g;
 		/* the one-shot's p - 1 streams share the link, and it
 		 * folds them in rank order (oneshot.c): a later sender's
@@ -854,11 +855,11 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 		if (id == FR_ALGO_RABENSEIFNER) {
 			/* step j sends n / 2^(j+1) each way, twice */
 			double wire =
-				2 * f * mbx_stream_us(a, b + c, payload_max, n);
+				2 * f * zx_step_us(a, b, c, payload_max, n);
 
 			for (int j = 0; j < L; j++)
-				wire += 2 * rab_step_us(a, b, c, payload_max,
-							n / (double)(2 << j));
+				wire += 2 * zx_step_us(a, b, c, payload_max,
+						       n / (double)(2 << j));
 			return (2 * L + 2 * f) * a + wire +
 			       ((double)(pof2 - 1) / pof2 + f) * n * g;
 		}

@@ -409,6 +409,7 @@ static void test_timeout_blocking(void **state)
 	fr_config_t cfg = config(1000, FR_ALGO_RING);
 	struct blocker bl[N];
 	pthread_t t[N];
+	int timed_out = 0;
 
 	(void)state;
 	job(N, &cfg);
@@ -425,12 +426,21 @@ static void test_timeout_blocking(void **state)
 	for (int r = 0; r < 2; r++)
 		pthread_join(t[r], NULL);
 	for (int r = 0; r < 2; r++) {
+		bool told = strstr(fr_comm_last_error(comms[r]), "aborted");
+
 		if (bl[r].rc != FR_ETIMEDOUT)
 			fail_msg("rank %d: %s (%s)", r, fr_errname(bl[r].rc),
 				 fr_comm_last_error(comms[r]));
-		assert_true(bl[r].took_ms >= 900);
+		/* a rank that timed out itself waited the timeout; one that
+		 * heard the other's ABORT may have started its call later
+		 * (under valgrind the threads run one at a time: CI saw
+		 * one of them start late and fail the bound) */
+		if (!told)
+			assert_true(bl[r].took_ms >= 900);
+		timed_out += !told;
 		assert_true(bl[r].took_ms < 20000);
 	}
+	assert_true(timed_out >= 1);
 	/* the rank that waited on the hung one says so (the other may
 	 * have timed out waiting on it, or heard its ABORT) */
 	assert_contains(fr_comm_last_error(comms[0]), "rank 2");

@@ -67,6 +67,10 @@ for id in "${!names[@]}"; do
 	else
 		fail=$((fail + 1))
 		echo "FAIL valgrind ${names[$id]} (exit $(cat "$tmp/$id.rc" 2>/dev/null))"
+		# CMocka's failures and valgrind's reports, wherever they are,
+		# then the end
+		grep -n -B2 -A4 -E '^\[  (ERROR|FAILED) +\]|^ERROR: |^==[0-9]+==' "$tmp/$id.out" | head -n 80
+		echo "--- the last lines:"
 		tail -n 40 "$tmp/$id.out"
 	fi
 done

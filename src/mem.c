@@ -293,40 +293,60 @@ int fr_mem_unpack_key(struct fr_comm *comm, const void *blob, size_t len,
 	return comm->tp_ops->unpack_rkey(comm->tp, blob, len, key);
 }
 
-/* ---- the scratch buffer: registered once, grown on demand --------------- */
+/* ---- buffers registered once, grown on demand ------------------------- */
+
+int fr_mem_buf_grow(struct fr_comm *comm, void **buf, size_t *buf_len,
+		    struct fr_mem **mem, size_t len, int access)
+{
+	size_t ps = fr_page_size(), sz = (len + ps - 1) / ps * ps;
+	struct fr_mem *m;
+	void *b;
+	int rc;
+
+	if (*buf_len >= len)
+		return 0;
+	b = aligned_alloc(ps, sz);
+	if (!b)
+		return FR_ENOMEM;
+	rc = fr_mem_register_internal(comm, b, sz, access, false, &m);
+	if (rc) {
+		free(b);
+		return rc;
+	}
+	/* peers may hold the old one's key; its id is never used again, so
+	 * what names the new one carries the new key */
+	fr_mem_buf_free(buf, buf_len, mem);
+	*buf = b;
+	*buf_len = sz;
+	*mem = m;
+	return 0;
+}
+
+void fr_mem_buf_free(void **buf, size_t *buf_len, struct fr_mem **mem)
+{
+	if (*mem)
+		fr_mem_free_buf(*mem, *buf, *buf_len, fr_release_heap);
+	*mem = NULL;
+	*buf = NULL;
+	*buf_len = 0;
+}
+
+/* ---- the scratch buffer ------------------------------------------------- */
 
 int fr_scratch_get(struct fr_comm *c, size_t len)
 {
-	size_t ps = 4096, sz = (len + ps - 1) / ps * ps;
-	void *buf;
-	int rc;
-
 	if (c->mem.scratch_len >= len)
 		return 0;
 	if (c->mem.scratch_mem && c->mem.scratch_mem->refs)
 		return fr_comm_seterr(c, FR_EBUSY, "rank %d: scratch in use",
 				      c->rank);
-	buf = aligned_alloc(ps, sz);
-	if (!buf)
-		return FR_ENOMEM;
-	fr_scratch_free(c);
-	rc = fr_mem_register_internal(c, buf, sz,
-				      FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE,
-				      false, &c->mem.scratch_mem);
-	if (rc) {
-		free(buf);
-		return rc;
-	}
-	c->mem.scratch = buf;
-	c->mem.scratch_len = sz;
-	return 0;
+	return fr_mem_buf_grow(c, &c->mem.scratch, &c->mem.scratch_len,
+			       &c->mem.scratch_mem, len,
+			       FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE);
 }
 
 void fr_scratch_free(struct fr_comm *c)
 {
-	fr_mem_free_buf(c->mem.scratch_mem, c->mem.scratch, c->mem.scratch_len,
-			fr_release_heap);
-	c->mem.scratch_mem = NULL;
-	c->mem.scratch = NULL;
-	c->mem.scratch_len = 0;
+	fr_mem_buf_free(&c->mem.scratch, &c->mem.scratch_len,
+			&c->mem.scratch_mem);
 }

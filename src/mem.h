@@ -81,6 +81,15 @@ int fr_mem_pack_key(const struct fr_mem *mem, void *blob, size_t *len);
 int fr_mem_unpack_key(struct fr_comm *comm, const void *blob, size_t len,
 		      struct fr_tp_rkey *key);
 
+/* A buffer registered once and grown on demand (the scratch buffer, the
+ * zero-copy steps' staging area): at least len bytes at *buf, page-aligned
+ * and registered with access; a larger one replaces a smaller one, which
+ * is deregistered and freed (kept where the new one cannot be had).  0,
+ * FR_ENOMEM or the registration's error.  fr_mem_buf_free releases it. */
+int fr_mem_buf_grow(struct fr_comm *comm, void **buf, size_t *buf_len,
+		    struct fr_mem **mem, size_t len, int access);
+void fr_mem_buf_free(void **buf, size_t *buf_len, struct fr_mem **mem);
+
 /* The scratch buffer (comm->mem.scratch), at least len bytes: 0, FR_ENOMEM,
  * or FR_EBUSY while a collective uses it; freed by fr_scratch_free(). */
 int fr_scratch_get(struct fr_comm *comm, size_t len);

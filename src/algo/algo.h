@@ -448,8 +448,6 @@ struct fr_hc {
 /* Fill hc for req, start the connections of the schedule (the fold
  * partner, and the partner of every hypercube dimension). */
 int fr_hc_start(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc);
-void fr_hc_xfers(struct fr_comm *comm, struct fr_hc *hc, int partner,
-		 size_t txlen, size_t rxlen);
 /*
  * One step of a hypercube schedule with partner: send src[0, txlen), take
  * rxlen bytes into dst (dst = a OP fragment with hc->kern when a, else a

@@ -66,16 +66,6 @@ int fr_hc_start(struct fr_comm *comm, struct fr_request *req, struct fr_hc *hc)
 	return comm->fail.failed;
 }
 
-void fr_hc_xfers(struct fr_comm *comm, struct fr_hc *hc, int partner,
-		 size_t txlen, size_t rxlen)
-{
-	hc->partner = partner;
-	fr_xfer_init(&hc->tx, comm, txlen);
-	fr_xfer_init(&hc->rx, comm, rxlen);
-	hc->inited = true;
-	hc->ztx = hc->zrx = false;
-}
-
 /* The registration holding p (in buf or in the input) and p's offset in
  * it: 0, or the error that failed the communicator. */
 static int hc_mem(struct fr_comm *comm, struct fr_hc *hc, const uint8_t *p,
@@ -150,7 +140,10 @@ static int hc_zx_recv(struct fr_comm *comm, struct fr_request *req,
 static void hc_step(struct fr_comm *comm, struct fr_hc *hc, int partner,
 		    size_t txlen, size_t rxlen, bool zx_ok)
 {
-	fr_hc_xfers(comm, hc, partner, txlen, rxlen);
+	hc->partner = partner;
+	fr_xfer_init(&hc->tx, comm, txlen);
+	fr_xfer_init(&hc->rx, comm, rxlen);
+	hc->inited = true;
 	hc->ztx = zx_ok && fr_zx_use(comm, txlen);
 	hc->zrx = zx_ok && fr_zx_use(comm, rxlen);
 	fr_zx_reset(&hc->zt);

@@ -543,9 +543,7 @@ static double flat_grid_us(const struct fr_comm *comm, int id, double us,
 		double m = id == FR_ALGO_RD ? n : n / (double)(2 << j);
 		/* Rabenseifner's zero-copy steps copy nothing */
 		double flat =
-			id == FR_ALGO_RABENSEIFNER &&
-					m >= (double)fr_zx_min(
-						     fr_msg_payload_max(comm))
+			id == FR_ALGO_RABENSEIFNER && fr_zx_use(comm, (size_t)m)
 				? m * t->beta_ns * 1e-3
 				: m * bc;
 

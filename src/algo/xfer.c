@@ -336,43 +336,17 @@ bool fr_zx_use(const struct fr_comm *comm, size_t len)
 int fr_zx_stage(struct fr_comm *comm, size_t len)
 {
 	struct fr_zx_layer *zl = &comm->algo.zx;
-	size_t ps = fr_page_size(), sz = (len + ps - 1) / ps * ps;
-	struct fr_mem *mem;
-	void *buf;
-	int rc;
 
-	if (zl->stage_len >= len)
-		return 0;
-	buf = aligned_alloc(ps, sz);
-	if (!buf)
-		return FR_ENOMEM;
-	rc = fr_mem_register_internal(comm, buf, sz,
-				      FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE |
-					      FR_TP_REMOTE_WRITE,
-				      false, &mem);
-	if (rc) {
-		free(buf);
-		return rc;
-	}
-	/* peers may hold the old one's key; its id is never used again, so
-	 * a READY naming the new one carries the new key */
-	fr_zx_comm_free(comm);
-	zl->stage = buf;
-	zl->stage_len = sz;
-	zl->stage_mem = mem;
-	return 0;
+	return fr_mem_buf_grow(
+		comm, &zl->stage, &zl->stage_len, &zl->stage_mem, len,
+		FR_TP_LOCAL_READ | FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
 }
 
 void fr_zx_comm_free(struct fr_comm *comm)
 {
 	struct fr_zx_layer *zl = &comm->algo.zx;
 
-	if (zl->stage_mem)
-		fr_mem_free_buf(zl->stage_mem, zl->stage, zl->stage_len,
-				fr_release_heap);
-	zl->stage = NULL;
-	zl->stage_len = 0;
-	zl->stage_mem = NULL;
+	fr_mem_buf_free(&zl->stage, &zl->stage_len, &zl->stage_mem);
 }
 
 static int zx_slot_take(struct fr_comm *comm, struct fr_zx *z)

@@ -408,6 +408,15 @@ int main(int argc, char **argv)
 						"%s.grid_beta_ns.%d = %.4f\n",
 						fr_comm_transport(t.comm), d,
 						tn.grid_beta_ns[d]);
+			/* not measured: kept from FR_TUNE_FILE */
+			if (tn.local_alpha_us > 0)
+				fprintf(o, "%s.local_alpha_us = %.3f\n",
+					fr_comm_transport(t.comm),
+					tn.local_alpha_us);
+			if (tn.local_beta_ns > 0)
+				fprintf(o, "%s.local_beta_ns = %.4f\n",
+					fr_comm_transport(t.comm),
+					tn.local_beta_ns);
 		}
 		if (fo && (ferror(fo) | fclose(fo))) {
 			fprintf(stderr, "fr_tune: writing %s failed\n", out);

@@ -143,7 +143,8 @@ tune_nodes() {
 # On FR_TOPO's grid fr_tune measures the racks' uplink (grid_beta_ns.1),
 # and the other parameters inside the racks: 4 emulated nodes, 2 racks of
 # 2; on a grid that does not hold the nodes it measures none, and keeps the
-# value FR_TUNE_FILE gave
+# value FR_TUNE_FILE gave, as it keeps the node's own local_* (never
+# measured)
 tune_grid() {
 	local f g out rc
 	f=$(mktemp) g=$(mktemp)
@@ -151,11 +152,14 @@ tune_grid() {
 		echo "$out" | grep -q '# grid dimension 1: 2 groups of 2 node(s), 1 rank(s) each: 8388608 bytes' &&
 		grep -q '^# alpha, beta, copy, msg: inside the racks of 2 nodes' "$f" &&
 		awk -v k="$TRANSPORT.grid_beta_ns.1" '$1 == k && $3 > 0 { ok = 1 } END { exit !ok }' "$f" &&
-		! grep -q 'grid_beta_ns.2' "$f" &&
-		printf '%s.grid_beta_ns.1 = 12.5\n' "$TRANSPORT" >"$g" &&
+		! grep -q 'grid_beta_ns.2' "$f" && ! grep -q 'local_' "$f" &&
+		printf '%s.grid_beta_ns.1 = 12.5\n%s.local_alpha_us = 0.5\n%s.local_beta_ns = 0.04\n' \
+			"$TRANSPORT" "$TRANSPORT" "$TRANSPORT" >"$g" &&
 		out=$(FR_TUNE_FILE=$g tune_nodes 3x2 -o "$f" 2>&1) &&
 		! echo "$out" | grep -q '# grid dimension\|inside the racks' &&
-		grep -qx "$TRANSPORT.grid_beta_ns.1 = 12.5000" "$f"
+		grep -qx "$TRANSPORT.grid_beta_ns.1 = 12.5000" "$f" &&
+		grep -qx "$TRANSPORT.local_alpha_us = 0.500" "$f" &&
+		grep -qx "$TRANSPORT.local_beta_ns = 0.0400" "$f"
 	rc=$?
 	[ $rc -eq 0 ] || { echo "$out"; cat "$f"; }
 	rm -f "$f" "$g"

@@ -587,6 +587,83 @@ static void test_rab_node_steps(void **state)
 	assert_true(rr > 2 * got);
 }
 
+/*
+ * The node's own steps (select.c): fr_sim's star of 1,024 ranks, 128
+ * nodes of 8, 2 us and 100 Gbit/s between nodes, 0.5 us and 200 Gbit/s
+ * within, nothing for copies and reductions (the simulator does not
+ * charge them).  The ring's 2 (p-1) steps walk back round it, 1/8 of
+ * them across a link: 8 B in 1,409.3 us (simulated 1,407.6; all at alpha
+ * 4,094) and at 16 MiB a step of 16 KiB takes the average hop's 1.42 us
+ * (simulated 2,917.7 in all).  The model's choice is the simulator's best
+ * at each size (perf/sim/README.md): rd, Rabenseifner at 256 KiB and 2
+ * MiB (the tree had been chosen at 256 KiB, 1.23 times it), the ring from
+ * 16 MiB.  Unset, the local terms leave the model as it was.
+ */
+static void test_node_local_steps(void **state)
+{
+	struct fr_tune *t = &comm.algo.tune;
+	double p = 1024, plain;
+	double hop8 =
+		(2 + 8 / p * 0.08e-3) / 8 + (0.5 + 8 / p * 0.04e-3) * 7 / 8;
+	double s16 = (16u << 20) / p;
+	double hop16 = (2 + s16 * 0.08e-3) / 8 + (0.5 + s16 * 0.04e-3) * 7 / 8;
+	static const struct {
+		size_t bytes;
+		const struct fr_algo *algo;
+	} best[] = {
+		{8, &fr_algo_rd},
+		{512, &fr_algo_rd},
+		{4096, &fr_algo_rd},
+		{32768, &fr_algo_rabenseifner},
+		{256u << 10, &fr_algo_rabenseifner},
+		{2u << 20, &fr_algo_rabenseifner},
+		{16u << 20, &fr_algo_ring},
+		{64u << 20, &fr_algo_ring},
+	};
+
+	(void)state;
+	layout(1024, 8, true);
+	comm.peer.mbx_slot_size = 64 + 3072; /* 32 MiB over 1,024 ranks */
+	t->alpha_us = 2;
+	t->beta_ns = 0.08;
+	t->copy_ns = 0;
+	for (int d = 0; d < FR_DTYPE_COUNT; d++)
+		t->gamma_ns[d] = 0;
+	/* unset: every hop at alpha, the node link's bytes on top */
+	assert_true(fabs(fr_algo_predict_us(&comm, FR_ALGO_RING,
+					    FR_COLL_ALLREDUCE, 8, FR_F32) -
+			 (2 * (p - 1) + 1) * 2 -
+			 2 * (p - 1) / p * 8 * 0.08e-3) < 1e-6);
+	t->local_alpha_us = 0.5;
+	t->local_beta_ns = 0.04;
+	assert_true(fabs(fr_algo_predict_us(&comm, FR_ALGO_RING,
+					    FR_COLL_ALLREDUCE, 8, FR_F32) -
+			 (2 + 2 * (p - 1) * hop8)) < 1e-6);
+	assert_true(
+		fabs(fr_algo_predict_us(&comm, FR_ALGO_RING, FR_COLL_ALLREDUCE,
+					16u << 20, FR_F32) -
+		     (2 + 2 * (p - 1) * hop16)) < 1e-6);
+	for (size_t i = 0; i < sizeof(best) / sizeof(best[0]); i++) {
+		const struct fr_algo *a =
+			choose(FR_COLL_ALLREDUCE, best[i].bytes / 4, FR_F32, 0);
+
+		if (a != best[i].algo)
+			fail_msg("%zu B: %s, want %s", best[i].bytes, a->name,
+				 best[i].algo->name);
+	}
+	/* rd's steps within the node at local_alpha: 7 of its 10 at alpha */
+	assert_true(fabs(fr_algo_predict_us(&comm, FR_ALGO_RD,
+					    FR_COLL_ALLREDUCE, 8, FR_F32) -
+			 (7 * 2 + 3 * 0.5)) < 0.05);
+	/* one rank per node: no hop stays, the plain model */
+	layout(1024, 1, true);
+	plain = fr_algo_predict_us(&comm, FR_ALGO_RING, FR_COLL_ALLREDUCE,
+				   16u << 20, FR_F32);
+	t->local_alpha_us = t->local_beta_ns = 0;
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_RING, FR_COLL_ALLREDUCE,
+				       16u << 20, FR_F32) == plain);
+}
+
 /* Reduce-scatter and all-gather: two-level where the model says (two
  * nodes, large: the link carries (m-1)/m instead of (p-1)/p of the data),
  * never where it cannot run; forcing it there falls back to the ring. */
@@ -861,12 +938,16 @@ static void test_tune_file(void **state)
 		   "tcp.beta_ns = 8   # 1 Gbit/s\n"
 		   "verbs.alpha_us = 99\n" /* another transport: skipped */
 		   "tcp.copy_ns = 0.5\n"
+		   "tcp.local_alpha_us = 0.75\n"
+		   "tcp.local_beta_ns = 0.125\n"
 		   "gamma_ns.bf16 = 0.75\n"
 		   "tcp.future_key = 3\n"); /* unknown: warned about */
 	assert_int_equal(fr_tune_load(&comm.algo.tune, "tcp", err, sizeof(err)), 0);
 	assert_true(comm.algo.tune.alpha_us == 12.5);
 	assert_true(comm.algo.tune.beta_ns == 8);
 	assert_true(comm.algo.tune.copy_ns == 0.5);
+	assert_true(comm.algo.tune.local_alpha_us == 0.75);
+	assert_true(comm.algo.tune.local_beta_ns == 0.125);
 	/* no msg_us in the file: 2.5 times its alpha, as built in */
 	assert_true(comm.algo.tune.msg_us == 31.25);
 	assert_true(comm.algo.tune.gamma_ns[FR_BF16] == 0.75);
@@ -967,6 +1048,7 @@ int main(void)
 		cmocka_unit_test_setup(test_new_collectives, setup),
 		cmocka_unit_test_setup(test_hier_choice, setup),
 		cmocka_unit_test_setup(test_rab_node_steps, setup),
+		cmocka_unit_test_setup(test_node_local_steps, setup),
 		cmocka_unit_test_setup(test_grid_links, setup),
 		cmocka_unit_test_setup(test_hier_rsag_choice, setup),
 		cmocka_unit_test_setup(test_bruck_rsag_choice, setup),

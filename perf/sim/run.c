@@ -383,11 +383,15 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 			 fr_comm_last_error(NULL));
 		goto err_job;
 	}
-	/* the cost model knows the network's latency and bandwidth, and
-	 * the CPUs', as a tune file of fr_tune's would give them (one
-	 * message's send, wire and receive in turn); without a CPU model its
-	 * CPU terms keep their built-in values (a model that took messages
-	 * for free would send n^2 of them) */
+	/* the cost model knows the network's latency and bandwidth, the
+	 * node's (a write within it: its latency and copy), and the CPUs',
+	 * as a tune file of fr_tune's would give them (one message's send,
+	 * wire and receive in turn).  What the simulator does not charge
+	 * costs the model nothing either: an algorithm's own copies (the
+	 * mailbox's in and out), and without a CPU model the reductions.
+	 * msg_us, a message's own work, keeps its built-in value without a
+	 * CPU model (a model that took messages for free would send n^2 of
+	 * them) */
 	for (int r = 0; r < s->n; r++) {
 		struct fr_tune t;
 		const struct sim_cpu_params *u = &s->cpu;
@@ -395,6 +399,11 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 		fr_tune_get(s->comms[r], &t);
 		t.alpha_us = p->link_lat_ns / 1e3;
 		t.beta_ns = 8.0 / p->link_gbps;
+		t.local_alpha_us = p->shm_lat_ns / 1e3;
+		t.local_beta_ns = 8.0 / p->shm_gbps;
+		t.copy_ns = 0;
+		for (int d = 0; d < FR_DTYPE_COUNT; d++)
+			t.gamma_ns[d] = 0;
 		if (s->cpu_on) {
 			t.alpha_us += (u->send_ns + u->recv_ns) / 1e3;
 			t.beta_ns += (u->send_GBps > 0 ? 1 / u->send_GBps : 0) +

@@ -643,6 +643,11 @@ static void test_node_local_steps(void **state)
 		fabs(fr_algo_predict_us(&comm, FR_ALGO_RING, FR_COLL_ALLREDUCE,
 					16u << 20, FR_F32) -
 		     (2 + 2 * (p - 1) * hop16)) < 1e-6);
+	/* reduce-scatter: p - 1 of the same steps, 16 KiB each */
+	assert_true(fabs(fr_algo_predict_us(&comm, FR_ALGO_RING,
+					    FR_COLL_REDUCE_SCATTER, 16u << 20,
+					    FR_F32) -
+			 (2 + (p - 1) * hop16)) < 1e-6);
 	for (size_t i = 0; i < sizeof(best) / sizeof(best[0]); i++) {
 		const struct fr_algo *a =
 			choose(FR_COLL_ALLREDUCE, best[i].bytes / 4, FR_F32, 0);

@@ -614,52 +614,6 @@ static double bruck_grid_us(const struct fr_comm *comm, double n)
 }
 
 /*
- * Reduce-scatter and all-gather of N bytes (all n blocks): the flat ring
- * sends (p-1)/p N over the link per ring crossing of our node; the
- * hierarchical ones (hier_rsag.c) send (m-1)/m N over it in m-1 steps (or
- * the sum of the grid's dimensions less one, hier_net_steps), spread over
- * the node's k ranks, after (before) (k-1)/k N within the node in k-1
- * steps, every byte copied in and out of the mailboxes and the node's own
- * traffic costing a copy too (as for the All-Reduce, below):
- *   hier RS/AG  (k-1 + m-1 + 1) alpha + (m-1)/m N beta
- *               + ((k-1)/k + (m-1)/(m k)) N (2c (+ gamma for RS))
- *               + (k-1)/k N c
- * On a grid the uplinks' bytes are a floor under the link term, half the
- * All-Reduce's (one way, not there and back): hier's each level's share
- * of what it holds, the ring's its crossings of the groups.
- */
-static double hier_rsag_us(const struct fr_comm *comm, int id,
-			   enum fr_coll coll, double flat_us, double n,
-			   fr_dtype_t dtype)
-{
-	const struct fr_tune *t = &comm->algo.tune;
-	double b = t->beta_ns * 1e-3, c = t->copy_ns * 1e-3;
-	double g =
-		coll == FR_COLL_REDUCE_SCATTER
-			? t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3
-			: 0;
-	double k = comm->topo.nlocal, m = comm->topo.nnodes, p = comm->nranks;
-	double moved = (k - 1) / k + (m - 1) / (m * k);
-
-	if (id == FR_ALGO_HIER)
-		return (k - 1 + hier_net_steps(comm) + 1) * t->alpha_us +
-		       fmax((m - 1) / m * n * b, hier_grid_us(comm, n) / 2) +
-		       moved * n * (2 * c + g) + (k - 1) / k * n * c;
-	/* Bruck's steps pair ranks 2^k apart, on other nodes but for the
-	 * first lg k where a node's ranks are consecutive: counted as all
-	 * of the node's k ranks sending through its link at once */
-	if (id == FR_ALGO_BRUCK && flat_us >= 0)
-		return flat_us +
-		       fmax((k - 1) * (p - 1) / p * n * b,
-			    bruck_grid_us(comm, n) - (p - 1) / p * n * b);
-	if (flat_us < 0 || id != FR_ALGO_RING)
-		return flat_us;
-	return flat_us +
-	       fmax((comm->topo.ring_crossings - 1) * (p - 1) / p * n * b,
-		    ring_grid_us(comm, n) / 2 - (p - 1) / p * n * b);
-}
-
-/*
  * The node's own steps.  Where a message between two ranks of one node
  * costs less than one across the network, the tune file says so
  * (<transport>.local_alpha_us and local_beta_ns: the mixed transports'
@@ -688,8 +642,9 @@ static double local_b(const struct fr_tune *t)
 
 /*
  * The ring's steps where its hops differ (local_known): step s at a rank
- * waits for step s - 1 at the rank before it, so the 2 (p-1) steps walk
- * back round the ring, and what they take adds up along it.  A fraction x
+ * waits for step s - 1 at the rank before it, so the steps (2 (p-1) for
+ * All-Reduce, p - 1 for reduce-scatter and all-gather, of n/p bytes each)
+ * walk back round the ring, and what they take adds up along it.  A fraction x
  * of its hops leave the node (nnodes ring_crossings / p), at alpha + sg
  * beta for a segment of sg bytes; the rest stay, at local_alpha + sg
  * local_beta.  A step's own bytes (n/p) also pass through its link one
@@ -701,7 +656,7 @@ static double local_b(const struct fr_tune *t)
  * stands (fr_algo_predict_us: validated on network namespaces, where most
  * of alpha is the CPUs' own work, which does not overlap the wire).
  */
-static double ring_path_us(const struct fr_comm *comm, double n)
+static double ring_path_us(const struct fr_comm *comm, double n, double steps)
 {
 	const struct fr_tune *t = &comm->algo.tune;
 	double p = comm->nranks, s = n / p;
@@ -711,7 +666,58 @@ static double ring_path_us(const struct fr_comm *comm, double n)
 		     (1 - x) * (local_a(t) + sg * local_b(t));
 	double link = comm->topo.ring_crossings * s * t->beta_ns * 1e-3;
 
-	return 2 * (p - 1) * fmax(hop, link);
+	return steps * fmax(hop, link);
+}
+
+/*
+ * Reduce-scatter and all-gather of N bytes (all n blocks): the flat ring
+ * sends (p-1)/p N over the link per ring crossing of our node; the
+ * hierarchical ones (hier_rsag.c) send (m-1)/m N over it in m-1 steps (or
+ * the sum of the grid's dimensions less one, hier_net_steps), spread over
+ * the node's k ranks, after (before) (k-1)/k N within the node in k-1
+ * steps, every byte copied in and out of the mailboxes and the node's own
+ * traffic costing a copy too (as for the All-Reduce, below):
+ *   hier RS/AG  (k-1 + m-1 + 1) alpha + (m-1)/m N beta
+ *               + ((k-1)/k + (m-1)/(m k)) N (2c (+ gamma for RS))
+ *               + (k-1)/k N c
+ * On a grid the uplinks' bytes are a floor under the link term, half the
+ * All-Reduce's (one way, not there and back): hier's each level's share
+ * of what it holds, the ring's its crossings of the groups.
+ */
+static double hier_rsag_us(const struct fr_comm *comm, int id,
+			   enum fr_coll coll, double flat_us, double n,
+			   fr_dtype_t dtype)
+{
+	const struct fr_tune *t = &comm->algo.tune;
+	double b = t->beta_ns * 1e-3, c = t->copy_ns * 1e-3;
+	double g =
+		coll == FR_COLL_REDUCE_SCATTER
+			? t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3
+			: 0;
+	double k = comm->topo.nlocal, m = comm->topo.nnodes, p = comm->nranks;
+	double moved = (k - 1) / k + (m - 1) / (m * k);
+
+	if (id == FR_ALGO_HIER)
+		return (k - 1) * local_a(t) +
+		       (hier_net_steps(comm) + 1) * t->alpha_us +
+		       fmax((m - 1) / m * n * b, hier_grid_us(comm, n) / 2) +
+		       moved * n * (2 * c + g) + (k - 1) / k * n * c;
+	/* Bruck's steps pair ranks 2^k apart, on other nodes but for the
+	 * first lg k where a node's ranks are consecutive: counted as all
+	 * of the node's k ranks sending through its link at once */
+	if (id == FR_ALGO_BRUCK && flat_us >= 0)
+		return flat_us +
+		       fmax((k - 1) * (p - 1) / p * n * b,
+			    bruck_grid_us(comm, n) - (p - 1) / p * n * b);
+	if (flat_us < 0 || id != FR_ALGO_RING)
+		return flat_us;
+	if (local_known(t))
+		return flat_us - (p - 1) * t->alpha_us - (p - 1) / p * n * b +
+		       fmax(ring_path_us(comm, n, p - 1),
+			    ring_grid_us(comm, n) / 2);
+	return flat_us +
+	       fmax((comm->topo.ring_crossings - 1) * (p - 1) / p * n * b,
+		    ring_grid_us(comm, n) / 2 - (p - 1) / p * n * b);
 }
 
 /*
@@ -830,7 +836,8 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 
 		if (local_known(t))
 			return us - one - 2 * (comm->nranks - 1) * t->alpha_us +
-			       fmax(ring_path_us(comm, n),
+			       fmax(ring_path_us(comm, n,
+						 2 * (comm->nranks - 1.0)),
 				    ring_grid_us(comm, n));
 		return us - one +
 		       fmax(comm->topo.ring_crossings * one,

@@ -652,9 +652,10 @@ static double local_b(const struct fr_tune *t)
  * once: a step takes the longer of the two.  fr_sim on 1,024 ranks (128
  * nodes of 8, 2 us and 100 Gbit/s, 0.5 us and 200 within a node) ran it
  * in 1,407.6 us at 8 B, where 2 (p-1) alpha said 4,094, and 2,917.7 at 16
- * MiB, which this says to 0.1 %; with one kind of hop the plain model
- * stands (fr_algo_predict_us: validated on network namespaces, where most
- * of alpha is the CPUs' own work, which does not overlap the wire).
+ * MiB, which this says to 0.1 %.  With one kind of hop the plain model
+ * stands, latency and bytes added: fr_sim is nearer that than the longer
+ * of the two there (25 MiB on 8 ranks, one a node, 384 Gbit/s and 73 us:
+ * the ring 1,877.9 us, the sum 2,053, the longer 1,098).
  */
 static double ring_path_us(const struct fr_comm *comm, double n, double steps)
 {

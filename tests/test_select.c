@@ -660,10 +660,12 @@ static void test_node_local_steps(void **state)
 	assert_true(fabs(fr_algo_predict_us(&comm, FR_ALGO_RD,
 					    FR_COLL_ALLREDUCE, 8, FR_F32) -
 			 (7 * 2 + 3 * 0.5)) < 0.05);
-	/* one rank per node: no hop stays, the plain model */
-	layout(1024, 1, true);
+	/* every hop leaves its node (a ring that takes each node's ranks
+	 * in turn): one kind of hop, the plain model, as unset */
+	comm.topo.ring_crossings = 8;
 	plain = fr_algo_predict_us(&comm, FR_ALGO_RING, FR_COLL_ALLREDUCE,
 				   16u << 20, FR_F32);
+	assert_true(plain > 2 * (p - 1) * 2);
 	t->local_alpha_us = t->local_beta_ns = 0;
 	assert_true(fr_algo_predict_us(&comm, FR_ALGO_RING, FR_COLL_ALLREDUCE,
 				       16u << 20, FR_F32) == plain);
@@ -953,6 +955,17 @@ static void test_tune_file(void **state)
 	assert_true(comm.algo.tune.copy_ns == 0.5);
 	assert_true(comm.algo.tune.local_alpha_us == 0.75);
 	assert_true(comm.algo.tune.local_beta_ns == 0.125);
+	/* each in the hash on its own */
+	{
+		struct fr_tune x = comm.algo.tune;
+		uint32_t hx = fr_tune_hash(&x);
+
+		x.local_alpha_us = 0.5;
+		assert_int_not_equal(fr_tune_hash(&x), hx);
+		x.local_alpha_us = comm.algo.tune.local_alpha_us;
+		x.local_beta_ns = 0.5;
+		assert_int_not_equal(fr_tune_hash(&x), hx);
+	}
 	/* no msg_us in the file: 2.5 times its alpha, as built in */
 	assert_true(comm.algo.tune.msg_us == 31.25);
 	assert_true(comm.algo.tune.gamma_ns[FR_BF16] == 0.75);

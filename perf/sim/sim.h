@@ -223,7 +223,10 @@ struct sim {
  * The cost model of every rank is told the network and the CPUs as
  * fr_tune would measure them: alpha the latency between two nodes plus
  * a message's send and receive work, beta the wire's and the CPUs' time
- * per byte, gamma the reduction's (where the CPU model sets them).
+ * per byte, gamma the reduction's (0 without the CPU model's reduce
+ * rate), local_alpha_us and local_beta_ns a write within a node
+ * (shm_lat_ns, shm_gbps), copy_ns 0 (the algorithms' own copies are not
+ * charged, above).
  */
 int sim_open(struct sim *s, const struct sim_net_params *p,
 	     const struct sim_cpu_params *cpu, const fr_config_t *cfg,

@@ -41,8 +41,8 @@ struct fr_tune {
 	double copy_ns;	 /* per byte copied through a mailbox */
 	/* between two ranks of one node, where that is cheaper than the
 	 * network (the mixed transports' shared memory): a message step's
-	 * latency and a byte's write; 0: alpha_us and beta_ns, as for any
-	 * peer (select.c, "the node's own steps") */
+	 * latency and a byte's write; 0: unset, such a step costs what it
+	 * did before (select.c, "the node's own steps") */
 	double local_alpha_us;
 	double local_beta_ns;
 	/* a rank's own work per message step (a send and a receive, no wire

@@ -85,6 +85,7 @@ static int parse_double(const char *s, double *out)
  * The tune file (fr_tune(1) writes it; fastreduce(7) documents it): lines
  * "key = value", '#' comments.  Keys: <transport>.alpha_us,
  * <transport>.beta_ns, <transport>.copy_ns, <transport>.msg_us,
+ * <transport>.local_alpha_us, <transport>.local_beta_ns (0: unset),
  * <transport>.grid_beta_ns.<d> (1 to FR_TOPO_MAX_DIMS - 1),
  * gamma_ns.<dtype>.  Keys for
  * other transports are skipped; unknown keys are warned about.
@@ -621,11 +622,23 @@ static double bruck_grid_us(const struct fr_comm *comm, double n)
  * steps that stay on the node cost that: Rabenseifner's and recursive
  * doubling's whose pairs share a node (hc_local_dims), hier's 2 (k-1)
  * within the node, and the ring's hops from a rank to the next on its node
- * (ring_path_us).  Unset (0), such a step costs what any other does.
+ * (ring_path_us).  Unset (0, so a node's latency of exactly 0 cannot be
+ * said), a step within the node costs alpha, and a byte of it the
+ * mailbox's copy, as before.  rd and hier take the node's latency only
+ * (their bytes stay as they were).
  */
 static bool local_known(const struct fr_tune *t)
 {
 	return t->local_alpha_us > 0 || t->local_beta_ns > 0;
+}
+
+/* the ring's hops differ: some stay on a node, and the node's cost is
+ * known (ring_path_us) */
+static bool ring_hops_differ(const struct fr_comm *comm)
+{
+	return local_known(&comm->algo.tune) &&
+	       (double)comm->topo.nnodes * comm->topo.ring_crossings <
+		       comm->nranks;
 }
 
 static double local_a(const struct fr_tune *t)
@@ -641,7 +654,7 @@ static double local_b(const struct fr_tune *t)
 }
 
 /*
- * The ring's steps where its hops differ (local_known): step s at a rank
+ * The ring's steps where its hops differ (ring_hops_differ): step s at a rank
  * waits for step s - 1 at the rank before it, so the steps (2 (p-1) for
  * All-Reduce, p - 1 for reduce-scatter and all-gather, of n/p bytes each)
  * walk back round the ring, and what they take adds up along it.  A fraction x
@@ -699,8 +712,8 @@ static double hier_rsag_us(const struct fr_comm *comm, int id,
 	double moved = (k - 1) / k + (m - 1) / (m * k);
 
 	if (id == FR_ALGO_HIER)
-		return (k - 1) * local_a(t) +
-		       (hier_net_steps(comm) + 1) * t->alpha_us +
+		return (k - 1 + hier_net_steps(comm) + 1) * t->alpha_us +
+		       (k - 1) * (local_a(t) - t->alpha_us) +
 		       fmax((m - 1) / m * n * b, hier_grid_us(comm, n) / 2) +
 		       moved * n * (2 * c + g) + (k - 1) / k * n * c;
 	/* Bruck's steps pair ranks 2^k apart, on other nodes but for the
@@ -712,7 +725,7 @@ static double hier_rsag_us(const struct fr_comm *comm, int id,
 			    bruck_grid_us(comm, n) - (p - 1) / p * n * b);
 	if (flat_us < 0 || id != FR_ALGO_RING)
 		return flat_us;
-	if (local_known(t))
+	if (ring_hops_differ(comm))
 		return flat_us - (p - 1) * t->alpha_us - (p - 1) / p * n * b +
 		       fmax(ring_path_us(comm, n, p - 1),
 			    ring_grid_us(comm, n) / 2);
@@ -816,8 +829,8 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 		 * a copy in and a copy out on top of the wire; each level
 		 * takes the lanes one after another, so the steps above
 		 * the node (the longer rings) count once a lane */
-		return 2 * (k - 1) * local_a(t) +
-		       (net_steps + 1) * t->alpha_us +
+		return (2 * (k - 1) + net_steps + 1) * t->alpha_us +
+		       2 * (k - 1) * (local_a(t) - t->alpha_us) +
 		       fmax(net_steps * mbx_stream_us(t->alpha_us, k * b,
 						      fr_msg_payload_max(comm),
 						      chunk),
@@ -835,7 +848,7 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 	if (id == FR_ALGO_RING) {
 		double one = 2 * (comm->nranks - 1.0) / comm->nranks * n * b;
 
-		if (local_known(t))
+		if (ring_hops_differ(comm))
 			return us - one - 2 * (comm->nranks - 1) * t->alpha_us +
 			       fmax(ring_path_us(comm, n,
 						 2 * (comm->nranks - 1.0)),

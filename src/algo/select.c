@@ -627,16 +627,13 @@ static double bruck_grid_us(const struct fr_comm *comm, double n)
  * mailbox's copy, as before.  rd and hier take the node's latency only
  * (their bytes stay as they were).
  */
-static bool local_known(const struct fr_tune *t)
-{
-	return t->local_alpha_us > 0 || t->local_beta_ns > 0;
-}
-
-/* the ring's hops differ: some stay on a node, and the node's cost is
- * known (ring_path_us) */
+/* the ring's hops differ: the node's cost is known, and some hops stay on
+ * a node (ring_path_us) */
 static bool ring_hops_differ(const struct fr_comm *comm)
 {
-	return local_known(&comm->algo.tune) &&
+	const struct fr_tune *t = &comm->algo.tune;
+
+	return (t->local_alpha_us > 0 || t->local_beta_ns > 0) &&
 	       (double)comm->topo.nnodes * comm->topo.ring_crossings <
 		       comm->nranks;
 }
@@ -675,7 +672,8 @@ static double ring_path_us(const struct fr_comm *comm, double n, double steps)
 	const struct fr_tune *t = &comm->algo.tune;
 	double p = comm->nranks, s = n / p;
 	double sg = fmin(s, (double)comm->algo.segment_bytes);
-	double x = fmin(1, comm->topo.nnodes * comm->topo.ring_crossings / p);
+	/* below 1: ring_hops_differ */
+	double x = comm->topo.nnodes * comm->topo.ring_crossings / p;
 	double hop = x * (t->alpha_us + sg * t->beta_ns * 1e-3) +
 		     (1 - x) * (local_a(t) + sg * local_b(t));
 	double link = comm->topo.ring_crossings * s * t->beta_ns * 1e-3;

@@ -248,6 +248,36 @@ sim_table() {
 	"$B/fr_sim" -n 4x >/dev/null 2>&1
 	[ $? -eq 2 ] || { echo "fr_sim -n 4x: not refused"; return 1; }
 }
+# validate_netns.sh --measured: no namespaces, no root; the table from a
+# kept run's measured times and calibration: a row at the simulated time
+# is 1.00 and within, one at half of it 2.00 and off; what is missing is
+# refused
+validate_measured() {
+	local d v sim out
+	v="$(dirname "$0")/../perf/sim/validate_netns.sh"
+	d=$(mktemp -d) || return 1
+	printf 'rate 10gbit\ndelay_ms 0\ncores 2\nmsg_rate_Mpps 0.17\nlat_us 11.2\nlat_nospin_us 18.6\nbw_unshaped_GBps 3\nreduce_GBps 32\n' >"$d/calibration.txt"
+	m() { printf '%s,0,f32,sum,0,0,0,0,0,%s,0,0,,%s,allreduce,\n' "$@"; }
+	{ m 8 1000 ring; m 65536 1000 ring; } >"$d/m.3.ring"
+	out=$("$v" --measured "$d" --ranks 3 --algos ring --sizes "8 65536" --build "$B" --out "$d/o1" 2>&1) ||
+		{ echo "$out"; rm -rf "$d"; return 1; }
+	sim=$(echo "$out" | awk -F' *[|] *' '$2 == 3 && $3 == 8 { print $7 }')
+	[[ -n $sim && $sim != 0.0 ]] || { echo "$out"; rm -rf "$d"; return 1; }
+	{ m 8 "$sim" ring
+	  m 65536 "$(echo "$out" | awk -F' *[|] *' '$2 == 3 && $3 == 65536 { print $7 / 2 }')" ring; } >"$d/m.3.ring"
+	out=$("$v" --measured "$d" --ranks 3 --algos ring --sizes "8 65536" --build "$B" --out "$d/o2" 2>&1) ||
+		{ echo "$out"; rm -rf "$d"; return 1; }
+	echo "$out" | grep -Eq '^[|] 3 [|] 8 [|] ring [|] .* [|] 1[.]00 [|]$' &&
+		echo "$out" | grep -Eq '^[|] 3 [|] 65536 [|] ring [|] .* [|] 2[.]00 [(]off[)] [|]$' &&
+		echo "$out" | grep -q '^# within 15 %: 1 of 2' ||
+		{ echo "$out"; rm -rf "$d"; return 1; }
+	"$v" --measured "$d" --ranks 4 --algos ring --build "$B" >/dev/null 2>&1
+	[ $? -eq 2 ] || { echo "no m.4.ring: not refused"; rm -rf "$d"; return 1; }
+	rm "$d/calibration.txt"
+	"$v" --measured "$d" --ranks 3 --algos ring --build "$B" >/dev/null 2>&1
+	[ $? -eq 2 ] || { echo "no calibration.txt: not refused"; rm -rf "$d"; return 1; }
+	rm -rf "$d"
+}
 run "fr_tune writes a tune file that FR_TUNE_FILE reads" tune
 run "fr_tune measures the grid's uplink (FR_TOPO=2x2)" tune_grid
 run "fr_allreduce_perf every dtype, 3 ranks" allreduce_table
@@ -258,6 +288,7 @@ run "fr_transport_perf bw + lat" transport_perf
 run "fr_reduce_perf" reduce_perf
 run "fr_allreduce_perf -Z / --ef / --overlap-ms" compress_overlap
 run "fr_sim: every algorithm, repeatable, errors" sim_table
+run "validate_netns.sh --measured: the table again, no namespaces" validate_measured
 if command -v "${CC:-cc}" >/dev/null && command -v taskset >/dev/null &&
 	[ "$(nproc)" -ge 2 ]; then
 	run "compare.sh's core-to-core probe (perf/bench/c2c_rtt.c)" c2c_probe

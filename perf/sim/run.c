@@ -62,17 +62,30 @@ static uint64_t cpu_ns(double ns, size_t len, double GBps)
 }
 
 /*
- * Rank r's CPU does work of t ns from the later of now and its last; on
+ * Rank r's CPU does work of t ns from the later of `from` and its last; on
  * shared cores, also once a core is free: the core it still spins on, else
  * the one that became free last before then, or else the one free soonest
  * (so that the cores free early stay so for work that comes at an earlier
  * time).  After the work the rank spins on its core for spin_ns, waiting
- * for more: nobody else has the core until then.
+ * for more: nobody else has the core until then.  The library yields the
+ * core while it spins (util.h, fr_spin_turn), but the kernel does not give
+ * it away for that: 8 bytes between two ranks over TCP took 81 us a call
+ * with both pinned to one core against 13 us on two, and 40 us with no
+ * spin (FR_SPIN_US=0), so a spinner keeps its core until it sleeps.
+ * Except where a stream's bytes (SIM_CHUNK or more) are on their way to
+ * the spinner: it will work on them, not sleep, and the kernel shares a
+ * core between two ranks with work by time slices, losing nothing (a
+ * stream of 32 KiB writes between two ranks pinned to one core ran at
+ * 2.6 GB/s, the core's speed).  Then the core is free for others at the
+ * end of the spinner's work.
+ * `from` may be before now where the work streamed in (recv_take): the
+ * rank's CPU and the core were idle since they were last free, and
+ * nothing else has been put there meanwhile.
  */
-static void cpu_take(struct sim *s, int r, uint64_t t)
+static void cpu_take_from(struct sim *s, int r, uint64_t t, uint64_t from)
 {
-	uint64_t start = max64(s->cpu_free[r], s->clk.now), *core;
-	int c = s->cpu.cores, pick = -1;
+	uint64_t start = max64(s->cpu_free[r], from), *core, at, best;
+	int c = s->cpu.cores, pick = -1, *owner, mine;
 	size_t base;
 
 	if (!t) /* a term of 0 costs nothing, not even a core */
@@ -83,26 +96,67 @@ static void cpu_take(struct sim *s, int r, uint64_t t)
 					: r / s->net.p.ranks_per_node) *
 		       (size_t)c;
 		core = s->core_free + base;
-		if (s->rank_core[r] >= 0 &&
-		    s->core_rank[base + s->rank_core[r]] == r &&
-		    core[s->rank_core[r]] >= start)
-			pick = s->rank_core[r]; /* still spinning on it */
+		owner = s->core_rank + base;
+		mine = s->rank_core[r];
+		/* when core i is free for r: at the end of its last work,
+		 * plus its spinner's spin, unless r is the spinner or a
+		 * stream's bytes are on their way to the spinner (above) */
+#define CORE_AT(i)                                                            \
+	(core[i] +                                                            \
+	 (owner[i] < 0 || owner[i] == r || s->inflight[owner[i]] >= SIM_CHUNK \
+		  ? 0                                                         \
+		  : (uint64_t)s->cpu.spin_ns))
+		if (mine >= 0 && owner[mine] == r && core[mine] <= start)
+			pick = mine; /* still spinning on it */
 		for (int i = 0; pick < 0 && i < c; i++)
-			if (core[i] <= start &&
-			    (pick < 0 || core[i] > core[pick]))
+			if (CORE_AT(i) <= start &&
+			    (pick < 0 || CORE_AT(i) > CORE_AT(pick)))
 				pick = i;
 		if (pick < 0) {
-			pick = 0;
-			for (int i = 1; i < c; i++)
-				if (core[i] < core[pick])
+			best = UINT64_MAX;
+			for (int i = 0; i < c; i++) {
+				at = CORE_AT(i);
+				if (at < best) {
+					best = at;
 					pick = i;
-			start = core[pick];
+				}
+			}
+			start = best;
 		}
-		core[pick] = start + t + (uint64_t)s->cpu.spin_ns;
-		s->core_rank[base + pick] = r;
+#undef CORE_AT
+		core[pick] = start + t;
+		owner[pick] = r;
 		s->rank_core[r] = pick;
 	}
 	s->cpu_free[r] = start + t;
+}
+
+static void cpu_take(struct sim *s, int r, uint64_t t)
+{
+	cpu_take_from(s, r, t, s->clk.now);
+}
+
+/*
+ * A write from another node taken in by its receiver: recv_ns and its
+ * bytes at recv_GBps.  A stream's bytes are taken in as they come (a
+ * socket's reader gets each chunk as it lands), so the work may start
+ * while the bytes before the last chunk land (e->span before now); it
+ * ends no sooner than the last chunk's share after now.  One that joined
+ * a stream (clk_due) comes in the read of the write before it: no
+ * recv_ns of its own.
+ */
+static void recv_take(struct sim *s, const struct sim_event *e)
+{
+	double fixed = e->joined ? 0 : s->cpu.recv_ns;
+	uint64_t w = cpu_ns(fixed, e->len, s->cpu.recv_GBps);
+	uint64_t tail =
+		cpu_ns(fixed, FR_MIN(e->len, SIM_CHUNK), s->cpu.recv_GBps);
+
+	if (!w)
+		return; /* nothing to do: not even idle time ended */
+	cpu_take_from(s, e->to, w, s->clk.now - e->span);
+	if (s->cpu_free[e->to] < s->clk.now + tail)
+		s->cpu_free[e->to] = s->clk.now + tail;
 }
 
 /* The simulation's one job, for the reduction hook (a process-wide
@@ -146,7 +200,8 @@ static bool ev_less(const struct sim_event *a, const struct sim_event *b)
 }
 
 /* false without memory (the run then fails) */
-static bool ev_push(struct sim *s, uint64_t due, int rank, int to, size_t len)
+static bool ev_push(struct sim *s, uint64_t due, uint64_t span, bool joined,
+		    int rank, int to, size_t len)
 {
 	size_t i;
 
@@ -160,7 +215,11 @@ static bool ev_push(struct sim *s, uint64_t due, int rank, int to, size_t len)
 		s->capev = cap;
 	}
 	i = s->nev++;
+	if (s->inflight)
+		s->inflight[to] += len;
 	s->ev[i] = (struct sim_event){.due = due,
+				      .span = span,
+				      .joined = joined,
 				      .seq = s->seq++,
 				      .rank = rank,
 				      .to = to,
@@ -207,7 +266,8 @@ static struct sim_event ev_pop(struct sim *s)
 static uint64_t clk_due(struct fake_clock *clk, int from, int to, size_t len)
 {
 	struct sim *s = sim_of(clk);
-	uint64_t due, t = clk->now;
+	uint64_t due, span = 0, t = clk->now;
+	bool joined = false;
 
 	if (s->cpu_on && sim_net_same_node(&s->net, from, to)) {
 		/* the copy is this CPU's (a core's) work: the network's copy
@@ -218,14 +278,40 @@ static uint64_t clk_due(struct fake_clock *clk, int from, int to, size_t len)
 		due = sim_net_due(&s->net, s->cpu_free[from] - copy, from, to,
 				  len);
 	} else if (s->cpu_on) {
-		cpu_take(s, from,
-			 cpu_ns(s->cpu.send_ns, len, s->cpu.send_GBps));
-		due = sim_net_due(&s->net, max64(t, s->cpu_free[from]), from,
-				  to, len);
+		/* a stream (TCP's): its first chunk leaves once the sender
+		 * has made it, and the rest goes while the sender makes it;
+		 * the last byte cannot land before the sender is done */
+		struct sim_stream *st = &s->streams[(size_t)from * SIM_STREAMS +
+						    (size_t)to % SIM_STREAMS];
+		double fixed = s->cpu.send_ns;
+		uint64_t w, head, leave;
+
+		/* joins the stream to `to` while an earlier write is still
+		 * on its way: no call of its own on either side */
+		joined = st->to == to + 1 && st->due > t;
+		if (joined)
+			fixed = 0;
+		w = cpu_ns(fixed, len, s->cpu.send_GBps);
+		head = cpu_ns(fixed, FR_MIN(len, SIM_CHUNK), s->cpu.send_GBps);
+		cpu_take(s, from, w);
+		/* (no work at all: it leaves now, as before the model) */
+		leave = w ? s->cpu_free[from] - w + head
+			  : max64(t, s->cpu_free[from]);
+		due = max64(sim_net_due(&s->net, leave, from, to, len),
+			    s->cpu_free[from]);
+		st->to = to + 1;
+		st->due = due;
+		/* the bytes before the last chunk land over this long */
+		span = FR_MIN(
+			due - leave,
+			len > SIM_CHUNK
+				? (uint64_t)ceil((double)(len - SIM_CHUNK) * 8 /
+						 s->net.p.link_gbps)
+				: 0);
 	} else {
 		due = sim_net_due(&s->net, t, from, to, len);
 	}
-	if (!ev_push(s, due, from, to, len))
+	if (!ev_push(s, due, span, joined, from, to, len))
 		s->ev_nomem = true;
 	return due;
 }
@@ -335,16 +421,22 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 			s->core_free = calloc(nc, sizeof(uint64_t));
 			s->core_rank = malloc(nc * sizeof(int));
 			s->rank_core = malloc((size_t)s->n * sizeof(int));
+			s->inflight = calloc((size_t)s->n, sizeof(size_t));
 			if (s->core_rank && s->rank_core) {
 				memset(s->core_rank, 0xff, nc * sizeof(int));
 				memset(s->rank_core, 0xff,
 				       (size_t)s->n * sizeof(int));
 			}
 		}
+		if (s->cpu_on)
+			s->streams = calloc((size_t)s->n * SIM_STREAMS,
+					    sizeof(*s->streams));
 	}
 	if (!s->comms || !s->runq || !s->queued || !s->cpu_free ||
+	    (s->cpu_on && !s->streams) ||
 	    (s->cpu_on && s->cpu.cores &&
-	     (!s->core_free || !s->core_rank || !s->rank_core))) {
+	     (!s->core_free || !s->core_rank || !s->rank_core ||
+	      !s->inflight))) {
 		rc = FR_ENOMEM;
 		snprintf(s->err, sizeof(s->err), "out of memory for %d ranks",
 			 s->n);
@@ -424,6 +516,8 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 err_job:
 	fake_tp_clock(NULL);
 err_alloc:
+	free(s->streams);
+	free(s->inflight);
 	free(s->rank_core);
 	free(s->core_rank);
 	free(s->core_free);
@@ -448,6 +542,8 @@ void sim_close(struct sim *s)
 	fr_reduce_set_hook(NULL);
 	fr_comm_destroy_local(s->n, s->comms);
 	free(s->ev);
+	free(s->streams);
+	free(s->inflight);
 	free(s->rank_core);
 	free(s->core_rank);
 	free(s->core_free);
@@ -569,6 +665,9 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 		do {
 			struct sim_event e = ev_pop(s);
 
+			if (s->inflight)
+				s->inflight[e.to] -= e.len;
+
 			s->events++;
 			s->clk.now = e.due;
 			/* the receiver takes it in when it lands, woken
@@ -580,9 +679,7 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 				cpu_take(s, e.to, cpu_ns(s->cpu.wake_ns, 0, 0));
 			if (s->cpu_on &&
 			    !sim_net_same_node(&s->net, e.rank, e.to))
-				cpu_take(s, e.to,
-					 cpu_ns(s->cpu.recv_ns, e.len,
-						s->cpu.recv_GBps));
+				recv_take(s, &e);
 			runq_push(s, e.rank);
 		} while (s->nev && s->ev[0].due == s->clk.now);
 	}

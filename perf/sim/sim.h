@@ -132,9 +132,13 @@ void sim_net_describe(const struct sim_net_params *p, char *buf, size_t len);
  * Each rank's CPU does one thing at a time: cpu_free[r], in virtual time,
  * says when it is next free.  What takes its time:
  *   - a reduction: the bytes it makes at reduce_GBps (gigabytes/s);
- *   - a write to another node: send_ns plus its bytes at send_GBps, before
- *     it leaves; one from another node: recv_ns plus its bytes at
- *     recv_GBps, from when it lands;
+ *   - a write to another node: send_ns plus its bytes at send_GBps; one
+ *     from another node: recv_ns plus its bytes at recv_GBps.  A write
+ *     streams, as over TCP: its first SIM_CHUNK bytes leave once the
+ *     sender has made them, the rest while it makes them, and the
+ *     receiver takes each chunk in as it lands, so that a large write
+ *     costs the slowest of the three (sender, wire, receiver) and not
+ *     their sum;
  *   - a write within the node: the copy (the network's, at shm_gbps) is
  *     the sender's own work.
  *   - waking up: wake_ns when a write lands for a rank whose CPU has been
@@ -151,8 +155,24 @@ void sim_net_describe(const struct sim_net_params *p, char *buf, size_t len);
  * takes the core free soonest, in the order the work comes (a core taken
  * up to a later time is not lent back for the gap before).  A rank spins
  * on its core for spin_ns after its work, waiting for more, as the
- * library polls before it sleeps: the core is nobody else's meanwhile.
+ * library polls before it sleeps: the core is nobody else's meanwhile
+ * (run.c, cpu_take_from, says why).
  */
+#define SIM_CHUNK 65536 /* a stream's unit of work: a socket read's */
+/*
+ * A write to a peer that an earlier one to it is still on its way to
+ * joins its stream: it leaves in the same call (the TCP transport sends
+ * what is queued in one sendmsg() and reads what has come in one readv()),
+ * so neither side pays send_ns or recv_ns for it.  Each rank remembers
+ * SIM_STREAMS peers' streams (by peer, modulo): a job of more peers than
+ * that at once pays for some calls it would not.
+ */
+#define SIM_STREAMS 8
+struct sim_stream {
+	int to;	      /* + 1: 0 is none */
+	uint64_t due; /* its last write lands then */
+};
+
 struct sim_cpu_params {
 	double reduce_GBps;
 	double send_ns, send_GBps;
@@ -166,6 +186,9 @@ struct sim_cpu_params {
 
 struct sim_event {
 	uint64_t due, seq;
+	uint64_t span; /* a stream's: its bytes before the last chunk land
+			* over this long before due (CPU model only) */
+	bool joined;   /* joined a stream: no call of its own (CPU model) */
 	int rank; /* the writer, whose poll lands it */
 	int to;	  /* its receiver, whose CPU takes it in */
 	size_t len;
@@ -194,6 +217,8 @@ struct sim {
 			      * when another rank may have it */
 	int *core_rank;	     /* the rank that last worked on each core */
 	int *rank_core;	   /* the core each rank last worked on, in its pool */
+	struct sim_stream *streams; /* SIM_STREAMS per rank (CPU model) */
+	size_t *inflight;  /* bytes on their way to each rank (shared cores) */
 	int cur;	   /* the rank running now, whose CPU reduces */
 	fr_reduce_fn real; /* the collective's kernel, under the hook */
 	size_t esize;

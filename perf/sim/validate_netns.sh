@@ -18,6 +18,12 @@
 #                       fr_reduce_perf and fr_sim are (default build/)
 #   --cpu "OPTS"        fr_sim's CPU options, instead of calibrating them
 #   --out DIR           keep every output there (default a temporary one)
+#   --measured DIR      no measuring: simulate again against the measured
+#                       times and calibration an earlier run kept in DIR
+#                       (its --out), with this fr_sim (a change to the
+#                       model checked in seconds); --rate and --delay-ms
+#                       are taken from DIR, --cpu still overrides
+#   --sim-opts "OPTS"   more fr_sim options, after the calibrated ones
 #
 # Calibration (before the runs, from measurements that are not the
 # collectives compared):
@@ -45,6 +51,7 @@ set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 RANKS_LIST="4 8 16" RATE=1gbit DELAY_MS=0 ALGOS="ring rd rabenseifner oneshot auto"
 SIZES="8 65536 1048576 16777216" ITERS=10 BUILD=$top/build CPU_OPTS="" OUT=""
+MEASURED="" SIM_OPTS=""
 usage() { awk 'NR > 2 && /^#/ { sub(/^# ?/, ""); print; next } NR > 2 { exit }' "$0"; exit 2; }
 while (($#)); do
 	case "$1" in
@@ -57,6 +64,8 @@ while (($#)); do
 	--build) BUILD=$(cd "$2" && pwd); shift 2 ;;
 	--cpu) CPU_OPTS=$2; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
+	--measured) MEASURED=$(cd "$2" && pwd) || exit 2; shift 2 ;;
+	--sim-opts) SIM_OPTS=$2; shift 2 ;;
 	-h | --help) usage ;;
 	*) echo "validate_netns.sh: unknown option $1" >&2; usage ;;
 	esac
@@ -64,7 +73,15 @@ done
 for t in fr_allreduce_perf fr_transport_perf fr_reduce_perf fr_sim; do
 	[[ -x "$BUILD/$t" ]] || { echo "validate_netns.sh: no $BUILD/$t (make first)" >&2; exit 2; }
 done
-[[ $(id -u) == 0 ]] || { echo "validate_netns.sh: needs root (network namespaces)" >&2; exit 2; }
+if [[ -n $MEASURED ]]; then
+	[[ -f $MEASURED/calibration.txt ]] ||
+		{ echo "validate_netns.sh: no $MEASURED/calibration.txt (not an --out of this script)" >&2; exit 2; }
+	RATE=$(awk '$1 == "rate" { print $2 }' "$MEASURED/calibration.txt")
+	DELAY_MS=$(awk '$1 == "delay_ms" { print $2 }' "$MEASURED/calibration.txt")
+	[[ -n $RATE && -n $DELAY_MS ]] ||
+		{ echo "validate_netns.sh: $MEASURED/calibration.txt names no rate or delay" >&2; exit 2; }
+fi
+[[ -n $MEASURED || $(id -u) == 0 ]] || { echo "validate_netns.sh: needs root (network namespaces)" >&2; exit 2; }
 . "$top/perf/bench/netns.sh"
 BENCH_NS_PREFIX=frval_
 OUT=${OUT:-$(mktemp -d /tmp/frval.XXXXXX)}
@@ -93,7 +110,7 @@ tp() {
 }
 
 calibrate() {
-	local lat lat0 bw red wire msg wake rate
+	local lat lat0 bw red rate
 	ns_setup 2 "$RATE" "$DELAY_US" both "$OUT" >/dev/null 2>&1 || { log "netns setup failed"; exit 1; }
 	# CSV: test,bytes,iterations,bw_peak,bw_avg_GBps,bw_avg_Gbps,
 	# msg_rate_Mpps,lat_min,lat_median
@@ -107,18 +124,36 @@ calibrate() {
 	red=$("$BUILD/fr_reduce_perf" -d f32 -o sum -b 1M -e 1M --csv |
 		awk -F, '$1 == 1048576 { printf "%.3f", $5 / 3 }')
 	# (no more than half the one-way latency each: that is all there is)
-	msg=$(awk -v r="$rate" -v l="$lat" 'BEGIN { m = r > 0 ? 1 / r : 0; if (m > l / 2) m = l / 2; printf "%.2f", m }')
-	wire=$(awk -v l="$lat" -v m="$msg" 'BEGIN { w = l - 2 * m; if (w < 0) w = 0; printf "%.2f", w }')
-	wake=$(awk -v a="$lat0" -v b="$lat" 'BEGIN { w = a - b; if (w < 0) w = 0; printf "%.2f", w }')
 	log "calibration: 8 B one-way $lat us (no polling $lat0), $rate M messages/s; unshaped $bw GB/s; reduce $red GB/s"
 	{
+		echo "rate $RATE"
+		echo "delay_ms $DELAY_MS"
+		echo "cores $(nproc)"
 		echo "msg_rate_Mpps $rate"
 		echo "lat_us $lat"
 		echo "lat_nospin_us $lat0"
 		echo "bw_unshaped_GBps $bw"
 		echo "reduce_GBps $red"
 	} >"$OUT/calibration.txt"
-	CPU_OPTS="--cpu-reduce-GBps $red --cpu-send-us $msg --cpu-recv-us $msg --cpu-send-GBps $bw --cpu-recv-GBps $bw --cpu-wake-us $wake --cpu-spin-us 50 --cores $(nproc) --cores-job"
+}
+
+# fr_sim's options from a calibration.txt: CPU_OPTS (unless given) and LAT_US
+sim_params() {
+	local f=$1 lat lat0 rate bw red cores msg wire wake
+	if grep -q '^wire_us ' "$f"; then # a run given --cpu: no calibration
+		LAT_US=$(awk '$1 == "wire_us" { print $2 }' "$f")
+		[[ -n $CPU_OPTS ]] || CPU_OPTS=$(sed -n 's/^cpu_opts //p' "$f")
+		return
+	fi
+	read -r lat lat0 rate bw red cores < <(awk '{ v[$1] = $2 } END {
+		print v["lat_us"], v["lat_nospin_us"], v["msg_rate_Mpps"],
+			v["bw_unshaped_GBps"], v["reduce_GBps"], v["cores"] }' "$f")
+	# (no more than half the one-way latency each: that is all there is)
+	msg=$(awk -v r="$rate" -v l="$lat" 'BEGIN { m = r > 0 ? 1 / r : 0; if (m > l / 2) m = l / 2; printf "%.2f", m }')
+	wire=$(awk -v l="$lat" -v m="$msg" 'BEGIN { w = l - 2 * m; if (w < 0) w = 0; printf "%.2f", w }')
+	wake=$(awk -v a="$lat0" -v b="$lat" 'BEGIN { w = a - b; if (w < 0) w = 0; printf "%.2f", w }')
+	[[ -n $CPU_OPTS ]] ||
+		CPU_OPTS="--cpu-reduce-GBps $red --cpu-send-us $msg --cpu-recv-us $msg --cpu-send-GBps $bw --cpu-recv-GBps $bw --cpu-wake-us $wake --cpu-spin-us 50 --cores ${cores:-$(nproc)} --cores-job"
 	LAT_US=$wire
 }
 
@@ -151,35 +186,50 @@ simulate() {
 	algos=$(echo "$ALGOS" | tr ' ' ',')
 	# shellcheck disable=SC2086
 	for s in $SIZES; do
-		"$BUILD/fr_sim" -n "$n" --gbps "$GBPS" --lat-us "$LAT_US" $CPU_OPTS \
+		"$BUILD/fr_sim" -n "$n" --gbps "$GBPS" --lat-us "$LAT_US" $CPU_OPTS $SIM_OPTS \
 			-b "$s" -e "$s" -a "$algos"
 	done >"$out" 2>&1
 }
 
-if [[ -z "$CPU_OPTS" ]]; then
+if [[ -n $MEASURED ]]; then
+	sim_params "$MEASURED/calibration.txt"
+	cp "$MEASURED/calibration.txt" "$OUT/" 2>/dev/null
+elif [[ -z "$CPU_OPTS" ]]; then
 	calibrate
+	sim_params "$OUT/calibration.txt"
 else
 	ns_setup 2 "$RATE" "$DELAY_US" both "$OUT" >/dev/null 2>&1 || exit 1
 	rtt=$(ip netns exec "$(ns_host 0)" ping -c 20 -i 0.05 -q "$(ns_addr 1)" 2>/dev/null |
 		awk -F'[/ ]+' '/^rtt/ { print $7 }')
 	LAT_US=$(awk -v r="$rtt" 'BEGIN { printf "%.2f", r * 1000 / 2 }')
 	ns_teardown
+	# for --measured later: the wire, and the CPU options given
+	printf 'rate %s\ndelay_ms %s\ncores %s\nwire_us %s\ncpu_opts %s\n' "$RATE" \
+		"$DELAY_MS" "$(nproc)" "$LAT_US" "$CPU_OPTS" >"$OUT/calibration.txt"
 fi
-log "fr_sim: --gbps $GBPS --lat-us $LAT_US $CPU_OPTS"
-echo "# validate_netns.sh: rate $RATE, one-way delay $DELAY_MS ms, ranks $RANKS_LIST, TCP, $(nproc) cores"
-echo "# fr_sim --gbps $GBPS --lat-us $LAT_US $CPU_OPTS"
+log "fr_sim: --gbps $GBPS --lat-us $LAT_US $CPU_OPTS $SIM_OPTS"
+echo "# validate_netns.sh: rate $RATE, one-way delay $DELAY_MS ms, ranks $RANKS_LIST, TCP, $(nproc) cores${MEASURED:+, measured times from $MEASURED}"
+echo "# fr_sim --gbps $GBPS --lat-us $LAT_US $CPU_OPTS $SIM_OPTS"
 echo "# measured: fr_allreduce_perf, per call the slowest rank, median over $ITERS calls (3 from 16 MiB)"
 echo
 echo "| ranks | bytes | algo (measured) | measured us | algo (simulated) | simulated us | sim / measured |"
 echo "| ---: | ---: | --- | ---: | --- | ---: | ---: |"
 within=0 total=0
 for n in $RANKS_LIST; do
-	ns_setup "$n" "$RATE" "$DELAY_US" both "$OUT" >/dev/null 2>&1 || { log "netns setup of $n failed"; exit 1; }
-	for a in $ALGOS; do
-		log "n=$n $a: measuring"
-		measure "$n" "$a" "$OUT/m.$n.$a"
-	done
-	ns_teardown
+	if [[ -n $MEASURED ]]; then
+		for a in $ALGOS; do
+			[[ -f $MEASURED/m.$n.$a ]] ||
+				{ log "no $MEASURED/m.$n.$a: not measured there"; exit 2; }
+			[[ $MEASURED -ef $OUT ]] || cp "$MEASURED/m.$n.$a" "$OUT/"
+		done
+	else
+		ns_setup "$n" "$RATE" "$DELAY_US" both "$OUT" >/dev/null 2>&1 || { log "netns setup of $n failed"; exit 1; }
+		for a in $ALGOS; do
+			log "n=$n $a: measuring"
+			measure "$n" "$a" "$OUT/m.$n.$a"
+		done
+		ns_teardown
+	fi
 	log "n=$n: simulating"
 	simulate "$n" "$OUT/s.$n"
 	for a in $ALGOS; do

@@ -432,12 +432,18 @@ static int calibration_phases(struct job *j, struct phase *ph)
 /*
  * The link from the calibration phases: alpha = T_rd / (lg p + 2f), the
  * latency of a message step, as fr_tune measures it; beta from the ring's
- * times under the ring's model (st_ring_us): the beta with which the
- * model gives the sum of the ring's times, each size counted as many
- * times as the step All-Reduces it, so that the sizes that make up the
+ * times as a pipeline, alpha + 2(p-1)/p n beta + gamma's term: the beta
+ * with which that gives the sum of the ring's times, each size counted as
+ * many times as the step All-Reduces it, so that the sizes that make up the
  * step's time decide, and one slow size weighs by its share of the bytes
  * only.  Sizes whose steps are latency-bound say nothing about beta and
- * are left out (a few rounds settle which those are).
+ * are left out (a few rounds settle which those are).  Not the library's
+ * ring model, (2(p-1) + 1) alpha + ..., with which the step is predicted
+ * (st_allreduce_us): where ranks share cores, rd's alpha is inflated (431
+ * us on 8 ranks sharing 2 CPUs at 1 Gbit/s), and the ring's 2(p-1) steps
+ * of it, taken off its times, left a beta below the line's (7.1 ns/B at 1
+ * Gbit/s) and VGG-16's "after" predicted 28 % short; the pipeline's beta
+ * is the line's.
  */
 static void fit_link(struct job *j, const struct phase *ph, int nph)
 {

@@ -69,16 +69,6 @@ size_t st_wire_bytes(int compress, size_t count)
 	return fr_compress_bytes(compress, count);
 }
 
-double st_ring_us(const struct fr_tune *t, int p, double n)
-{
-	double a = t->alpha_us, step = n / p * t->beta_ns * 1e-3;
-
-	if (p <= 1)
-		return 0;
-	return a + 2.0 * (p - 1) * fmax(a, step) +
-	       (double)(p - 1) / p * n * t->gamma_ns[FR_F32] * 1e-3;
-}
-
 double st_allreduce_us(const struct st_link *l, int compress, size_t count,
 		       int *algo)
 {
@@ -120,9 +110,6 @@ double st_allreduce_us(const struct st_link *l, int compress, size_t count,
 		}
 		if (algo)
 			*algo = pick;
-		if (pick == FR_ALGO_RING)
-			return st_ring_us(t, l->nranks,
-					  (double)count * sizeof(float));
 		return fr_model_predict_us(t, l->nranks, l->payload_max, pick,
 					   FR_COLL_ALLREDUCE,
 					   count * sizeof(float), FR_F32);

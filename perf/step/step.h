@@ -135,14 +135,17 @@ struct st_link {
  * p ranks) with the algorithm the library would choose (with l->choose,
  * else l->tune); uncompressed, from l->sim where there is one (its
  * algorithm the library's choice under the simulated link), else:
- *   recursive doubling, Rabenseifner: the library's own model
- *               (fr_model_predict_us);
- *   ring        the library's model but for its latency: the ring
- *               pipelines its 2(p-1) steps, so a step costs its message
- *               latency or its data, whichever is longer, not their sum
- *               (measured: adding them predicts a 1.3 MB bucket 13 % too
- *               long on 8 ranks at 1 Gbit/s):
- *                 T = alpha + 2(p-1) max(alpha, n/p beta) + (p-1)/p n gamma
+ *   ring, recursive doubling, Rabenseifner: the library's own model
+ *               (fr_model_predict_us), with which it chooses; for the
+ *               ring T = (2(p-1) + 1) alpha + 2(p-1)/p n beta
+ *               + (p-1)/p n gamma.  (fr_step once priced the ring as
+ *               pipelined, alpha + 2(p-1) max(alpha, n/p beta): 13 %
+ *               closer for a 1.3 MB bucket on 8 ranks at 1 Gbit/s, where
+ *               alpha is small, but at 73 us fr_sim finds the sum, 25 MiB
+ *               on 8 ranks at 384 Gbit/s taking 1,878 us against 2,047
+ *               by the sum and 1,095 pipelined; and pricing the ring
+ *               apart from the model that chooses it made the choice
+ *               look dearer than the ring it passed over.)
  *   compressed  the compressed ring (src/algo/cring.c), 2(p-1) steps of
  *               one compressed chunk of c = count/p values (w wire bytes,
  *               through the mailbox); a reduce-scatter step encodes,
@@ -157,8 +160,6 @@ double st_allreduce_us(const struct st_link *l, int compress, size_t count,
 		       int *algo);
 /* Wire bytes of count f32 values in a compression format. */
 size_t st_wire_bytes(int compress, size_t count);
-/* The ring's time (us) for n bytes on p ranks under tune t, as above. */
-double st_ring_us(const struct fr_tune *t, int p, double n);
 
 /* What a mode's step costs, all in milliseconds. */
 struct st_result {

@@ -271,10 +271,10 @@ validate_measured() {
 		echo "$out" | grep -Eq '^[|] 3 [|] 65536 [|] ring [|] .* [|] 2[.]00 [(]off[)] [|]$' &&
 		echo "$out" | grep -q '^# within 15 %: 1 of 2' ||
 		{ echo "$out"; rm -rf "$d"; return 1; }
-	"$v" --measured "$d" --ranks 4 --algos ring --build "$B" >/dev/null 2>&1
+	"$v" --measured "$d" --ranks 4 --algos ring --build "$B" --out "$d/o3" >/dev/null 2>&1
 	[ $? -eq 2 ] || { echo "no m.4.ring: not refused"; rm -rf "$d"; return 1; }
 	rm "$d/calibration.txt"
-	"$v" --measured "$d" --ranks 3 --algos ring --build "$B" >/dev/null 2>&1
+	"$v" --measured "$d" --ranks 3 --algos ring --build "$B" --out "$d/o4" >/dev/null 2>&1
 	[ $? -eq 2 ] || { echo "no calibration.txt: not refused"; rm -rf "$d"; return 1; }
 	rm -rf "$d"
 }

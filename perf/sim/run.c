@@ -155,8 +155,21 @@ static void recv_take(struct sim *s, const struct sim_event *e)
 	if (!w)
 		return; /* nothing to do: not even idle time ended */
 	cpu_take_from(s, e->to, w, s->clk.now - e->span);
-	if (s->cpu_free[e->to] < s->clk.now + tail)
+	if (s->cpu_free[e->to] < s->clk.now + tail) {
+		/* busy until its last chunk is in: on its core too */
 		s->cpu_free[e->to] = s->clk.now + tail;
+		if (s->cpu.cores) {
+			int r = e->to, mine = s->rank_core[r];
+			size_t base =
+				(size_t)(s->cpu.cores_job
+						 ? 0
+						 : r / s->net.p.ranks_per_node) *
+				(size_t)s->cpu.cores;
+
+			if (mine >= 0 && s->core_rank[base + mine] == r)
+				s->core_free[base + mine] = s->cpu_free[r];
+		}
+	}
 }
 
 /* The simulation's one job, for the reduction hook (a process-wide
@@ -215,7 +228,7 @@ static bool ev_push(struct sim *s, uint64_t due, uint64_t span, bool joined,
 		s->capev = cap;
 	}
 	i = s->nev++;
-	if (s->inflight)
+	if (s->inflight && !sim_net_same_node(&s->net, rank, to))
 		s->inflight[to] += len;
 	s->ev[i] = (struct sim_event){.due = due,
 				      .span = span,
@@ -288,7 +301,8 @@ static uint64_t clk_due(struct fake_clock *clk, int from, int to, size_t len)
 
 		/* joins the stream to `to` while an earlier write is still
 		 * on its way: no call of its own on either side */
-		joined = st->to == to + 1 && st->due > t;
+		joined = st->to == to + 1 &&
+			 st->due > max64(t, s->cpu_free[from]);
 		if (joined)
 			fixed = 0;
 		w = cpu_ns(fixed, len, s->cpu.send_GBps);
@@ -664,19 +678,23 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 		/* every event of the earliest time */
 		do {
 			struct sim_event e = ev_pop(s);
+			uint64_t at;
 
-			if (s->inflight)
+			if (s->inflight &&
+			    !sim_net_same_node(&s->net, e.rank, e.to))
 				s->inflight[e.to] -= e.len;
 
 			s->events++;
 			s->clk.now = e.due;
-			/* the receiver takes it in when it lands, woken
-			 * first if it slept */
+			/* the receiver takes it in as it lands, woken
+			 * first if it slept: when its first bytes land (a
+			 * stream's span before now) */
+			at = s->clk.now - e.span;
 			if (s->cpu_on && s->cpu.wake_ns > 0 &&
-			    s->clk.now > s->cpu_free[e.to] &&
-			    s->clk.now - s->cpu_free[e.to] >
-				    (uint64_t)s->cpu.spin_ns)
-				cpu_take(s, e.to, cpu_ns(s->cpu.wake_ns, 0, 0));
+			    at > s->cpu_free[e.to] &&
+			    at - s->cpu_free[e.to] > (uint64_t)s->cpu.spin_ns)
+				cpu_take_from(s, e.to,
+					      cpu_ns(s->cpu.wake_ns, 0, 0), at);
 			if (s->cpu_on &&
 			    !sim_net_same_node(&s->net, e.rank, e.to))
 				recv_take(s, &e);

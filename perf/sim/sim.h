@@ -155,8 +155,10 @@ void sim_net_describe(const struct sim_net_params *p, char *buf, size_t len);
  * takes the core free soonest, in the order the work comes (a core taken
  * up to a later time is not lent back for the gap before).  A rank spins
  * on its core for spin_ns after its work, waiting for more, as the
- * library polls before it sleeps: the core is nobody else's meanwhile
- * (run.c, cpu_take_from, says why).
+ * library polls before it sleeps: the core is nobody else's meanwhile,
+ * unless SIM_CHUNK bytes or more from other nodes are on their way to the
+ * spinner, which will work on them rather than sleep (run.c,
+ * cpu_take_from, says why).
  */
 #define SIM_CHUNK 65536 /* a stream's unit of work: a socket read's */
 /*
@@ -214,7 +216,8 @@ struct sim {
 	bool cpu_on;
 	uint64_t *cpu_free;  /* per rank */
 	uint64_t *core_free; /* cores: per pool (node or job), cpu.cores each:
-			      * when another rank may have it */
+			      * the end of its last work (its spinner may
+			      * hold it longer: run.c, cpu_take_from) */
 	int *core_rank;	     /* the rank that last worked on each core */
 	int *rank_core;	   /* the core each rank last worked on, in its pool */
 	struct sim_stream *streams; /* SIM_STREAMS per rank (CPU model) */

@@ -80,6 +80,9 @@ if [[ -n $MEASURED ]]; then
 	DELAY_MS=$(awk '$1 == "delay_ms" { print $2 }' "$MEASURED/calibration.txt")
 	[[ -n $RATE && -n $DELAY_MS ]] ||
 		{ echo "validate_netns.sh: $MEASURED/calibration.txt names no rate or delay" >&2; exit 2; }
+	# the sizes measured there (a size not measured has no row to compare)
+	SIZES=$(cat "$MEASURED"/m.* 2>/dev/null | cut -d, -f1 | grep -E '^[0-9]+$' | sort -un | tr '\n' ' ')
+	[[ -n $SIZES ]] || { echo "validate_netns.sh: no measured times in $MEASURED" >&2; exit 2; }
 fi
 [[ -n $MEASURED || $(id -u) == 0 ]] || { echo "validate_netns.sh: needs root (network namespaces)" >&2; exit 2; }
 . "$top/perf/bench/netns.sh"
@@ -87,7 +90,8 @@ BENCH_NS_PREFIX=frval_
 OUT=${OUT:-$(mktemp -d /tmp/frval.XXXXXX)}
 mkdir -p "$OUT"
 DELAY_US=$(awk -v d="$DELAY_MS" 'BEGIN { printf "%d", d * 1000 + 0.5 }')
-trap 'ns_teardown' EXIT
+# (not with --measured: it must not take down a run measuring meanwhile)
+[[ -n $MEASURED ]] || trap 'ns_teardown' EXIT
 log() { echo "validate: $*" >&2; }
 
 # gbit/s of a tc rate
@@ -208,9 +212,15 @@ else
 		"$DELAY_MS" "$(nproc)" "$LAT_US" "$CPU_OPTS" >"$OUT/calibration.txt"
 fi
 log "fr_sim: --gbps $GBPS --lat-us $LAT_US $CPU_OPTS $SIM_OPTS"
-echo "# validate_netns.sh: rate $RATE, one-way delay $DELAY_MS ms, ranks $RANKS_LIST, TCP, $(nproc) cores${MEASURED:+, measured times from $MEASURED}"
+if [[ -n $MEASURED ]]; then
+	echo "# validate_netns.sh: rate $RATE, one-way delay $DELAY_MS ms, ranks $RANKS_LIST, TCP, $(awk '$1 == "cores" { print $2 }' "$MEASURED/calibration.txt") cores, measured times from $MEASURED"
+else
+	echo "# validate_netns.sh: rate $RATE, one-way delay $DELAY_MS ms, ranks $RANKS_LIST, TCP, $(nproc) cores"
+fi
 echo "# fr_sim --gbps $GBPS --lat-us $LAT_US $CPU_OPTS $SIM_OPTS"
-echo "# measured: fr_allreduce_perf, per call the slowest rank, median over $ITERS calls (3 from 16 MiB)"
+calls="$ITERS calls (3 from 16 MiB)"
+[[ -z $MEASURED ]] || calls="the kept run's calls"
+echo "# measured: fr_allreduce_perf, per call the slowest rank, median over $calls"
 echo
 echo "| ranks | bytes | algo (measured) | measured us | algo (simulated) | simulated us | sim / measured |"
 echo "| ---: | ---: | --- | ---: | --- | ---: | ---: |"

@@ -660,6 +660,27 @@ static void test_node_local_steps(void **state)
 	assert_true(fabs(fr_algo_predict_us(&comm, FR_ALGO_RD,
 					    FR_COLL_ALLREDUCE, 8, FR_F32) -
 			 (7 * 2 + 3 * 0.5)) < 0.05);
+	/* hier's node steps through the mailbox's window, on the node's
+	 * latency (known only with local_alpha_us): 2 (k-1) a lane of
+	 * n / (k lanes) bytes, past 8 slots of 3 KiB each a round trip.
+	 * From 0.5 to 0.25 us: the latency term's 14 x 0.25 and the
+	 * window's half */
+	{
+		double n2 = 2u << 20, lanes = fr_hier_lanes(&comm, 2u << 20, 2),
+		       m = n2 / (8 * lanes), w = 8 * 3072.0, h[2];
+
+		assert_true(m > w);
+		for (int i = 0; i < 2; i++) {
+			t->local_alpha_us = i ? 0.25 : 0.5;
+			h[i] = fr_algo_predict_us(&comm, FR_ALGO_HIER,
+						  FR_COLL_ALLREDUCE, 2u << 20,
+						  FR_F32);
+		}
+		t->local_alpha_us = 0.5;
+		assert_true(fabs(h[0] - h[1] -
+				 (14 * 0.25 +
+				  14 * lanes * (m / w - 1) * 2 * 0.25)) < 1e-6);
+	}
 	/* every hop leaves its node (a ring that takes each node's ranks
 	 * in turn): one kind of hop, the plain model, as unset */
 	comm.topo.ring_crossings = 8;

@@ -82,6 +82,14 @@ static uint64_t cpu_ns(double ns, size_t len, double GBps)
  * rank's CPU and the core were idle since they were last free, and
  * nothing else has been put there meanwhile.
  */
+/* Where rank r's pool of cores starts in core_free and core_rank: its
+ * node's, or with cores_job the job's one pool */
+static size_t core_pool(const struct sim *s, int r)
+{
+	return (size_t)(s->cpu.cores_job ? 0 : r / s->net.p.ranks_per_node) *
+	       (size_t)s->cpu.cores;
+}
+
 static void cpu_take_from(struct sim *s, int r, uint64_t t, uint64_t from)
 {
 	uint64_t start = max64(s->cpu_free[r], from), *core, at, best;
@@ -91,10 +99,7 @@ static void cpu_take_from(struct sim *s, int r, uint64_t t, uint64_t from)
 	if (!t) /* a term of 0 costs nothing, not even a core */
 		return;
 	if (c) {
-		base = (size_t)(s->cpu.cores_job
-					? 0
-					: r / s->net.p.ranks_per_node) *
-		       (size_t)c;
+		base = core_pool(s, r);
 		core = s->core_free + base;
 		owner = s->core_rank + base;
 		mine = s->rank_core[r];
@@ -160,11 +165,7 @@ static void recv_take(struct sim *s, const struct sim_event *e)
 		s->cpu_free[e->to] = s->clk.now + tail;
 		if (s->cpu.cores) {
 			int r = e->to, mine = s->rank_core[r];
-			size_t base =
-				(size_t)(s->cpu.cores_job
-						 ? 0
-						 : r / s->net.p.ranks_per_node) *
-				(size_t)s->cpu.cores;
+			size_t base = core_pool(s, r);
 
 			if (mine >= 0 && s->core_rank[base + mine] == r)
 				s->core_free[base + mine] = s->cpu_free[r];

@@ -15,6 +15,9 @@
  *   grid_beta        with a grid of nodes (FR_TOPO), each dimension's
  *                    uplink: every rank exchanging a large vector with
  *                    its partner a step along it (time_grid);
+ *   local_alpha,     on two nodes or more of two ranks or more each, the
+ *   local_beta       node's own steps: alpha and beta again, measured
+ *                    inside every node at once (time_node);
  * then checks the model: for a range of sizes it runs every All-Reduce
  * algorithm, prints measured against predicted times and whether the
  * automatic choice picked the fastest.  Every time is the slowest rank's
@@ -236,6 +239,49 @@ static int lg(int n)
 	return l;
 }
 
+/*
+ * The node's own steps (select.c, "the node's own steps"): where the job
+ * has two nodes or more, each of the same k >= 2 ranks, the ranks of each
+ * node form a sub-communicator (over what they share: shared memory under
+ * the auto transport) and measure, every node at once as the collectives
+ * run them, what alpha and beta are measured from on the whole job:
+ *   local_alpha_us = T(rd, 8 B) / (lg k + 2 f)
+ *   local_beta_ns  = (T(ring, N) - (2 (k-1) + 1) local_alpha
+ *                     - (k-1)/k N gamma) / (2 (k-1)/k N)
+ * Returns 0, measuring nothing, where that does not apply (every rank
+ * decides alike: the layout is the job's).
+ */
+static int time_node(struct tool *t, double g32, size_t big, double *la,
+		     double *lb)
+{
+	const struct fr_topo *tp = &t->comm->topo;
+	int k = tp->nlocal, L = lg(tp->nlocal), f;
+	fr_comm_t *nc = NULL;
+	double T, a, b;
+
+	if (tp->nnodes < 2 || !tp->nodes_regular || k < 2)
+		return 0;
+	if (fr_comm_split(t->comm, tp->node_of[t->rank], t->rank, &nc)) {
+		fprintf(stderr, "fr_tune: rank %d: %s\n", t->rank,
+			fr_comm_last_error(t->comm));
+		exit(1);
+	}
+	f = (1 << L) != k;
+	T = time_allreduce_on(t, nc, FR_ALGO_RD, 8);
+	a = T / (L + 2 * f);
+	T = time_allreduce_on(t, nc, FR_ALGO_RING, big);
+	b = (T - (2 * (k - 1) + 1) * a -
+	     (double)(k - 1) / k * (double)big * g32) /
+	    (2.0 * (k - 1) / k * (double)big);
+	*la = a;
+	*lb = fmax(b, 1e-5) * 1e3;
+	if (t->rank == 0)
+		printf("# the node's own steps: %d nodes of %d ranks, inside each over %s: %.3f us a step, %.4f ns/B\n",
+		       tp->nnodes, k, fr_comm_transport(nc), *la, *lb);
+	fr_comm_destroy(nc);
+	return 1;
+}
+
 static void usage(void)
 {
 	fprintf(stdout,
@@ -251,7 +297,8 @@ int main(int argc, char **argv)
 	struct tool t = {.iters = 50, .maxbytes = 16u << 20};
 	const char *out = NULL;
 	bool check = true;
-	struct fr_tune tn;
+	struct fr_tune tn, kept;
+	bool local;
 	FILE *fo = NULL;
 	int opt, L, pof2, f, rc, rack_nodes = 0;
 	fr_comm_t *rack, *mc;
@@ -369,8 +416,94 @@ int main(int argc, char **argv)
 			if (gb[d] > 0)
 				tn.grid_beta_ns[d] = gb[d];
 	}
+	/* measured where the job has nodes of several ranks, else kept from
+	 * FR_TUNE_FILE (as the grid's); the check below may put back what
+	 * the file gave */
+	kept = tn;
+	local = time_node(&t, g32, 8u << 20, &tn.local_alpha_us,
+			  &tn.local_beta_ns);
 	fr_tune_set(t.comm, &tn);
 
+	if (check) {
+		/* and hier where it runs: several nodes, alike */
+		static const int algos[] = {FR_ALGO_RD, FR_ALGO_RABENSEIFNER,
+					    FR_ALGO_RING, FR_ALGO_HIER};
+		int na = fr_algo_predict_us(t.comm, FR_ALGO_HIER,
+					    FR_COLL_ALLREDUCE, 8, FR_F32) >= 0
+				 ? 4
+				 : 3;
+		/* with the node's own steps measured, also what the model
+		 * picks without them (the file's): the better keeps */
+		int right = 0, points = 0, right_kept = 0;
+
+		if (t.rank == 0) {
+			printf("#\n# model check, f32 sum: measured / predicted us\n"
+			       "# %10s %21s %21s %21s",
+			       "bytes", "rd", "rabenseifner", "ring");
+			if (na == 4)
+				printf(" %21s", "hier");
+			printf(" %14s\n", "auto picks");
+		}
+		for (size_t bytes = 8; bytes <= t.maxbytes; bytes *= 8) {
+			double meas[4], pred[4], pk[4];
+			int fastest = 0, pick = 0, pick_kept = 0;
+
+			for (int i = 0; i < na; i++) {
+				meas[i] = time_allreduce(&t, algos[i], bytes);
+				pred[i] = fr_algo_predict_us(t.comm, algos[i],
+							     FR_COLL_ALLREDUCE,
+							     bytes, FR_F32);
+				if (meas[i] < meas[fastest])
+					fastest = i;
+				if (pred[i] < pred[pick])
+					pick = i;
+			}
+			if (local) {
+				fr_tune_set(t.comm, &kept);
+				for (int i = 0; i < na; i++) {
+					pk[i] = fr_algo_predict_us(
+						t.comm, algos[i],
+						FR_COLL_ALLREDUCE, bytes,
+						FR_F32);
+					if (pk[i] < pk[pick_kept])
+						pick_kept = i;
+				}
+				fr_tune_set(t.comm, &tn);
+				right_kept +=
+					meas[pick_kept] <= 1.1 * meas[fastest];
+			}
+			points++;
+			/* within 10 % of the fastest counts as a right pick */
+			right += meas[pick] <= 1.1 * meas[fastest];
+			if (t.rank != 0)
+				continue;
+			printf("  %10zu", bytes);
+			for (int i = 0; i < na; i++)
+				printf(" %10.1f/%10.1f", meas[i], pred[i]);
+			printf(" %14s%s\n", fr_algo_name(algos[pick]),
+			       meas[pick] <= 1.1 * meas[fastest] ? ""
+								 : " (slower)");
+		}
+		if (t.rank == 0)
+			printf("# auto picked the fastest (within 10%%) at %d of %d sizes\n",
+			       right, points);
+		/* the node's own steps measured, but the model chose better
+		 * without them: a job whose nodes' ranks share few cores
+		 * with the network's own work (emulated nodes on one host)
+		 * gains nothing by them */
+		if (local && right_kept > right) {
+			tn.local_alpha_us = kept.local_alpha_us;
+			tn.local_beta_ns = kept.local_beta_ns;
+			fr_tune_set(t.comm, &tn);
+			if (t.rank == 0)
+				printf("# without the node's own steps measured it picked the fastest at %d of %d: the file keeps %s\n",
+				       right_kept, points,
+				       kept.local_alpha_us > 0 ||
+						       kept.local_beta_ns > 0
+					       ? "FR_TUNE_FILE's"
+					       : "none");
+		}
+	}
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&now));
 	if (t.rank == 0) {
 		for (int k = 0; k < 2; k++) {
@@ -408,7 +541,8 @@ int main(int argc, char **argv)
 						"%s.grid_beta_ns.%d = %.4f\n",
 						fr_comm_transport(t.comm), d,
 						tn.grid_beta_ns[d]);
-			/* not measured: kept from FR_TUNE_FILE */
+			/* measured inside the nodes (time_node), or kept
+			 * from FR_TUNE_FILE */
 			if (tn.local_alpha_us > 0)
 				fprintf(o, "%s.local_alpha_us = %.3f\n",
 					fr_comm_transport(t.comm),
@@ -422,54 +556,6 @@ int main(int argc, char **argv)
 			fprintf(stderr, "fr_tune: writing %s failed\n", out);
 			rc = 1;
 		}
-	}
-	if (check) {
-		/* and hier where it runs: several nodes, alike */
-		static const int algos[] = {FR_ALGO_RD, FR_ALGO_RABENSEIFNER,
-					    FR_ALGO_RING, FR_ALGO_HIER};
-		int na = fr_algo_predict_us(t.comm, FR_ALGO_HIER,
-					    FR_COLL_ALLREDUCE, 8, FR_F32) >= 0
-				 ? 4
-				 : 3;
-		int right = 0, points = 0;
-
-		if (t.rank == 0) {
-			printf("#\n# model check, f32 sum: measured / predicted us\n"
-			       "# %10s %21s %21s %21s",
-			       "bytes", "rd", "rabenseifner", "ring");
-			if (na == 4)
-				printf(" %21s", "hier");
-			printf(" %14s\n", "auto picks");
-		}
-		for (size_t bytes = 8; bytes <= t.maxbytes; bytes *= 8) {
-			double meas[4], pred[4];
-			int fastest = 0, pick = 0;
-
-			for (int i = 0; i < na; i++) {
-				meas[i] = time_allreduce(&t, algos[i], bytes);
-				pred[i] = fr_algo_predict_us(t.comm, algos[i],
-							     FR_COLL_ALLREDUCE,
-							     bytes, FR_F32);
-				if (meas[i] < meas[fastest])
-					fastest = i;
-				if (pred[i] < pred[pick])
-					pick = i;
-			}
-			points++;
-			/* within 10 % of the fastest counts as a right pick */
-			right += meas[pick] <= 1.1 * meas[fastest];
-			if (t.rank != 0)
-				continue;
-			printf("  %10zu", bytes);
-			for (int i = 0; i < na; i++)
-				printf(" %10.1f/%10.1f", meas[i], pred[i]);
-			printf(" %14s%s\n", fr_algo_name(algos[pick]),
-			       meas[pick] <= 1.1 * meas[fastest] ? ""
-								 : " (slower)");
-		}
-		if (t.rank == 0)
-			printf("# auto picked the fastest (within 10%%) at %d of %d sizes\n",
-			       right, points);
 	}
 	free(t.buf);
 	fr_comm_destroy(t.comm);

@@ -143,8 +143,8 @@ tune_nodes() {
 # On FR_TOPO's grid fr_tune measures the racks' uplink (grid_beta_ns.1),
 # and the other parameters inside the racks: 4 emulated nodes, 2 racks of
 # 2; on a grid that does not hold the nodes it measures none, and keeps the
-# value FR_TUNE_FILE gave, as it keeps the node's own local_* (never
-# measured)
+# value FR_TUNE_FILE gave, as it keeps the node's own local_* (nodes of
+# one rank: nothing of theirs to measure; tune_local below)
 tune_grid() {
 	local f g out rc
 	f=$(mktemp) g=$(mktemp)
@@ -163,6 +163,27 @@ tune_grid() {
 	rc=$?
 	[ $rc -eq 0 ] || { echo "$out"; cat "$f"; }
 	rm -f "$f" "$g"
+	return $rc
+}
+# On 2 emulated nodes of 2 ranks fr_tune measures the node's own steps
+# (local_alpha_us, local_beta_ns) inside each node, and writes them in a
+# file that communicators accept
+tune_local() {
+	local f out rc
+	f=$(mktemp)
+	out=$(frrun -n 4 --transport "$TRANSPORT" --timeout 300 \
+		bash -c 'export FR_NODE=node$((FR_RANK / 2)); exec "$0" "$@"' "$B/fr_tune" -q -n 8 \
+		-o "$f" 2>&1) &&
+		echo "$out" | grep -q "# the node's own steps: 2 nodes of 2 ranks, inside each over $TRANSPORT: " &&
+		awk -v a="$TRANSPORT.local_alpha_us" -v b="$TRANSPORT.local_beta_ns" \
+			'($1 == a || $1 == b) && $3 > 0 { n++ } END { exit n != 2 }' "$f" &&
+		FR_TUNE_FILE=$f FR_LOG=info frrun -n 4 --transport "$TRANSPORT" --timeout 300 \
+			bash -c 'export FR_NODE=node$((FR_RANK / 2)); exec "$0" "$@"' \
+			"$B/fr_allreduce_perf" -b 8 -e 64K -f 64 -n 2 -w 1 >"$f.out" 2>&1 &&
+		grep -q "(model, $f" "$f.out"
+	rc=$?
+	[ $rc -eq 0 ] || { echo "$out"; cat "$f" "$f.out" 2>/dev/null; }
+	rm -f "$f" "$f.out"
 	return $rc
 }
 # -Z / --ef / --overlap-ms: compressed rows are checked (identical bits,
@@ -261,15 +282,20 @@ validate_measured() {
 	{ m 8 1000 ring; m 65536 1000 ring; } >"$d/m.3.ring"
 	out=$("$v" --measured "$d" --ranks 3 --algos ring --sizes "8 65536" --build "$B" --out "$d/o1" 2>&1) ||
 		{ echo "$out"; rm -rf "$d"; return 1; }
-	sim=$(echo "$out" | awk -F' *[|] *' '$2 == 3 && $3 == 8 { print $7 }')
+	sim=$(echo "$out" | awk -F' *[|] *' '$2 == 3 && $3 == 8 { print $8 }')
 	[[ -n $sim && $sim != 0.0 ]] || { echo "$out"; rm -rf "$d"; return 1; }
-	{ m 8 "$sim" ring
-	  m 65536 "$(echo "$out" | awk -F' *[|] *' '$2 == 3 && $3 == 65536 { print $7 / 2 }')" ring; } >"$d/m.3.ring"
+	# 8 B measured in three jobs (--jobs): their median is compared, and
+	# their spread (slowest / fastest) shown
+	{ m 8 "$(awk -v s="$sim" 'BEGIN { print s / 2 }')" ring
+	  m 65536 "$(echo "$out" | awk -F' *[|] *' '$2 == 3 && $3 == 65536 { print $8 / 2 }')" ring
+	  m 8 "$(awk -v s="$sim" 'BEGIN { print s * 4 }')" ring
+	  m 8 "$sim" ring; } >"$d/m.3.ring"
 	out=$("$v" --measured "$d" --ranks 3 --algos ring --sizes "8 65536" --build "$B" --out "$d/o2" 2>&1) ||
 		{ echo "$out"; rm -rf "$d"; return 1; }
-	echo "$out" | grep -Eq '^[|] 3 [|] 8 [|] ring [|] .* [|] 1[.]00 [|]$' &&
-		echo "$out" | grep -Eq '^[|] 3 [|] 65536 [|] ring [|] .* [|] 2[.]00 [(]off[)] [|]$' &&
-		echo "$out" | grep -q '^# within 15 %: 1 of 2' ||
+	echo "$out" | grep -Eq '^[|] 3 [|] 8 [|] ring [|] [0-9.]+ [|] 3, 8[.]00 [|] .* [|] 1[.]00 [|]$' &&
+		echo "$out" | grep -Eq '^[|] 3 [|] 65536 [|] ring [|] [0-9.]+ [|] 1, 1[.]00 [|] .* [|] 2[.]00 [(]off[)] [|]$' &&
+		echo "$out" | grep -q '^# within 15 %: 1 of 2' &&
+		echo "$out" | grep -q '^# measured jobs within 1.3 of each other (slowest / fastest): 1 of 2' ||
 		{ echo "$out"; rm -rf "$d"; return 1; }
 	"$v" --measured "$d" --ranks 4 --algos ring --build "$B" --out "$d/o3" >/dev/null 2>&1
 	[ $? -eq 2 ] || { echo "no m.4.ring: not refused"; rm -rf "$d"; return 1; }
@@ -280,6 +306,7 @@ validate_measured() {
 }
 run "fr_tune writes a tune file that FR_TUNE_FILE reads" tune
 run "fr_tune measures the grid's uplink (FR_TOPO=2x2)" tune_grid
+run "fr_tune measures the node's own steps (2 nodes of 2 ranks)" tune_local
 run "fr_allreduce_perf every dtype, 3 ranks" allreduce_table
 run "fr_allreduce_perf --csv / --json" allreduce_csv_json
 run "fr_allreduce_perf -C reduce_scatter/allgather/broadcast" allreduce_collectives

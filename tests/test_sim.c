@@ -734,6 +734,93 @@ static void test_sim_streams(void **state)
 	bufs_free(b, 2);
 }
 
+/* rank r's data again between back-to-back calls (arg: the count) */
+static void refill_rank(void *arg, int r, void *buf)
+{
+	for (size_t i = 0; i < *(size_t *)arg; i++)
+		((float *)buf)[i] = val(r, i);
+}
+
+/*
+ * Calls back to back (sim_collective_calls): one call is sim_collective's
+ * time; four, each timed from the rank's end of the one before, take a
+ * ring's one call each (no CPU: its hops wait on one another alike), and
+ * every result is right.  The delay line (dl_ns): one write at a time per
+ * node, on the job's cores.
+ */
+static void test_sim_calls_dl(void **state)
+{
+	struct sim_net_params p = net_params(8, 1);
+	size_t count = 8;
+	float **b = bufs_new(8, count);
+	struct sim_cpu_params cpu = {.dl_ns = 50000};
+	uint64_t one, calls1, calls4, t;
+	struct sim s;
+
+	(void)state;
+	p.link_lat_ns = 1000000;
+	if (sim_open(&s, &p, NULL, NULL, 0))
+		fail_msg("%s", s.err);
+	force(&s, FR_ALGO_RING);
+	run_checked(&s, b, count);
+	one = run_checked(&s, b, count);
+	assert_int_equal(sim_collective_calls(&s, FR_COLL_ALLREDUCE, (void **)b,
+					      count, FR_F32, FR_SUM, 1, NULL,
+					      NULL, &calls1),
+			 0);
+	assert_int_equal(calls1, one);
+	for (int r = 0; r < 8; r++)
+		refill_rank(&count, r, b[r]);
+	assert_int_equal(sim_collective_calls(&s, FR_COLL_ALLREDUCE, (void **)b,
+					      count, FR_F32, FR_SUM, 4,
+					      refill_rank, &count, &calls4),
+			 0);
+	for (size_t i = 0; i < count; i++) {
+		float want = 0;
+
+		for (int r = 0; r < 8; r++)
+			want += val(r, i);
+		for (int r = 0; r < 8; r++)
+			assert_true(b[r][i] == want);
+	}
+	/* each call timed from the rank's end of the one before: the
+	 * ring's steps wait on one another alike in every call, 14 hops of
+	 * 1 ms (from the common start the fourth would take four calls) */
+	if (calls4 != one)
+		fail_msg(
+			"the ring's calls back to back: %llu ns a call, one call %llu",
+			(unsigned long long)calls4, (unsigned long long)one);
+	expect_within("the ring's 14 hops", (double)one, 14e6);
+	assert_int_equal(sim_collective_calls(&s, FR_COLL_ALLREDUCE, (void **)b,
+					      count, FR_F32, FR_SUM, 0, NULL,
+					      NULL, &t),
+			 FR_EINVAL);
+	sim_close(&s);
+
+	/* the one-shot on 4 ranks, 100 us apart: each node's line lets its 3
+	 * writes go one after another (a CPU each: 100 + 3 x 50 us); on one
+	 * core of the job's, the 12 writes' lines take turns on it */
+	p = net_params(4, 1);
+	p.link_lat_ns = 100000;
+	for (int cores = 0; cores < 2; cores++) {
+		cpu.cores = cores;
+		cpu.cores_job = true;
+		if (sim_open(&s, &p, &cpu, NULL, 0))
+			fail_msg("%s", s.err);
+		force(&s, FR_ALGO_ONESHOT);
+		run_checked(&s, b, count);
+		t = run_checked(&s, b, count);
+		sim_close(&s);
+		if (cores)
+			assert_true(t >= 100000 + 12 * 50000);
+		else
+			expect_within("the one-shot's delay lines", (double)t,
+				      100000 + 3 * 50000);
+	}
+	assert_int_equal(fake_tp_endpoints(), 0);
+	bufs_free(b, 8);
+}
+
 /* Whole collectives on a fat tree and a torus, nodes of one and of two
  * ranks: every algorithm's results right, bytes through the switches. */
 static void test_sim_topologies(void **state)
@@ -926,6 +1013,7 @@ int main(void)
 		cmocka_unit_test(test_sim_nodes),
 		cmocka_unit_test(test_sim_sizes_only),
 		cmocka_unit_test(test_sim_cpu),
+		cmocka_unit_test(test_sim_calls_dl),
 		cmocka_unit_test(test_sim_streams),
 		cmocka_unit_test(test_sim_topologies),
 		cmocka_unit_test(test_sim_rsag_grid),

@@ -8,7 +8,8 @@
  *
  * For each size and algorithm: one warm-up call (connections come up),
  * then one timed call; the time is virtual and the same on every run, so
- * one call says all.  Every result is checked against a reference (small
+ * one call says all (--calls K: K back to back, as a benchmark loop runs
+ * them, sim.h).  Every result is checked against a reference (small
  * integers in f32, exact in any order): a schedule that computes a wrong
  * sum fails the run, as one that stalls does.  With --sizes-only there is
  * no data (sim.h, SIM_SIZES_ONLY): every rank's buffer is the same
@@ -57,6 +58,9 @@ static void usage(FILE *f)
 		"                         (default 0: a CPU per rank)\n"
 		"      --cores-job        the C cores are the whole job's (one\n"
 		"                         host emulating the nodes)\n"
+		"      --cpu-dl-us U      an emulated network's delay line: a\n"
+		"                         core's work per write into a node, one\n"
+		"                         at a time per node (default 0)\n"
 		"  -b, --min-bytes S      smallest size (default 8)\n"
 		"  -e, --max-bytes S      largest size (default 64M)\n"
 		"  -f, --factor F         size step (default 4)\n"
@@ -71,6 +75,10 @@ static void usage(FILE *f)
 		"                         (default 4096)\n"
 		"      --sizes-only       no data: times only, for many ranks and\n"
 		"                         large sizes (results not checked)\n"
+		"      --calls K          time K calls back to back, as a\n"
+		"                         benchmark loop does: per call the\n"
+		"                         slowest rank's time, the median\n"
+		"                         (default 1: one call, all ranks at once)\n"
 		"  -h, --help\n"
 		"Sizes take K/M/G suffixes (powers of 1024).\n");
 }
@@ -280,6 +288,13 @@ static void fill(struct sim *s, void **bufs, size_t count)
 			((float *)bufs[r])[i] = val(r, i);
 }
 
+/* rank r's data again, between back-to-back calls (arg: the count) */
+static void refill(void *arg, int r, void *buf)
+{
+	for (size_t i = 0; i < *(size_t *)arg; i++)
+		((float *)buf)[i] = val(r, i);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -301,12 +316,14 @@ int main(int argc, char **argv)
 		{"cpu-spin-us", required_argument, NULL, 1006},
 		{"cores", required_argument, NULL, 1007},
 		{"cores-job", no_argument, NULL, 1008},
+		{"cpu-dl-us", required_argument, NULL, 1020},
 		{"min-bytes", required_argument, NULL, 'b'},
 		{"max-bytes", required_argument, NULL, 'e'},
 		{"factor", required_argument, NULL, 'f'},
 		{"algos", required_argument, NULL, 'a'},
 		{"max-mem-mib", required_argument, NULL, 'M'},
 		{"sizes-only", no_argument, NULL, 'Z'},
+		{"calls", required_argument, NULL, 1021},
 		{"sizes", required_argument, NULL, 1009},
 		{"coll", required_argument, NULL, 'C'},
 		{"help", no_argument, NULL, 'h'},
@@ -332,7 +349,7 @@ int main(int argc, char **argv)
 	void **bufs, *shared = NULL;
 	bool sizes_only = false;
 	enum fr_coll coll = FR_COLL_ALLREDUCE;
-	int opt, rc = 0;
+	int opt, rc = 0, calls = 1;
 
 	while ((opt = getopt_long(argc, argv, "n:k:b:e:f:a:C:h", longopts,
 				  NULL)) != -1) {
@@ -392,6 +409,11 @@ int main(int argc, char **argv)
 		case 1008:
 			cpu.cores_job = true;
 			break;
+		case 1020:
+			if (parse_double(optarg, &d) || !(d >= 0))
+				goto bad;
+			cpu.dl_ns = d * 1e3;
+			break;
 		case 'O':
 			if (pc_parse_long(optarg, 0, 1 << 16, &v))
 				goto bad;
@@ -415,6 +437,11 @@ int main(int argc, char **argv)
 			break;
 		case 'Z':
 			sizes_only = true;
+			break;
+		case 1021:
+			if (pc_parse_long(optarg, 1, 1000, &v))
+				goto bad;
+			calls = (int)v;
 			break;
 		case 'C':
 			if (!strcmp(optarg, "allreduce"))
@@ -516,11 +543,21 @@ int main(int argc, char **argv)
 			printf("# cores: %d, shared by %s\n", cpu.cores,
 			       cpu.cores_job ? "all the job's ranks"
 					     : "each node's ranks");
+		if (cpu.dl_ns > 0)
+			printf("# delay line: %g us of a core per write into a node\n",
+			       cpu.dl_ns / 1e3);
 	} else {
 		printf("# CPU: free (no CPU model)\n");
 	}
-	printf("# %s; time: simulated, one call after a warm-up; busbw = bytes / time x %s%s\n",
-	       fr_coll_name(coll),
+	if (calls > 1)
+		snprintf(
+			topo, sizeof(topo),
+			"%d calls back to back after a warm-up, per call the slowest rank, the median",
+			calls);
+	else
+		snprintf(topo, sizeof(topo), "one call after a warm-up");
+	printf("# %s; time: simulated, %s; busbw = bytes / time x %s%s\n",
+	       fr_coll_name(coll), topo,
 	       coll == FR_COLL_ALLREDUCE ? "2(n-1)/n" : "(n-1)/n",
 	       sizes_only ? "; sizes only: no data, results not checked" : "");
 	printf("%12s  %-17s %12s %11s %11s %10s %8s\n", "bytes", "algo",
@@ -548,8 +585,13 @@ int main(int argc, char **argv)
 				if (!sizes_only)
 					fill(&s, bufs, count);
 				ev0 = s.events;
-				rc = sim_collective(&s, coll, bufs, blk, FR_F32,
-						    FR_SUM, &ns);
+				/* the warm-up one call, the timed ones
+				 * back to back, each from fresh data */
+				rc = sim_collective_calls(
+					&s, coll, bufs, blk, FR_F32, FR_SUM,
+					it ? calls : 1,
+					sizes_only ? NULL : refill, &count,
+					&ns);
 				if (rc) {
 					fprintf(stderr,
 						"fr_sim: %zu bytes, %s: %s: %s\n",

@@ -90,50 +90,77 @@ static size_t core_pool(const struct sim *s, int r)
 	       (size_t)s->cpu.cores;
 }
 
-static void cpu_take_from(struct sim *s, int r, uint64_t t, uint64_t from)
+/*
+ * A core of rank r's pool for t ns of work from `start` on (above): moves
+ * start to when the core is free, books the core and returns it.  r < 0:
+ * not a rank's work (a delay line, which sleeps after it: the core's
+ * spinner is nobody); pool: the pool's start (core_pool).
+ */
+static int core_take(struct sim *s, int r, size_t pool, uint64_t t,
+		     uint64_t *startp)
 {
-	uint64_t start = max64(s->cpu_free[r], from), *core, at, best;
-	int c = s->cpu.cores, pick = -1, *owner, mine;
-	size_t base;
+	uint64_t start = *startp, *core = s->core_free + pool, at, best;
+	int c = s->cpu.cores, pick = -1, *owner = s->core_rank + pool;
+	int mine = r >= 0 ? s->rank_core[r] : -1;
 
-	if (!t) /* a term of 0 costs nothing, not even a core */
-		return;
-	if (c) {
-		base = core_pool(s, r);
-		core = s->core_free + base;
-		owner = s->core_rank + base;
-		mine = s->rank_core[r];
-		/* when core i is free for r: at the end of its last work,
-		 * plus its spinner's spin, unless r is the spinner or a
-		 * stream's bytes are on their way to the spinner (above) */
+	/* when core i is free for r: at the end of its last work,
+	 * plus its spinner's spin, unless r is the spinner or a
+	 * stream's bytes are on their way to the spinner (above) */
 #define CORE_AT(i)                                                            \
 	(core[i] +                                                            \
 	 (owner[i] < 0 || owner[i] == r || s->inflight[owner[i]] >= SIM_CHUNK \
 		  ? 0                                                         \
 		  : (uint64_t)s->cpu.spin_ns))
-		if (mine >= 0 && owner[mine] == r && core[mine] <= start)
-			pick = mine; /* still spinning on it */
-		for (int i = 0; pick < 0 && i < c; i++)
-			if (CORE_AT(i) <= start &&
-			    (pick < 0 || CORE_AT(i) > CORE_AT(pick)))
+	if (mine >= 0 && owner[mine] == r && core[mine] <= start)
+		pick = mine; /* still spinning on it */
+	for (int i = 0; pick < 0 && i < c; i++)
+		if (CORE_AT(i) <= start &&
+		    (pick < 0 || CORE_AT(i) > CORE_AT(pick)))
+			pick = i;
+	if (pick < 0) {
+		best = UINT64_MAX;
+		for (int i = 0; i < c; i++) {
+			at = CORE_AT(i);
+			if (at < best) {
+				best = at;
 				pick = i;
-		if (pick < 0) {
-			best = UINT64_MAX;
-			for (int i = 0; i < c; i++) {
-				at = CORE_AT(i);
-				if (at < best) {
-					best = at;
-					pick = i;
-				}
 			}
-			start = best;
 		}
-#undef CORE_AT
-		core[pick] = start + t;
-		owner[pick] = r;
-		s->rank_core[r] = pick;
+		start = best;
 	}
+#undef CORE_AT
+	core[pick] = start + t;
+	owner[pick] = r;
+	*startp = start;
+	return pick;
+}
+
+static void cpu_take_from(struct sim *s, int r, uint64_t t, uint64_t from)
+{
+	uint64_t start = max64(s->cpu_free[r], from);
+
+	if (!t) /* a term of 0 costs nothing, not even a core */
+		return;
+	if (s->cpu.cores)
+		s->rank_core[r] = core_take(s, r, core_pool(s, r), t, &start);
 	s->cpu_free[r] = start + t;
+}
+
+/*
+ * The delay line of the node of rank `to` lets a write go (sim.h): from
+ * now, once the line is done with the one before, on a core of the node's
+ * pool.  Returns when the write is let go.
+ */
+static uint64_t dl_take(struct sim *s, int to)
+{
+	int node = to / s->net.p.ranks_per_node;
+	uint64_t t = (uint64_t)ceil(s->cpu.dl_ns);
+	uint64_t start = max64(s->clk.now, s->dl_free[node]);
+
+	if (s->cpu.cores)
+		core_take(s, -1, core_pool(s, to), t, &start);
+	s->dl_free[node] = start + t;
+	return start + t;
 }
 
 static void cpu_take(struct sim *s, int r, uint64_t t)
@@ -145,12 +172,14 @@ static void cpu_take(struct sim *s, int r, uint64_t t)
  * A write from another node taken in by its receiver: recv_ns and its
  * bytes at recv_GBps.  A stream's bytes are taken in as they come (a
  * socket's reader gets each chunk as it lands), so the work may start
- * while the bytes before the last chunk land (e->span before now); it
- * ends no sooner than the last chunk's share after now.  One that joined
- * a stream (clk_due) comes in the read of the write before it: no
- * recv_ns of its own.
+ * while the bytes before the last chunk land (from `at`, e->span before
+ * the last lands, or the delay line lets the first go); it ends no sooner
+ * than the last chunk's share after `last` (now, or when the delay line
+ * lets it go).  One that joined a stream (clk_due) comes in the read of
+ * the write before it: no recv_ns of its own.
  */
-static void recv_take(struct sim *s, const struct sim_event *e)
+static void recv_take(struct sim *s, const struct sim_event *e, uint64_t at,
+		      uint64_t last)
 {
 	double fixed = e->joined ? 0 : s->cpu.recv_ns;
 	uint64_t w = cpu_ns(fixed, e->len, s->cpu.recv_GBps);
@@ -159,10 +188,10 @@ static void recv_take(struct sim *s, const struct sim_event *e)
 
 	if (!w)
 		return; /* nothing to do: not even idle time ended */
-	cpu_take_from(s, e->to, w, s->clk.now - e->span);
-	if (s->cpu_free[e->to] < s->clk.now + tail) {
+	cpu_take_from(s, e->to, w, at);
+	if (s->cpu_free[e->to] < last + tail) {
 		/* busy until its last chunk is in: on its core too */
-		s->cpu_free[e->to] = s->clk.now + tail;
+		s->cpu_free[e->to] = last + tail;
 		if (s->cpu.cores) {
 			int r = e->to, mine = s->rank_core[r];
 			size_t base = core_pool(s, r);
@@ -407,7 +436,7 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 		const double v[] = {cpu->reduce_GBps, cpu->send_ns,
 				    cpu->send_GBps,   cpu->recv_ns,
 				    cpu->recv_GBps,   cpu->wake_ns,
-				    cpu->spin_ns};
+				    cpu->spin_ns,     cpu->dl_ns};
 
 		s->cpu = *cpu;
 		for (size_t i = 0; i < sizeof(v) / sizeof(*v); i++) {
@@ -446,9 +475,14 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 		if (s->cpu_on)
 			s->streams = calloc((size_t)s->n * SIM_STREAMS,
 					    sizeof(*s->streams));
+		if (s->cpu_on && cpu->dl_ns > 0)
+			s->dl_free =
+				calloc((size_t)(p->nranks / p->ranks_per_node),
+				       sizeof(uint64_t));
 	}
 	if (!s->comms || !s->runq || !s->queued || !s->cpu_free ||
 	    (s->cpu_on && !s->streams) ||
+	    (s->cpu_on && s->cpu.dl_ns > 0 && !s->dl_free) ||
 	    (s->cpu_on && s->cpu.cores &&
 	     (!s->core_free || !s->core_rank || !s->rank_core ||
 	      !s->inflight))) {
@@ -533,6 +567,7 @@ err_job:
 err_alloc:
 	free(s->streams);
 	free(s->inflight);
+	free(s->dl_free);
 	free(s->rank_core);
 	free(s->core_rank);
 	free(s->core_free);
@@ -559,6 +594,7 @@ void sim_close(struct sim *s)
 	free(s->ev);
 	free(s->streams);
 	free(s->inflight);
+	free(s->dl_free);
 	free(s->rank_core);
 	free(s->core_rank);
 	free(s->core_free);
@@ -597,12 +633,39 @@ int sim_allreduce(struct sim *s, void **bufs, size_t count, fr_dtype_t dt,
 int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 		   fr_dtype_t dt, fr_op_t op, uint64_t *ns)
 {
+	return sim_collective_calls(s, coll, bufs, count, dt, op, 1, NULL, NULL,
+				    ns);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
+			 size_t count, fr_dtype_t dt, fr_op_t op, int calls,
+			 void (*refill)(void *arg, int r, void *buf), void *arg,
+			 uint64_t *ns)
+{
 	fr_request_t **req = calloc((size_t)s->n, sizeof(*req));
+	/* per rank: calls done, and when the last ended; per call the
+	 * slowest rank's time */
+	int *done_calls = calloc((size_t)s->n, sizeof(int));
+	uint64_t *prev = calloc((size_t)s->n, sizeof(uint64_t));
+	uint64_t *slowest =
+		calloc((size_t)(calls > 0 ? calls : 1), sizeof(uint64_t));
 	uint64_t start = s->clk.now, end = start;
 	int left = s->n, first = 0, rc;
 
-	if (!req)
-		return FR_ENOMEM;
+	if (!req || !done_calls || !prev || !slowest || calls < 1) {
+		free(slowest);
+		free(prev);
+		free(done_calls);
+		free(req);
+		return calls < 1 ? FR_EINVAL : FR_ENOMEM;
+	}
 	s->ev_nomem = false;
 	/* the kernel under the hook: this collective's, timed by the CPU
 	 * model or not run at all (sizes only); the algorithms take it
@@ -624,6 +687,7 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 	for (int r = 0; r < s->n; r++) {
 		s->cur = r;
 		s->cpu_free[r] = start;
+		prev[r] = start;
 		rc = coll_start(s, r, coll, bufs[r], count, dt, op, &req[r]);
 		if (rc) {
 			snprintf(s->err, sizeof(s->err), "rank %d: %s", r,
@@ -652,8 +716,28 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 			rc = fr_test(&req[r], &done);
 			if (!done)
 				continue;
+			{
+				uint64_t e = max64(s->clk.now, s->cpu_free[r]);
+				int k = done_calls[r]++;
+
+				end = max64(end, e);
+				slowest[k] = max64(slowest[k], e - prev[r]);
+				prev[r] = e;
+			}
+			if (!rc && done_calls[r] < calls) {
+				/* the next call, at once */
+				if (refill)
+					refill(arg, r, bufs[r]);
+				s->cur = r;
+				rc = coll_start(s, r, coll, bufs[r], count, dt,
+						op, &req[r]);
+				if (!rc) {
+					runq_push(s, r);
+					continue;
+				}
+				req[r] = NULL;
+			}
 			left--;
-			end = max64(end, max64(s->clk.now, s->cpu_free[r]));
 			if (rc && !first) {
 				first = rc;
 				snprintf(s->err, sizeof(s->err), "rank %d: %s",
@@ -679,7 +763,7 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 		/* every event of the earliest time */
 		do {
 			struct sim_event e = ev_pop(s);
-			uint64_t at;
+			uint64_t at, last;
 
 			if (s->inflight &&
 			    !sim_net_same_node(&s->net, e.rank, e.to))
@@ -689,8 +773,15 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 			s->clk.now = e.due;
 			/* the receiver takes it in as it lands, woken
 			 * first if it slept: when its first bytes land (a
-			 * stream's span before now) */
+			 * stream's span before now), or past its node's
+			 * delay line (sim.h) */
 			at = s->clk.now - e.span;
+			last = s->clk.now;
+			if (s->dl_free && !e.joined &&
+			    !sim_net_same_node(&s->net, e.rank, e.to)) {
+				last = dl_take(s, e.to);
+				at = max64(at, last);
+			}
 			if (s->cpu_on && s->cpu.wake_ns > 0 &&
 			    at > s->cpu_free[e.to] &&
 			    at - s->cpu_free[e.to] > (uint64_t)s->cpu.spin_ns)
@@ -698,7 +789,11 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 					      cpu_ns(s->cpu.wake_ns, 0, 0), at);
 			if (s->cpu_on &&
 			    !sim_net_same_node(&s->net, e.rank, e.to))
-				recv_take(s, &e);
+				recv_take(s, &e, at, last);
+			/* it acts on the write once its line let it go,
+			 * whatever its work on it */
+			if (s->dl_free && s->cpu_free[e.to] < last)
+				s->cpu_free[e.to] = last;
 			runq_push(s, e.rank);
 		} while (s->nev && s->ev[0].due == s->clk.now);
 	}
@@ -706,7 +801,16 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 	 * which is good for sim_close only */
 	/* the real kernels again, for whatever runs between collectives */
 	fr_reduce_set_hook(NULL);
-	*ns = end - start;
+	/* one call: the slowest rank's from the common start, end - start */
+	qsort(slowest, (size_t)calls, sizeof(*slowest), cmp_u64);
+	*ns = calls == 1 ? end - start
+			 : (calls % 2 ? slowest[calls / 2]
+				      : (slowest[calls / 2 - 1] +
+					 slowest[calls / 2]) /
+						2);
+	free(slowest);
+	free(prev);
+	free(done_calls);
 	free(req);
 	return first;
 }

@@ -143,6 +143,15 @@ void sim_net_describe(const struct sim_net_params *p, char *buf, size_t len);
  *     the sender's own work.
  *   - waking up: wake_ns when a write lands for a rank whose CPU has been
  *     idle for more than spin_ns (it stopped polling and slept).
+ *   - an emulated network's delay line (netns-lab's nfq_delay: a process
+ *     on each host that holds every packet coming in and lets it go after
+ *     the delay): dl_ns of a core's work per write from another node (one
+ *     that joined a stream comes with the write before it), when the
+ *     write is due, one write at a time for each node, before its
+ *     receiver can take it in.  On an idle host it is part of the
+ *     latency measured (give the wire that much less); on a busy one the
+ *     delay lines wait for cores like the ranks (a line sleeps between
+ *     packets: it holds no core after its work).
  * A rank acts on what has landed once its CPU is free, and what it posts
  * leaves at its CPU's time.  A rate of 0 costs nothing; all zero, the
  * default, is no CPU model at all: a rank runs in no time, and its copies
@@ -182,6 +191,7 @@ struct sim_cpu_params {
 	double wake_ns, spin_ns;
 	int cores;
 	bool cores_job;
+	double dl_ns; /* the delay line's work per write (above) */
 };
 
 /* ---- the job and its driver (run.c) ---------------------------------- */
@@ -222,6 +232,7 @@ struct sim {
 	int *rank_core;	   /* the core each rank last worked on, in its pool */
 	struct sim_stream *streams; /* SIM_STREAMS per rank (CPU model) */
 	size_t *inflight;  /* bytes on their way to each rank (shared cores) */
+	uint64_t *dl_free; /* each node's delay line: free from (dl_ns) */
 	int cur;	   /* the rank running now, whose CPU reduces */
 	fr_reduce_fn real; /* the collective's kernel, under the hook */
 	size_t esize;
@@ -280,5 +291,23 @@ int sim_allreduce(struct sim *s, void **bufs, size_t count, fr_dtype_t dt,
  */
 int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 		   fr_dtype_t dt, fr_op_t op, uint64_t *ns);
+
+/*
+ * The same, `calls` times back to back, as a benchmark loop runs it
+ * (fr_allreduce_perf): each rank starts its next call when it is done with
+ * the one before, no barrier between.  *ns is then what
+ * fr_allreduce_perf --stat median reports: per call the slowest rank's
+ * time (from its end of the call before, or the start), the median over
+ * the calls.  Pipelined schedules overlap consecutive calls (the ring's
+ * ranks do not wait for the last of the call before), and a rank late
+ * into one call makes its partners wait in the next: one call from a
+ * common start shows neither.  Before each call after the first,
+ * refill(arg, r, bufs[r]) (if not NULL) gives rank r its data again, as
+ * a training step writes new gradients.
+ */
+int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
+			 size_t count, fr_dtype_t dt, fr_op_t op, int calls,
+			 void (*refill)(void *arg, int r, void *buf), void *arg,
+			 uint64_t *ns);
 
 #endif

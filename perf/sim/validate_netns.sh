@@ -14,6 +14,13 @@
 #   --algos "A..."      (default "ring rd rabenseifner oneshot auto")
 #   --sizes "S..."      bytes (default "8 65536 1048576 16777216")
 #   --iters N           timed calls per size (default 10; 3 from 16 MiB)
+#   --jobs K            separate jobs per algorithm and size (default 1),
+#                       taken in turns (every algorithm's first job, then
+#                       every second...); the measured time is the median
+#                       of the jobs' medians, and the table shows their
+#                       spread (slowest job / fastest): on a host this
+#                       small one job's median moves by 20 % or more
+#                       between runs (perf/sim/README.md)
 #   --build DIR         where fr_allreduce_perf, fr_transport_perf,
 #                       fr_reduce_perf and fr_sim are (default build/)
 #   --cpu "OPTS"        fr_sim's CPU options, instead of calibrating them
@@ -50,7 +57,7 @@
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 RANKS_LIST="4 8 16" RATE=1gbit DELAY_MS=0 ALGOS="ring rd rabenseifner oneshot auto"
-SIZES="8 65536 1048576 16777216" ITERS=10 BUILD=$top/build CPU_OPTS="" OUT=""
+SIZES="8 65536 1048576 16777216" ITERS=10 JOBS=1 BUILD=$top/build CPU_OPTS="" OUT=""
 MEASURED="" SIM_OPTS=""
 usage() { awk 'NR > 2 && /^#/ { sub(/^# ?/, ""); print; next } NR > 2 { exit }' "$0"; exit 2; }
 while (($#)); do
@@ -61,6 +68,7 @@ while (($#)); do
 	--algos) ALGOS=$2; shift 2 ;;
 	--sizes) SIZES=$2; shift 2 ;;
 	--iters) ITERS=$2; shift 2 ;;
+	--jobs) JOBS=$2; shift 2 ;;
 	--build) BUILD=$(cd "$2" && pwd); shift 2 ;;
 	--cpu) CPU_OPTS=$2; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
@@ -70,6 +78,7 @@ while (($#)); do
 	*) echo "validate_netns.sh: unknown option $1" >&2; usage ;;
 	esac
 done
+[[ $JOBS =~ ^[1-9][0-9]*$ ]] || { echo "validate_netns.sh: bad --jobs $JOBS" >&2; exit 2; }
 for t in fr_allreduce_perf fr_transport_perf fr_reduce_perf fr_sim; do
 	[[ -x "$BUILD/$t" ]] || { echo "validate_netns.sh: no $BUILD/$t (make first)" >&2; exit 2; }
 done
@@ -113,12 +122,30 @@ tp() {
 	echo "$out"
 }
 
+# the CPU time (ns) the delay lines (nfq_delay) have used so far
+dl_cpu_ns() {
+	local pid sum=0
+	while read -r pid; do
+		[[ -r /proc/$pid/schedstat ]] && sum=$((sum + $(cut -d' ' -f1 "/proc/$pid/schedstat")))
+	done <"$OUT/nfq.pids"
+	echo "$sum"
+}
+
 calibrate() {
-	local lat lat0 bw red rate
+	local lat lat0 bw red rate out dl=0 c0 c1
 	ns_setup 2 "$RATE" "$DELAY_US" both "$OUT" >/dev/null 2>&1 || { log "netns setup failed"; exit 1; }
 	# CSV: test,bytes,iterations,bw_peak,bw_avg_GBps,bw_avg_Gbps,
 	# msg_rate_Mpps,lat_min,lat_median
-	lat=$(tp --lat -s 8 | awk -F, '$1 == "lat" && $2 == 8 { print $9 }' | tail -1)
+	# With a user-space delay line (no netem), its CPU time per message
+	# of the 8-byte ping-pong (2 an iteration; its ACKs' share included)
+	[[ ${NS_DELAY_METHOD:-none} == nfqueue && -f $OUT/nfq.pids ]] && c0=$(dl_cpu_ns)
+	out=$(tp --lat -s 8)
+	lat=$(echo "$out" | awk -F, '$1 == "lat" && $2 == 8 { print $9 }' | tail -1)
+	if [[ -n ${c0:-} ]]; then
+		c1=$(dl_cpu_ns)
+		dl=$(echo "$out" | awk -F, -v d=$((c1 - c0)) '$1 == "lat" && $2 == 8 && $3 > 0 {
+			printf "%.2f", d / 1e3 / (2 * $3) }' | tail -1)
+	fi
 	lat0=$(tp --lat -s 8 --spin-us 0 | awk -F, '$1 == "lat" && $2 == 8 { print $9 }' | tail -1)
 	rate=$(tp --bw -s 8 | awk -F, '$1 == "bw" { print $7 }' | tail -1)
 	ns_teardown
@@ -128,7 +155,7 @@ calibrate() {
 	red=$("$BUILD/fr_reduce_perf" -d f32 -o sum -b 1M -e 1M --csv |
 		awk -F, '$1 == 1048576 { printf "%.3f", $5 / 3 }')
 	# (no more than half the one-way latency each: that is all there is)
-	log "calibration: 8 B one-way $lat us (no polling $lat0), $rate M messages/s; unshaped $bw GB/s; reduce $red GB/s"
+	log "calibration: 8 B one-way $lat us (no polling $lat0), $rate M messages/s; unshaped $bw GB/s; reduce $red GB/s; delay line ${dl:-0} us a message"
 	{
 		echo "rate $RATE"
 		echo "delay_ms $DELAY_MS"
@@ -138,6 +165,7 @@ calibrate() {
 		echo "lat_nospin_us $lat0"
 		echo "bw_unshaped_GBps $bw"
 		echo "reduce_GBps $red"
+		echo "dl_us ${dl:-0}"
 	} >"$OUT/calibration.txt"
 }
 
@@ -149,24 +177,25 @@ sim_params() {
 		[[ -n $CPU_OPTS ]] || CPU_OPTS=$(sed -n 's/^cpu_opts //p' "$f")
 		return
 	fi
-	read -r lat lat0 rate bw red cores < <(awk '{ v[$1] = $2 } END {
+	read -r lat lat0 rate bw red cores dl < <(awk '{ v[$1] = $2 } END {
 		print v["lat_us"], v["lat_nospin_us"], v["msg_rate_Mpps"],
-			v["bw_unshaped_GBps"], v["reduce_GBps"], v["cores"] }' "$f")
+			v["bw_unshaped_GBps"], v["reduce_GBps"], v["cores"], v["dl_us"] + 0 }' "$f")
 	# (no more than half the one-way latency each: that is all there is)
 	msg=$(awk -v r="$rate" -v l="$lat" 'BEGIN { m = r > 0 ? 1 / r : 0; if (m > l / 2) m = l / 2; printf "%.2f", m }')
-	wire=$(awk -v l="$lat" -v m="$msg" 'BEGIN { w = l - 2 * m; if (w < 0) w = 0; printf "%.2f", w }')
+	# the delay line's work is in the latency measured on the idle hosts
+	wire=$(awk -v l="$lat" -v m="$msg" -v d="$dl" 'BEGIN { w = l - 2 * m - d; if (w < 0) w = 0; printf "%.2f", w }')
 	wake=$(awk -v a="$lat0" -v b="$lat" 'BEGIN { w = a - b; if (w < 0) w = 0; printf "%.2f", w }')
 	[[ -n $CPU_OPTS ]] ||
-		CPU_OPTS="--cpu-reduce-GBps $red --cpu-send-us $msg --cpu-recv-us $msg --cpu-send-GBps $bw --cpu-recv-GBps $bw --cpu-wake-us $wake --cpu-spin-us 50 --cores ${cores:-$(nproc)} --cores-job"
+		CPU_OPTS="--cpu-reduce-GBps $red --cpu-send-us $msg --cpu-recv-us $msg --cpu-send-GBps $bw --cpu-recv-GBps $bw --cpu-wake-us $wake --cpu-spin-us 50 --cores ${cores:-$(nproc)} --cores-job$(awk -v d="$dl" 'BEGIN { if (d > 0) printf " --cpu-dl-us %s", d }')"
 	LAT_US=$wire
 }
 
-# measured: rank 0's CSV of one job of n ranks, every size, one algorithm
+# measured: rank 0's CSV of one job of n ranks per size, one algorithm,
+# appended to the file OUT (a line per size and job)
 measure() {
 	local n=$1 algo=$2 out=$3 r pids=() tok port=$((29700 + RANDOM % 200)) algo_env=()
 	tok=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 	[[ $algo == auto ]] || algo_env=(FR_ALGO="$algo")
-	: >"$out"
 	for s in $SIZES; do
 		local it=$ITERS
 		((s >= 16777216 && it > 3)) && it=3
@@ -218,13 +247,36 @@ else
 	echo "# validate_netns.sh: rate $RATE, one-way delay $DELAY_MS ms, ranks $RANKS_LIST, TCP, $(nproc) cores"
 fi
 echo "# fr_sim --gbps $GBPS --lat-us $LAT_US $CPU_OPTS $SIM_OPTS"
-calls="$ITERS calls (3 from 16 MiB)"
-[[ -z $MEASURED ]] || calls="the kept run's calls"
-echo "# measured: fr_allreduce_perf, per call the slowest rank, median over $calls"
+calls="$ITERS calls (3 from 16 MiB), $JOBS job(s) each"
+[[ -z $MEASURED ]] || calls="the kept run's calls and jobs"
+echo "# measured: fr_allreduce_perf, per call the slowest rank, median over $calls, then the median over the jobs"
 echo
-echo "| ranks | bytes | algo (measured) | measured us | algo (simulated) | simulated us | sim / measured |"
-echo "| ---: | ---: | --- | ---: | --- | ---: | ---: |"
-within=0 total=0
+echo "| ranks | bytes | algo (measured) | measured us | jobs, spread | algo (simulated) | simulated us | sim / measured |"
+echo "| ---: | ---: | --- | ---: | ---: | --- | ---: | ---: |"
+within=0 total=0 steady=0
+
+# a measured file's jobs per size (first seen first): size, the median of
+# the jobs' medians (column 10), the jobs, slowest / fastest, the algorithm
+# (column 14)
+jobs_median() {
+	awk -F, '!/^(size|#)/ && NF >= 14 {
+		if (!($1 in k)) order[++no] = $1
+		v[$1, ++k[$1]] = $10 + 0
+		alg[$1] = $14
+	} END {
+		for (i = 1; i <= no; i++) {
+			s = order[i]
+			m = k[s]
+			for (a = 1; a <= m; a++) x[a] = v[s, a]
+			for (a = 2; a <= m; a++) # insertion sort
+				for (b = a; b > 1 && x[b - 1] > x[b]; b--) {
+					t = x[b]; x[b] = x[b - 1]; x[b - 1] = t
+				}
+			med = m % 2 ? x[(m + 1) / 2] : (x[m / 2] + x[m / 2 + 1]) / 2
+			printf "%s,%.3f,%d,%.2f,%s\n", s, med, m, (x[1] > 0 ? x[m] / x[1] : 0), alg[s]
+		}
+	}' "$1"
+}
 for n in $RANKS_LIST; do
 	if [[ -n $MEASURED ]]; then
 		for a in $ALGOS; do
@@ -234,18 +286,21 @@ for n in $RANKS_LIST; do
 		done
 	else
 		ns_setup "$n" "$RATE" "$DELAY_US" both "$OUT" >/dev/null 2>&1 || { log "netns setup of $n failed"; exit 1; }
-		for a in $ALGOS; do
-			log "n=$n $a: measuring"
-			measure "$n" "$a" "$OUT/m.$n.$a"
+		for a in $ALGOS; do : >"$OUT/m.$n.$a"; done
+		for ((j = 1; j <= JOBS; j++)); do
+			for a in $ALGOS; do
+				log "n=$n $a: measuring (job $j of $JOBS)"
+				measure "$n" "$a" "$OUT/m.$n.$a"
+			done
 		done
 		ns_teardown
 	fi
 	log "n=$n: simulating"
 	simulate "$n" "$OUT/s.$n"
 	for a in $ALGOS; do
-		# measured: size, ..., time_median_us (column 10), ..., algo (14)
+		# measured: size, the jobs' median, jobs, spread, algo
 		# simulated: bytes, algo, time_us, with auto as auto:<choice>
-		while IFS=, read -r size _ _ _ _ _ _ _ _ med _ _ _ malgo _; do
+		while IFS=, read -r size med jobs spread malgo; do
 			read -r salgo sus < <(awk -v s="$size" -v a="$a" '
 				$1 == s && ($2 == a || (a == "auto" && $2 ~ /^auto:/) ||
 					(a == "tree" && $2 == "rd")) { print $2, $3; exit }' "$OUT/s.$n")
@@ -253,10 +308,12 @@ for n in $RANKS_LIST; do
 			ok=$(awk -v r="$ratio" 'BEGIN { print (r != "-" && r >= 0.85 && r <= 1.15) ? 1 : 0 }')
 			within=$((within + ok))
 			total=$((total + 1))
-			printf '| %d | %d | %s | %.1f | %s | %.1f | %s%s |\n' "$n" "$size" "$malgo" "$med" \
-				"${salgo:-?}" "${sus:-0}" "$ratio" "$([[ $ok == 1 ]] && echo "" || echo " (off)")"
-		done <"$OUT/m.$n.$a"
+			steady=$((steady + $(awk -v x="$spread" 'BEGIN { print x <= 1.3 }')))
+			printf '| %d | %d | %s | %.1f | %d, %s | %s | %.1f | %s%s |\n' "$n" "$size" "$malgo" "$med" \
+				"$jobs" "$spread" "${salgo:-?}" "${sus:-0}" "$ratio" "$([[ $ok == 1 ]] && echo "" || echo " (off)")"
+		done < <(jobs_median "$OUT/m.$n.$a")
 	done
 done
 echo
 echo "# within 15 %: $within of $total (outputs in $OUT)"
+echo "# measured jobs within 1.3 of each other (slowest / fastest): $steady of $total"

@@ -282,6 +282,54 @@ static int time_node(struct tool *t, double g32, size_t big, double *la,
 	return 1;
 }
 
+/*
+ * The tune file's lines, to stdout (rank 0 shows what it measured) and to
+ * the file fo unless NULL.
+ */
+static void write_tune(FILE *o, const struct tool *t, const struct fr_tune *tn,
+		       int rack_nodes, const char *when)
+{
+	const char *tp = fr_comm_transport(t->comm);
+
+	fprintf(o, "# fastreduce tune file (fr_tune(1)), %s\n", when);
+	fprintf(o,
+		"# %d ranks over %s; read it with FR_TUNE_FILE=<this file>\n",
+		t->n, tp);
+	if (rack_nodes)
+		fprintf(o,
+			"# alpha, beta, copy, msg: inside the racks of %d nodes, all at once (FR_TOPO)\n",
+			rack_nodes);
+	fprintf(o, "%s.alpha_us = %.3f\n", tp, tn->alpha_us);
+	fprintf(o, "%s.beta_ns = %.4f\n", tp, tn->beta_ns);
+	fprintf(o, "%s.copy_ns = %.4f\n", tp, tn->copy_ns);
+	fprintf(o, "%s.msg_us = %.3f\n", tp, tn->msg_us);
+	for (int d = 0; d < FR_DTYPE_COUNT; d++)
+		fprintf(o, "gamma_ns.%s = %.4f\n", fr_dtype_name((fr_dtype_t)d),
+			tn->gamma_ns[d]);
+	/* measured on FR_TOPO's grid (time_grid), the others kept from
+	 * FR_TUNE_FILE, so that a new file does not lose the racks' rates */
+	for (int d = 1; d < FR_TOPO_MAX_DIMS; d++)
+		if (tn->grid_beta_ns[d] > 0)
+			fprintf(o, "%s.grid_beta_ns.%d = %.4f\n", tp, d,
+				tn->grid_beta_ns[d]);
+	/* measured inside the nodes (time_node), or kept from FR_TUNE_FILE */
+	if (tn->local_alpha_us > 0)
+		fprintf(o, "%s.local_alpha_us = %.3f\n", tp,
+			tn->local_alpha_us);
+	if (tn->local_beta_ns > 0)
+		fprintf(o, "%s.local_beta_ns = %.4f\n", tp, tn->local_beta_ns);
+}
+
+/* fo's end: 0, or 1 with a message where its writing failed */
+static int close_tune(FILE *fo, const char *out)
+{
+	if (fo && (ferror(fo) | fclose(fo))) {
+		fprintf(stderr, "fr_tune: writing %s failed\n", out);
+		return 1;
+	}
+	return 0;
+}
+
 static void usage(void)
 {
 	fprintf(stdout,
@@ -424,6 +472,14 @@ int main(int argc, char **argv)
 			  &tn.local_beta_ns);
 	fr_tune_set(t.comm, &tn);
 
+	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&now));
+	if (t.rank == 0) {
+		write_tune(stdout, &t, &tn, rack_nodes, when);
+		if (fo)
+			write_tune(fo, &t, &tn, rack_nodes, when);
+		rc = close_tune(fo, out);
+		fo = NULL;
+	}
 	if (check) {
 		/* and hier where it runs: several nodes, alike */
 		static const int algos[] = {FR_ALGO_RD, FR_ALGO_RABENSEIFNER,
@@ -495,66 +551,26 @@ int main(int argc, char **argv)
 			tn.local_alpha_us = kept.local_alpha_us;
 			tn.local_beta_ns = kept.local_beta_ns;
 			fr_tune_set(t.comm, &tn);
-			if (t.rank == 0)
+			if (t.rank == 0) {
 				printf("# without the node's own steps measured it picked the fastest at %d of %d: the file keeps %s\n",
 				       right_kept, points,
 				       kept.local_alpha_us > 0 ||
 						       kept.local_beta_ns > 0
 					       ? "FR_TUNE_FILE's"
 					       : "none");
-		}
-	}
-	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&now));
-	if (t.rank == 0) {
-		for (int k = 0; k < 2; k++) {
-			FILE *o = k ? fo : stdout;
-
-			if (!o)
-				continue;
-			fprintf(o, "# fastreduce tune file (fr_tune(1)), %s\n",
-				when);
-			fprintf(o,
-				"# %d ranks over %s; read it with FR_TUNE_FILE=<this file>\n",
-				t.n, fr_comm_transport(t.comm));
-			if (rack_nodes)
-				fprintf(o,
-					"# alpha, beta, copy, msg: inside the racks of %d nodes, all at once (FR_TOPO)\n",
-					rack_nodes);
-			fprintf(o, "%s.alpha_us = %.3f\n",
-				fr_comm_transport(t.comm), tn.alpha_us);
-			fprintf(o, "%s.beta_ns = %.4f\n",
-				fr_comm_transport(t.comm), tn.beta_ns);
-			fprintf(o, "%s.copy_ns = %.4f\n",
-				fr_comm_transport(t.comm), tn.copy_ns);
-			fprintf(o, "%s.msg_us = %.3f\n",
-				fr_comm_transport(t.comm), tn.msg_us);
-			for (int d = 0; d < FR_DTYPE_COUNT; d++)
-				fprintf(o, "gamma_ns.%s = %.4f\n",
-					fr_dtype_name((fr_dtype_t)d),
-					tn.gamma_ns[d]);
-			/* measured on FR_TOPO's grid (time_grid), the
-			 * others kept from FR_TUNE_FILE, so that a new file
-			 * does not lose the racks' rates */
-			for (int d = 1; d < FR_TOPO_MAX_DIMS; d++)
-				if (tn.grid_beta_ns[d] > 0)
-					fprintf(o,
-						"%s.grid_beta_ns.%d = %.4f\n",
-						fr_comm_transport(t.comm), d,
-						tn.grid_beta_ns[d]);
-			/* measured inside the nodes (time_node), or kept
-			 * from FR_TUNE_FILE */
-			if (tn.local_alpha_us > 0)
-				fprintf(o, "%s.local_alpha_us = %.3f\n",
-					fr_comm_transport(t.comm),
-					tn.local_alpha_us);
-			if (tn.local_beta_ns > 0)
-				fprintf(o, "%s.local_beta_ns = %.4f\n",
-					fr_comm_transport(t.comm),
-					tn.local_beta_ns);
-		}
-		if (fo && (ferror(fo) | fclose(fo))) {
-			fprintf(stderr, "fr_tune: writing %s failed\n", out);
-			rc = 1;
+				/* the file again, with them */
+				if (out && !rc) {
+					fo = fopen(out, "w");
+					if (!fo) {
+						perror(out);
+						rc = 1;
+					} else {
+						write_tune(fo, &t, &tn,
+							   rack_nodes, when);
+						rc = close_tune(fo, out);
+					}
+				}
+			}
 		}
 	}
 	free(t.buf);

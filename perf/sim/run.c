@@ -779,8 +779,10 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 			last = s->clk.now;
 			if (s->dl_free && !e.joined &&
 			    !sim_net_same_node(&s->net, e.rank, e.to)) {
+				/* the line holds the whole stream back by
+				 * its work: its first chunk too */
 				last = dl_take(s, e.to);
-				at = max64(at, last);
+				at += last - s->clk.now;
 			}
 			if (s->cpu_on && s->cpu.wake_ns > 0 &&
 			    at > s->cpu_free[e.to] &&

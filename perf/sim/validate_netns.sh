@@ -38,14 +38,18 @@
 #     stream of 8-byte writes between two hosts (the busier side's), as
 #     the sender's and as the receiver's (--cpu-send-us, --cpu-recv-us),
 #     at most half the one-way latency each;
-#   - the wire: its 8-byte one-way latency less those two, as --lat-us;
-#     the tc rate as --gbps;
+#   - the wire: its 8-byte one-way latency less those two (and less the
+#     delay line's work, below), as --lat-us; the tc rate as --gbps;
 #   - a byte's: fr_transport_perf's bandwidth between two hosts whose
 #     links are not shaped, each side's work taken as the whole of it
 #     (they overlap in a stream), as --cpu-send-GBps and --cpu-recv-GBps;
 #   - a reduction's: fr_reduce_perf, f32 sum at 1 MiB (bytes made per ns);
 #   - waking up: the one-way latency with no polling (--spin-us 0) less the
 #     latency with the library's 50 us of it, after 50 us idle;
+#   - the delay line's (with --delay-ms where it is netns-lab's nfq_delay,
+#     a user-space process per host): its CPU time during that 8-byte
+#     ping-pong, per message (--cpu-dl-us: each write into a host costs
+#     its line that much of a core);
 #   - the cores: this host's, shared by every rank of the job, each rank
 #     holding its core for the library's 50 us of polling after its work
 #     (the ranks take the netns hosts for nodes of their own, so none
@@ -143,8 +147,11 @@ calibrate() {
 	lat=$(echo "$out" | awk -F, '$1 == "lat" && $2 == 8 { print $9 }' | tail -1)
 	if [[ -n ${c0:-} ]]; then
 		c1=$(dl_cpu_ns)
+		# (the timed iterations and fr_transport_perf's warm-up ones,
+		# min(n / 10 + 1, 1000))
 		dl=$(echo "$out" | awk -F, -v d=$((c1 - c0)) '$1 == "lat" && $2 == 8 && $3 > 0 {
-			printf "%.2f", d / 1e3 / (2 * $3) }' | tail -1)
+			w = int($3 / 10) + 1; if (w > 1000) w = 1000
+			printf "%.2f", d / 1e3 / (2 * ($3 + w)) }' | tail -1)
 	fi
 	lat0=$(tp --lat -s 8 --spin-us 0 | awk -F, '$1 == "lat" && $2 == 8 { print $9 }' | tail -1)
 	rate=$(tp --bw -s 8 | awk -F, '$1 == "bw" { print $7 }' | tail -1)
@@ -177,9 +184,12 @@ sim_params() {
 		[[ -n $CPU_OPTS ]] || CPU_OPTS=$(sed -n 's/^cpu_opts //p' "$f")
 		return
 	fi
-	read -r lat lat0 rate bw red cores dl < <(awk '{ v[$1] = $2 } END {
-		print v["lat_us"], v["lat_nospin_us"], v["msg_rate_Mpps"],
-			v["bw_unshaped_GBps"], v["reduce_GBps"], v["cores"], v["dl_us"] + 0 }' "$f")
+	IFS=, read -r lat lat0 rate bw red cores dl < <(awk '{ v[$1] = $2 } END {
+		print v["lat_us"] "," v["lat_nospin_us"] "," v["msg_rate_Mpps"] "," \
+			v["bw_unshaped_GBps"] "," v["reduce_GBps"] "," v["cores"] "," v["dl_us"] + 0 }' "$f")
+	# CPU options given (--cpu): the delay line is theirs to give, and the
+	# wire keeps the whole latency
+	[[ -z $CPU_OPTS ]] || dl=0
 	# (no more than half the one-way latency each: that is all there is)
 	msg=$(awk -v r="$rate" -v l="$lat" 'BEGIN { m = r > 0 ? 1 / r : 0; if (m > l / 2) m = l / 2; printf "%.2f", m }')
 	# the delay line's work is in the latency measured on the idle hosts
@@ -259,21 +269,26 @@ within=0 total=0 steady=0
 # the jobs' medians (column 10), the jobs, slowest / fastest, the algorithm
 # (column 14)
 jobs_median() {
+	# (a failed job's line has no time: not counted; a size whose jobs all
+	# failed shows 0 jobs, and compares as no time; an algorithm that
+	# differs between jobs, auto's, shows each)
 	awk -F, '!/^(size|#)/ && NF >= 14 {
-		if (!($1 in k)) order[++no] = $1
-		v[$1, ++k[$1]] = $10 + 0
-		alg[$1] = $14
+		if (!($1 in k)) { order[++no] = $1; k[$1] = 0 }
+		if ($10 + 0 > 0) v[$1, ++k[$1]] = $10 + 0
+		if ($14 != "" && index("/" alg[$1] "/", "/" $14 "/") == 0)
+			alg[$1] = alg[$1] == "" ? $14 : alg[$1] "/" $14
 	} END {
 		for (i = 1; i <= no; i++) {
 			s = order[i]
 			m = k[s]
+			if (!m) { printf "%s,0,0,-,%s\n", s, alg[s]; continue }
 			for (a = 1; a <= m; a++) x[a] = v[s, a]
 			for (a = 2; a <= m; a++) # insertion sort
 				for (b = a; b > 1 && x[b - 1] > x[b]; b--) {
 					t = x[b]; x[b] = x[b - 1]; x[b - 1] = t
 				}
 			med = m % 2 ? x[(m + 1) / 2] : (x[m / 2] + x[m / 2 + 1]) / 2
-			printf "%s,%.3f,%d,%.2f,%s\n", s, med, m, (x[1] > 0 ? x[m] / x[1] : 0), alg[s]
+			printf "%s,%.3f,%d,%.2f,%s\n", s, med, m, x[m] / x[1], alg[s]
 		}
 	}' "$1"
 }
@@ -308,7 +323,7 @@ for n in $RANKS_LIST; do
 			ok=$(awk -v r="$ratio" 'BEGIN { print (r != "-" && r >= 0.85 && r <= 1.15) ? 1 : 0 }')
 			within=$((within + ok))
 			total=$((total + 1))
-			steady=$((steady + $(awk -v x="$spread" 'BEGIN { print x <= 1.3 }')))
+			steady=$((steady + $(awk -v x="$spread" 'BEGIN { print x != "-" && x + 0 <= 1.3 }')))
 			printf '| %d | %d | %s | %.1f | %d, %s | %s | %.1f | %s%s |\n' "$n" "$size" "$malgo" "$med" \
 				"$jobs" "$spread" "${salgo:-?}" "${sus:-0}" "$ratio" "$([[ $ok == 1 ]] && echo "" || echo " (off)")"
 		done < <(jobs_median "$OUT/m.$n.$a")

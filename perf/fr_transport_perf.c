@@ -828,13 +828,6 @@ static int client_lat(struct ep *e, size_t size, uint64_t warmup,
 	return 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* Iterations for one size: -n if given, else the default capped so that
  * large sizes do not take minutes. */
 static uint64_t iters_for(const struct opts *o, int kind, size_t size)
@@ -957,7 +950,7 @@ static int client_lat_sweep(struct ep *e, int fd, const struct opts *o)
 			free(rtt);
 			return rc;
 		}
-		qsort(rtt, iters, sizeof(*rtt), cmp_u64);
+		qsort(rtt, iters, sizeof(*rtt), pc_cmp_u64);
 		for (uint64_t i = 0; i < iters; i++)
 			sum += rtt[i];
 		med = iters % 2 ? (double)rtt[iters / 2]

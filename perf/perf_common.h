@@ -22,6 +22,14 @@
 #define PC_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define PC_MIN(a, b) ((a) < (b) ? (a) : (b))
 
+/* qsort's comparison of two uint64_t, ascending. */
+static inline int pc_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 /* Monotonic clock in nanoseconds: immune to NTP steps during a run. */
 static inline uint64_t pc_now_ns(void)
 {

@@ -281,18 +281,17 @@ static int check(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 	return 0;
 }
 
-static void fill(struct sim *s, void **bufs, size_t count)
-{
-	for (int r = 0; r < s->n; r++)
-		for (size_t i = 0; i < count; i++)
-			((float *)bufs[r])[i] = val(r, i);
-}
-
-/* rank r's data again, between back-to-back calls (arg: the count) */
+/* rank r's data, also between back-to-back calls (arg: the count) */
 static void refill(void *arg, int r, void *buf)
 {
 	for (size_t i = 0; i < *(size_t *)arg; i++)
 		((float *)buf)[i] = val(r, i);
+}
+
+static void fill(struct sim *s, void **bufs, size_t count)
+{
+	for (int r = 0; r < s->n; r++)
+		refill(&count, r, bufs[r]);
 }
 
 int main(int argc, char **argv)
@@ -344,7 +343,7 @@ int main(int argc, char **argv)
 	int ids[16], nalgo;
 	const char *names[16], *algos = "auto";
 	double d;
-	char topo[128];
+	char topo[128], how[96] = "one call after a warm-up";
 	struct sim s;
 	void **bufs, *shared = NULL;
 	bool sizes_only = false;
@@ -551,13 +550,11 @@ int main(int argc, char **argv)
 	}
 	if (calls > 1)
 		snprintf(
-			topo, sizeof(topo),
+			how, sizeof(how),
 			"%d calls back to back after a warm-up, per call the slowest rank, the median",
 			calls);
-	else
-		snprintf(topo, sizeof(topo), "one call after a warm-up");
 	printf("# %s; time: simulated, %s; busbw = bytes / time x %s%s\n",
-	       fr_coll_name(coll), topo,
+	       fr_coll_name(coll), how,
 	       coll == FR_COLL_ALLREDUCE ? "2(n-1)/n" : "(n-1)/n",
 	       sizes_only ? "; sizes only: no data, results not checked" : "");
 	printf("%12s  %-17s %12s %11s %11s %10s %8s\n", "bytes", "algo",

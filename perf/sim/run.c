@@ -40,6 +40,7 @@
 #include "algo.h"
 #include "engine.h"
 #include "internal.h"
+#include "perf_common.h"
 #include "reduce.h"
 #include "sim.h"
 
@@ -637,13 +638,6 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 				    ns);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 			 size_t count, fr_dtype_t dt, fr_op_t op, int calls,
 			 void (*refill)(void *arg, int r, void *buf), void *arg,
@@ -656,7 +650,7 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 	uint64_t *prev = calloc((size_t)s->n, sizeof(uint64_t));
 	uint64_t *slowest =
 		calloc((size_t)(calls > 0 ? calls : 1), sizeof(uint64_t));
-	uint64_t start = s->clk.now, end = start;
+	uint64_t start = s->clk.now;
 	int left = s->n, first = 0, rc;
 
 	if (!req || !done_calls || !prev || !slowest || calls < 1) {
@@ -683,7 +677,6 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 	 * (whose time ended with the last of them), on every rank at once */
 	for (int r = 0; r < s->n; r++)
 		start = max64(start, s->cpu_free[r]);
-	end = start;
 	for (int r = 0; r < s->n; r++) {
 		s->cur = r;
 		s->cpu_free[r] = start;
@@ -720,7 +713,6 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 				uint64_t e = max64(s->clk.now, s->cpu_free[r]);
 				int k = done_calls[r]++;
 
-				end = max64(end, e);
 				slowest[k] = max64(slowest[k], e - prev[r]);
 				prev[r] = e;
 			}
@@ -803,13 +795,10 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 	 * which is good for sim_close only */
 	/* the real kernels again, for whatever runs between collectives */
 	fr_reduce_set_hook(NULL);
-	/* one call: the slowest rank's from the common start, end - start */
-	qsort(slowest, (size_t)calls, sizeof(*slowest), cmp_u64);
-	*ns = calls == 1 ? end - start
-			 : (calls % 2 ? slowest[calls / 2]
-				      : (slowest[calls / 2 - 1] +
-					 slowest[calls / 2]) /
-						2);
+	/* (one call: the slowest rank's time from the common start) */
+	qsort(slowest, (size_t)calls, sizeof(*slowest), pc_cmp_u64);
+	*ns = calls % 2 ? slowest[calls / 2]
+			: (slowest[calls / 2 - 1] + slowest[calls / 2]) / 2;
 	free(slowest);
 	free(prev);
 	free(done_calls);

@@ -755,10 +755,10 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 		/* every event of the earliest time */
 		do {
 			struct sim_event e = ev_pop(s);
+			bool across = !sim_net_same_node(&s->net, e.rank, e.to);
 			uint64_t at, last;
 
-			if (s->inflight &&
-			    !sim_net_same_node(&s->net, e.rank, e.to))
+			if (s->inflight && across)
 				s->inflight[e.to] -= e.len;
 
 			s->events++;
@@ -769,8 +769,7 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 			 * delay line (sim.h) */
 			at = s->clk.now - e.span;
 			last = s->clk.now;
-			if (s->dl_free && !e.joined &&
-			    !sim_net_same_node(&s->net, e.rank, e.to)) {
+			if (s->dl_free && !e.joined && across) {
 				/* the line holds the whole stream back by
 				 * its work: its first chunk too */
 				last = dl_take(s, e.to);
@@ -781,8 +780,7 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 			    at - s->cpu_free[e.to] > (uint64_t)s->cpu.spin_ns)
 				cpu_take_from(s, e.to,
 					      cpu_ns(s->cpu.wake_ns, 0, 0), at);
-			if (s->cpu_on &&
-			    !sim_net_same_node(&s->net, e.rank, e.to))
+			if (s->cpu_on && across)
 				recv_take(s, &e, at, last);
 			/* it acts on the write once its line let it go,
 			 * whatever its work on it */

@@ -310,6 +310,21 @@ validate_measured() {
 		echo "$out" | grep -q '^# within 15 %: 1 of 2' &&
 		echo "$out" | grep -q '^# measured jobs within 1.3 of each other (slowest / fastest): 1 of 2' ||
 		{ echo "$out"; rm -rf "$d"; return 1; }
+	# under a delay line: its CPU time a call, measured in three jobs
+	# of 12 calls (1, 3 and 2 ms a call: the median 2), beside the
+	# simulator's
+	printf 'rate 10gbit\ndelay_ms 1\ncores 2\nmsg_rate_Mpps 0.17\nlat_us 1100\nlat_nospin_us 1110\nbw_unshaped_GBps 3\nreduce_GBps 32\ndl_us 50\ndl_GBps 1.6\n' >"$d/d.txt"
+	mkdir "$d/dl" && cp "$d/d.txt" "$d/dl/calibration.txt" && cp "$d/m.3.ring" "$d/dl/" &&
+		printf '65536,12,12000000\n65536,12,36000000\n65536,12,24000000\n' >"$d/dl/m.3.ring.dl" ||
+		{ rm -rf "$d"; return 1; }
+	out=$("$v" --measured "$d/dl" --ranks 3 --algos ring --sizes "8 65536" --build "$B" --out "$d/o5" 2>&1) ||
+		{ echo "$out"; rm -rf "$d"; return 1; }
+	# shellcheck disable=SC2046
+	sim=$("$B/fr_sim" -n 3 $(echo "$out" | sed -n 's/^# fr_sim //p') -b 65536 -e 65536 -a ring |
+		awk '/delay lines. work/ { if ($9 > 0) printf "%.2f | %.2f", $9 / 1e3, $9 / 1e3 / 2 }')
+	echo "$out" | grep -q -- '--cpu-dl-us 50 --cpu-dl-GBps 1.6' && [[ -n $sim ]] &&
+		echo "$out" | grep -q "^| 3 | 65536 | ring | 2.00 | $sim |\$" ||
+		{ echo "$out"; echo "fr_sim's line: $sim"; rm -rf "$d"; return 1; }
 	"$v" --measured "$d" --ranks 4 --algos ring --build "$B" --out "$d/o3" >/dev/null 2>&1
 	[ $? -eq 2 ] || { echo "no m.4.ring: not refused"; rm -rf "$d"; return 1; }
 	rm "$d/calibration.txt"

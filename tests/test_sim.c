@@ -479,6 +479,24 @@ static void expect_within(const char *what, double got, double want)
 			 what, got, want);
 }
 
+/* The second of two calls of algo on p's ranks, with cpu's terms (NULL:
+ * no CPU model), in a sim of its own: the first brings connections up. */
+static uint64_t second_call(const struct sim_net_params *p,
+			    const struct sim_cpu_params *cpu, int algo,
+			    float **b, size_t count)
+{
+	struct sim s;
+	uint64_t t;
+
+	if (sim_open(&s, p, cpu, NULL, 0))
+		fail_msg("%s", s.err);
+	force(&s, algo);
+	run_checked(&s, b, count);
+	t = run_checked(&s, b, count);
+	sim_close(&s);
+	return t;
+}
+
 /* rd of count floats on p's ranks sharing one core of the job's, with
  * cpu's terms, spinning 50 us after each piece of work or not: the time of
  * the second call */
@@ -486,19 +504,10 @@ static uint64_t rd_on_one_core(const struct sim_net_params *p,
 			       struct sim_cpu_params cpu, int spin, float **b,
 			       size_t count)
 {
-	struct sim s;
-	uint64_t ns;
-
 	cpu.spin_ns = spin ? 50000 : 0;
 	cpu.cores = 1;
 	cpu.cores_job = true;
-	if (sim_open(&s, p, &cpu, NULL, 0))
-		fail_msg("%s", s.err);
-	force(&s, FR_ALGO_RD);
-	run_checked(&s, b, count);
-	ns = run_checked(&s, b, count);
-	sim_close(&s);
-	return ns;
+	return second_call(p, &cpu, FR_ALGO_RD, b, count);
 }
 
 static void test_sim_cpu(void **state)
@@ -805,12 +814,7 @@ static void test_sim_calls_dl(void **state)
 	for (int cores = 0; cores < 2; cores++) {
 		cpu.cores = cores;
 		cpu.cores_job = true;
-		if (sim_open(&s, &p, &cpu, NULL, 0))
-			fail_msg("%s", s.err);
-		force(&s, FR_ALGO_ONESHOT);
-		run_checked(&s, b, count);
-		t = run_checked(&s, b, count);
-		sim_close(&s);
+		t = second_call(&p, &cpu, FR_ALGO_ONESHOT, b, count);
 		if (cores)
 			expect_within("the one-shot's delay lines on one core",
 				      (double)t, 100000 + 12 * 50000);
@@ -820,6 +824,46 @@ static void test_sim_calls_dl(void **state)
 	}
 	assert_int_equal(fake_tp_endpoints(), 0);
 	bufs_free(b, 8);
+}
+
+/*
+ * The delay line's work per byte (dl_GBps): the ring of 1 MiB on two
+ * nodes, 100 us apart on a link of 100 Gbit/s, writes 512 KiB each way
+ * twice (42 us of wire each).  Through lines that let 0.1 GB/s through,
+ * each line works on its stream's packets as they land, from the first,
+ * so a write is let go 100 us + 512 KiB / 0.1 GB/s after it is posted,
+ * not after the wire's time as well.  On one core of the job's the two
+ * lines take turns, and the core is busy from the first write's landing
+ * to the end: 100 us + 4 x 512 KiB / 0.1 GB/s.  With no cost per byte, or
+ * per write, no line.
+ */
+static void test_sim_dl_bytes(void **state)
+{
+	struct sim_net_params p = net_params(2, 1);
+	size_t count = 262144;
+	float **b = bufs_new(2, count);
+	struct sim_cpu_params cpu = {.dl_GBps = 0.1};
+	double work = 524288 / 0.1;
+	uint64_t t;
+
+	(void)state;
+	p.link_lat_ns = 100000;
+	expect_within("no line",
+		      (double)second_call(&p, NULL, FR_ALGO_RING, b, count),
+		      2 * (100000 + 524288 / 12.5));
+	for (int cores = 0; cores < 2; cores++) {
+		cpu.cores = cores;
+		cpu.cores_job = true;
+		t = second_call(&p, &cpu, FR_ALGO_RING, b, count);
+		if (cores)
+			expect_within("two lines' bytes on one core", (double)t,
+				      100000 + 4 * work);
+		else
+			expect_within("a line's bytes", (double)t,
+				      2 * (100000 + work));
+	}
+	assert_int_equal(fake_tp_endpoints(), 0);
+	bufs_free(b, 2);
 }
 
 /* Whole collectives on a fat tree and a torus, nodes of one and of two
@@ -1015,6 +1059,7 @@ int main(void)
 		cmocka_unit_test(test_sim_sizes_only),
 		cmocka_unit_test(test_sim_cpu),
 		cmocka_unit_test(test_sim_calls_dl),
+		cmocka_unit_test(test_sim_dl_bytes),
 		cmocka_unit_test(test_sim_streams),
 		cmocka_unit_test(test_sim_topologies),
 		cmocka_unit_test(test_sim_rsag_grid),

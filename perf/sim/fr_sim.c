@@ -61,6 +61,8 @@ static void usage(FILE *f)
 		"      --cpu-dl-us U      an emulated network's delay line: a\n"
 		"                         core's work per write into a node, one\n"
 		"                         at a time per node (default 0)\n"
+		"      --cpu-dl-GBps G    and the bytes it lets through a ns of\n"
+		"                         that work (default 0: no cost per byte)\n"
 		"  -b, --min-bytes S      smallest size (default 8)\n"
 		"  -e, --max-bytes S      largest size (default 64M)\n"
 		"  -f, --factor F         size step (default 4)\n"
@@ -316,6 +318,7 @@ int main(int argc, char **argv)
 		{"cores", required_argument, NULL, 1007},
 		{"cores-job", no_argument, NULL, 1008},
 		{"cpu-dl-us", required_argument, NULL, 1020},
+		{"cpu-dl-GBps", required_argument, NULL, 1022},
 		{"min-bytes", required_argument, NULL, 'b'},
 		{"max-bytes", required_argument, NULL, 'e'},
 		{"factor", required_argument, NULL, 'f'},
@@ -412,6 +415,11 @@ int main(int argc, char **argv)
 			if (parse_double(optarg, &d) || !(d >= 0))
 				goto bad;
 			cpu.dl_ns = d * 1e3;
+			break;
+		case 1022:
+			if (parse_double(optarg, &d) || !(d >= 0))
+				goto bad;
+			cpu.dl_GBps = d;
 			break;
 		case 'O':
 			if (pc_parse_long(optarg, 0, 1 << 16, &v))
@@ -542,9 +550,9 @@ int main(int argc, char **argv)
 			printf("# cores: %d, shared by %s\n", cpu.cores,
 			       cpu.cores_job ? "all the job's ranks"
 					     : "each node's ranks");
-		if (cpu.dl_ns > 0)
-			printf("# delay line: %g us of a core per write into a node\n",
-			       cpu.dl_ns / 1e3);
+		if (cpu.dl_ns > 0 || cpu.dl_GBps > 0)
+			printf("# delay line: %g us of a core per write into a node, and %g GB/s\n",
+			       cpu.dl_ns / 1e3, cpu.dl_GBps);
 	} else {
 		printf("# CPU: free (no CPU model)\n");
 	}
@@ -572,7 +580,7 @@ int main(int argc, char **argv)
 		double bus = coll == FR_COLL_ALLREDUCE ? 2.0 : 1.0;
 
 		for (int a = 0; a < nalgo && !rc; a++) {
-			uint64_t ns = 0, ev0;
+			uint64_t ns = 0, ev0, dl0;
 			double t0 = (double)pc_now_ns(), real, sec;
 			char msg[200], label[40];
 
@@ -582,6 +590,7 @@ int main(int argc, char **argv)
 				if (!sizes_only)
 					fill(&s, bufs, count);
 				ev0 = s.events;
+				dl0 = s.dl_work;
 				/* the warm-up one call, the timed ones
 				 * back to back, each from fresh data */
 				rc = sim_collective_calls(
@@ -620,6 +629,12 @@ int main(int argc, char **argv)
 						 (p.nranks - 1) / p.nranks
 				       : 0.0,
 			       (unsigned long long)(s.events - ev0), real);
+			/* (validate_netns.sh compares it with the lines'
+			 * CPU time measured) */
+			if (s.dl_free)
+				printf("# %zu bytes, %s: the delay lines' work %.1f us a call\n",
+				       moved, label,
+				       (double)(s.dl_work - dl0) / calls / 1e3);
 			fflush(stdout);
 		}
 	}

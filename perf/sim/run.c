@@ -148,20 +148,33 @@ static void cpu_take_from(struct sim *s, int r, uint64_t t, uint64_t from)
 }
 
 /*
- * The delay line of the node of rank `to` lets a write go (sim.h): from
- * now, once the line is done with the one before, on a core of the node's
- * pool.  Returns when the write is let go.
+ * The delay line of the node of the write's receiver lets it go (sim.h):
+ * from once the line is done with the writes before, on a core of the
+ * node's pool, and from when the write is due or, with a cost per byte,
+ * from when its first bytes land (*at).  Returns when the write is let
+ * go; *at becomes when its receiver can start on it.
  */
-static uint64_t dl_take(struct sim *s, int to)
+static uint64_t dl_take(struct sim *s, const struct sim_event *e, uint64_t *at)
 {
-	int node = to / s->net.p.ranks_per_node;
-	uint64_t t = (uint64_t)ceil(s->cpu.dl_ns);
-	uint64_t start = max64(s->clk.now, s->dl_free[node]);
+	int node = e->to / s->net.p.ranks_per_node;
+	double fixed = e->joined ? 0 : s->cpu.dl_ns;
+	bool bytes = s->cpu.dl_GBps > 0;
+	uint64_t t = cpu_ns(fixed, e->len, s->cpu.dl_GBps);
+	uint64_t chunk =
+		cpu_ns(fixed, FR_MIN(e->len, SIM_CHUNK), s->cpu.dl_GBps);
+	uint64_t start = max64(bytes ? *at : s->clk.now, s->dl_free[node]);
+	uint64_t end;
 
-	if (s->cpu.cores)
-		core_take(s, -1, core_pool(s, to), t, &start);
-	s->dl_free[node] = start + t;
-	return start + t;
+	if (s->cpu.cores && t)
+		core_take(s, -1, core_pool(s, e->to), t, &start);
+	s->dl_work += t;
+	/* (with no cost per byte, start is from now: end is start + t) */
+	end = max64(start + t, s->clk.now + chunk);
+	s->dl_free[node] = end;
+	/* per byte, the first chunk once the line is through with it; per
+	 * write, the whole stream held back by the line's work */
+	*at = bytes ? max64(*at, start + chunk) : *at + (end - s->clk.now);
+	return end;
 }
 
 static void cpu_take(struct sim *s, int r, uint64_t t)
@@ -434,10 +447,10 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 	if (cpu) {
 		/* the terms by name (not by walking the struct's fields);
 		 * the spin alone costs nothing */
-		const double v[] = {cpu->reduce_GBps, cpu->send_ns,
-				    cpu->send_GBps,   cpu->recv_ns,
-				    cpu->recv_GBps,   cpu->wake_ns,
-				    cpu->spin_ns,     cpu->dl_ns};
+		const double v[] = {
+			cpu->reduce_GBps, cpu->send_ns,	  cpu->send_GBps,
+			cpu->recv_ns,	  cpu->recv_GBps, cpu->wake_ns,
+			cpu->spin_ns,	  cpu->dl_ns,	  cpu->dl_GBps};
 
 		s->cpu = *cpu;
 		for (size_t i = 0; i < sizeof(v) / sizeof(*v); i++) {
@@ -476,14 +489,15 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 		if (s->cpu_on)
 			s->streams = calloc((size_t)s->n * SIM_STREAMS,
 					    sizeof(*s->streams));
-		if (s->cpu_on && cpu->dl_ns > 0)
+		if (s->cpu_on && (cpu->dl_ns > 0 || cpu->dl_GBps > 0))
 			s->dl_free =
 				calloc((size_t)(p->nranks / p->ranks_per_node),
 				       sizeof(uint64_t));
 	}
 	if (!s->comms || !s->runq || !s->queued || !s->cpu_free ||
 	    (s->cpu_on && !s->streams) ||
-	    (s->cpu_on && s->cpu.dl_ns > 0 && !s->dl_free) ||
+	    (s->cpu_on && (s->cpu.dl_ns > 0 || s->cpu.dl_GBps > 0) &&
+	     !s->dl_free) ||
 	    (s->cpu_on && s->cpu.cores &&
 	     (!s->core_free || !s->core_rank || !s->rank_core ||
 	      !s->inflight))) {
@@ -769,12 +783,9 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 			 * delay line (sim.h) */
 			at = s->clk.now - e.span;
 			last = s->clk.now;
-			if (s->dl_free && !e.joined && across) {
-				/* the line holds the whole stream back by
-				 * its work: its first chunk too */
-				last = dl_take(s, e.to);
-				at += last - s->clk.now;
-			}
+			if (s->dl_free && across &&
+			    (!e.joined || s->cpu.dl_GBps > 0))
+				last = dl_take(s, &e, &at);
 			if (s->cpu_on && s->cpu.wake_ns > 0 &&
 			    at > s->cpu_free[e.to] &&
 			    at - s->cpu_free[e.to] > (uint64_t)s->cpu.spin_ns)

@@ -146,12 +146,19 @@ void sim_net_describe(const struct sim_net_params *p, char *buf, size_t len);
  *   - an emulated network's delay line (netns-lab's nfq_delay: a process
  *     on each host that holds every packet coming in and lets it go after
  *     the delay): dl_ns of a core's work per write from another node (one
- *     that joined a stream comes with the write before it), when the
- *     write is due, one write at a time for each node, before its
- *     receiver can take it in.  On an idle host it is part of the
- *     latency measured (give the wire that much less); on a busy one the
- *     delay lines wait for cores like the ranks (a line sleeps between
- *     packets: it holds no core after its work).
+ *     that joined a stream comes with the write before it), and its
+ *     bytes at dl_GBps (each packet goes through the line, and so do the
+ *     ACKs, whose work is counted with the data's), one write at a time
+ *     for each node, before its receiver can take it in.  With dl_ns
+ *     alone the line holds the whole write back by its work, from when
+ *     it is due; with dl_GBps the line works on a stream's packets as
+ *     they land, from its first bytes, and lets the write go no sooner
+ *     than its last chunk's work after it is all in; the receiver takes
+ *     each chunk in once the line has let it go.  On an idle host the
+ *     per-write work is part of the latency measured (give the wire that
+ *     much less); on a busy one the delay lines wait for cores like the
+ *     ranks (a line sleeps between packets: it holds no core after its
+ *     work).
  * A rank acts on what has landed once its CPU is free, and what it posts
  * leaves at its CPU's time.  A rate of 0 costs nothing; all zero, the
  * default, is no CPU model at all: a rank runs in no time, and its copies
@@ -191,7 +198,8 @@ struct sim_cpu_params {
 	double wake_ns, spin_ns;
 	int cores;
 	bool cores_job;
-	double dl_ns; /* the delay line's work per write (above) */
+	double dl_ns;	/* the delay line's work per write (above) */
+	double dl_GBps; /* and the bytes it lets through per ns */
 };
 
 /* ---- the job and its driver (run.c) ---------------------------------- */
@@ -232,7 +240,8 @@ struct sim {
 	int *rank_core;	   /* the core each rank last worked on, in its pool */
 	struct sim_stream *streams; /* SIM_STREAMS per rank (CPU model) */
 	size_t *inflight;  /* bytes on their way to each rank (shared cores) */
-	uint64_t *dl_free; /* each node's delay line: free from (dl_ns) */
+	uint64_t *dl_free; /* each node's delay line: free from (above) */
+	uint64_t dl_work;  /* the delay lines' work so far, for the report */
 	int cur;	   /* the rank running now, whose CPU reduces */
 	fr_reduce_fn real; /* the collective's kernel, under the hook */
 	size_t esize;

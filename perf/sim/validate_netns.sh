@@ -49,11 +49,15 @@
 #   - the delay line's (with --delay-ms where it is netns-lab's nfq_delay,
 #     a user-space process per host): its CPU time during that 8-byte
 #     ping-pong, per message (--cpu-dl-us: each write into a host costs
-#     its line that much of a core);
+#     its line that much of a core), and during a stream of 1 MiB writes
+#     through it, per byte (--cpu-dl-GBps);
 #   - the cores: this host's, shared by every rank of the job, each rank
 #     holding its core for the library's 50 us of polling after its work
 #     (the ranks take the netns hosts for nodes of their own, so none
 #     knows that it shares the CPUs).
+# With a delay line the run also records the lines' CPU time during each
+# job, and prints it a call beside the simulator's (a second table).
+# Each size and algorithm is simulated in a job of its own, as measured.
 # The simulated job is told the same network, so that auto chooses on
 # both sides from the same parameters (the measured job's cost model
 # uses its built-in ones unless FR_TUNE_FILE is set: the auto rows may
@@ -136,7 +140,7 @@ dl_cpu_ns() {
 }
 
 calibrate() {
-	local lat lat0 bw red rate out dl=0 c0 c1
+	local lat lat0 bw red rate out dl=0 dlg=0 c0 c1
 	ns_setup 2 "$RATE" "$DELAY_US" both "$OUT" >/dev/null 2>&1 || { log "netns setup failed"; exit 1; }
 	# CSV: test,bytes,iterations,bw_peak,bw_avg_GBps,bw_avg_Gbps,
 	# msg_rate_Mpps,lat_min,lat_median
@@ -155,6 +159,17 @@ calibrate() {
 	fi
 	lat0=$(tp --lat -s 8 --spin-us 0 | awk -F, '$1 == "lat" && $2 == 8 { print $9 }' | tail -1)
 	rate=$(tp --bw -s 8 | awk -F, '$1 == "bw" { print $7 }' | tail -1)
+	if [[ -n ${c0:-} ]]; then
+		# the delay line's work per byte: its CPU time during a stream of
+		# 1 MiB writes (the timed ones and fr_transport_perf's warm-up,
+		# min(n, 100)), the ACKs' share included
+		c0=$(dl_cpu_ns)
+		out=$(tp --bw -s 1M)
+		c1=$(dl_cpu_ns)
+		dlg=$(echo "$out" | awk -F, -v d=$((c1 - c0)) '$1 == "bw" && $2 > 0 && $3 > 0 && d > 0 {
+			w = $3 < 100 ? $3 : 100
+			printf "%.4f", $2 * ($3 + w) / d }' | tail -1)
+	fi
 	ns_teardown
 	ns_setup 2 unshaped 0 both "$OUT" >/dev/null 2>&1 || { log "netns setup failed"; exit 1; }
 	bw=$(tp --bw -s 1M | awk -F, '$1 == "bw" { print $5 }' | tail -1)
@@ -162,7 +177,7 @@ calibrate() {
 	red=$("$BUILD/fr_reduce_perf" -d f32 -o sum -b 1M -e 1M --csv |
 		awk -F, '$1 == 1048576 { printf "%.3f", $5 / 3 }')
 	# (no more than half the one-way latency each: that is all there is)
-	log "calibration: 8 B one-way $lat us (no polling $lat0), $rate M messages/s; unshaped $bw GB/s; reduce $red GB/s; delay line ${dl:-0} us a message"
+	log "calibration: 8 B one-way $lat us (no polling $lat0), $rate M messages/s; unshaped $bw GB/s; reduce $red GB/s; delay line ${dl:-0} us a message, ${dlg:-0} GB/s"
 	{
 		echo "rate $RATE"
 		echo "delay_ms $DELAY_MS"
@@ -173,20 +188,22 @@ calibrate() {
 		echo "bw_unshaped_GBps $bw"
 		echo "reduce_GBps $red"
 		echo "dl_us ${dl:-0}"
+		echo "dl_GBps ${dlg:-0}"
 	} >"$OUT/calibration.txt"
 }
 
 # fr_sim's options from a calibration.txt: CPU_OPTS (unless given) and LAT_US
 sim_params() {
-	local f=$1 lat lat0 rate bw red cores msg wire wake
+	local f=$1 lat lat0 rate bw red cores dl dlg msg wire wake
 	if grep -q '^wire_us ' "$f"; then # a run given --cpu: no calibration
 		LAT_US=$(awk '$1 == "wire_us" { print $2 }' "$f")
 		[[ -n $CPU_OPTS ]] || CPU_OPTS=$(sed -n 's/^cpu_opts //p' "$f")
 		return
 	fi
-	IFS=, read -r lat lat0 rate bw red cores dl < <(awk '{ v[$1] = $2 } END {
+	IFS=, read -r lat lat0 rate bw red cores dl dlg < <(awk '{ v[$1] = $2 } END {
 		print v["lat_us"] "," v["lat_nospin_us"] "," v["msg_rate_Mpps"] "," \
-			v["bw_unshaped_GBps"] "," v["reduce_GBps"] "," v["cores"] "," v["dl_us"] + 0 }' "$f")
+			v["bw_unshaped_GBps"] "," v["reduce_GBps"] "," v["cores"] "," v["dl_us"] + 0 "," \
+			v["dl_GBps"] + 0 }' "$f")
 	# CPU options given (--cpu): the delay line is theirs to give, and the
 	# wire keeps the whole latency
 	[[ -z $CPU_OPTS ]] || dl=0
@@ -196,7 +213,7 @@ sim_params() {
 	wire=$(awk -v l="$lat" -v m="$msg" -v d="$dl" 'BEGIN { w = l - 2 * m - d; if (w < 0) w = 0; printf "%.2f", w }')
 	wake=$(awk -v a="$lat0" -v b="$lat" 'BEGIN { w = a - b; if (w < 0) w = 0; printf "%.2f", w }')
 	[[ -n $CPU_OPTS ]] ||
-		CPU_OPTS="--cpu-reduce-GBps $red --cpu-send-us $msg --cpu-recv-us $msg --cpu-send-GBps $bw --cpu-recv-GBps $bw --cpu-wake-us $wake --cpu-spin-us 50 --cores ${cores:-$(nproc)} --cores-job$(awk -v d="$dl" 'BEGIN { if (d > 0) printf " --cpu-dl-us %s", d }')"
+		CPU_OPTS="--cpu-reduce-GBps $red --cpu-send-us $msg --cpu-recv-us $msg --cpu-send-GBps $bw --cpu-recv-GBps $bw --cpu-wake-us $wake --cpu-spin-us 50 --cores ${cores:-$(nproc)} --cores-job$(awk -v d="$dl" -v g="$dlg" 'BEGIN { if (d > 0) printf " --cpu-dl-us %s", d; if (g > 0) printf " --cpu-dl-GBps %s", g }')"
 	LAT_US=$wire
 }
 
@@ -207,8 +224,9 @@ measure() {
 	tok=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 	[[ $algo == auto ]] || algo_env=(FR_ALGO="$algo")
 	for s in $SIZES; do
-		local it=$ITERS
+		local it=$ITERS c0=""
 		((s >= 16777216 && it > 3)) && it=3
+		[[ -f $OUT/nfq.pids ]] && c0=$(dl_cpu_ns)
 		for ((r = 0; r < n; r++)); do
 			ip netns exec "$(ns_host "$r")" env FR_RANK=$r FR_NRANKS="$n" FR_LOCAL_RANK=0 \
 				FR_LOCAL_SIZE=1 FR_RENDEZVOUS="$(ns_addr 0):$port" FR_JOB_TOKEN="$tok" \
@@ -219,21 +237,28 @@ measure() {
 		done
 		for p in "${pids[@]}"; do wait "$p" || log "n=$n $algo $s: a rank failed (see $out.err.r*)"; done
 		pids=()
+		# the delay lines' CPU time a call (the job's start with it)
+		[[ -z $c0 ]] || echo "$s,$((it + 2)),$(($(dl_cpu_ns) - c0))" >>"$out.dl"
 		grep -v '^size' "$out.r0" | grep -v '^#' >>"$out"
 		port=$((port + 1))
 	done
 }
 
+# a job of its own for each size and algorithm, as measured: what one
+# collective leaves (connections, the mailboxes' state, the cores' last
+# owners) does not carry into the next
 simulate() {
-	local n=$1 out=$2 algos
-	algos=$(echo "$ALGOS" | tr ' ' ',')
+	local n=$1 out=$2 s a
 	# shellcheck disable=SC2086
 	for s in $SIZES; do
-		"$BUILD/fr_sim" -n "$n" --gbps "$GBPS" --lat-us "$LAT_US" $CPU_OPTS $SIM_OPTS \
-			-b "$s" -e "$s" -a "$algos"
+		for a in $ALGOS; do
+			"$BUILD/fr_sim" -n "$n" --gbps "$GBPS" --lat-us "$LAT_US" $CPU_OPTS $SIM_OPTS \
+				-b "$s" -e "$s" -a "$a"
+		done
 	done >"$out" 2>&1
 }
 
+rm -f "$OUT/lines.md"
 if [[ -n $MEASURED ]]; then
 	sim_params "$MEASURED/calibration.txt"
 	cp "$MEASURED/calibration.txt" "$OUT/" 2>/dev/null
@@ -298,10 +323,11 @@ for n in $RANKS_LIST; do
 			[[ -f $MEASURED/m.$n.$a ]] ||
 				{ log "no $MEASURED/m.$n.$a: not measured there"; exit 2; }
 			[[ $MEASURED -ef $OUT ]] || cp "$MEASURED/m.$n.$a" "$OUT/"
+			[[ $MEASURED -ef $OUT || ! -f $MEASURED/m.$n.$a.dl ]] || cp "$MEASURED/m.$n.$a.dl" "$OUT/"
 		done
 	else
 		ns_setup "$n" "$RATE" "$DELAY_US" both "$OUT" >/dev/null 2>&1 || { log "netns setup of $n failed"; exit 1; }
-		for a in $ALGOS; do : >"$OUT/m.$n.$a"; done
+		for a in $ALGOS; do : >"$OUT/m.$n.$a" && rm -f "$OUT/m.$n.$a.dl"; done
 		for ((j = 1; j <= JOBS; j++)); do
 			for a in $ALGOS; do
 				log "n=$n $a: measuring (job $j of $JOBS)"
@@ -327,8 +353,45 @@ for n in $RANKS_LIST; do
 			printf '| %d | %d | %s | %.1f | %d, %s | %s | %.1f | %s%s |\n' "$n" "$size" "$malgo" "$med" \
 				"$jobs" "$spread" "${salgo:-?}" "${sus:-0}" "$ratio" "$([[ $ok == 1 ]] && echo "" || echo " (off)")"
 		done < <(jobs_median "$OUT/m.$n.$a")
+		# the delay lines' CPU time a call, measured (the median over
+		# the jobs) and simulated
+		[[ -s $OUT/m.$n.$a.dl ]] || continue
+		awk -F, -v n="$n" -v a="$a" -v sim="$OUT/s.$n" '
+			{ if (!($1 in k)) { order[++no] = $1; k[$1] = 0 }
+			  v[$1, ++k[$1]] = $3 / $2 / 1e6 }
+			END {
+				while ((getline l < sim) > 0) {
+					split(l, f, " ")
+					lab = f[4]; sub(/:$/, "", lab)
+					if (f[1] == "#" && f[3] == "bytes," && !(f[2] in w) &&
+					    (lab == a || (a == "auto" && lab ~ /^auto:/) ||
+					     (a == "tree" && lab == "rd")))
+						w[f[2]] = f[9] / 1e3
+				}
+				for (i = 1; i <= no; i++) {
+					s = order[i]; m = k[s]
+					for (j = 1; j <= m; j++) x[j] = v[s, j]
+					for (j = 2; j <= m; j++)
+						for (b = j; b > 1 && x[b - 1] > x[b]; b--) {
+							t = x[b]; x[b] = x[b - 1]; x[b - 1] = t
+						}
+					med = m % 2 ? x[(m + 1) / 2] : (x[m / 2] + x[m / 2 + 1]) / 2
+					r = (s in w) && med > 0 ? sprintf("%.2f", w[s] / med) : "-"
+					printf "| %d | %d | %s | %.2f | %s | %s |\n", n, s, a, med,
+						(s in w) ? sprintf("%.2f", w[s]) : "-", r
+				}
+			}' "$OUT/m.$n.$a.dl" >>"$OUT/lines.md"
 	done
 done
 echo
 echo "# within 15 %: $within of $total (outputs in $OUT)"
 echo "# measured jobs within 1.3 of each other (slowest / fastest): $steady of $total"
+if [[ -s $OUT/lines.md ]]; then
+	echo
+	echo "# the delay lines' CPU time, all hosts', ms a call: measured (/proc/PID/schedstat"
+	echo "# over each job, its start included, over its calls; the jobs' median) and simulated"
+	echo
+	echo "| ranks | bytes | algo | measured ms | simulated ms | sim / measured |"
+	echo "| ---: | ---: | --- | ---: | ---: | ---: |"
+	cat "$OUT/lines.md"
+fi

@@ -480,19 +480,23 @@ static void expect_within(const char *what, double got, double want)
 }
 
 /* The second of two calls of algo on p's ranks, with cpu's terms (NULL:
- * no CPU model), in a sim of its own: the first brings connections up. */
+ * no CPU model), in a sim of its own: the first brings connections up.
+ * dl_work (or NULL): the delay lines' work in that call. */
 static uint64_t second_call(const struct sim_net_params *p,
 			    const struct sim_cpu_params *cpu, int algo,
-			    float **b, size_t count)
+			    float **b, size_t count, uint64_t *dl_work)
 {
 	struct sim s;
-	uint64_t t;
+	uint64_t t, w0;
 
 	if (sim_open(&s, p, cpu, NULL, 0))
 		fail_msg("%s", s.err);
 	force(&s, algo);
 	run_checked(&s, b, count);
+	w0 = s.dl_work;
 	t = run_checked(&s, b, count);
+	if (dl_work)
+		*dl_work = s.dl_work - w0;
 	sim_close(&s);
 	return t;
 }
@@ -507,7 +511,7 @@ static uint64_t rd_on_one_core(const struct sim_net_params *p,
 	cpu.spin_ns = spin ? 50000 : 0;
 	cpu.cores = 1;
 	cpu.cores_job = true;
-	return second_call(p, &cpu, FR_ALGO_RD, b, count);
+	return second_call(p, &cpu, FR_ALGO_RD, b, count, NULL);
 }
 
 static void test_sim_cpu(void **state)
@@ -814,7 +818,7 @@ static void test_sim_calls_dl(void **state)
 	for (int cores = 0; cores < 2; cores++) {
 		cpu.cores = cores;
 		cpu.cores_job = true;
-		t = second_call(&p, &cpu, FR_ALGO_ONESHOT, b, count);
+		t = second_call(&p, &cpu, FR_ALGO_ONESHOT, b, count, NULL);
 		if (cores)
 			expect_within("the one-shot's delay lines on one core",
 				      (double)t, 100000 + 12 * 50000);
@@ -828,13 +832,16 @@ static void test_sim_calls_dl(void **state)
 
 /*
  * The delay line's work per byte (dl_GBps): the ring of 1 MiB on two
- * nodes, 100 us apart on a link of 100 Gbit/s, writes 512 KiB each way
- * twice (42 us of wire each).  Through lines that let 0.1 GB/s through,
- * each line works on its stream's packets as they land, from the first,
- * so a write is let go 100 us + 512 KiB / 0.1 GB/s after it is posted,
- * not after the wire's time as well.  On one core of the job's the two
- * lines take turns, and the core is busy from the first write's landing
- * to the end: 100 us + 4 x 512 KiB / 0.1 GB/s.  With no cost per byte, or
+ * nodes, 100 us apart on links of 10 Gbit/s, writes 512 KiB each way
+ * twice (419 us of wire each).  Through lines that let 0.5 GB/s through
+ * (1,049 us of work for each write), each line works on its stream's
+ * chunks as they land, from the first (64 KiB, in 52 us), so a write is
+ * let go 100 + 52 + 1,049 us after it is posted, not after the wire's 419
+ * us as well (as it would be if the line started once the write was in).
+ * On one core of the job's the two lines take turns, and the core is busy
+ * from the first chunk's landing to the end: 152 us + 4 x 1,049 us.  The
+ * lines' work is
+ * counted (sim.dl_work): the 4 writes' bytes.  With no cost per byte, or
  * per write, no line.
  */
 static void test_sim_dl_bytes(void **state)
@@ -842,25 +849,29 @@ static void test_sim_dl_bytes(void **state)
 	struct sim_net_params p = net_params(2, 1);
 	size_t count = 262144;
 	float **b = bufs_new(2, count);
-	struct sim_cpu_params cpu = {.dl_GBps = 0.1};
-	double work = 524288 / 0.1;
-	uint64_t t;
+	struct sim_cpu_params cpu = {.dl_GBps = 0.5};
+	double work = 524288 / 0.5, first = 100000 + 65536 / 1.25;
+	uint64_t t, w;
 
 	(void)state;
 	p.link_lat_ns = 100000;
-	expect_within("no line",
-		      (double)second_call(&p, NULL, FR_ALGO_RING, b, count),
-		      2 * (100000 + 524288 / 12.5));
+	p.link_gbps = 10;
+	expect_within(
+		"no line",
+		(double)second_call(&p, NULL, FR_ALGO_RING, b, count, NULL),
+		2 * (100000 + 524288 / 1.25));
 	for (int cores = 0; cores < 2; cores++) {
 		cpu.cores = cores;
 		cpu.cores_job = true;
-		t = second_call(&p, &cpu, FR_ALGO_RING, b, count);
+		t = second_call(&p, &cpu, FR_ALGO_RING, b, count, &w);
 		if (cores)
 			expect_within("two lines' bytes on one core", (double)t,
-				      100000 + 4 * work);
+				      first + 4 * work);
 		else
 			expect_within("a line's bytes", (double)t,
-				      2 * (100000 + work));
+				      2 * (first + work));
+		/* (the writes' headers too: a few hundred bytes) */
+		expect_within("the lines' work", (double)w, 4 * work);
 	}
 	assert_int_equal(fake_tp_endpoints(), 0);
 	bufs_free(b, 2);

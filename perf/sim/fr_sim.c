@@ -550,9 +550,12 @@ int main(int argc, char **argv)
 			printf("# cores: %d, shared by %s\n", cpu.cores,
 			       cpu.cores_job ? "all the job's ranks"
 					     : "each node's ranks");
-		if (cpu.dl_ns > 0 || cpu.dl_GBps > 0)
-			printf("# delay line: %g us of a core per write into a node, and %g GB/s\n",
-			       cpu.dl_ns / 1e3, cpu.dl_GBps);
+		if (cpu.dl_ns > 0)
+			printf("# delay line: %g us of a core per write into a node\n",
+			       cpu.dl_ns / 1e3);
+		if (cpu.dl_GBps > 0)
+			printf("# delay line: %g GB/s of a core's work\n",
+			       cpu.dl_GBps);
 	} else {
 		printf("# CPU: free (no CPU model)\n");
 	}

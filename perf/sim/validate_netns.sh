@@ -235,10 +235,12 @@ measure() {
 				>"$out.r$r" 2>"$out.err.r$r" </dev/null &
 			pids+=($!)
 		done
-		for p in "${pids[@]}"; do wait "$p" || log "n=$n $algo $s: a rank failed (see $out.err.r*)"; done
+		local failed=0
+		for p in "${pids[@]}"; do wait "$p" || { failed=1; log "n=$n $algo $s: a rank failed (see $out.err.r*)"; }; done
 		pids=()
-		# the delay lines' CPU time a call (the job's start with it)
-		[[ -z $c0 ]] || echo "$s,$((it + 2)),$(($(dl_cpu_ns) - c0))" >>"$out.dl"
+		# the delay lines' CPU time a call (the job's start with it; not
+		# for a job that failed)
+		[[ -z $c0 || $failed == 1 ]] || echo "$s,$((it + 2)),$(($(dl_cpu_ns) - c0))" >>"$out.dl"
 		grep -v '^size' "$out.r0" | grep -v '^#' >>"$out"
 		port=$((port + 1))
 	done
@@ -323,6 +325,7 @@ for n in $RANKS_LIST; do
 			[[ -f $MEASURED/m.$n.$a ]] ||
 				{ log "no $MEASURED/m.$n.$a: not measured there"; exit 2; }
 			[[ $MEASURED -ef $OUT ]] || cp "$MEASURED/m.$n.$a" "$OUT/"
+			[[ $MEASURED -ef $OUT ]] || rm -f "$OUT/m.$n.$a.dl"
 			[[ $MEASURED -ef $OUT || ! -f $MEASURED/m.$n.$a.dl ]] || cp "$MEASURED/m.$n.$a.dl" "$OUT/"
 		done
 	else

@@ -54,6 +54,9 @@ static void usage(FILE *f)
 		"                         model, computing is free)\n"
 		"      --cpu-wake-us U    a rank's wake-up, once idle longer than\n"
 		"      --cpu-spin-us U    (default 0, 0)\n"
+		"      --cpu-spin-holds   a spinning rank holds its core through\n"
+		"                         its spin even with a stream on its way\n"
+		"                         (as under a shaped link)\n"
 		"      --cores C          the ranks of a node share C cores\n"
 		"                         (default 0: a CPU per rank)\n"
 		"      --cores-job        the C cores are the whole job's (one\n"
@@ -319,6 +322,7 @@ int main(int argc, char **argv)
 		{"cores-job", no_argument, NULL, 1008},
 		{"cpu-dl-us", required_argument, NULL, 1020},
 		{"cpu-dl-GBps", required_argument, NULL, 1022},
+		{"cpu-spin-holds", no_argument, NULL, 1023},
 		{"min-bytes", required_argument, NULL, 'b'},
 		{"max-bytes", required_argument, NULL, 'e'},
 		{"factor", required_argument, NULL, 'f'},
@@ -410,6 +414,9 @@ int main(int argc, char **argv)
 			break;
 		case 1008:
 			cpu.cores_job = true;
+			break;
+		case 1023:
+			cpu.spin_holds = true;
 			break;
 		case 1020:
 			if (parse_double(optarg, &d) || !(d >= 0))
@@ -550,6 +557,8 @@ int main(int argc, char **argv)
 			printf("# cores: %d, shared by %s\n", cpu.cores,
 			       cpu.cores_job ? "all the job's ranks"
 					     : "each node's ranks");
+		if (cpu.cores && cpu.spin_holds)
+			printf("# a spinner holds its core through its spin\n");
 		if (cpu.dl_ns > 0)
 			printf("# delay line: %g us of a core per write into a node\n",
 			       cpu.dl_ns / 1e3);

@@ -107,11 +107,12 @@ static int core_take(struct sim *s, int r, size_t pool, uint64_t t,
 	/* when core i is free for r: at the end of its last work,
 	 * plus its spinner's spin, unless r is the spinner or a
 	 * stream's bytes are on their way to the spinner (above) */
-#define CORE_AT(i)                                                            \
-	(core[i] +                                                            \
-	 (owner[i] < 0 || owner[i] == r || s->inflight[owner[i]] >= SIM_CHUNK \
-		  ? 0                                                         \
-		  : (uint64_t)s->cpu.spin_ns))
+#define CORE_AT(i)                                                       \
+	(core[i] + (owner[i] < 0 || owner[i] == r ||                     \
+				    (!s->cpu.spin_holds &&               \
+				     s->inflight[owner[i]] >= SIM_CHUNK) \
+			    ? 0                                          \
+			    : (uint64_t)s->cpu.spin_ns))
 	if (mine >= 0 && owner[mine] == r && core[mine] <= start)
 		pick = mine; /* still spinning on it */
 	for (int i = 0; pick < 0 && i < c; i++)

@@ -174,7 +174,11 @@ void sim_net_describe(const struct sim_net_params *p, char *buf, size_t len);
  * library polls before it sleeps: the core is nobody else's meanwhile,
  * unless SIM_CHUNK bytes or more from other nodes are on their way to the
  * spinner, which will work on them rather than sleep (run.c,
- * cpu_take_from, says why).
+ * cpu_take_from, says why).  With spin_holds, that exception is off: the
+ * spinner holds its core through its spin, whatever is on its way, and
+ * works on its own core what lands meanwhile, as under a shaped link,
+ * where a stream's chunks come in with gaps that the spinner burns
+ * (perf/sim/README.md, "The delay line's work per byte").
  */
 #define SIM_CHUNK 65536 /* a stream's unit of work: a socket read's */
 /*
@@ -198,6 +202,7 @@ struct sim_cpu_params {
 	double wake_ns, spin_ns;
 	int cores;
 	bool cores_job;
+	bool spin_holds; /* (above) */
 	double dl_ns;	/* the delay line's work per write (above) */
 	double dl_GBps; /* and the bytes it lets through per ns */
 };

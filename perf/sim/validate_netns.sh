@@ -49,12 +49,14 @@
 #   - the delay line's (with --delay-ms where it is netns-lab's nfq_delay,
 #     a user-space process per host): its CPU time during that 8-byte
 #     ping-pong, per message (--cpu-dl-us: each write into a host costs
-#     its line that much of a core), and during a stream of 1 MiB writes
-#     through it, per byte (--cpu-dl-GBps);
+#     its line that much of a core), and during streams of 1 MiB writes
+#     through it both ways at once, per byte (--cpu-dl-GBps);
 #   - the cores: this host's, shared by every rank of the job, each rank
-#     holding its core for the library's 50 us of polling after its work
-#     (the ranks take the netns hosts for nodes of their own, so none
-#     knows that it shares the CPUs).
+#     holding its core for the library's 50 us of polling after its work,
+#     even with a stream on its way (--cpu-spin-holds: over the shaped
+#     links its chunks come with gaps that the spin burns); the ranks
+#     take the netns hosts for nodes of their own, so none knows that it
+#     shares the CPUs.
 # With a delay line the run also records the lines' CPU time during each
 # job, and prints it a call beside the simulator's (a second table).
 # Each size and algorithm is simulated in a job of its own, as measured.
@@ -130,6 +132,25 @@ tp() {
 	echo "$out"
 }
 
+# tp MODE [ARGS] from host 1 to host 0 and from 0 to 1, at once
+tp_both() {
+	local pids=() i
+	for i in 0 1; do
+		ip netns exec "$(ns_host "$i")" "$BUILD/fr_transport_perf" --server -x tcp \
+			--ip "$(ns_addr "$i")" -p $((18611 + i)) >/dev/null 2>&1 &
+		pids+=($!)
+	done
+	sleep 0.5
+	for i in 0 1; do
+		ip netns exec "$(ns_host $((1 - i)))" "$BUILD/fr_transport_perf" --client "$(ns_addr "$i")" \
+			-x tcp --ip "$(ns_addr $((1 - i)))" -p $((18611 + i)) --csv "$@" >"$OUT/tp_both.$i" 2>&1 &
+		pids+=($!)
+	done
+	wait "${pids[@]}"
+	cat "$OUT/tp_both.0" "$OUT/tp_both.1" | tee -a "$OUT/calibration.log"
+	rm -f "$OUT/tp_both.0" "$OUT/tp_both.1"
+}
+
 # the CPU time (ns) the delay lines (nfq_delay) have used so far
 dl_cpu_ns() {
 	local pid sum=0
@@ -160,15 +181,18 @@ calibrate() {
 	lat0=$(tp --lat -s 8 --spin-us 0 | awk -F, '$1 == "lat" && $2 == 8 { print $9 }' | tail -1)
 	rate=$(tp --bw -s 8 | awk -F, '$1 == "bw" { print $7 }' | tail -1)
 	if [[ -n ${c0:-} ]]; then
-		# the delay line's work per byte: its CPU time during a stream of
-		# 1 MiB writes (the timed ones and fr_transport_perf's warm-up,
-		# min(n, 100)), the ACKs' share included
+		# the delay line's work per byte: its CPU time during streams of
+		# 1 MiB writes both ways at once (the timed ones and
+		# fr_transport_perf's warm-up, min(n, 100)), the ACKs' share
+		# included.  Both ways, as in a collective, where every host sends
+		# and receives: a line then takes its packets in batches, and a
+		# byte costs it about half what one stream's does (measured)
 		c0=$(dl_cpu_ns)
-		out=$(tp --bw -s 1M)
+		out=$(tp_both --bw -s 1M -n 200)
 		c1=$(dl_cpu_ns)
-		dlg=$(echo "$out" | awk -F, -v d=$((c1 - c0)) '$1 == "bw" && $2 > 0 && $3 > 0 && d > 0 {
-			w = $3 < 100 ? $3 : 100
-			printf "%.4f", $2 * ($3 + w) / d }' | tail -1)
+		dlg=$(echo "$out" | awk -F, -v d=$((c1 - c0)) '$1 == "bw" && $2 > 0 && $3 > 0 {
+			w = $3 < 100 ? $3 : 100; b += $2 * ($3 + w); k++ }
+			END { if (k == 2 && d > 0) printf "%.4f", b / d }')
 	fi
 	ns_teardown
 	ns_setup 2 unshaped 0 both "$OUT" >/dev/null 2>&1 || { log "netns setup failed"; exit 1; }
@@ -213,7 +237,7 @@ sim_params() {
 	wire=$(awk -v l="$lat" -v m="$msg" -v d="$dl" 'BEGIN { w = l - 2 * m - d; if (w < 0) w = 0; printf "%.2f", w }')
 	wake=$(awk -v a="$lat0" -v b="$lat" 'BEGIN { w = a - b; if (w < 0) w = 0; printf "%.2f", w }')
 	[[ -n $CPU_OPTS ]] ||
-		CPU_OPTS="--cpu-reduce-GBps $red --cpu-send-us $msg --cpu-recv-us $msg --cpu-send-GBps $bw --cpu-recv-GBps $bw --cpu-wake-us $wake --cpu-spin-us 50 --cores ${cores:-$(nproc)} --cores-job$(awk -v d="$dl" -v g="$dlg" 'BEGIN { if (d > 0) printf " --cpu-dl-us %s", d; if (g > 0) printf " --cpu-dl-GBps %s", g }')"
+		CPU_OPTS="--cpu-reduce-GBps $red --cpu-send-us $msg --cpu-recv-us $msg --cpu-send-GBps $bw --cpu-recv-GBps $bw --cpu-wake-us $wake --cpu-spin-us 50 --cpu-spin-holds --cores ${cores:-$(nproc)} --cores-job$(awk -v d="$dl" -v g="$dlg" 'BEGIN { if (d > 0) printf " --cpu-dl-us %s", d; if (g > 0) printf " --cpu-dl-GBps %s", g }')"
 	LAT_US=$wire
 }
 

@@ -178,7 +178,8 @@ void sim_net_describe(const struct sim_net_params *p, char *buf, size_t len);
  * spinner holds its core through its spin, whatever is on its way, and
  * works on its own core what lands meanwhile, as under a shaped link,
  * where a stream's chunks come in with gaps that the spinner burns
- * (perf/sim/README.md, "The delay line's work per byte").
+ * (perf/sim/README.md, "The delay line's work per byte, and a spinner's
+ * core").
  */
 #define SIM_CHUNK 65536 /* a stream's unit of work: a socket read's */
 /*

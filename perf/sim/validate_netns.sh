@@ -117,37 +117,35 @@ log() { echo "validate: $*" >&2; }
 GBPS=$(awk -v b="$(ns_rate_bytes "$RATE")" 'BEGIN { printf "%g", b * 8 / 1e9 }') ||
 	{ echo "validate_netns.sh: bad rate $RATE" >&2; exit 2; }
 
-# one-way 8-byte latency (us) and bandwidth (GB/s) of fr_transport_perf
-# between hosts 0 and 1: tp MODE [ARGS]
-tp() {
-	local mode=$1 out
-	shift
-	ip netns exec "$(ns_host 0)" "$BUILD/fr_transport_perf" --server -x tcp \
-		--ip "$(ns_addr 0)" -p 18611 >/dev/null 2>&1 &
+# fr_transport_perf from host C (the client) to host S (the server, on
+# side-channel port P): tp_from C S P MODE [ARGS]; its CSV, also kept in
+# calibration.log
+tp_from() {
+	local c=$1 sv=$2 port=$3 out
+	shift 3
+	ip netns exec "$(ns_host "$sv")" "$BUILD/fr_transport_perf" --server -x tcp \
+		--ip "$(ns_addr "$sv")" -p "$port" >/dev/null 2>&1 &
 	sleep 0.5
-	out=$(ip netns exec "$(ns_host 1)" "$BUILD/fr_transport_perf" --client "$(ns_addr 0)" \
-		-x tcp --ip "$(ns_addr 1)" -p 18611 --csv "$mode" "$@" 2>&1)
+	out=$(ip netns exec "$(ns_host "$c")" "$BUILD/fr_transport_perf" --client "$(ns_addr "$sv")" \
+		-x tcp --ip "$(ns_addr "$c")" -p "$port" --csv "$@" 2>&1)
 	wait
 	echo "$out" >>"$OUT/calibration.log"
 	echo "$out"
 }
 
+# one-way 8-byte latency (us) and bandwidth (GB/s) of fr_transport_perf
+# between hosts 0 and 1: tp MODE [ARGS]
+tp() { tp_from 1 0 18611 "$@"; }
+
 # tp MODE [ARGS] from host 1 to host 0 and from 0 to 1, at once
 tp_both() {
-	local pids=() i
-	for i in 0 1; do
-		ip netns exec "$(ns_host "$i")" "$BUILD/fr_transport_perf" --server -x tcp \
-			--ip "$(ns_addr "$i")" -p $((18611 + i)) >/dev/null 2>&1 &
-		pids+=($!)
-	done
-	sleep 0.5
-	for i in 0 1; do
-		ip netns exec "$(ns_host $((1 - i)))" "$BUILD/fr_transport_perf" --client "$(ns_addr "$i")" \
-			-x tcp --ip "$(ns_addr $((1 - i)))" -p $((18611 + i)) --csv "$@" >"$OUT/tp_both.$i" 2>&1 &
-		pids+=($!)
-	done
-	wait "${pids[@]}"
-	cat "$OUT/tp_both.0" "$OUT/tp_both.1" | tee -a "$OUT/calibration.log"
+	local p0 p1
+	tp_from 1 0 18611 "$@" >"$OUT/tp_both.0" &
+	p0=$!
+	tp_from 0 1 18612 "$@" >"$OUT/tp_both.1" &
+	p1=$!
+	wait "$p0" "$p1"
+	cat "$OUT/tp_both.0" "$OUT/tp_both.1"
 	rm -f "$OUT/tp_both.0" "$OUT/tp_both.1"
 }
 
@@ -316,6 +314,18 @@ echo "| ranks | bytes | algo (measured) | measured us | jobs, spread | algo (sim
 echo "| ---: | ---: | --- | ---: | ---: | --- | ---: | ---: |"
 within=0 total=0 steady=0
 
+# awk functions: sort_n sorts x[1..m] in place (insertion sort: a few
+# jobs), median gives the sorted x[1..m]'s median
+AWK_MEDIAN='
+function sort_n(x, m,    a, b, t) {
+	for (a = 2; a <= m; a++)
+		for (b = a; b > 1 && x[b - 1] > x[b]; b--) {
+			t = x[b]; x[b] = x[b - 1]; x[b - 1] = t
+		}
+}
+function median(x, m) { return m % 2 ? x[(m + 1) / 2] : (x[m / 2] + x[m / 2 + 1]) / 2 }
+'
+
 # a measured file's jobs per size (first seen first): size, the median of
 # the jobs' medians (column 10), the jobs, slowest / fastest, the algorithm
 # (column 14)
@@ -323,7 +333,7 @@ jobs_median() {
 	# (a failed job's line has no time: not counted; a size whose jobs all
 	# failed shows 0 jobs, and compares as no time; an algorithm that
 	# differs between jobs, auto's, shows each)
-	awk -F, '!/^(size|#)/ && NF >= 14 {
+	awk -F, "$AWK_MEDIAN"'!/^(size|#)/ && NF >= 14 {
 		if (!($1 in k)) { order[++no] = $1; k[$1] = 0 }
 		if ($10 + 0 > 0) v[$1, ++k[$1]] = $10 + 0
 		if ($14 != "" && index("/" alg[$1] "/", "/" $14 "/") == 0)
@@ -334,12 +344,8 @@ jobs_median() {
 			m = k[s]
 			if (!m) { printf "%s,0,0,-,%s\n", s, alg[s]; continue }
 			for (a = 1; a <= m; a++) x[a] = v[s, a]
-			for (a = 2; a <= m; a++) # insertion sort
-				for (b = a; b > 1 && x[b - 1] > x[b]; b--) {
-					t = x[b]; x[b] = x[b - 1]; x[b - 1] = t
-				}
-			med = m % 2 ? x[(m + 1) / 2] : (x[m / 2] + x[m / 2 + 1]) / 2
-			printf "%s,%.3f,%d,%.2f,%s\n", s, med, m, x[m] / x[1], alg[s]
+			sort_n(x, m)
+			printf "%s,%.3f,%d,%.2f,%s\n", s, median(x, m), m, x[m] / x[1], alg[s]
 		}
 	}' "$1"
 }
@@ -348,9 +354,11 @@ for n in $RANKS_LIST; do
 		for a in $ALGOS; do
 			[[ -f $MEASURED/m.$n.$a ]] ||
 				{ log "no $MEASURED/m.$n.$a: not measured there"; exit 2; }
-			[[ $MEASURED -ef $OUT ]] || cp "$MEASURED/m.$n.$a" "$OUT/"
-			[[ $MEASURED -ef $OUT ]] || rm -f "$OUT/m.$n.$a.dl"
-			[[ $MEASURED -ef $OUT || ! -f $MEASURED/m.$n.$a.dl ]] || cp "$MEASURED/m.$n.$a.dl" "$OUT/"
+			if ! [[ $MEASURED -ef $OUT ]]; then
+				cp "$MEASURED/m.$n.$a" "$OUT/"
+				rm -f "$OUT/m.$n.$a.dl"
+				[[ ! -f $MEASURED/m.$n.$a.dl ]] || cp "$MEASURED/m.$n.$a.dl" "$OUT/"
+			fi
 		done
 	else
 		ns_setup "$n" "$RATE" "$DELAY_US" both "$OUT" >/dev/null 2>&1 || { log "netns setup of $n failed"; exit 1; }
@@ -383,7 +391,7 @@ for n in $RANKS_LIST; do
 		# the delay lines' CPU time a call, measured (the median over
 		# the jobs) and simulated
 		[[ -s $OUT/m.$n.$a.dl ]] || continue
-		awk -F, -v n="$n" -v a="$a" -v sim="$OUT/s.$n" '
+		awk -F, -v n="$n" -v a="$a" -v sim="$OUT/s.$n" "$AWK_MEDIAN"'
 			{ if (!($1 in k)) { order[++no] = $1; k[$1] = 0 }
 			  v[$1, ++k[$1]] = $3 / $2 / 1e6 }
 			END {
@@ -398,11 +406,8 @@ for n in $RANKS_LIST; do
 				for (i = 1; i <= no; i++) {
 					s = order[i]; m = k[s]
 					for (j = 1; j <= m; j++) x[j] = v[s, j]
-					for (j = 2; j <= m; j++)
-						for (b = j; b > 1 && x[b - 1] > x[b]; b--) {
-							t = x[b]; x[b] = x[b - 1]; x[b - 1] = t
-						}
-					med = m % 2 ? x[(m + 1) / 2] : (x[m / 2] + x[m / 2 + 1]) / 2
+					sort_n(x, m)
+					med = median(x, m)
 					r = (s in w) && med > 0 ? sprintf("%.2f", w[s] / med) : "-"
 					printf "| %d | %d | %s | %.2f | %s | %s |\n", n, s, a, med,
 						(s in w) ? sprintf("%.2f", w[s]) : "-", r

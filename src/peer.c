@@ -304,11 +304,78 @@ void fr_peers_free(struct fr_comm *c)
 	c->peer.mbx_rkeys = NULL;
 }
 
-struct fr_peer_keys *fr_peer_keys(struct fr_peer *p)
+/* The keys traded with one peer, direct-mapped by registration id (ids
+ * start at 1: 0 is none). */
+struct fr_peer_keys {
+	/* ids of our registrations whose key it has */
+	uint32_t sent[FR_RKEY_CACHE];
+	/* its registrations' keys we have */
+	uint32_t id[FR_RKEY_CACHE];
+	struct fr_tp_rkey rkey[FR_RKEY_CACHE];
+};
+
+/* rank's key caches, made (all ids 0: none known) on first use; NULL
+ * without memory. */
+static struct fr_peer_keys *peer_keys(struct fr_comm *c, int rank)
 {
+	struct fr_peer *p = &c->peer.peers[rank];
+
 	if (!p->keys)
 		p->keys = calloc(1, sizeof(*p->keys));
 	return p->keys;
+}
+
+int fr_peer_key_offer(struct fr_comm *comm, int rank, const struct fr_mem *mem,
+		      void *key, size_t *keylen)
+{
+	struct fr_peer_keys *k = peer_keys(comm, rank);
+	int rc;
+
+	if (!k)
+		return FR_ENOMEM;
+	if (k->sent[mem->id % FR_RKEY_CACHE] == mem->id) {
+		*keylen = 0;
+		return 0;
+	}
+	rc = fr_mem_pack_key(mem, key, keylen);
+	return rc ? rc : 1;
+}
+
+void fr_peer_key_sent(struct fr_comm *comm, int rank, const struct fr_mem *mem)
+{
+	struct fr_peer_keys *k = comm->peer.peers[rank].keys;
+
+	/* (offered first: k was made there) */
+	k->sent[mem->id % FR_RKEY_CACHE] = mem->id;
+	comm->stats.rkeys_sent++;
+}
+
+int fr_peer_key_learn(struct fr_comm *comm, int rank, uint32_t id,
+		      const void *key, size_t keylen,
+		      const struct fr_tp_rkey **out)
+{
+	struct fr_peer_keys *k = peer_keys(comm, rank);
+	uint32_t slot = id % FR_RKEY_CACHE;
+
+	if (!k)
+		return FR_ENOMEM;
+	if (!id)
+		return FR_EPROTO;
+	if (key) {
+		struct fr_tp_rkey r;
+
+		/* (a bad key leaves what was held) */
+		if (fr_mem_unpack_key(comm, key, keylen, &r))
+			return FR_EPROTO;
+		k->rkey[slot] = r;
+		k->id[slot] = id;
+	}
+	if (!out)
+		return 0;
+	if (k->id[slot] != id)
+		return FR_EPROTO;
+	*out = &k->rkey[slot];
+	return 0;
 }
 
 int fr_peers_mailbox(struct fr_comm *c, int rows, bool populate)

@@ -183,19 +183,11 @@ struct fr_peer {
 	uint32_t pong_started;
 	uint16_t pong_level; /* 0, or it waits for a late rank (peer.c) */
 	bool pong_owed;
-	/* the registrations' keys traded with it, made on first use
-	 * (fr_peer_keys): 3.5 KiB a peer that most peers of a large job
-	 * never need, as only the ring's neighbours trade keys */
+	/* the registrations' keys traded with it (peer.c), made on first
+	 * use (fr_peer_key_offer / fr_peer_key_learn): 3.5 KiB a peer that most
+	 * peers of a large job never need, as only the ring's neighbours trade
+	 * keys */
 	struct fr_peer_keys *keys;
-};
-
-/* The keys traded with one peer, direct-mapped by registration id. */
-struct fr_peer_keys {
-	/* ids of our registrations whose key it has */
-	uint32_t sent[FR_RKEY_CACHE];
-	/* its registrations' keys we have */
-	uint32_t id[FR_RKEY_CACHE];
-	struct fr_tp_rkey rkey[FR_RKEY_CACHE];
 };
 
 /* The peer layer's state in the communicator (comm->peer). */
@@ -390,9 +382,27 @@ int fr_peer_write(struct fr_comm *comm, int rank, struct fr_mem *lmem,
 void fr_peers_send_abort(struct fr_comm *comm, int err, int origin);
 /* A failed rank's ABORT to every rank, connecting as needed (bounded). */
 void fr_peers_tell_all(struct fr_comm *comm);
-/* p's key caches, made (all ids 0: none known) on first use; NULL without
- * memory. */
-struct fr_peer_keys *fr_peer_keys(struct fr_peer *p);
+/*
+ * The registrations' keys traded with a peer, in the READY messages that
+ * name where a peer writes (the ring's all-gather, the zero-copy steps):
+ * each key goes to a peer once, and each of its keys is unpacked once,
+ * held by registration id (direct-mapped, FR_RKEY_CACHE of them).
+ *
+ * fr_peer_key_offer: rank needs mem's key unless it was sent it before:
+ * 1 and the key packed into key (*keylen: its room in, the key's length
+ * out), to go in the READY (fr_peer_key_sent once the READY went); 0 (rank
+ * has it); or the error (FR_ENOMEM, the packing's).
+ * fr_peer_key_learn: rank's registration id, with its key (keylen bytes)
+ * where key is not NULL: keeps the key, and where out is not NULL points
+ * it at the one held for id.  0, FR_ENOMEM, or FR_EPROTO (id 0, a key that
+ * does not unpack, or none ever came for id).
+ */
+int fr_peer_key_offer(struct fr_comm *comm, int rank, const struct fr_mem *mem,
+		      void *key, size_t *keylen);
+void fr_peer_key_sent(struct fr_comm *comm, int rank, const struct fr_mem *mem);
+int fr_peer_key_learn(struct fr_comm *comm, int rank, uint32_t id,
+		      const void *key, size_t keylen,
+		      const struct fr_tp_rkey **out);
 
 /* BYE to every connected peer, wait (bounded) for theirs: true if all came
  * (nothing more can come from them). */

@@ -32,6 +32,7 @@
 #include "fake_tp.h"
 #include "fastreduce.h"
 #include "log.h"
+#include "mem.h"
 #include "peer.h"
 
 #define DRIVE_MS 20000 /* a hang is a failure, never a stuck test */
@@ -918,6 +919,64 @@ static void test_zero_copy_chunks(void **state)
 	}
 }
 
+/*
+ * The registrations' keys traded with a peer (peer.c): a key is offered
+ * until it was sent once; a key learnt is held by its id (the same key
+ * each time); an id whose key never came, id 0 and a key that does not
+ * unpack are protocol errors, and a bad key leaves the one held.
+ */
+static void test_peer_keys(void **state)
+{
+	fr_config_t cfg = config(20000, FR_ALGO_RING);
+	fr_stats_t s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
+	uint8_t key[FR_TP_RKEY_MAX], bad[FR_TP_RKEY_MAX];
+	size_t kl = sizeof(key), kl2 = sizeof(key);
+	const struct fr_tp_rkey *k = NULL, *k2 = NULL;
+	void *buf = tbuf(4096);
+	struct fr_mem *mem;
+
+	(void)state;
+	job(2, &cfg);
+	assert_int_equal(fr_mem_user_register(comms[0], buf, 4096, &mem), 0);
+	assert_int_equal(fr_comm_stats(comms[0], &s0), 0);
+	assert_int_equal(fr_peer_key_offer(comms[0], 1, mem, key, &kl), 1);
+	assert_true(kl > 0 && kl <= sizeof(key));
+	/* not sent yet: offered again */
+	assert_int_equal(fr_peer_key_offer(comms[0], 1, mem, key, &kl2), 1);
+	assert_int_equal(kl2, kl);
+	fr_peer_key_sent(comms[0], 1, mem);
+	kl2 = sizeof(key);
+	assert_int_equal(fr_peer_key_offer(comms[0], 1, mem, key, &kl2), 0);
+	assert_int_equal(kl2, 0);
+	assert_int_equal(fr_comm_stats(comms[0], &s1), 0);
+	assert_int_equal(s1.rkeys_sent, s0.rkeys_sent + 1);
+
+	/* rank 1 learns it */
+	assert_int_equal(fr_peer_key_learn(comms[1], 0, mem->id, NULL, 0, &k),
+			 FR_EPROTO);
+	assert_int_equal(fr_peer_key_learn(comms[1], 0, 0, key, kl, NULL),
+			 FR_EPROTO);
+	assert_int_equal(fr_peer_key_learn(comms[1], 0, mem->id, key, kl, &k),
+			 0);
+	assert_non_null(k);
+	assert_int_equal(fr_peer_key_learn(comms[1], 0, mem->id, NULL, 0, &k2),
+			 0);
+	assert_ptr_equal(k2, k);
+	memcpy(bad, key, kl);
+	bad[0] ^= 0xff;
+	assert_int_equal(fr_peer_key_learn(comms[1], 0, mem->id, bad, kl, &k2),
+			 FR_EPROTO);
+	k2 = NULL;
+	assert_int_equal(fr_peer_key_learn(comms[1], 0, mem->id, NULL, 0, &k2),
+			 0);
+	assert_ptr_equal(k2, k);
+	/* another id in the same slot is not this one */
+	assert_int_equal(fr_peer_key_learn(comms[1], 0, mem->id + FR_RKEY_CACHE,
+					   NULL, 0, &k2),
+			 FR_EPROTO);
+	assert_int_equal(fr_mem_user_deregister(mem), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -932,7 +991,7 @@ int main(void)
 		T(test_no_patience_circle),   T(test_corrupt_compact),
 		T(test_small_messages),	      T(test_split_shares_connections),
 		T(test_zero_copy_steps),      T(test_zero_copy_chunks),
-		T(test_zero_copy_fold),
+		T(test_zero_copy_fold),	      T(test_peer_keys),
 #undef T
 	};
 

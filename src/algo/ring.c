@@ -512,12 +512,9 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 	struct fr_ring_state *st = req->algo_state;
 	struct fr_ring_comm *rc = ring_of(comm);
 	int peer_rank = to_next ? rc->next : rc->prev;
-	struct fr_peer *peer = &comm->peer.peers[peer_rank];
-	struct fr_peer_keys *keys = NULL;
 	struct ready r = {.role = to_next ? READY_TO_NEXT : READY_TO_PREV};
 	uint8_t payload[READY_LEN];
 	struct fr_msg m;
-	uint32_t slot = 0;
 	int err;
 
 	if (!to_next) {
@@ -536,21 +533,15 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 	}
 	/* The previous rank writes the all-gather into our recvbuf. */
 	if (!to_next && st->ag_steps && st->wmem) {
-		keys = fr_peer_keys(peer);
-		if (!keys)
-			return FR_ENOMEM;
+		size_t kl = FR_TP_RKEY_MAX;
+
 		r.mem_id = st->wmem->id;
 		r.dest_off = st->woff;
-		slot = st->wmem->id % FR_RKEY_CACHE;
-		if (keys->sent[slot] != st->wmem->id) {
-			size_t kl = FR_TP_RKEY_MAX;
-
-			err = fr_mem_pack_key(st->wmem, r.key, &kl);
-			if (err)
-				return err;
-			r.has_key = 1;
-			r.keylen = (uint8_t)kl;
-		}
+		err = fr_peer_key_offer(comm, peer_rank, st->wmem, r.key, &kl);
+		if (err < 0)
+			return err;
+		r.has_key = err == 1;
+		r.keylen = (uint8_t)kl;
 	}
 	ready_encode(&r, payload);
 	fr_msg_for(req, FR_MSG_READY, &m);
@@ -562,10 +553,8 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 		if (r.has_staging)
 			rc->staging_key_sent = true;
 	}
-	if (r.has_key) {
-		keys->sent[slot] = st->wmem->id;
-		comm->stats.rkeys_sent++;
-	}
+	if (r.has_key)
+		fr_peer_key_sent(comm, peer_rank, st->wmem);
 	return 0;
 }
 
@@ -691,8 +680,6 @@ static int apply_ready(struct fr_comm *comm, struct fr_request *req, int from,
 {
 	struct fr_ring_state *st = req->algo_state;
 	struct fr_ring_comm *rc = ring_of(comm);
-	struct fr_peer *peer = &comm->peer.peers[from];
-	struct fr_peer_keys *keys = NULL;
 	int err;
 
 	if (m->role == READY_TO_NEXT) {
@@ -717,29 +704,25 @@ static int apply_ready(struct fr_comm *comm, struct fr_request *req, int from,
 			goto bad;
 		rc->have_next_staging = true;
 	}
-	if ((m->has_key || (st->ag_steps && st->count)) &&
-	    !(keys = fr_peer_keys(peer)))
-		return fr_comm_fail(comm, FR_ENOMEM,
-				    "rank %d: no memory for rank %d's keys",
-				    comm->rank, from);
-	if (m->has_key) {
-		uint32_t ks = m->mem_id % FR_RKEY_CACHE;
+	if (m->has_key || (st->ag_steps && st->count)) {
+		/* its recvbuf, where our all-gather goes */
+		bool want = st->ag_steps && st->count;
 
-		if (!m->mem_id ||
-		    fr_mem_unpack_key(comm, m->key, m->keylen, &keys->rkey[ks]))
-			goto bad;
-		keys->id[ks] = m->mem_id;
-	}
-	if (st->ag_steps && st->count) {
-		uint32_t slot = m->mem_id % FR_RKEY_CACHE;
-
-		if (keys->id[slot] != m->mem_id || !m->mem_id)
+		err = fr_peer_key_learn(comm, from, m->mem_id,
+					m->has_key ? m->key : NULL, m->keylen,
+					want ? &st->dst : NULL);
+		if (err == FR_ENOMEM)
 			return fr_comm_fail(
-				comm, FR_EPROTO,
-				"rank %d: rank %d named a receive buffer whose key it never sent",
+				comm, err,
+				"rank %d: no memory for rank %d's keys",
 				comm->rank, from);
-		st->dst = &keys->rkey[slot];
-		st->dst_off = m->dest_off;
+		if (err)
+			return fr_comm_fail(
+				comm, err,
+				"rank %d: rank %d named a receive buffer whose key it never sent or sent malformed",
+				comm->rank, from);
+		if (want)
+			st->dst_off = m->dest_off;
 	}
 	st->ready_next = true;
 	return 0;

@@ -379,10 +379,8 @@ int fr_zx_recv(struct fr_comm *comm, const struct fr_request *req,
 	       struct fr_zx *z, int peer, uint16_t step, struct fr_mem *mem,
 	       size_t off, size_t len, size_t chunk, bool *did_work)
 {
-	struct fr_peer_keys *keys;
 	uint8_t b[ZX_READY_LEN] = {0};
-	uint32_t ks = mem->id % FR_RKEY_CACHE;
-	bool key = false;
+	size_t kl = FR_TP_RKEY_MAX;
 	struct fr_msg m;
 	int rc;
 
@@ -392,11 +390,6 @@ int fr_zx_recv(struct fr_comm *comm, const struct fr_request *req,
 	z->step = step;
 	z->len = len;
 	chunk = FR_MIN(chunk, len - z->arrived);
-	keys = fr_peer_keys(&comm->peer.peers[peer]);
-	if (!keys)
-		return fr_comm_fail(comm, FR_ENOMEM,
-				    "rank %d: no memory for rank %d's keys",
-				    comm->rank, peer);
 	if (z->slot < 0)
 		z->slot = zx_slot_take(comm, z);
 	if (z->slot < 0)
@@ -410,18 +403,13 @@ int fr_zx_recv(struct fr_comm *comm, const struct fr_request *req,
 	fr_put_le64(b + 16, (uint64_t)len);
 	fr_put_le64(b + 24, (uint64_t)z->arrived);
 	fr_put_le64(b + 32, (uint64_t)chunk);
-	if (keys->sent[ks] != mem->id) {
-		size_t kl = FR_TP_RKEY_MAX;
-
-		rc = fr_mem_pack_key(mem, b + 42, &kl);
-		if (rc)
-			return fr_comm_fail(comm, rc,
-					    "rank %d: packing a key: %s",
-					    comm->rank, fr_strerror(rc));
-		b[40] = 1;
-		b[41] = (uint8_t)kl;
-		key = true;
-	}
+	rc = fr_peer_key_offer(comm, peer, mem, b + 42, &kl);
+	if (rc < 0)
+		return fr_comm_fail(comm, rc,
+				    "rank %d: the key for rank %d: %s",
+				    comm->rank, peer, fr_strerror(rc));
+	b[40] = (uint8_t)rc; /* 1: the key follows */
+	b[41] = (uint8_t)kl;
 	fr_msg_for(req, FR_MSG_READY, &m);
 	m.step = step;
 	rc = fr_msg_send(comm, peer, &m, b, sizeof(b));
@@ -432,10 +420,8 @@ int fr_zx_recv(struct fr_comm *comm, const struct fr_request *req,
 			comm, rc,
 			"rank %d: collective #%u: sending to rank %d: %s",
 			comm->rank, req->seq, peer, fr_strerror(rc));
-	if (key) {
-		keys->sent[ks] = mem->id;
-		comm->stats.rkeys_sent++;
-	}
+	if (b[40])
+		fr_peer_key_sent(comm, peer, mem);
 	z->chunk_start = z->arrived;
 	z->chunk_end = z->arrived + chunk;
 	z->posted = true;
@@ -449,8 +435,7 @@ static int zx_take_ready(struct fr_comm *comm, const struct fr_request *req,
 {
 	const struct fr_msg *m;
 	const uint8_t *b;
-	struct fr_peer_keys *keys;
-	uint32_t id, ks;
+	const struct fr_tp_rkey *dest;
 	uint64_t rlen, cstart, clen;
 	int rc = fr_msg_get(comm, req, peer, &m, &b);
 
@@ -471,27 +456,21 @@ static int zx_take_ready(struct fr_comm *comm, const struct fr_request *req,
 			"rank %d: collective #%u (%s): rank %d expects %llu bytes from this rank, which sends %zu (the counts differ between the ranks)",
 			comm->rank, req->seq, fr_coll_name(req->coll), peer,
 			(unsigned long long)rlen, len);
-	keys = fr_peer_keys(&comm->peer.peers[peer]);
-	if (!keys)
-		return fr_comm_fail(comm, FR_ENOMEM,
-				    "rank %d: no memory for rank %d's keys",
-				    comm->rank, peer);
-	id = fr_get_le32(b + 4);
-	ks = id % FR_RKEY_CACHE;
 	cstart = fr_get_le64(b + 24);
 	clen = fr_get_le64(b + 32);
-	if (b[40] > 1 || b[41] > FR_TP_RKEY_MAX || !id ||
+	if (b[40] > 1 || b[41] > FR_TP_RKEY_MAX ||
 	    fr_get_le32(b) >= FR_ZX_SLOTS || cstart != z->sent || !clen ||
 	    clen > len - z->sent)
 		goto bad;
-	if (b[40]) {
-		if (fr_mem_unpack_key(comm, b + 42, b[41], &keys->rkey[ks]))
-			goto bad;
-		keys->id[ks] = id;
-	}
-	if (keys->id[ks] != id)
+	rc = fr_peer_key_learn(comm, peer, fr_get_le32(b + 4),
+			       b[40] ? b + 42 : NULL, b[41], &dest);
+	if (rc == FR_ENOMEM)
+		return fr_comm_fail(comm, rc,
+				    "rank %d: no memory for rank %d's keys",
+				    comm->rank, peer);
+	if (rc)
 		goto bad;
-	z->dest = keys->rkey[ks];
+	z->dest = *dest;
 	z->dest_off = fr_get_le64(b + 8);
 	z->id = fr_get_le32(b);
 	z->chunk_start = (size_t)cstart;

@@ -136,6 +136,27 @@ static int take_opts(fr_comm_t *comm, const fr_coll_opts_t *opts,
 	return 0;
 }
 
+/* The buffers of a collective whose send and receive buffers are both
+ * bytes long (All-Reduce, all-to-all): the same pointer twice is in
+ * place; with data (count), neither may be NULL nor may they overlap. */
+static int plain_bufs(fr_comm_t *comm, const char *what, const void **sendbuf,
+		      const void *recvbuf, size_t count, size_t bytes)
+{
+	if (*sendbuf == recvbuf)
+		*sendbuf = FR_IN_PLACE;
+	if (count && (!recvbuf || !*sendbuf))
+		return fr_refuse(comm, FR_EINVAL,
+				 "rank %d: %s: NULL buffer with count %zu",
+				 comm->rank, what, count);
+	if (count && *sendbuf != FR_IN_PLACE &&
+	    overlaps(*sendbuf, bytes, recvbuf, bytes))
+		return fr_refuse(
+			comm, FR_EINVAL,
+			"rank %d: %s: send and receive buffers overlap without being equal",
+			comm->rank, what);
+	return 0;
+}
+
 static int iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 		      size_t count, fr_dtype_t dtype, fr_op_t op,
 		      const fr_coll_opts_t *opts, fr_request_t **out)
@@ -148,19 +169,9 @@ static int iallreduce(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	if (rc)
 		return rc;
 	bytes = count * fr_dtype_size(dtype);
-	if (sendbuf == recvbuf)
-		sendbuf = FR_IN_PLACE;
-	if (count && (!recvbuf || !sendbuf))
-		return fr_refuse(
-			comm, FR_EINVAL,
-			"rank %d: allreduce: NULL buffer with count %zu",
-			comm->rank, count);
-	if (count && sendbuf != FR_IN_PLACE &&
-	    overlaps(sendbuf, bytes, recvbuf, bytes))
-		return fr_refuse(
-			comm, FR_EINVAL,
-			"rank %d: allreduce: send and receive buffers overlap without being equal",
-			comm->rank);
+	rc = plain_bufs(comm, "allreduce", &sendbuf, recvbuf, count, bytes);
+	if (rc)
+		return rc;
 	r.sendbuf = sendbuf;
 	r.recvbuf = recvbuf;
 	rc = take_opts(comm, opts, &r, bytes);
@@ -346,19 +357,9 @@ static int ialltoall(fr_comm_t *comm, const void *sendbuf, void *recvbuf,
 	if (rc)
 		return rc;
 	total = count * fr_dtype_size(dtype) * (size_t)comm->nranks;
-	if (sendbuf == recvbuf)
-		sendbuf = FR_IN_PLACE;
-	if (count && (!recvbuf || !sendbuf))
-		return fr_refuse(
-			comm, FR_EINVAL,
-			"rank %d: alltoall: NULL buffer with count %zu",
-			comm->rank, count);
-	if (count && sendbuf != FR_IN_PLACE &&
-	    overlaps(sendbuf, total, recvbuf, total))
-		return fr_refuse(
-			comm, FR_EINVAL,
-			"rank %d: alltoall: send and receive buffers overlap without being equal",
-			comm->rank);
+	rc = plain_bufs(comm, "alltoall", &sendbuf, recvbuf, count, total);
+	if (rc)
+		return rc;
 	r.sendbuf = sendbuf;
 	r.recvbuf = recvbuf;
 	return fr_req_submit(comm, &r, out);

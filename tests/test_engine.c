@@ -703,6 +703,49 @@ static void test_results_reference(void **state)
 		}
 }
 
+/* ---- arguments -----------------------------------------------------------
+ */
+
+/*
+ * All-Reduce's and all-to-all's buffers (coll.c, plain_bufs): the same
+ * pointer twice is in place and runs; with data, a NULL buffer or buffers
+ * that overlap without being equal are FR_EINVAL with a message naming the
+ * collective; with no data, NULL is fine.  (One rank: a refusal fails a
+ * larger communicator.)
+ */
+static void test_plain_buffers(void **state)
+{
+	fr_config_t cfg = config(20000, FR_ALGO_AUTO);
+	float b[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+
+	(void)state;
+	job(1, &cfg);
+	assert_int_equal(fr_allreduce(comms[0], b, b, 8, FR_F32, FR_SUM), 0);
+	assert_true(b[7] == 8);
+	assert_int_equal(fr_alltoall(comms[0], b, b, 8, FR_F32), 0);
+	assert_int_equal(fr_allreduce(comms[0], NULL, NULL, 0, FR_F32, FR_SUM),
+			 0);
+	assert_int_equal(fr_alltoall(comms[0], NULL, NULL, 0, FR_F32), 0);
+	assert_int_equal(fr_allreduce(comms[0], b, NULL, 8, FR_F32, FR_SUM),
+			 FR_EINVAL);
+	assert_contains(fr_comm_last_error(comms[0]),
+			"allreduce: NULL buffer with count 8");
+	assert_int_equal(fr_alltoall(comms[0], NULL, b, 8, FR_F32), FR_EINVAL);
+	assert_contains(fr_comm_last_error(comms[0]),
+			"alltoall: NULL buffer with count 8");
+	assert_int_equal(fr_allreduce(comms[0], b, b + 1, 4, FR_F32, FR_SUM),
+			 FR_EINVAL);
+	assert_contains(fr_comm_last_error(comms[0]),
+			"allreduce: send and receive buffers overlap");
+	assert_int_equal(fr_alltoall(comms[0], b + 1, b, 4, FR_F32), FR_EINVAL);
+	assert_contains(fr_comm_last_error(comms[0]),
+			"alltoall: send and receive buffers overlap");
+	/* adjacent is not overlapping */
+	assert_int_equal(fr_allreduce(comms[0], b, b + 4, 4, FR_F32, FR_SUM),
+			 0);
+	assert_true(b[4] == 1 && b[7] == 4);
+}
+
 /* ---- a rank that finished and left ----------------------------------------
  */
 
@@ -935,12 +978,12 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
-		T(test_completion_order),  T(test_test_finished),
-		T(test_progress_idle),	   T(test_timeout_fails_all),
-		T(test_timeout_blocking),  T(test_progress_thread),
-		T(test_blocking_threads),  T(test_results_reference),
-		T(test_peer_left_early),   T(test_bcast_root_left),
-		T(test_reduce_child_left),
+		T(test_completion_order), T(test_test_finished),
+		T(test_progress_idle),	  T(test_timeout_fails_all),
+		T(test_timeout_blocking), T(test_progress_thread),
+		T(test_blocking_threads), T(test_results_reference),
+		T(test_plain_buffers),	  T(test_peer_left_early),
+		T(test_bcast_root_left),  T(test_reduce_child_left),
 #undef T
 	};
 

@@ -840,6 +840,62 @@ static void test_sim_calls_dl(void **state)
 }
 
 /*
+ * Ranks launched apart (s.stagger_ns, s.untimed): recursive doubling on 2
+ * ranks, 1 ms apart on the wire, a CPU model that costs a write 1 us
+ * each way.  From a common start each call takes one way (1 ms and the
+ * writes' work).  With rank 1 starting 1.5 ms late, through 3 untimed
+ * calls, the two stay a latency apart: each rank finds the other's write
+ * already in on every other call and waits a round trip on the next, so
+ * per call the slowest rank takes about 2 ms (the median of 10).  The
+ * results stay right; with the stagger back at 0 the ranks start
+ * together again.
+ */
+static void test_sim_stagger(void **state)
+{
+	struct sim_net_params p = net_params(2, 1);
+	struct sim_cpu_params cpu = {.send_ns = 1000, .recv_ns = 1000};
+	size_t count = 2;
+	float **b = bufs_new(2, count);
+	uint64_t together, apart, again;
+	struct sim s;
+
+	(void)state;
+	p.link_lat_ns = 1000000;
+	if (sim_open(&s, &p, &cpu, NULL, 0))
+		fail_msg("%s", s.err);
+	force(&s, FR_ALGO_RD);
+	run_checked(&s, b, count);
+	assert_int_equal(sim_collective_calls(&s, FR_COLL_ALLREDUCE, (void **)b,
+					      count, FR_F32, FR_SUM, 10,
+					      refill_rank, &count, &together),
+			 0);
+	expect_within("rd's calls from a common start", (double)together,
+		      1002000);
+	s.stagger_ns = 1500000;
+	s.untimed = 3;
+	assert_int_equal(sim_collective_calls(&s, FR_COLL_ALLREDUCE, (void **)b,
+					      count, FR_F32, FR_SUM, 10,
+					      refill_rank, &count, &apart),
+			 0);
+	for (size_t i = 0; i < count; i++)
+		assert_true(b[0][i] == val(0, i) + val(1, i) &&
+			    b[1][i] == b[0][i]);
+	/* (a round trip, and at least a write's work each way) */
+	expect_within("rd's calls, the ranks a latency apart", (double)apart,
+		      2002000);
+	s.stagger_ns = 0;
+	s.untimed = 0;
+	assert_int_equal(sim_collective_calls(&s, FR_COLL_ALLREDUCE, (void **)b,
+					      count, FR_F32, FR_SUM, 10,
+					      refill_rank, &count, &again),
+			 0);
+	assert_int_equal(again, together);
+	sim_close(&s);
+	assert_int_equal(fake_tp_endpoints(), 0);
+	bufs_free(b, 2);
+}
+
+/*
  * The delay line's work per byte (dl_GBps): the ring of 1 MiB on two
  * nodes, 100 us apart on links of 10 Gbit/s, writes 512 KiB each way
  * twice (419 us of wire each).  Through lines that let 0.5 GB/s through
@@ -1079,6 +1135,7 @@ int main(void)
 		cmocka_unit_test(test_sim_sizes_only),
 		cmocka_unit_test(test_sim_cpu),
 		cmocka_unit_test(test_sim_calls_dl),
+		cmocka_unit_test(test_sim_stagger),
 		cmocka_unit_test(test_sim_dl_bytes),
 		cmocka_unit_test(test_sim_streams),
 		cmocka_unit_test(test_sim_topologies),

@@ -9,7 +9,8 @@
  * For each size and algorithm: one warm-up call (connections come up),
  * then one timed call; the time is virtual and the same on every run, so
  * one call says all (--calls K: K back to back, as a benchmark loop runs
- * them, sim.h).  Every result is checked against a reference (small
+ * them, sim.h; --stagger-us: the ranks launched apart, through 3 untimed
+ * calls first).  Every result is checked against a reference (small
  * integers in f32, exact in any order): a schedule that computes a wrong
  * sum fails the run, as one that stalls does.  With --sizes-only there is
  * no data (sim.h, SIM_SIZES_ONLY): every rank's buffer is the same
@@ -84,6 +85,11 @@ static void usage(FILE *f)
 		"                         benchmark loop does: per call the\n"
 		"                         slowest rank's time, the median\n"
 		"                         (default 1: one call, all ranks at once)\n"
+		"      --stagger-us U     with --calls and a CPU model: rank r\n"
+		"                         starts r x U late, as a job's ranks are\n"
+		"                         launched, and 3 calls (a benchmark's\n"
+		"                         2 warm-up calls and its line-up) carry\n"
+		"                         that into the timed ones (default 0)\n"
 		"  -h, --help\n"
 		"Sizes take K/M/G suffixes (powers of 1024).\n");
 }
@@ -330,6 +336,7 @@ int main(int argc, char **argv)
 		{"max-mem-mib", required_argument, NULL, 'M'},
 		{"sizes-only", no_argument, NULL, 'Z'},
 		{"calls", required_argument, NULL, 1021},
+		{"stagger-us", required_argument, NULL, 1024},
 		{"sizes", required_argument, NULL, 1009},
 		{"coll", required_argument, NULL, 'C'},
 		{"help", no_argument, NULL, 'h'},
@@ -350,12 +357,13 @@ int main(int argc, char **argv)
 	int ids[16], nalgo;
 	const char *names[16], *algos = "auto";
 	double d;
-	char topo[128], how[96] = "one call after a warm-up";
+	char topo[128], how[160] = "one call after a warm-up";
 	struct sim s;
 	void **bufs, *shared = NULL;
 	bool sizes_only = false;
 	enum fr_coll coll = FR_COLL_ALLREDUCE;
 	int opt, rc = 0, calls = 1;
+	double stagger_ns = 0;
 
 	while ((opt = getopt_long(argc, argv, "n:k:b:e:f:a:C:h", longopts,
 				  NULL)) != -1) {
@@ -457,6 +465,11 @@ int main(int argc, char **argv)
 				goto bad;
 			calls = (int)v;
 			break;
+		case 1024:
+			if (parse_double(optarg, &d) || !(d >= 0) || d > 1e7)
+				goto bad;
+			stagger_ns = d * 1e3;
+			break;
 		case 'C':
 			if (!strcmp(optarg, "allreduce"))
 				coll = FR_COLL_ALLREDUCE;
@@ -543,6 +556,13 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
+	if (stagger_ns > 0 && (calls < 2 || !s.cpu_on)) {
+		fprintf(stderr,
+			"fr_sim: --stagger-us needs --calls 2 or more and a CPU model (the ranks' own clocks)\n");
+		sim_close(&s);
+		rc = 2; /* a usage error */
+		goto out;
+	}
 	sim_net_describe(&p, topo, sizeof(topo));
 	printf("# fr_sim: %d ranks, %d per node; %s of %g Gbit/s links, %g us (+%g per hop); shm %g Gbit/s, %g us; %u bytes of overhead per write\n",
 	       p.nranks, p.ranks_per_node, topo, p.link_gbps,
@@ -573,6 +593,11 @@ int main(int argc, char **argv)
 			how, sizeof(how),
 			"%d calls back to back after a warm-up, per call the slowest rank, the median",
 			calls);
+	if (stagger_ns > 0)
+		snprintf(
+			how, sizeof(how),
+			"%d calls back to back after a warm-up and 3 more, rank r starting r x %g us late, per call the slowest rank, the median",
+			calls, stagger_ns / 1e3);
 	printf("# %s; time: simulated, %s; busbw = bytes / time x %s%s\n",
 	       fr_coll_name(coll), how,
 	       coll == FR_COLL_ALLREDUCE ? "2(n-1)/n" : "(n-1)/n",
@@ -603,6 +628,10 @@ int main(int argc, char **argv)
 					fill(&s, bufs, count);
 				ev0 = s.events;
 				dl0 = s.dl_work;
+				/* the timed calls: the ranks launched
+				 * apart, through 3 untimed calls */
+				s.stagger_ns = it ? (uint64_t)stagger_ns : 0;
+				s.untimed = it && stagger_ns > 0 ? 3 : 0;
 				/* the warm-up one call, the timed ones
 				 * back to back, each from fresh data */
 				rc = sim_collective_calls(
@@ -659,7 +688,7 @@ out:
 			free(bufs[r]); /* calloc'd: NULL where none was made */
 	free(bufs);
 	free(sizes);
-	return rc ? 1 : 0;
+	return rc == 2 ? 2 : rc ? 1 : 0;
 bad:
 	free(sizes);
 	fprintf(stderr, "fr_sim: bad value \"%s\"\n", optarg);

@@ -663,8 +663,9 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 	 * slowest rank's time */
 	int *done_calls = calloc((size_t)s->n, sizeof(int));
 	uint64_t *prev = calloc((size_t)s->n, sizeof(uint64_t));
-	uint64_t *slowest =
-		calloc((size_t)(calls > 0 ? calls : 1), sizeof(uint64_t));
+	int untimed = s->untimed > 0 ? s->untimed : 0;
+	uint64_t *slowest = calloc((size_t)(calls > 0 ? calls + untimed : 1),
+				   sizeof(uint64_t));
 	uint64_t start = s->clk.now;
 	int left = s->n, first = 0, rc;
 
@@ -692,10 +693,12 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 	 * (whose time ended with the last of them), on every rank at once */
 	for (int r = 0; r < s->n; r++)
 		start = max64(start, s->cpu_free[r]);
+	/* (a rank's own clock says when it starts: the CPU model's) */
 	for (int r = 0; r < s->n; r++) {
 		s->cur = r;
-		s->cpu_free[r] = start;
-		prev[r] = start;
+		s->cpu_free[r] =
+			start + (s->cpu_on ? (uint64_t)r * s->stagger_ns : 0);
+		prev[r] = s->cpu_free[r];
 		rc = coll_start(s, r, coll, bufs[r], count, dt, op, &req[r]);
 		if (rc) {
 			snprintf(s->err, sizeof(s->err), "rank %d: %s", r,
@@ -731,7 +734,7 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 				slowest[k] = max64(slowest[k], e - prev[r]);
 				prev[r] = e;
 			}
-			if (!rc && done_calls[r] < calls) {
+			if (!rc && done_calls[r] < calls + untimed) {
 				/* the next call, at once */
 				if (refill)
 					refill(arg, r, bufs[r]);
@@ -806,9 +809,11 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 	/* the real kernels again, for whatever runs between collectives */
 	fr_reduce_set_hook(NULL);
 	/* (one call: the slowest rank's time from the common start) */
-	qsort(slowest, (size_t)calls, sizeof(*slowest), pc_cmp_u64);
-	*ns = calls % 2 ? slowest[calls / 2]
-			: (slowest[calls / 2 - 1] + slowest[calls / 2]) / 2;
+	qsort(slowest + untimed, (size_t)calls, sizeof(*slowest), pc_cmp_u64);
+	*ns = calls % 2 ? slowest[untimed + calls / 2]
+			: (slowest[untimed + calls / 2 - 1] +
+			   slowest[untimed + calls / 2]) /
+				  2;
 	free(slowest);
 	free(prev);
 	free(done_calls);

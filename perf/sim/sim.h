@@ -253,6 +253,11 @@ struct sim {
 	size_t esize;
 	uint64_t events; /* what a run cost, for the report */
 	bool ev_nomem;	 /* an event found no memory: the run fails */
+	/* the next sim_collective_calls (with the CPU model): rank r starts
+	 * its first call stagger_ns * r after the common start, and the
+	 * first `untimed` calls are left out of its median */
+	uint64_t stagger_ns;
+	int untimed;
 	char err[256];
 };
 
@@ -319,6 +324,14 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
  * common start shows neither.  Before each call after the first,
  * refill(arg, r, bufs[r]) (if not NULL) gives rank r its data again, as
  * a training step writes new gradients.
+ *
+ * A job's ranks never start together (they are launched one after
+ * another): with s->stagger_ns, rank r starts r * stagger_ns late, and
+ * the first s->untimed calls (a benchmark's warm-up and its line-up)
+ * carry that into the timed ones as the schedule does.  In a symmetric
+ * exchange (recursive doubling) two ranks a latency or more apart stay
+ * apart: each waits in every other call, and per call the slowest rank
+ * takes a round trip where the calls average one way.
  */
 int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 			 size_t count, fr_dtype_t dt, fr_op_t op, int calls,

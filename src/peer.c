@@ -360,13 +360,13 @@ int fr_peer_key_learn(struct fr_comm *comm, int rank, uint32_t id,
 	if (!k)
 		return FR_ENOMEM;
 	if (!id)
-		return FR_EPROTO;
+		return FR_EINVAL;
 	if (key) {
 		struct fr_tp_rkey r;
 
 		/* (a bad key leaves what was held) */
 		if (fr_mem_unpack_key(comm, key, keylen, &r))
-			return FR_EPROTO;
+			return FR_EINVAL;
 		k->rkey[slot] = r;
 		k->id[slot] = id;
 	}

@@ -394,8 +394,9 @@ void fr_peers_tell_all(struct fr_comm *comm);
  * has it); or the error (FR_ENOMEM, the packing's).
  * fr_peer_key_learn: rank's registration id, with its key (keylen bytes)
  * where key is not NULL: keeps the key, and where out is not NULL points
- * it at the one held for id.  0, FR_ENOMEM, or FR_EPROTO (id 0, a key that
- * does not unpack, or none ever came for id).
+ * it at the one held for id.  0, FR_ENOMEM, FR_EINVAL (id 0, or a key
+ * that does not unpack: a malformed READY) or FR_EPROTO (no key ever came
+ * for id).
  */
 int fr_peer_key_offer(struct fr_comm *comm, int rank, const struct fr_mem *mem,
 		      void *key, size_t *keylen);

@@ -281,9 +281,9 @@ sim_table() {
 	[ $? -eq 2 ] || { echo "fr_sim -n 4x: not refused"; return 1; }
 	# ranks launched apart need calls back to back and the ranks' clocks
 	out=$("$B/fr_sim" -n 4 -e 8 --stagger-us 100 --cpu-send-us 1 2>&1)
-	[ $? -eq 2 ] && echo "$out" | grep -q 'needs --calls' || { echo "$out"; return 1; }
+	[ $? -eq 2 ] && echo "$out" | grep -q 'needs --calls 2' || { echo "$out"; return 1; }
 	out=$("$B/fr_sim" -n 4 -e 8 --stagger-us 100 --calls 3 2>&1)
-	[ $? -eq 2 ] && echo "$out" | grep -q 'a CPU model' || { echo "$out"; return 1; }
+	[ $? -eq 2 ] && echo "$out" | grep -q 'needs a CPU model' || { echo "$out"; return 1; }
 	out=$("$B/fr_sim" -n 4 -b 8 -e 8 -a rd --lat-us 1000 --cpu-send-us 1 --stagger-us 1500 --calls 5 2>&1) || { echo "$out"; return 1; }
 	echo "$out" | grep -q 'rank r starting r x 1500 us late' || { echo "$out"; return 1; }
 }

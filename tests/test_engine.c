@@ -746,6 +746,22 @@ static void test_plain_buffers(void **state)
 	assert_true(b[4] == 1 && b[7] == 4);
 }
 
+/*
+ * All-to-all's buffers are n blocks long: on 2 ranks, buffers 4 elements
+ * apart overlap (8 each), though one block (4) would not.
+ */
+static void test_plain_buffers_alltoall(void **state)
+{
+	fr_config_t cfg = config(20000, FR_ALGO_AUTO);
+	float b[12] = {0};
+
+	(void)state;
+	job(2, &cfg);
+	assert_int_equal(fr_alltoall(comms[0], b, b + 4, 4, FR_F32), FR_EINVAL);
+	assert_contains(fr_comm_last_error(comms[0]),
+			"alltoall: send and receive buffers overlap");
+}
+
 /* ---- a rank that finished and left ----------------------------------------
  */
 
@@ -978,12 +994,13 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
-		T(test_completion_order), T(test_test_finished),
-		T(test_progress_idle),	  T(test_timeout_fails_all),
-		T(test_timeout_blocking), T(test_progress_thread),
-		T(test_blocking_threads), T(test_results_reference),
-		T(test_plain_buffers),	  T(test_peer_left_early),
-		T(test_bcast_root_left),  T(test_reduce_child_left),
+		T(test_completion_order),  T(test_test_finished),
+		T(test_progress_idle),	   T(test_timeout_fails_all),
+		T(test_timeout_blocking),  T(test_progress_thread),
+		T(test_blocking_threads),  T(test_results_reference),
+		T(test_plain_buffers),	   T(test_plain_buffers_alltoall),
+		T(test_peer_left_early),   T(test_bcast_root_left),
+		T(test_reduce_child_left),
 #undef T
 	};
 

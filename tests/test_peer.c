@@ -922,8 +922,9 @@ static void test_zero_copy_chunks(void **state)
 /*
  * The registrations' keys traded with a peer (peer.c): a key is offered
  * until it was sent once; a key learnt is held by its id (the same key
- * each time); an id whose key never came, id 0 and a key that does not
- * unpack are protocol errors, and a bad key leaves the one held.
+ * each time, as the transport unpacks it); an id whose key never came is
+ * a protocol error, id 0 and a key that does not unpack a malformed READY
+ * (FR_EINVAL), and a bad key leaves the one held.
  */
 static void test_peer_keys(void **state)
 {
@@ -932,6 +933,7 @@ static void test_peer_keys(void **state)
 	uint8_t key[FR_TP_RKEY_MAX], bad[FR_TP_RKEY_MAX];
 	size_t kl = sizeof(key), kl2 = sizeof(key);
 	const struct fr_tp_rkey *k = NULL, *k2 = NULL;
+	struct fr_tp_rkey ref, held;
 	void *buf = tbuf(4096);
 	struct fr_mem *mem;
 
@@ -955,21 +957,26 @@ static void test_peer_keys(void **state)
 	assert_int_equal(fr_peer_key_learn(comms[1], 0, mem->id, NULL, 0, &k),
 			 FR_EPROTO);
 	assert_int_equal(fr_peer_key_learn(comms[1], 0, 0, key, kl, NULL),
-			 FR_EPROTO);
+			 FR_EINVAL);
 	assert_int_equal(fr_peer_key_learn(comms[1], 0, mem->id, key, kl, &k),
 			 0);
 	assert_non_null(k);
+	memset(&ref, 0, sizeof(ref));
+	assert_int_equal(fr_mem_unpack_key(comms[1], key, kl, &ref), 0);
+	assert_memory_equal(k, &ref, sizeof(ref));
+	held = *k;
 	assert_int_equal(fr_peer_key_learn(comms[1], 0, mem->id, NULL, 0, &k2),
 			 0);
 	assert_ptr_equal(k2, k);
 	memcpy(bad, key, kl);
 	bad[0] ^= 0xff;
 	assert_int_equal(fr_peer_key_learn(comms[1], 0, mem->id, bad, kl, &k2),
-			 FR_EPROTO);
+			 FR_EINVAL);
 	k2 = NULL;
 	assert_int_equal(fr_peer_key_learn(comms[1], 0, mem->id, NULL, 0, &k2),
 			 0);
 	assert_ptr_equal(k2, k);
+	assert_memory_equal(k2, &held, sizeof(held));
 	/* another id in the same slot is not this one */
 	assert_int_equal(fr_peer_key_learn(comms[1], 0, mem->id + FR_RKEY_CACHE,
 					   NULL, 0, &k2),

@@ -847,8 +847,9 @@ static void test_sim_calls_dl(void **state)
  * calls, the two stay a latency apart: each rank finds the other's write
  * already in on every other call and waits a round trip on the next, so
  * per call the slowest rank takes about 2 ms (the median of 10).  The
- * results stay right; with the stagger back at 0 the ranks start
- * together again.
+ * untimed calls are not in the median (one timed call after a rank 20
+ * ms late is not that wait).  The results stay right; with the stagger
+ * back at 0 the ranks start together again.
  */
 static void test_sim_stagger(void **state)
 {
@@ -883,6 +884,16 @@ static void test_sim_stagger(void **state)
 	/* (a round trip, and at least a write's work each way) */
 	expect_within("rd's calls, the ranks a latency apart", (double)apart,
 		      2002000);
+	/* one timed call after the untimed ones: not the first call's
+	 * wait for a rank 20 ms late */
+	s.stagger_ns = 20000000;
+	assert_int_equal(sim_collective_calls(&s, FR_COLL_ALLREDUCE, (void **)b,
+					      count, FR_F32, FR_SUM, 1,
+					      refill_rank, &count, &again),
+			 0);
+	if (again < 1002000 || again > 3000000)
+		fail_msg("one call after the untimed ones: %llu ns",
+			 (unsigned long long)again);
 	s.stagger_ns = 0;
 	s.untimed = 0;
 	assert_int_equal(sim_collective_calls(&s, FR_COLL_ALLREDUCE, (void **)b,

@@ -18,6 +18,7 @@
  * which is what lets thousands of ranks run sizes up to hundreds of MiB.
  */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,11 +86,12 @@ static void usage(FILE *f)
 		"                         benchmark loop does: per call the\n"
 		"                         slowest rank's time, the median\n"
 		"                         (default 1: one call, all ranks at once)\n"
-		"      --stagger-us U     with --calls and a CPU model: rank r\n"
+		"      --stagger-us U     with --calls 2+ and a CPU model: rank r\n"
 		"                         starts r x U late, as a job's ranks are\n"
-		"                         launched, and 3 calls (a benchmark's\n"
-		"                         2 warm-up calls and its line-up) carry\n"
-		"                         that into the timed ones (default 0)\n"
+		"                         launched, and 3 untimed calls (the 2\n"
+		"                         warm-up calls of fr_allreduce_perf -w 2\n"
+		"                         and its line-up) carry that into the\n"
+		"                         timed ones (default 0)\n"
 		"  -h, --help\n"
 		"Sizes take K/M/G suffixes (powers of 1024).\n");
 }
@@ -466,9 +468,11 @@ int main(int argc, char **argv)
 			calls = (int)v;
 			break;
 		case 1024:
-			if (parse_double(optarg, &d) || !(d >= 0) || d > 1e7)
+			/* (whole ns: less than one is none) */
+			if (parse_double(optarg, &d) || !(d >= 0) || d > 1e7 ||
+			    (d > 0 && d < 0.001))
 				goto bad;
-			stagger_ns = d * 1e3;
+			stagger_ns = round(d * 1e3);
 			break;
 		case 'C':
 			if (!strcmp(optarg, "allreduce"))
@@ -496,6 +500,12 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc || !minb || minb > maxb) {
 		usage(stderr);
+		free(sizes);
+		return 2;
+	}
+	if (stagger_ns > 0 && calls < 2) {
+		fprintf(stderr,
+			"fr_sim: --stagger-us needs --calls 2 or more (calls back to back)\n");
 		free(sizes);
 		return 2;
 	}
@@ -556,9 +566,9 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
-	if (stagger_ns > 0 && (calls < 2 || !s.cpu_on)) {
+	if (stagger_ns > 0 && !s.cpu_on) {
 		fprintf(stderr,
-			"fr_sim: --stagger-us needs --calls 2 or more and a CPU model (the ranks' own clocks)\n");
+			"fr_sim: --stagger-us needs a CPU model (the ranks' own clocks)\n");
 		sim_close(&s);
 		rc = 2; /* a usage error */
 		goto out;
@@ -675,7 +685,8 @@ int main(int argc, char **argv)
 			if (s.dl_free)
 				printf("# %zu bytes, %s: the delay lines' work %.1f us a call\n",
 				       moved, label,
-				       (double)(s.dl_work - dl0) / calls / 1e3);
+				       (double)(s.dl_work - dl0) /
+					       (calls + s.untimed) / 1e3);
 			fflush(stdout);
 		}
 	}

@@ -253,9 +253,9 @@ struct sim {
 	size_t esize;
 	uint64_t events; /* what a run cost, for the report */
 	bool ev_nomem;	 /* an event found no memory: the run fails */
-	/* the next sim_collective_calls (with the CPU model): rank r starts
-	 * its first call stagger_ns * r after the common start, and the
-	 * first `untimed` calls are left out of its median */
+	/* while set, every sim_collective_calls (with the CPU model): rank
+	 * r starts its first call stagger_ns * r after the common start,
+	 * and the first `untimed` calls are left out of its median */
 	uint64_t stagger_ns;
 	int untimed;
 	char err[256];

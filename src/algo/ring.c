@@ -716,10 +716,12 @@ static int apply_ready(struct fr_comm *comm, struct fr_request *req, int from,
 				comm, err,
 				"rank %d: no memory for rank %d's keys",
 				comm->rank, from);
+		if (err == FR_EINVAL)
+			goto bad; /* id 0, or a key that does not unpack */
 		if (err)
 			return fr_comm_fail(
 				comm, err,
-				"rank %d: rank %d named a receive buffer whose key it never sent or sent malformed",
+				"rank %d: rank %d named a receive buffer whose key it never sent",
 				comm->rank, from);
 		if (want)
 			st->dst_off = m->dest_off;

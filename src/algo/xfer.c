@@ -404,10 +404,13 @@ int fr_zx_recv(struct fr_comm *comm, const struct fr_request *req,
 	fr_put_le64(b + 24, (uint64_t)z->arrived);
 	fr_put_le64(b + 32, (uint64_t)chunk);
 	rc = fr_peer_key_offer(comm, peer, mem, b + 42, &kl);
-	if (rc < 0)
+	if (rc == FR_ENOMEM)
 		return fr_comm_fail(comm, rc,
-				    "rank %d: the key for rank %d: %s",
-				    comm->rank, peer, fr_strerror(rc));
+				    "rank %d: no memory for rank %d's keys",
+				    comm->rank, peer);
+	if (rc < 0)
+		return fr_comm_fail(comm, rc, "rank %d: packing a key: %s",
+				    comm->rank, fr_strerror(rc));
 	b[40] = (uint8_t)rc; /* 1: the key follows */
 	b[41] = (uint8_t)kl;
 	fr_msg_for(req, FR_MSG_READY, &m);

@@ -763,6 +763,19 @@ static void refill_rank(void *arg, int r, void *buf)
 		((float *)buf)[i] = val(r, i);
 }
 
+/* `calls` All-Reduces back to back (sim_collective_calls), each from
+ * fresh data, which must succeed: their time */
+static uint64_t calls_ok(struct sim *s, float **b, size_t *count, int calls)
+{
+	uint64_t ns = 0;
+
+	assert_int_equal(sim_collective_calls(s, FR_COLL_ALLREDUCE, (void **)b,
+					      *count, FR_F32, FR_SUM, calls,
+					      refill_rank, count, &ns),
+			 0);
+	return ns;
+}
+
 /*
  * Calls back to back (sim_collective_calls): one call is sim_collective's
  * time; four, each timed from the rank's end of the one before, take a
@@ -793,10 +806,7 @@ static void test_sim_calls_dl(void **state)
 	assert_int_equal(calls1, one);
 	for (int r = 0; r < 8; r++)
 		refill_rank(&count, r, b[r]);
-	assert_int_equal(sim_collective_calls(&s, FR_COLL_ALLREDUCE, (void **)b,
-					      count, FR_F32, FR_SUM, 4,
-					      refill_rank, &count, &calls4),
-			 0);
+	calls4 = calls_ok(&s, b, &count, 4);
 	for (size_t i = 0; i < count; i++) {
 		float want = 0;
 
@@ -866,18 +876,12 @@ static void test_sim_stagger(void **state)
 		fail_msg("%s", s.err);
 	force(&s, FR_ALGO_RD);
 	run_checked(&s, b, count);
-	assert_int_equal(sim_collective_calls(&s, FR_COLL_ALLREDUCE, (void **)b,
-					      count, FR_F32, FR_SUM, 10,
-					      refill_rank, &count, &together),
-			 0);
+	together = calls_ok(&s, b, &count, 10);
 	expect_within("rd's calls from a common start", (double)together,
 		      1002000);
 	s.stagger_ns = 1500000;
 	s.untimed = 3;
-	assert_int_equal(sim_collective_calls(&s, FR_COLL_ALLREDUCE, (void **)b,
-					      count, FR_F32, FR_SUM, 10,
-					      refill_rank, &count, &apart),
-			 0);
+	apart = calls_ok(&s, b, &count, 10);
 	for (size_t i = 0; i < count; i++)
 		assert_true(b[0][i] == val(0, i) + val(1, i) &&
 			    b[1][i] == b[0][i]);
@@ -887,19 +891,13 @@ static void test_sim_stagger(void **state)
 	/* one timed call after the untimed ones: not the first call's
 	 * wait for a rank 20 ms late */
 	s.stagger_ns = 20000000;
-	assert_int_equal(sim_collective_calls(&s, FR_COLL_ALLREDUCE, (void **)b,
-					      count, FR_F32, FR_SUM, 1,
-					      refill_rank, &count, &again),
-			 0);
+	again = calls_ok(&s, b, &count, 1);
 	if (again < 1002000 || again > 3000000)
 		fail_msg("one call after the untimed ones: %llu ns",
 			 (unsigned long long)again);
 	s.stagger_ns = 0;
 	s.untimed = 0;
-	assert_int_equal(sim_collective_calls(&s, FR_COLL_ALLREDUCE, (void **)b,
-					      count, FR_F32, FR_SUM, 10,
-					      refill_rank, &count, &again),
-			 0);
+	again = calls_ok(&s, b, &count, 10);
 	assert_int_equal(again, together);
 	sim_close(&s);
 	assert_int_equal(fake_tp_endpoints(), 0);

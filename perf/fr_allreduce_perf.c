@@ -121,7 +121,8 @@ enum {
 	OPT_COMPUTE,
 	OPT_PROGRESS,
 	OPT_STAT,
-	OPT_CALLS
+	OPT_CALLS,
+	OPT_BARRIER
 };
 
 /* --stat: the statistic of the time column, over the timed calls. */
@@ -154,6 +155,7 @@ struct opts {
 	int progress;	   /* fr_progress_t for fr_config_t */
 	int stat;	   /* STAT_*: what time_us is */
 	const char *calls; /* --calls: rank 0 writes every call's time here */
+	bool barrier;	   /* --barrier: every timed call starts together */
 };
 
 struct row {
@@ -996,6 +998,10 @@ static void print_header(struct ctx *c)
 	       o->stat == STAT_MEAN ? "mean, the slowest rank's average"
 				    : stat_names[o->stat],
 	       o->iters);
+	printf("#  calls: %s\n",
+	       o->barrier ? "each after a barrier, whose time is no call's "
+			    "(--barrier)"
+			  : "back to back");
 	if (o->zmode)
 		printf("#  compression: %s  error feedback: %d  (relerr vs the exact f64 result%s)\n",
 		       fr_compress_name(o->compress), o->ef,
@@ -1122,12 +1128,13 @@ static void print_footer(struct ctx *c, long long total_wrong)
 			printf("\"root\":null,");
 		printf("\"inplace\":%s,\"registered\":%s,\"check\":%s,"
 		       "\"iters\":%ld,\"warmup\":%ld,\"progress\":\"%s\","
-		       "\"stat\":\"%s\",",
+		       "\"stat\":\"%s\",\"barrier\":%s,",
 		       c->o->inplace ? "true" : "false",
 		       c->o->reg ? "true" : "false",
 		       c->o->check ? "true" : "false", c->o->iters,
 		       c->o->warmup, progress_label(c->o),
-		       stat_names[c->o->stat]);
+		       stat_names[c->o->stat],
+		       c->o->barrier ? "true" : "false");
 		if (c->o->zmode)
 			printf("\"compress\":\"%s\",\"ef\":%s,",
 			       fr_compress_name(c->o->compress),
@@ -1351,7 +1358,9 @@ static void call_stats(double *t, long n, struct callstats *st)
  * (one clock read after each call, nothing else in the loop), and after
  * the loop one All-Reduce (max) of the n per-call times and the average
  * gives, per call, the slowest rank's time: st gets their median, p99 and
- * min, and the slowest rank's average as the mean.  Reports its own
+ * min, and the slowest rank's average as the mean.  With --barrier, a
+ * barrier before every iteration, whose time is left out of all of these
+ * (the counters' growth keeps its empty messages).  Reports its own
  * errors; 0 or -1.
  */
 static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
@@ -1361,7 +1370,7 @@ static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 	fr_stats_t s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
 	fr_request_t *req;
 	double *pc = st ? c->percall : NULL;
-	uint64_t t0, t1, prev, now;
+	uint64_t t0, t1, prev, now, idle = 0; /* idle: in --barrier's */
 	double t = 0;
 	int rc = 0;
 
@@ -1372,6 +1381,19 @@ static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 		fr_comm_stats(c->comm, &s0);
 	t0 = prev = pc_now_ns();
 	for (long i = 0; i < n && !rc; i++) {
+		if (c->o->barrier) {
+			/* the ranks leave a dissemination barrier within a
+			 * wake-up of each other, so every call starts
+			 * together; the barrier's time is no call's */
+			rc = fr_barrier(c->comm);
+			if (rc) {
+				lib_error(c, "fr_barrier (--barrier)", rc);
+				return -1;
+			}
+			now = pc_now_ns();
+			idle += now - prev;
+			prev = now;
+		}
 		switch (ph) {
 		case PH_BLOCKING:
 			rc = coll_call(c, dt, op, count);
@@ -1392,13 +1414,14 @@ static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 			rc = fr_wait(&req);
 			break;
 		}
-		if (pc) {
+		if (pc || c->o->barrier) {
 			now = pc_now_ns();
-			pc[i] = (double)(now - prev);
+			if (pc)
+				pc[i] = (double)(now - prev);
 			prev = now;
 		}
 	}
-	t1 = pc ? prev : pc_now_ns();
+	t1 = (pc || c->o->barrier ? prev : pc_now_ns()) - idle;
 	if (rc) {
 		lib_error(c, coll_func(c, ph != PH_BLOCKING), rc);
 		return -1;
@@ -1726,6 +1749,10 @@ static void usage(FILE *f)
 		"      --calls FILE         rank 0 writes every timed call's time there, in\n"
 		"                           order: bytes, dtype, op, call, us (per call the\n"
 		"                           slowest rank)\n"
+		"      --barrier            a barrier before every timed call, outside its\n"
+		"                           time (as the OSU benchmarks): every call starts\n"
+		"                           together, none runs into the next (default:\n"
+		"                           back to back, as nccl-tests)\n"
 		"  -d, --datatype TYPE      f32 (default), f64, f16, bf16, i8, u8, i32, u32,\n"
 		"                           i64, u64, or all\n"
 		"  -o, --op OP              sum (default), prod, min, max, avg, or all\n"
@@ -1789,6 +1816,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"progress", required_argument, NULL, OPT_PROGRESS},
 		{"stat", required_argument, NULL, OPT_STAT},
 		{"calls", required_argument, NULL, OPT_CALLS},
+		{"barrier", no_argument, NULL, OPT_BARRIER},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -1940,6 +1968,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_CALLS:
 			o->calls = optarg;
+			break;
+		case OPT_BARRIER:
+			o->barrier = true;
 			break;
 		case 'h':
 			usage(stdout);

@@ -62,7 +62,8 @@ percall_stats() {
 	out=$(frrun -n 2 --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
 		-b 8 -e 64K -f 64 -n 21 -w 1 2>&1) || { echo "$out"; return 1; }
 	echo "$out" | grep -Eq '^\[0\] #.* busbw +median +p99 +min +#wrong +algo$' &&
-		echo "$out" | grep -q 'time (--stat): mean, .*over the 21 calls' ||
+		echo "$out" | grep -q 'time (--stat): mean, .*over the 21 calls' &&
+		echo "$out" | grep -q '^\[0\] #  calls: back to back$' ||
 		{ echo "$out"; return 1; }
 	csv=$(frrun -n 2 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
 		-b 8 -e 64K -f 64 -n 21 -w 1 --stat median --csv 2>&1) || { echo "$csv"; return 1; }
@@ -74,7 +75,7 @@ percall_stats() {
 		END { exit !(ok && rows == 3) }' || { echo "$csv"; return 1; }
 	json=$(frrun -n 2 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
 		-b 1K -e 1K -n 3 -w 1 --stat p99 --json 2>/dev/null) || return 1
-	echo "$json" | grep -q '"stat":"p99",' &&
+	echo "$json" | grep -q '"stat":"p99","barrier":false,' &&
 		echo "$json" | grep -Eq '"time_us":([0-9.]+),.*"time_p99_us":\1,"time_min_us":' ||
 		{ echo "$json"; return 1; }
 	"$B/fr_allreduce_perf" --stat mode >/dev/null 2>&1
@@ -106,6 +107,24 @@ percall_stats() {
 				if (!(s in min) || lo - min[s] > 0.01 || min[s] - lo > 0.01 ||
 				    m - med[s] > 0.01 || med[s] - m > 0.01) ok = 0
 			}
+			exit !ok
+		}' || { echo "$csv"; cat "$f"; rm -f "$f"; return 1; }
+	rm -f "$f"
+	# --barrier: each call starts after a barrier whose time is no call's,
+	# so the slowest rank's average (mean) is at most the calls' average
+	# of per call the slowest rank; the results still checked
+	csv=$(frrun -n 3 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+		-b 8 -e 64K -f 64 -n 21 -w 1 --csv --barrier --calls "$f" 2>&1) || { echo "$csv"; rm -f "$f"; return 1; }
+	echo "$csv" | awk -F, -v f="$f" '
+		NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+		{ mean[$1] = $col["time_mean_us"]; if ($col["wrong"] != 0) bad = 1 }
+		END {
+			while ((getline l < f) > 0) {
+				if (l ~ /^#/) continue
+				split(l, x, "\t"); n++; sum[x[1]] += x[5]; k[x[1]]++
+			}
+			ok = n == 63 && !bad
+			for (s in mean) if (!(k[s] == 21 && mean[s] > 0 && mean[s] <= sum[s] / 21 + 0.01)) ok = 0
 			exit !ok
 		}' || { echo "$csv"; cat "$f"; rm -f "$f"; return 1; }
 	rm -f "$f"
@@ -301,7 +320,15 @@ validate_measured() {
 	out=$("$v" --measured "$d" --ranks 3 --algos ring --sizes "8 65536" --build "$B" --out "$d/o1" 2>&1) ||
 		{ echo "$out"; rm -rf "$d"; return 1; }
 	sim=$(echo "$out" | awk -F' *[|] *' '$2 == 3 && $3 == 8 { print $8 }')
-	[[ -n $sim && $sim != 0.0 ]] || { echo "$out"; rm -rf "$d"; return 1; }
+	[[ -n $sim && $sim != 0.0 ]] &&
+		echo "$out" | grep -q '^# measured: .*, calls back to back,' ||
+		{ echo "$out"; rm -rf "$d"; return 1; }
+	# measured with --barrier: the kept run says so
+	mkdir "$d/b" && cp "$d/m.3.ring" "$d/b/" && { cat "$d/calibration.txt"; echo "barrier 1"; } >"$d/b/calibration.txt" ||
+		{ rm -rf "$d"; return 1; }
+	out=$("$v" --measured "$d/b" --ranks 3 --algos ring --sizes "8 65536" --build "$B" --out "$d/o6" 2>&1) &&
+		echo "$out" | grep -q '^# measured: .*, calls each after a barrier (--barrier),' ||
+		{ echo "$out"; rm -rf "$d"; return 1; }
 	# 8 B measured in three jobs (--jobs): their median is compared, and
 	# their spread (slowest / fastest) shown; 64 KiB in one, and one that
 	# failed (no time: not counted)
@@ -345,7 +372,7 @@ run "fr_tune measures the node's own steps (2 nodes of 2 ranks)" tune_local
 run "fr_allreduce_perf every dtype, 3 ranks" allreduce_table
 run "fr_allreduce_perf --csv / --json" allreduce_csv_json
 run "fr_allreduce_perf -C reduce_scatter/allgather/broadcast" allreduce_collectives
-run "fr_allreduce_perf per-call median / p99 / min, --stat, --calls" percall_stats
+run "fr_allreduce_perf per-call median / p99 / min, --stat, --calls, --barrier" percall_stats
 run "fr_transport_perf bw + lat" transport_perf
 run "fr_reduce_perf" reduce_perf
 run "fr_allreduce_perf -Z / --ef / --overlap-ms" compress_overlap

@@ -31,6 +31,11 @@
 #                       model checked in seconds); --rate and --delay-ms
 #                       are taken from DIR, --cpu still overrides
 #   --sim-opts "OPTS"   more fr_sim options, after the calibrated ones
+#   --barrier           a barrier before every timed call, outside its time
+#                       (fr_allreduce_perf --barrier): the measured calls
+#                       start together, as the simulator's do; without it
+#                       they run back to back and the ranks' phase under
+#                       delay is the launch's (perf/sim/README.md)
 #
 # Calibration (before the runs, from measurements that are not the
 # collectives compared):
@@ -68,7 +73,7 @@ set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 RANKS_LIST="4 8 16" RATE=1gbit DELAY_MS=0 ALGOS="ring rd rabenseifner oneshot auto"
 SIZES="8 65536 1048576 16777216" ITERS=10 JOBS=1 BUILD=$top/build CPU_OPTS="" OUT=""
-MEASURED="" SIM_OPTS=""
+MEASURED="" SIM_OPTS="" BARRIER=0
 usage() { awk 'NR > 2 && /^#/ { sub(/^# ?/, ""); print; next } NR > 2 { exit }' "$0"; exit 2; }
 while (($#)); do
 	case "$1" in
@@ -84,6 +89,7 @@ while (($#)); do
 	--out) OUT=$2; shift 2 ;;
 	--measured) MEASURED=$(cd "$2" && pwd) || exit 2; shift 2 ;;
 	--sim-opts) SIM_OPTS=$2; shift 2 ;;
+	--barrier) BARRIER=1; shift ;;
 	-h | --help) usage ;;
 	*) echo "validate_netns.sh: unknown option $1" >&2; usage ;;
 	esac
@@ -97,6 +103,7 @@ if [[ -n $MEASURED ]]; then
 		{ echo "validate_netns.sh: no $MEASURED/calibration.txt (not an --out of this script)" >&2; exit 2; }
 	RATE=$(awk '$1 == "rate" { print $2 }' "$MEASURED/calibration.txt")
 	DELAY_MS=$(awk '$1 == "delay_ms" { print $2 }' "$MEASURED/calibration.txt")
+	BARRIER=$(awk '$1 == "barrier" { b = $2 } END { print b + 0 }' "$MEASURED/calibration.txt")
 	[[ -n $RATE && -n $DELAY_MS ]] ||
 		{ echo "validate_netns.sh: $MEASURED/calibration.txt names no rate or delay" >&2; exit 2; }
 	# the sizes measured there (a size not measured has no row to compare)
@@ -242,7 +249,8 @@ sim_params() {
 # measured: rank 0's CSV of one job of n ranks per size, one algorithm,
 # appended to the file OUT (a line per size and job)
 measure() {
-	local n=$1 algo=$2 out=$3 r pids=() tok port=$((29700 + RANDOM % 200)) algo_env=()
+	local n=$1 algo=$2 out=$3 r pids=() tok port=$((29700 + RANDOM % 200)) algo_env=() bar=()
+	((BARRIER)) && bar=(--barrier)
 	tok=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 	[[ $algo == auto ]] || algo_env=(FR_ALGO="$algo")
 	for s in $SIZES; do
@@ -253,7 +261,7 @@ measure() {
 			ip netns exec "$(ns_host "$r")" env FR_RANK=$r FR_NRANKS="$n" FR_LOCAL_RANK=0 \
 				FR_LOCAL_SIZE=1 FR_RENDEZVOUS="$(ns_addr 0):$port" FR_JOB_TOKEN="$tok" \
 				FR_TRANSPORT=tcp "${algo_env[@]}" timeout -k 5 600 "$BUILD/fr_allreduce_perf" \
-				-b "$s" -e "$s" -n "$it" -w 2 -c 0 --stat median --csv \
+				-b "$s" -e "$s" -n "$it" -w 2 -c 0 --stat median --csv "${bar[@]}" \
 				>"$out.r$r" 2>"$out.err.r$r" </dev/null &
 			pids+=($!)
 		done
@@ -299,6 +307,8 @@ else
 	printf 'rate %s\ndelay_ms %s\ncores %s\nwire_us %s\ncpu_opts %s\n' "$RATE" \
 		"$DELAY_MS" "$(nproc)" "$LAT_US" "$CPU_OPTS" >"$OUT/calibration.txt"
 fi
+# for --measured later: how the calls were timed
+[[ -n $MEASURED ]] || echo "barrier $BARRIER" >>"$OUT/calibration.txt"
 log "fr_sim: --gbps $GBPS --lat-us $LAT_US $CPU_OPTS $SIM_OPTS"
 if [[ -n $MEASURED ]]; then
 	echo "# validate_netns.sh: rate $RATE, one-way delay $DELAY_MS ms, ranks $RANKS_LIST, TCP, $(awk '$1 == "cores" { print $2 }' "$MEASURED/calibration.txt") cores, measured times from $MEASURED"
@@ -308,7 +318,9 @@ fi
 echo "# fr_sim --gbps $GBPS --lat-us $LAT_US $CPU_OPTS $SIM_OPTS"
 calls="$ITERS calls (3 from 16 MiB), $JOBS job(s) each"
 [[ -z $MEASURED ]] || calls="the kept run's calls and jobs"
-echo "# measured: fr_allreduce_perf, per call the slowest rank, median over $calls, then the median over the jobs"
+started="back to back"
+((BARRIER)) && started="each after a barrier (--barrier)"
+echo "# measured: fr_allreduce_perf, per call the slowest rank, calls $started, median over $calls, then the median over the jobs"
 echo
 echo "| ranks | bytes | algo (measured) | measured us | jobs, spread | algo (simulated) | simulated us | sim / measured |"
 echo "| ---: | ---: | --- | ---: | ---: | --- | ---: | ---: |"

@@ -305,13 +305,22 @@ sim_table() {
 	[ $? -eq 2 ] && echo "$out" | grep -q 'needs a CPU model' || { echo "$out"; return 1; }
 	out=$("$B/fr_sim" -n 4 -b 8 -e 8 -a rd --lat-us 1000 --cpu-send-us 1 --stagger-us 1500 --calls 5 2>&1) || { echo "$out"; return 1; }
 	echo "$out" | grep -q 'rank r starting r x 1500 us late' || { echo "$out"; return 1; }
+	# so does the rendezvous's lead; a barrier needs calls to go between
+	out=$("$B/fr_sim" -n 4 -e 8 --lead-us 100 --cpu-send-us 1 2>&1)
+	[ $? -eq 2 ] && echo "$out" | grep -q -- '--lead-us needs --calls 2' || { echo "$out"; return 1; }
+	out=$("$B/fr_sim" -n 4 -e 8 --lead-us 100 --calls 3 2>&1)
+	[ $? -eq 2 ] && echo "$out" | grep -q -- '--lead-us needs a CPU model' || { echo "$out"; return 1; }
+	out=$("$B/fr_sim" -n 4 -e 8 --barrier 2>&1)
+	[ $? -eq 2 ] && echo "$out" | grep -q -- '--barrier needs --calls 2' || { echo "$out"; return 1; }
+	out=$("$B/fr_sim" -n 4 -b 8 -e 8 -a rd --lat-us 1000 --cpu-send-us 1 --lead-us 1000 --barrier --calls 5 2>&1) || { echo "$out"; return 1; }
+	echo "$out" | grep -q '5 calls each after a barrier after a warm-up and 3 more, rank 0 starting 1000 us ahead,' || { echo "$out"; return 1; }
 }
 # validate_netns.sh --measured: no namespaces, no root; the table from a
 # kept run's measured times and calibration: a row at the simulated time
 # is 1.00 and within, one at half of it 2.00 and off; what is missing is
 # refused
 validate_measured() {
-	local d v sim out
+	local d v sim out bout
 	v="$(dirname "$0")/../perf/sim/validate_netns.sh"
 	d=$(mktemp -d) || return 1
 	printf 'rate 10gbit\ndelay_ms 0\ncores 2\nmsg_rate_Mpps 0.17\nlat_us 11.2\nlat_nospin_us 18.6\nbw_unshaped_GBps 3\nreduce_GBps 32\n' >"$d/calibration.txt"
@@ -323,12 +332,14 @@ validate_measured() {
 	[[ -n $sim && $sim != 0.0 ]] &&
 		echo "$out" | grep -q '^# measured: .*, calls back to back,' ||
 		{ echo "$out"; rm -rf "$d"; return 1; }
-	# measured with --barrier: the kept run says so
+	# measured with --barrier: the kept run says so, and the simulator
+	# times its calls the same way (rank 0 ahead by the one-way latency)
 	mkdir "$d/b" && cp "$d/m.3.ring" "$d/b/" && { cat "$d/calibration.txt"; echo "barrier 1"; } >"$d/b/calibration.txt" ||
 		{ rm -rf "$d"; return 1; }
-	out=$("$v" --measured "$d/b" --ranks 3 --algos ring --sizes "8 65536" --build "$B" --out "$d/o6" 2>&1) &&
-		echo "$out" | grep -q '^# measured: .*, calls each after a barrier (--barrier),' ||
-		{ echo "$out"; rm -rf "$d"; return 1; }
+	bout=$("$v" --measured "$d/b" --ranks 3 --algos ring --sizes "8 65536" --build "$B" --out "$d/o6" 2>&1) &&
+		echo "$bout" | grep -q '^# measured: .*, calls each after a barrier (--barrier),' &&
+		echo "$bout" | grep -q -- '^# fr_sim .* --barrier --calls 5 --lead-us 11.2 *$' ||
+		{ echo "$bout"; rm -rf "$d"; return 1; }
 	# 8 B measured in three jobs (--jobs): their median is compared, and
 	# their spread (slowest / fastest) shown; 64 KiB in one, and one that
 	# failed (no time: not counted)

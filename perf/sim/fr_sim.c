@@ -9,9 +9,10 @@
  * For each size and algorithm: one warm-up call (connections come up),
  * then one timed call; the time is virtual and the same on every run, so
  * one call says all (--calls K: K back to back, as a benchmark loop runs
- * them, sim.h; --stagger-us: the ranks launched apart, through 3 untimed
- * calls first).  Every result is checked against a reference (small
- * integers in f32, exact in any order): a schedule that computes a wrong
+ * them, sim.h; --stagger-us and --lead-us: the ranks launched apart,
+ * through 3 untimed calls first; --barrier: a barrier before each call,
+ * as fr_allreduce_perf --barrier).  Every result is checked against a reference
+ * (small integers in f32, exact in any order): a schedule that computes a wrong
  * sum fails the run, as one that stalls does.  With --sizes-only there is
  * no data (sim.h, SIM_SIZES_ONLY): every rank's buffer is the same
  * untouched mapping and nothing is checked but that the schedules end,
@@ -92,6 +93,14 @@ static void usage(FILE *f)
 		"                         warm-up calls of fr_allreduce_perf -w 2\n"
 		"                         and its line-up) carry that into the\n"
 		"                         timed ones (default 0)\n"
+		"      --lead-us U        the same, but rank 0 starts U early\n"
+		"                         and the others together, as a job's\n"
+		"                         rendezvous leaves them (rank 0\n"
+		"                         answers all at once; its answers take\n"
+		"                         a latency to arrive) (default 0)\n"
+		"      --barrier          a barrier before every call but the\n"
+		"                         first, outside the calls' times, as\n"
+		"                         fr_allreduce_perf --barrier\n"
 		"  -h, --help\n"
 		"Sizes take K/M/G suffixes (powers of 1024).\n");
 }
@@ -339,6 +348,8 @@ int main(int argc, char **argv)
 		{"sizes-only", no_argument, NULL, 'Z'},
 		{"calls", required_argument, NULL, 1021},
 		{"stagger-us", required_argument, NULL, 1024},
+		{"lead-us", required_argument, NULL, 1025},
+		{"barrier", no_argument, NULL, 1026},
 		{"sizes", required_argument, NULL, 1009},
 		{"coll", required_argument, NULL, 'C'},
 		{"help", no_argument, NULL, 'h'},
@@ -359,13 +370,14 @@ int main(int argc, char **argv)
 	int ids[16], nalgo;
 	const char *names[16], *algos = "auto";
 	double d;
-	char topo[128], how[160] = "one call after a warm-up";
+	char topo[128], how[256] = "one call after a warm-up";
 	struct sim s;
 	void **bufs, *shared = NULL;
 	bool sizes_only = false;
 	enum fr_coll coll = FR_COLL_ALLREDUCE;
 	int opt, rc = 0, calls = 1;
-	double stagger_ns = 0;
+	double stagger_ns = 0, lead_ns = 0;
+	bool barrier = false;
 
 	while ((opt = getopt_long(argc, argv, "n:k:b:e:f:a:C:h", longopts,
 				  NULL)) != -1) {
@@ -468,11 +480,16 @@ int main(int argc, char **argv)
 			calls = (int)v;
 			break;
 		case 1024:
+		case 1025:
 			/* (whole ns: less than one is none) */
 			if (parse_double(optarg, &d) || !(d >= 0) || d > 1e7 ||
 			    (d > 0 && d < 0.001))
 				goto bad;
-			stagger_ns = round(d * 1e3);
+			*(opt == 1024 ? &stagger_ns : &lead_ns) =
+				round(d * 1e3);
+			break;
+		case 1026:
+			barrier = true;
 			break;
 		case 'C':
 			if (!strcmp(optarg, "allreduce"))
@@ -503,9 +520,11 @@ int main(int argc, char **argv)
 		free(sizes);
 		return 2;
 	}
-	if (stagger_ns > 0 && calls < 2) {
-		fprintf(stderr,
-			"fr_sim: --stagger-us needs --calls 2 or more (calls back to back)\n");
+	if ((stagger_ns > 0 || lead_ns > 0 || barrier) && calls < 2) {
+		fprintf(stderr, "fr_sim: %s needs --calls 2 or more\n",
+			barrier		 ? "--barrier"
+			: stagger_ns > 0 ? "--stagger-us"
+					 : "--lead-us");
 		free(sizes);
 		return 2;
 	}
@@ -566,9 +585,10 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
-	if (stagger_ns > 0 && !s.cpu_on) {
+	if ((stagger_ns > 0 || lead_ns > 0) && !s.cpu_on) {
 		fprintf(stderr,
-			"fr_sim: --stagger-us needs a CPU model (the ranks' own clocks)\n");
+			"fr_sim: %s needs a CPU model (the ranks' own clocks)\n",
+			stagger_ns > 0 ? "--stagger-us" : "--lead-us");
 		sim_close(&s);
 		rc = 2; /* a usage error */
 		goto out;
@@ -603,11 +623,27 @@ int main(int argc, char **argv)
 			how, sizeof(how),
 			"%d calls back to back after a warm-up, per call the slowest rank, the median",
 			calls);
-	if (stagger_ns > 0)
+	if (stagger_ns > 0 || lead_ns > 0 || barrier) {
+		char late[96] = "";
+
+		if (stagger_ns > 0)
+			snprintf(late, sizeof(late),
+				 ", rank r starting r x %g us late",
+				 stagger_ns / 1e3);
+		if (lead_ns > 0)
+			snprintf(late + strlen(late),
+				 sizeof(late) - strlen(late),
+				 ", rank 0 starting %g us ahead",
+				 lead_ns / 1e3);
 		snprintf(
 			how, sizeof(how),
-			"%d calls back to back after a warm-up and 3 more, rank r starting r x %g us late, per call the slowest rank, the median",
-			calls, stagger_ns / 1e3);
+			"%d calls %s after a warm-up%s%s, per call the slowest rank, the median",
+			calls,
+			barrier ? "each after a barrier" : "back to back",
+			stagger_ns > 0 || lead_ns > 0 ? " and 3 more" : "",
+			late);
+	}
+
 	printf("# %s; time: simulated, %s; busbw = bytes / time x %s%s\n",
 	       fr_coll_name(coll), how,
 	       coll == FR_COLL_ALLREDUCE ? "2(n-1)/n" : "(n-1)/n",
@@ -641,7 +677,12 @@ int main(int argc, char **argv)
 				/* the timed calls: the ranks launched
 				 * apart, through 3 untimed calls */
 				s.stagger_ns = it ? (uint64_t)stagger_ns : 0;
-				s.untimed = it && stagger_ns > 0 ? 3 : 0;
+				s.lead_ns = it ? (uint64_t)lead_ns : 0;
+				s.untimed =
+					it && (stagger_ns > 0 || lead_ns > 0)
+						? 3
+						: 0;
+				s.barrier = it && barrier;
 				/* the warm-up one call, the timed ones
 				 * back to back, each from fresh data */
 				rc = sim_collective_calls(

@@ -668,8 +668,12 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 				   sizeof(uint64_t));
 	uint64_t start = s->clk.now;
 	int left = s->n, first = 0, rc;
+	/* per rank, with s->barrier: in the barrier after its last call */
+	uint8_t *in_bar = s->barrier ? calloc((size_t)s->n, 1) : NULL;
 
-	if (!req || !done_calls || !prev || !slowest || calls < 1) {
+	if (!req || !done_calls || !prev || !slowest || calls < 1 ||
+	    (s->barrier && !in_bar)) {
+		free(in_bar);
 		free(slowest);
 		free(prev);
 		free(done_calls);
@@ -697,7 +701,9 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 	for (int r = 0; r < s->n; r++) {
 		s->cur = r;
 		s->cpu_free[r] =
-			start + (s->cpu_on ? (uint64_t)r * s->stagger_ns : 0);
+			start + (s->cpu_on ? (uint64_t)r * s->stagger_ns +
+						     (r ? s->lead_ns : 0)
+					   : 0);
 		prev[r] = s->cpu_free[r];
 		rc = coll_start(s, r, coll, bufs[r], count, dt, op, &req[r]);
 		if (rc) {
@@ -727,12 +733,28 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 			rc = fr_test(&req[r], &done);
 			if (!done)
 				continue;
-			{
+			if (in_bar && in_bar[r]) {
+				/* out of the barrier: the next call's time
+				 * starts now */
+				in_bar[r] = 0;
+				prev[r] = max64(s->clk.now, s->cpu_free[r]);
+			} else {
 				uint64_t e = max64(s->clk.now, s->cpu_free[r]);
 				int k = done_calls[r]++;
 
 				slowest[k] = max64(slowest[k], e - prev[r]);
 				prev[r] = e;
+				if (!rc && in_bar &&
+				    done_calls[r] < calls + untimed) {
+					s->cur = r;
+					rc = fr_ibarrier(s->comms[r], &req[r]);
+					if (!rc) {
+						in_bar[r] = 1;
+						runq_push(s, r);
+						continue;
+					}
+					req[r] = NULL;
+				}
 			}
 			if (!rc && done_calls[r] < calls + untimed) {
 				/* the next call, at once */
@@ -814,6 +836,7 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 			: (slowest[untimed + calls / 2 - 1] +
 			   slowest[untimed + calls / 2]) /
 				  2;
+	free(in_bar);
 	free(slowest);
 	free(prev);
 	free(done_calls);

@@ -258,6 +258,13 @@ struct sim {
 	 * and the first `untimed` calls are left out of its median */
 	uint64_t stagger_ns;
 	int untimed;
+	/* and every rank but 0 starts its first call lead_ns late (the
+	 * rendezvous: rank 0 answers every rank at once, and its answers
+	 * take a latency to arrive) */
+	uint64_t lead_ns;
+	/* a barrier (fr_ibarrier) before every call but the first, outside
+	 * the calls' times, as fr_allreduce_perf --barrier */
+	bool barrier;
 	char err[256];
 };
 
@@ -331,7 +338,14 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
  * carry that into the timed ones as the schedule does.  In a symmetric
  * exchange (recursive doubling) two ranks a latency or more apart stay
  * apart: each waits in every other call, and per call the slowest rank
- * takes a round trip where the calls average one way.
+ * takes a round trip where the calls average one way.  With
+ * s->lead_ns, every rank but 0 also starts that much late.
+ *
+ * With s->barrier, each rank enters a barrier after each call but the
+ * last, and its next call's time starts when it leaves the barrier.  A
+ * barrier orders the ranks but does not line them up under delay: two
+ * ranks that enter a latency apart leave a latency apart, the other way
+ * round.
  */
 int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 			 size_t count, fr_dtype_t dt, fr_op_t op, int calls,

@@ -32,10 +32,14 @@
 #                       are taken from DIR, --cpu still overrides
 #   --sim-opts "OPTS"   more fr_sim options, after the calibrated ones
 #   --barrier           a barrier before every timed call, outside its time
-#                       (fr_allreduce_perf --barrier): the measured calls
-#                       start together, as the simulator's do; without it
-#                       they run back to back and the ranks' phase under
-#                       delay is the launch's (perf/sim/README.md)
+#                       (fr_allreduce_perf --barrier), and the simulator
+#                       does the same: 5 calls each after a barrier, after
+#                       the warm-up and the line-up, rank 0 starting a
+#                       one-way latency ahead of the others, as the
+#                       rendezvous leaves them (fr_sim --barrier --calls 5
+#                       --lead-us).  Without it the measured calls run back
+#                       to back and the simulator times one call from a
+#                       common start (perf/sim/README.md says why)
 #
 # Calibration (before the runs, from measurements that are not the
 # collectives compared):
@@ -221,11 +225,13 @@ calibrate() {
 	} >"$OUT/calibration.txt"
 }
 
-# fr_sim's options from a calibration.txt: CPU_OPTS (unless given) and LAT_US
+# fr_sim's options from a calibration.txt: CPU_OPTS (unless given), LAT_US
+# and LEAD_US
 sim_params() {
 	local f=$1 lat lat0 rate bw red cores dl dlg msg wire wake
 	if grep -q '^wire_us ' "$f"; then # a run given --cpu: no calibration
 		LAT_US=$(awk '$1 == "wire_us" { print $2 }' "$f")
+		LEAD_US=$LAT_US
 		[[ -n $CPU_OPTS ]] || CPU_OPTS=$(sed -n 's/^cpu_opts //p' "$f")
 		return
 	fi
@@ -244,6 +250,8 @@ sim_params() {
 	[[ -n $CPU_OPTS ]] ||
 		CPU_OPTS="--cpu-reduce-GBps $red --cpu-send-us $msg --cpu-recv-us $msg --cpu-send-GBps $bw --cpu-recv-GBps $bw --cpu-wake-us $wake --cpu-spin-us 50 --cpu-spin-holds --cores ${cores:-$(nproc)} --cores-job$(awk -v d="$dl" -v g="$dlg" 'BEGIN { if (d > 0) printf " --cpu-dl-us %s", d; if (g > 0) printf " --cpu-dl-GBps %s", g }')"
 	LAT_US=$wire
+	# the rendezvous's lead: rank 0's answer takes a one-way latency
+	LEAD_US=$lat
 }
 
 # measured: rank 0's CSV of one job of n ranks per size, one algorithm,
@@ -284,7 +292,7 @@ simulate() {
 	# shellcheck disable=SC2086
 	for s in $SIZES; do
 		for a in $ALGOS; do
-			"$BUILD/fr_sim" -n "$n" --gbps "$GBPS" --lat-us "$LAT_US" $CPU_OPTS $SIM_OPTS \
+			"$BUILD/fr_sim" -n "$n" --gbps "$GBPS" --lat-us "$LAT_US" $CPU_OPTS $TIMING $SIM_OPTS \
 				-b "$s" -e "$s" -a "$a"
 		done
 	done >"$out" 2>&1
@@ -302,6 +310,7 @@ else
 	rtt=$(ip netns exec "$(ns_host 0)" ping -c 20 -i 0.05 -q "$(ns_addr 1)" 2>/dev/null |
 		awk -F'[/ ]+' '/^rtt/ { print $7 }')
 	LAT_US=$(awk -v r="$rtt" 'BEGIN { printf "%.2f", r * 1000 / 2 }')
+	LEAD_US=$LAT_US
 	ns_teardown
 	# for --measured later: the wire, and the CPU options given
 	printf 'rate %s\ndelay_ms %s\ncores %s\nwire_us %s\ncpu_opts %s\n' "$RATE" \
@@ -309,13 +318,16 @@ else
 fi
 # for --measured later: how the calls were timed
 [[ -n $MEASURED ]] || echo "barrier $BARRIER" >>"$OUT/calibration.txt"
-log "fr_sim: --gbps $GBPS --lat-us $LAT_US $CPU_OPTS $SIM_OPTS"
+# how the simulator times the calls: as they were measured
+TIMING=""
+((BARRIER)) && TIMING="--barrier --calls 5 --lead-us ${LEAD_US:-0}"
+log "fr_sim: --gbps $GBPS --lat-us $LAT_US $CPU_OPTS $TIMING $SIM_OPTS"
 if [[ -n $MEASURED ]]; then
 	echo "# validate_netns.sh: rate $RATE, one-way delay $DELAY_MS ms, ranks $RANKS_LIST, TCP, $(awk '$1 == "cores" { print $2 }' "$MEASURED/calibration.txt") cores, measured times from $MEASURED"
 else
 	echo "# validate_netns.sh: rate $RATE, one-way delay $DELAY_MS ms, ranks $RANKS_LIST, TCP, $(nproc) cores"
 fi
-echo "# fr_sim --gbps $GBPS --lat-us $LAT_US $CPU_OPTS $SIM_OPTS"
+echo "# fr_sim --gbps $GBPS --lat-us $LAT_US $CPU_OPTS $TIMING $SIM_OPTS"
 calls="$ITERS calls (3 from 16 MiB), $JOBS job(s) each"
 [[ -z $MEASURED ]] || calls="the kept run's calls and jobs"
 started="back to back"

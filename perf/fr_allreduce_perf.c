@@ -155,7 +155,7 @@ struct opts {
 	int progress;	   /* fr_progress_t for fr_config_t */
 	int stat;	   /* STAT_*: what time_us is */
 	const char *calls; /* --calls: rank 0 writes every call's time here */
-	bool barrier;	   /* --barrier: every timed call starts together */
+	bool barrier;	   /* --barrier: a barrier before every timed call */
 };
 
 struct row {
@@ -1382,9 +1382,10 @@ static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 	t0 = prev = pc_now_ns();
 	for (long i = 0; i < n && !rc; i++) {
 		if (c->o->barrier) {
-			/* the ranks leave a dissemination barrier within a
-			 * wake-up of each other, so every call starts
-			 * together; the barrier's time is no call's */
+			/* no call runs into the next; under delay the
+			 * ranks still leave it as far apart as they came
+			 * (perf/sim/README.md), so it orders the calls but
+			 * is no common start; its time is no call's */
 			rc = fr_barrier(c->comm);
 			if (rc) {
 				lib_error(c, "fr_barrier (--barrier)", rc);
@@ -1750,9 +1751,8 @@ static void usage(FILE *f)
 		"                           order: bytes, dtype, op, call, us (per call the\n"
 		"                           slowest rank)\n"
 		"      --barrier            a barrier before every timed call, outside its\n"
-		"                           time (as the OSU benchmarks): every call starts\n"
-		"                           together, none runs into the next (default:\n"
-		"                           back to back, as nccl-tests)\n"
+		"                           time (as the OSU benchmarks): no call runs into\n"
+		"                           the next (default: back to back, as nccl-tests)\n"
 		"  -d, --datatype TYPE      f32 (default), f64, f16, bf16, i8, u8, i32, u32,\n"
 		"                           i64, u64, or all\n"
 		"  -o, --op OP              sum (default), prod, min, max, avg, or all\n"

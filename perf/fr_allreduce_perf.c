@@ -1359,8 +1359,8 @@ static void call_stats(double *t, long n, struct callstats *st)
  * the loop one All-Reduce (max) of the n per-call times and the average
  * gives, per call, the slowest rank's time: st gets their median, p99 and
  * min, and the slowest rank's average as the mean.  With --barrier, a
- * barrier before every iteration, whose time is left out of all of these
- * (the counters' growth keeps its empty messages).  Reports its own
+ * barrier before every iteration, whose time and wire bytes are left out
+ * of all of these.  Reports its own
  * errors; 0 or -1.
  */
 static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
@@ -1370,7 +1370,8 @@ static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 	fr_stats_t s0 = {.size = sizeof(s0)}, s1 = {.size = sizeof(s1)};
 	fr_request_t *req;
 	double *pc = st ? c->percall : NULL;
-	uint64_t t0, t1, prev, now, idle = 0; /* idle: in --barrier's */
+	/* idle, bar_wire: --barrier's time, and its bytes on the wire */
+	uint64_t t0, t1, prev, now, idle = 0, bar_wire = 0;
 	double t = 0;
 	int rc = 0;
 
@@ -1385,11 +1386,21 @@ static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 			/* no call runs into the next; under delay the
 			 * ranks still leave it as far apart as they came
 			 * (perf/sim/README.md), so it orders the calls but
-			 * is no common start; its time is no call's */
+			 * is no common start; its time and its bytes are
+			 * no call's */
+			fr_stats_t b0 = {.size = sizeof(b0)},
+				   b1 = {.size = sizeof(b1)};
+
+			if (delta)
+				fr_comm_stats(c->comm, &b0);
 			rc = fr_barrier(c->comm);
 			if (rc) {
 				lib_error(c, "fr_barrier (--barrier)", rc);
 				return -1;
+			}
+			if (delta) {
+				fr_comm_stats(c->comm, &b1);
+				bar_wire += b1.wire_bytes - b0.wire_bytes;
 			}
 			now = pc_now_ns();
 			idle += now - prev;
@@ -1431,7 +1442,7 @@ static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 		*algo = fr_comm_last_algo(c->comm);
 	if (delta) {
 		fr_comm_stats(c->comm, &s1);
-		delta->wire_bytes = s1.wire_bytes - s0.wire_bytes;
+		delta->wire_bytes = s1.wire_bytes - s0.wire_bytes - bar_wire;
 		delta->compress_in_bytes =
 			s1.compress_in_bytes - s0.compress_in_bytes;
 		delta->compress_out_bytes =

@@ -128,6 +128,20 @@ percall_stats() {
 			exit !ok
 		}' || { echo "$csv"; cat "$f"; rm -f "$f"; return 1; }
 	rm -f "$f"
+	# and it says so; the barriers' bytes are no call's (the same
+	# compressed ring's wire bytes with and without it)
+	json=$(frrun -n 3 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+		-b 1K -e 1K -n 3 -w 1 --barrier --json 2>/dev/null) || return 1
+	echo "$json" | grep -q '"stat":"mean","barrier":true,' || { echo "$json"; return 1; }
+	out=$(frrun -n 3 --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+		-b 8 -e 8 -n 2 -w 1 --barrier 2>&1) || { echo "$out"; return 1; }
+	echo "$out" | grep -q "^\[0\] #  calls: each after a barrier, whose time is no call's (--barrier)\$" ||
+		{ echo "$out"; return 1; }
+	w0=$(FR_ALGO=ring frrun -n 3 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+		-Z bf16 -b 4K -e 4K -n 3 -w 1 --csv 2>&1 | awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } { print $c["wire_bytes"] }')
+	w1=$(FR_ALGO=ring frrun -n 3 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+		-Z bf16 -b 4K -e 4K -n 3 -w 1 --csv --barrier 2>&1 | awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } { print $c["wire_bytes"] }')
+	[[ -n $w0 && $w0 == "$w1" ]] || { echo "wire bytes: $w0 without --barrier, $w1 with"; return 1; }
 	# a file it cannot write stops every rank, with an error
 	! frrun -n 2 --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
 		-b 8 -e 8 -n 2 -w 1 --calls /nonexistent/dir/calls.tsv >/dev/null 2>&1
@@ -338,7 +352,8 @@ validate_measured() {
 		{ rm -rf "$d"; return 1; }
 	bout=$("$v" --measured "$d/b" --ranks 3 --algos ring --sizes "8 65536" --build "$B" --out "$d/o6" 2>&1) &&
 		echo "$bout" | grep -q '^# measured: .*, calls each after a barrier (--barrier),' &&
-		echo "$bout" | grep -q -- '^# fr_sim .* --barrier --calls 5 --lead-us 11.2 *$' ||
+		echo "$bout" | grep -q -- '^# fr_sim .* --barrier --calls 5 --lead-us 11.2 *$' &&
+		[[ $(echo "$bout" | awk -F' *[|] *' '$2 == 3 && $3 == 8 && $8 > 0 { print "simulated" }') == simulated ]] ||
 		{ echo "$bout"; rm -rf "$d"; return 1; }
 	# 8 B measured in three jobs (--jobs): their median is compared, and
 	# their spread (slowest / fastest) shown; 64 KiB in one, and one that
@@ -372,6 +387,8 @@ validate_measured() {
 		{ echo "$out"; echo "fr_sim's line: $sim"; rm -rf "$d"; return 1; }
 	"$v" --measured "$d" --ranks 4 --algos ring --build "$B" --out "$d/o3" >/dev/null 2>&1
 	[ $? -eq 2 ] || { echo "no m.4.ring: not refused"; rm -rf "$d"; return 1; }
+	"$v" --measured "$d" --barrier --ranks 3 --algos ring --build "$B" --out "$d/o7" >/dev/null 2>&1
+	[ $? -eq 2 ] || { echo "--barrier on a run measured back to back: not refused"; rm -rf "$d"; return 1; }
 	rm "$d/calibration.txt"
 	"$v" --measured "$d" --ranks 3 --algos ring --build "$B" --out "$d/o4" >/dev/null 2>&1
 	[ $? -eq 2 ] || { echo "no calibration.txt: not refused"; rm -rf "$d"; return 1; }

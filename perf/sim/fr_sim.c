@@ -10,13 +10,14 @@
  * then one timed call; the time is virtual and the same on every run, so
  * one call says all (--calls K: K back to back, as a benchmark loop runs
  * them, sim.h; --stagger-us and --lead-us: the ranks launched apart,
- * through 3 untimed calls first; --barrier: a barrier before each call,
- * as fr_allreduce_perf --barrier).  Every result is checked against a reference
- * (small integers in f32, exact in any order): a schedule that computes a wrong
- * sum fails the run, as one that stalls does.  With --sizes-only there is
- * no data (sim.h, SIM_SIZES_ONLY): every rank's buffer is the same
- * untouched mapping and nothing is checked but that the schedules end,
- * which is what lets thousands of ranks run sizes up to hundreds of MiB.
+ * through 3 untimed calls first; --barrier: a barrier before each timed
+ * call, as fr_allreduce_perf --barrier).  Every result is checked against
+ * a reference (small integers in f32, exact in any order): a schedule that
+ * computes a wrong sum fails the run, as one that stalls does.  With
+ * --sizes-only there is no data (sim.h, SIM_SIZES_ONLY): every rank's
+ * buffer is the same untouched mapping and nothing is checked but that the
+ * schedules end, which is what lets thousands of ranks run sizes up to
+ * hundreds of MiB.
  */
 #include <getopt.h>
 #include <math.h>
@@ -98,8 +99,9 @@ static void usage(FILE *f)
 		"                         rendezvous leaves them (rank 0\n"
 		"                         answers all at once; its answers take\n"
 		"                         a latency to arrive) (default 0)\n"
-		"      --barrier          a barrier before every call but the\n"
-		"                         first, outside the calls' times, as\n"
+		"      --barrier          a barrier before every timed call\n"
+		"                         (but a first from the common start),\n"
+		"                         outside the calls' times, as\n"
 		"                         fr_allreduce_perf --barrier\n"
 		"  -h, --help\n"
 		"Sizes take K/M/G suffixes (powers of 1024).\n");
@@ -639,7 +641,10 @@ int main(int argc, char **argv)
 			how, sizeof(how),
 			"%d calls %s after a warm-up%s%s, per call the slowest rank, the median",
 			calls,
-			barrier ? "each after a barrier" : "back to back",
+			!barrier ? "back to back"
+			: stagger_ns > 0 || lead_ns > 0
+				? "each after a barrier"
+				: "each but the first after a barrier",
 			stagger_ns > 0 || lead_ns > 0 ? " and 3 more" : "",
 			late);
 	}

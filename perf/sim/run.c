@@ -744,7 +744,11 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 
 				slowest[k] = max64(slowest[k], e - prev[r]);
 				prev[r] = e;
-				if (!rc && in_bar &&
+				/* before every timed call but a first from
+				 * the common start; the untimed ones (the
+				 * tool's warm-up and line-up) run back to
+				 * back, as fr_allreduce_perf runs them */
+				if (!rc && in_bar && done_calls[r] >= untimed &&
 				    done_calls[r] < calls + untimed) {
 					s->cur = r;
 					rc = fr_ibarrier(s->comms[r], &req[r]);
@@ -754,6 +758,11 @@ int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 						continue;
 					}
 					req[r] = NULL;
+					snprintf(s->err, sizeof(s->err),
+						 "rank %d: barrier: %s", r,
+						 fr_comm_last_error(
+							 s->comms[r]));
+					first = first ? first : rc;
 				}
 			}
 			if (!rc && done_calls[r] < calls + untimed) {

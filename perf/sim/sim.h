@@ -262,8 +262,9 @@ struct sim {
 	 * rendezvous: rank 0 answers every rank at once, and its answers
 	 * take a latency to arrive) */
 	uint64_t lead_ns;
-	/* a barrier (fr_ibarrier) before every call but the first, outside
-	 * the calls' times, as fr_allreduce_perf --barrier */
+	/* a barrier (fr_ibarrier) before every timed call, outside the
+	 * calls' times, as fr_allreduce_perf --barrier (but a first timed
+	 * call from the common start: no untimed calls) */
 	bool barrier;
 	char err[256];
 };
@@ -322,8 +323,8 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 /*
  * The same, `calls` times back to back, as a benchmark loop runs it
  * (fr_allreduce_perf): each rank starts its next call when it is done with
- * the one before, no barrier between.  *ns is then what
- * fr_allreduce_perf --stat median reports: per call the slowest rank's
+ * the one before, no barrier between (but with s->barrier, below).  *ns is then
+ * what fr_allreduce_perf --stat median reports: per call the slowest rank's
  * time (from its end of the call before, or the start), the median over
  * the calls.  Pipelined schedules overlap consecutive calls (the ring's
  * ranks do not wait for the last of the call before), and a rank late
@@ -341,8 +342,10 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
  * takes a round trip where the calls average one way.  With
  * s->lead_ns, every rank but 0 also starts that much late.
  *
- * With s->barrier, each rank enters a barrier after each call but the
- * last, and its next call's time starts when it leaves the barrier.  A
+ * With s->barrier, each rank enters a barrier before each timed call but
+ * a first one from the common start (the untimed calls run back to back,
+ * as the tool's warm-up and line-up do), and the call's time starts when
+ * it leaves the barrier.  A
  * barrier orders the ranks but does not line them up under delay: two
  * ranks that enter a latency apart leave a latency apart, the other way
  * round.

@@ -28,8 +28,10 @@
 #   --measured DIR      no measuring: simulate again against the measured
 #                       times and calibration an earlier run kept in DIR
 #                       (its --out), with this fr_sim (a change to the
-#                       model checked in seconds); --rate and --delay-ms
-#                       are taken from DIR, --cpu still overrides
+#                       model checked in seconds); --rate, --delay-ms and
+#                       --barrier are taken from DIR (a --barrier that
+#                       DIR does not say is refused), --cpu still
+#                       overrides
 #   --sim-opts "OPTS"   more fr_sim options, after the calibrated ones
 #   --barrier           a barrier before every timed call, outside its time
 #                       (fr_allreduce_perf --barrier), and the simulator
@@ -37,7 +39,9 @@
 #                       the warm-up and the line-up, rank 0 starting a
 #                       one-way latency ahead of the others, as the
 #                       rendezvous leaves them (fr_sim --barrier --calls 5
-#                       --lead-us).  Without it the measured calls run back
+#                       --lead-us: the calibration's 8-byte one-way
+#                       latency, or with --cpu half of ping's round
+#                       trip).  Without it the measured calls run back
 #                       to back and the simulator times one call from a
 #                       common start (perf/sim/README.md says why)
 #
@@ -107,7 +111,10 @@ if [[ -n $MEASURED ]]; then
 		{ echo "validate_netns.sh: no $MEASURED/calibration.txt (not an --out of this script)" >&2; exit 2; }
 	RATE=$(awk '$1 == "rate" { print $2 }' "$MEASURED/calibration.txt")
 	DELAY_MS=$(awk '$1 == "delay_ms" { print $2 }' "$MEASURED/calibration.txt")
-	BARRIER=$(awk '$1 == "barrier" { b = $2 } END { print b + 0 }' "$MEASURED/calibration.txt")
+	kept=$(awk '$1 == "barrier" { b = $2 } END { print b + 0 }' "$MEASURED/calibration.txt")
+	((BARRIER <= kept)) ||
+		{ echo "validate_netns.sh: --barrier: $MEASURED was measured back to back (its calibration.txt says no barrier)" >&2; exit 2; }
+	BARRIER=$kept
 	[[ -n $RATE && -n $DELAY_MS ]] ||
 		{ echo "validate_netns.sh: $MEASURED/calibration.txt names no rate or delay" >&2; exit 2; }
 	# the sizes measured there (a size not measured has no row to compare)

@@ -1360,8 +1360,7 @@ static void call_stats(double *t, long n, struct callstats *st)
  * gives, per call, the slowest rank's time: st gets their median, p99 and
  * min, and the slowest rank's average as the mean.  With --barrier, a
  * barrier before every iteration, whose time and wire bytes are left out
- * of all of these.  Reports its own
- * errors; 0 or -1.
+ * of all of these.  Reports its own errors; 0 or -1.
  */
 static int timed(struct ctx *c, fr_dtype_t dt, fr_op_t op, size_t count,
 		 enum phase ph, long n, double *us, int *algo,

@@ -137,10 +137,14 @@ percall_stats() {
 		-b 8 -e 8 -n 2 -w 1 --barrier 2>&1) || { echo "$out"; return 1; }
 	echo "$out" | grep -q "^\[0\] #  calls: each after a barrier, whose time is no call's (--barrier)\$" ||
 		{ echo "$out"; return 1; }
-	w0=$(FR_ALGO=ring frrun -n 3 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
-		-Z bf16 -b 4K -e 4K -n 3 -w 1 --csv 2>&1 | awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } { print $c["wire_bytes"] }')
-	w1=$(FR_ALGO=ring frrun -n 3 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
-		-Z bf16 -b 4K -e 4K -n 3 -w 1 --csv --barrier 2>&1 | awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } { print $c["wire_bytes"] }')
+	# (the wire_bytes column of a compressed ring of 4 KiB, with "$@")
+	ring_wire() {
+		FR_ALGO=ring frrun -n 3 --no-prefix --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \
+			-Z bf16 -b 4K -e 4K -n 3 -w 1 --csv "$@" 2>&1 |
+			awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } { print $c["wire_bytes"] }'
+	}
+	w0=$(ring_wire)
+	w1=$(ring_wire --barrier)
 	[[ -n $w0 && $w0 == "$w1" ]] || { echo "wire bytes: $w0 without --barrier, $w1 with"; return 1; }
 	# a file it cannot write stops every rank, with an error
 	! frrun -n 2 --transport "$TRANSPORT" --timeout 60 "$B/fr_allreduce_perf" \

@@ -916,7 +916,7 @@ static void test_sim_stagger(void **state)
 }
 
 /*
- * The rendezvous's lead (s.lead_ns) and a barrier before every call
+ * The rendezvous's lead (s.lead_ns) and a barrier before every timed call
  * (s.barrier), on the 2 ranks of test_sim_stagger: rank 1 starting 1 ms
  * after rank 0 (the rendezvous's answer on its way) leaves them a latency
  * apart, and per call the slowest rank takes a round trip (2 ms), as

@@ -323,15 +323,15 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
 /*
  * The same, `calls` times back to back, as a benchmark loop runs it
  * (fr_allreduce_perf): each rank starts its next call when it is done with
- * the one before, no barrier between (but with s->barrier, below).  *ns is then
- * what fr_allreduce_perf --stat median reports: per call the slowest rank's
- * time (from its end of the call before, or the start), the median over
- * the calls.  Pipelined schedules overlap consecutive calls (the ring's
- * ranks do not wait for the last of the call before), and a rank late
- * into one call makes its partners wait in the next: one call from a
- * common start shows neither.  Before each call after the first,
- * refill(arg, r, bufs[r]) (if not NULL) gives rank r its data again, as
- * a training step writes new gradients.
+ * the one before, no barrier between (but with s->barrier, below).  *ns
+ * is then what fr_allreduce_perf --stat median reports: per call the
+ * slowest rank's time (from its end of the call before, or the start),
+ * the median over the calls.  Pipelined schedules overlap consecutive
+ * calls (the ring's ranks do not wait for the last of the call before),
+ * and a rank late into one call makes its partners wait in the next: one
+ * call from a common start shows neither.  Before each call after the
+ * first, refill(arg, r, bufs[r]) (if not NULL) gives rank r its data
+ * again, as a training step writes new gradients.
  *
  * A job's ranks never start together (they are launched one after
  * another): with s->stagger_ns, rank r starts r * stagger_ns late, and
@@ -345,10 +345,9 @@ int sim_collective(struct sim *s, enum fr_coll coll, void **bufs, size_t count,
  * With s->barrier, each rank enters a barrier before each timed call but
  * a first one from the common start (the untimed calls run back to back,
  * as the tool's warm-up and line-up do), and the call's time starts when
- * it leaves the barrier.  A
- * barrier orders the ranks but does not line them up under delay: two
- * ranks that enter a latency apart leave a latency apart, the other way
- * round.
+ * it leaves the barrier.  A barrier orders the ranks but does not line
+ * them up under delay: two ranks that enter a latency apart leave a
+ * latency apart, the other way round.
  */
 int sim_collective_calls(struct sim *s, enum fr_coll coll, void **bufs,
 			 size_t count, fr_dtype_t dt, fr_op_t op, int calls,

@@ -1753,6 +1753,87 @@ static int run_compress(fr_comm_t *comm, const char *counts_s)
 }
 
 /*
+ * The ring's staging layout changes with the segment size (ring.c: a
+ * window of bytes, small segments in more, smaller slots).  A burst of
+ * nonblocking All-Reduces whose sizes alternate between layouts, all
+ * outstanding at once, one rank starting each round late (so that its
+ * predecessor writes the next collective's segments before it starts, under
+ * whichever layout), every result against the ring's reference and the same
+ * on all ranks.  Run with FR_ALGO=ring; --iters rounds.
+ */
+static int run_windows(fr_comm_t *comm, const char *counts_s, int iters)
+{
+	long def[] = {65537, 1, 7919, 0, 65537, 3, 1048577, 2}, counts[16];
+	int ncounts = counts_s ? parse_list(counts_s, counts, 16) : 8;
+	fr_request_t *req[16];
+	float *buf[16];
+	int bad = 0;
+
+	if (!counts_s)
+		memcpy(counts, def, sizeof(def));
+	for (int i = 0; i < ncounts; i++)
+		buf[i] = malloc(((size_t)counts[i] + 1) * sizeof(float));
+	for (int it = 0; it < iters; it++) {
+		int late = it % nranks;
+
+		if (rank == late)
+			usleep(20000);
+		for (int i = 0; i < ncounts; i++) {
+			uint32_t seed = (uint32_t)(it * 31 + i);
+			int rc;
+
+			fill(FR_F32, FR_SUM, buf[i], (size_t)counts[i], rank,
+			     seed);
+			rc = fr_iallreduce(comm, FR_IN_PLACE, buf[i],
+					   (size_t)counts[i], FR_F32, FR_SUM,
+					   &req[i]);
+			CHECK(rc == 0, "round %d: fr_iallreduce of %ld: %s: %s",
+			      it, counts[i], fr_strerror(rc),
+			      fr_comm_last_error(comm));
+			if (rc)
+				goto out;
+		}
+		for (int i = 0; i < ncounts; i++) {
+			int rc = fr_wait(&req[i]);
+
+			CHECK(rc == 0, "round %d: fr_wait of %ld: %s: %s", it,
+			      counts[i], fr_strerror(rc),
+			      fr_comm_last_error(comm));
+			if (rc)
+				goto out;
+		}
+		for (int i = 0; i < ncounts; i++) {
+			uint32_t seed = (uint32_t)(it * 31 + i);
+			size_t count = (size_t)counts[i];
+
+			for (size_t e = 0; e < count && !bad; e++) {
+				float want;
+
+				expect_elem(FR_F32, FR_SUM, count, e, seed,
+					    &want);
+				if (memcmp(&want, &buf[i][e], sizeof(want))) {
+					bad = 1;
+					CHECK(0,
+					      "round %d count %zu: element %zu is %g, the ring gives %g",
+					      it, count, e, (double)buf[i][e],
+					      (double)want);
+				}
+			}
+			CHECK(all_same(comm, hash_bytes(buf[i], count * 4)),
+			      "round %d count %zu: ranks differ", it, count);
+		}
+		CHECK(all_ok(comm, bad),
+		      "round %d: a wrong element on some rank", it);
+		if (bad)
+			break;
+	}
+out:
+	for (int i = 0; i < ncounts; i++)
+		free(buf[i]);
+	return failed;
+}
+
+/*
  * Gradient buckets: ranks mark layer ranges in different orders (each
  * rank its own shuffle), some never marked; after fr_buckets_wait every
  * element is the sum over ranks and all ranks agree, step after step.
@@ -2109,6 +2190,8 @@ int main(int argc, char **argv)
 		run_threads(comm, iters > 300 ? 300 : iters, count);
 	else if (!strcmp(argv[1], "compress"))
 		run_compress(comm, counts);
+	else if (!strcmp(argv[1], "windows"))
+		run_windows(comm, counts, iters > 50 ? 20 : iters);
 	else if (!strcmp(argv[1], "buckets"))
 		run_buckets(comm, count, iters > 50 ? 10 : iters);
 	else if (!strcmp(argv[1], "affinity"))

@@ -1051,6 +1051,61 @@ static void test_sim_topologies(void **state)
 	bufs_free(b, 16);
 }
 
+/*
+ * The ring's window in bytes (ring.c).  256 ranks of 8 on a fat tree whose
+ * leaves hold 4 nodes (8 leaves), 0.5 us a switch level, 4 MiB: a step is
+ * 16 KiB, one segment, and the staging (8 slots of 512 KiB) is carved into
+ * 128 slots of 32 KiB.  A window of 8 slots (FR_SEGMENT_BYTES of 16 KiB,
+ * no smaller slot fits: the window counted in slots, as it was) holds the
+ * ring in step with its slowest hop, a leaf's crossing, at every step:
+ * 865 us here against the star's 728.  With the window in bytes the fat
+ * tree costs it about the hops' latency on the steps that cross (745).
+ * Sizes only; the second of two calls.
+ */
+static uint64_t ring_4m_256(bool fat, size_t segment_bytes)
+{
+	struct sim_net_params p = net_params(256, 8);
+	fr_config_t cfg;
+	static float one[1048576];
+	void *same[256];
+	uint64_t ns = 0;
+	struct sim s;
+
+	fr_config_init(&cfg);
+	cfg.segment_bytes = segment_bytes;
+	if (fat) {
+		p.topo = SIM_FAT_TREE;
+		p.levels = 1;
+		p.fanout[0] = 4;
+		p.oversub[0] = 2;
+		p.hop_lat_ns = 500;
+	}
+	for (int r = 0; r < 256; r++)
+		same[r] = one;
+	if (sim_open(&s, &p, NULL, &cfg, SIM_SIZES_ONLY))
+		fail_msg("%s", s.err);
+	force(&s, FR_ALGO_RING);
+	for (int it = 0; it < 2; it++)
+		if (sim_allreduce(&s, same, 1048576, FR_F32, FR_SUM, &ns))
+			fail_msg("ring, 4 MiB: %s", s.err);
+	sim_close(&s);
+	assert_int_equal(fake_tp_endpoints(), 0);
+	return ns;
+}
+
+static void test_sim_ring_window(void **state)
+{
+	uint64_t star = ring_4m_256(false, 0), bytes = ring_4m_256(true, 0),
+		 slots = ring_4m_256(true, 16384);
+
+	(void)state;
+	if (bytes > star * 1.05 || slots < star * 1.1)
+		fail_msg(
+			"ring of 4 MiB on 256 ranks: %llu ns on the star, %llu on the fat tree, %llu with a window of 8 slots",
+			(unsigned long long)star, (unsigned long long)bytes,
+			(unsigned long long)slots);
+}
+
 /* One reduce-scatter or all-gather of n blocks of count floats (in place,
  * sim_collective), checked: block r of rank r the sum of everyone's block
  * r; every block q of every rank rank q's.  Its time. */
@@ -1205,6 +1260,7 @@ int main(void)
 		cmocka_unit_test(test_sim_dl_bytes),
 		cmocka_unit_test(test_sim_streams),
 		cmocka_unit_test(test_sim_topologies),
+		cmocka_unit_test(test_sim_ring_window),
 		cmocka_unit_test(test_sim_rsag_grid),
 		cmocka_unit_test(test_sim_stall),
 		cmocka_unit_test(test_sim_bad_params),

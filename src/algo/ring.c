@@ -27,12 +27,27 @@
  * reduced, so the transfer of one segment overlaps the reduction of the
  * next, and large messages stream around the ring.
  *
- * Flow control: the next rank owns `slots` staging slots of segment_bytes,
+ * Flow control: the next rank owns a staging area of slots x segment_bytes,
  * registered once per communicator; we may write one reduce-scatter segment
  * per credit, and it returns a credit (a zero-length write carrying only an
- * immediate) once it has reduced the slot.  Slot = serial mod slots, the
- * serial running on across collectives; immediates carry serial and slot so
- * that any disagreement is caught as FR_EPROTO instead of corrupting data.
+ * immediate) once it has reduced the slot.  The window is counted in bytes:
+ * a collective whose segments are smaller than segment_bytes (a big job's
+ * small chunks: 64 MiB over 4,096 ranks is 16 KiB a step) carves the same
+ * area into more, smaller slots, halving the slot and doubling their number
+ * while its largest segment still fits, up to RING_MAX_WINDOW slots.  With
+ * one slot a segment and a step a segment, slots are how far a rank may run
+ * ahead of its successor, and a window of 8 held a 2,048-rank ring in step
+ * with its slowest hop (perf/sim/README.md, "Why the ring is slower on the
+ * fat tree").  The layout is a function of the collective's arguments, so
+ * both ends compute the same one, and both change it at the collective's
+ * first segment (a rank whose chunks are all empty sends none, and changes
+ * nothing): the sender once every slot of the old layout has come back
+ * (the receiver has reduced all of it), the receiver as that segment comes
+ * in, so neither ever reads a slot written under the other layout.
+ * Slot = (serial - base) mod window, base the serial where the layout
+ * began, the serial running on across collectives; immediates carry serial
+ * and slot so that any disagreement is caught as FR_EPROTO instead of
+ * corrupting data.
  *
  * Agreement: when a collective starts, each rank sends a READY control
  * message to both neighbours with the collective's sequence number, count,
@@ -77,6 +92,15 @@
 #include "ring.h"
 #include "util.h"
 
+/*
+ * The most slots a staging area is carved into: a slot number and the
+ * credits a READY carries are 8 bits, and past a few hundred segments in
+ * flight a rank is no more held back by its successor than by the wire.
+ */
+#define RING_MAX_WINDOW 128
+_Static_assert(RING_MAX_WINDOW >= FR_MAX_SLOTS && RING_MAX_WINDOW < 256,
+	       "slot numbers and READY credits are 8 bits");
+
 struct fr_ring_comm {
 	int next, prev;
 	/* staging: `slots` segments our previous rank writes into */
@@ -92,11 +116,17 @@ struct fr_ring_comm {
 	uint64_t rs_received; /* segments landed in our staging */
 	int credits;	      /* free slots at next */
 	int credits_owed;     /* slots freed here, not yet told to prev */
+	bool owed_now;	      /* return them all now (a large one ended) */
+	/* the layouts in use (slots of slot bytes, from serial base on):
+	 * tx of next's staging, rx of ours */
+	int tx_win, rx_win;
+	size_t tx_slot, rx_slot;
+	uint64_t tx_base, rx_base;
 	/* segments prev wrote into our staging for a collective we have not
 	 * started yet (it need not wait for us: the slots are ours) */
 	struct {
 		uint32_t payload, len;
-	} rs_early[FR_MAX_SLOTS];
+	} rs_early[RING_MAX_WINDOW];
 	int n_rs_early;
 };
 
@@ -141,6 +171,10 @@ struct fr_ring_state {
 	uint64_t dst_off;
 	struct cursor cur[4];
 	uint32_t ag_sent, ag_recvd; /* segment serials in the all-gather */
+	/* the staging layout of this collective's reduce-scatter (win slots
+	 * of slot bytes); win 0: it writes no staging, any layout will do */
+	int win;
+	size_t slot;
 };
 
 static void ready_encode(const struct ready *m, uint8_t *b)
@@ -175,7 +209,7 @@ static int ready_decode(const uint8_t *b, size_t len, struct ready *m)
 	if ((m->role != READY_TO_NEXT && m->role != READY_TO_PREV) ||
 	    m->has_key > 1 || m->keylen > FR_TP_RKEY_MAX ||
 	    m->has_staging > 1 || m->staging_keylen > FR_TP_RKEY_MAX ||
-	    m->credits > FR_MAX_SLOTS)
+	    m->credits > RING_MAX_WINDOW)
 		return FR_EPROTO;
 	return 0;
 }
@@ -205,7 +239,8 @@ static int ring_comm_get(struct fr_comm *comm, struct fr_ring_comm **out)
 	rc->prev =
 		comm->topo.ring_order[(comm->topo.ring_pos + comm->nranks - 1) %
 				      comm->nranks];
-	rc->credits = comm->algo.slots;
+	rc->credits = rc->tx_win = rc->rx_win = comm->algo.slots;
+	rc->tx_slot = rc->rx_slot = comm->algo.segment_bytes;
 	sz = (size_t)comm->algo.slots * comm->algo.segment_bytes;
 	rc->staging = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
 	if (!rc->staging) {
@@ -330,6 +365,41 @@ static bool past(const struct fr_ring_state *st, enum stream s, int k, size_t j)
 	return c->k > k || (c->k == k && c->j > j);
 }
 
+/*
+ * The staging layout for segments of at most `need` bytes: the area of
+ * slots x segment_bytes in halves of the slot while the segment fits and
+ * slots stay 64-byte aligned, up to RING_MAX_WINDOW slots.
+ */
+static int ring_window(const struct fr_comm *comm, size_t need,
+		       size_t *slot_bytes)
+{
+	int win = comm->algo.slots;
+	size_t sb = comm->algo.segment_bytes;
+
+	while (win * 2 <= RING_MAX_WINDOW && sb / 2 >= need && sb % 128 == 0) {
+		win *= 2;
+		sb /= 2;
+	}
+	*slot_bytes = sb;
+	return win;
+}
+
+/* The layout of st's reduce-scatter: 0 where it writes no staging. */
+static void state_window(const struct fr_comm *comm, struct fr_ring_state *st)
+{
+	size_t most;
+
+	if (!st->rs_steps || !st->count || st->n == 1)
+		return;
+	/* the largest chunk: count/n plus one, or the block */
+	most = st->coll == FR_COLL_ALLREDUCE
+		       ? (st->count + (size_t)st->n - 1) / (size_t)st->n
+		       : st->blk;
+	if (most)
+		st->win = ring_window(comm, FR_MIN(st->seg, most) * st->es,
+				      &st->slot);
+}
+
 /* The ring's state of the collective running now, if it is a ring's. */
 static struct fr_ring_state *active_ring(struct fr_request *req)
 {
@@ -421,6 +491,7 @@ static int ring_start(struct fr_comm *comm, struct fr_request *req)
 	err = ring_comm_get(comm, &rc);
 	if (err)
 		return err;
+	state_window(comm, st);
 	if (bytes) {
 		if (req->coll == FR_COLL_REDUCE_SCATTER) {
 			err = fr_scratch_get(comm, bytes);
@@ -493,7 +564,9 @@ static int ring_waiting_on(const struct fr_comm *comm,
 	 * once all that comes from prev has come (only sends are left; prev
 	 * may well have finished and left meanwhile). */
 	if (st && rc &&
-	    (!st->ready_next || (!cur_done(st, RS_SEND) && rc->credits == 0) ||
+	    (!st->ready_next ||
+	     (!cur_done(st, RS_SEND) &&
+	      (rc->credits == 0 || (st->win && st->win != rc->tx_win))) ||
 	     (st->ready_prev && cur_done(st, RS_RECV) &&
 	      cur_done(st, AG_RECV))))
 		return rc->next;
@@ -550,6 +623,7 @@ static int send_ready(struct fr_comm *comm, struct fr_request *req,
 		return err;
 	if (!to_next) {
 		rc->credits_owed -= r.credits;
+		rc->owed_now = rc->owed_now && rc->credits_owed;
 		if (r.has_staging)
 			rc->staging_key_sent = true;
 	}
@@ -567,10 +641,13 @@ static int flush_credits(struct fr_comm *comm, bool *did_work)
 	 * Few credits owed ride on our next READY to prev instead of a
 	 * message of their own (small collectives then send one message
 	 * less); prev still holds more than half its slots meanwhile, so
-	 * it is never held up by them.
+	 * it is never held up by them - unless its next collective takes
+	 * another layout, for which it needs them all back: after a large
+	 * one (a message is nothing beside it), they go at once, so that a
+	 * small one after it starts as soon as it would have.
 	 */
 	if (!rc || !rc->credits_owed ||
-	    rc->credits_owed < FR_MAX(comm->algo.slots / 2, 1))
+	    (!rc->owed_now && rc->credits_owed < FR_MAX(rc->rx_win / 2, 1)))
 		return 0;
 	err = fr_peer_write(comm, rc->prev, NULL, 0, NULL, 0, 0,
 			    FR_IMM(FR_IMM_RCREDIT, (uint32_t)rc->credits_owed),
@@ -578,6 +655,7 @@ static int flush_credits(struct fr_comm *comm, bool *did_work)
 	if (err)
 		return err;
 	rc->credits_owed = 0;
+	rc->owed_now = false;
 	*did_work = true;
 	return 0;
 }
@@ -607,11 +685,21 @@ static int send_rs(struct fr_comm *comm, struct fr_ring_state *st,
 {
 	struct fr_ring_comm *rc = ring_of(comm);
 
+	/* A new layout of next's staging once all of the old is free, from
+	 * the collective's first segment on (next changes at that one too) */
+	if (!cur_done(st, RS_SEND) && st->win && st->win != rc->tx_win) {
+		if (rc->credits < rc->tx_win)
+			return 0;
+		rc->tx_win = st->win;
+		rc->tx_slot = st->slot;
+		rc->tx_base = rc->rs_sent;
+		rc->credits = st->win;
+	}
 	while (!cur_done(st, RS_SEND) && rc->credits > 0 &&
 	       rc->have_next_staging) {
 		struct cursor *c = &st->cur[RS_SEND];
-		uint32_t slot =
-			(uint32_t)(rc->rs_sent % (uint64_t)comm->algo.slots);
+		uint32_t slot = (uint32_t)((rc->rs_sent - rc->tx_base) %
+					   (uint64_t)rc->tx_win);
 		uint32_t serial = (uint32_t)(rc->rs_sent & 0xfff);
 		struct fr_mem *src;
 		size_t off, len, loff;
@@ -629,7 +717,7 @@ static int send_rs(struct fr_comm *comm, struct fr_ring_state *st,
 			loff = st->woff + off;
 		}
 		err = post(comm, src, loff, &rc->next_staging,
-			   (uint64_t)slot * comm->algo.segment_bytes, len,
+			   (uint64_t)slot * rc->tx_slot, len,
 			   FR_IMM(FR_IMM_RS, serial << 8 | slot));
 		if (err == FR_EAGAIN)
 			break;
@@ -694,7 +782,7 @@ static int apply_ready(struct fr_comm *comm, struct fr_request *req, int from,
 		goto bad;
 	if (m->credits) {
 		rc->credits += m->credits;
-		if (rc->credits > comm->algo.slots)
+		if (rc->credits > rc->tx_win)
 			goto bad;
 	}
 	if (m->has_staging) {
@@ -780,7 +868,7 @@ static int take_early(struct fr_comm *comm, struct fr_request *req,
 	int n = rc->n_rs_early, err = 0;
 	struct {
 		uint32_t payload, len;
-	} early[FR_MAX_SLOTS];
+	} early[RING_MAX_WINDOW];
 
 	memcpy(early, rc->rs_early, sizeof(early[0]) * (size_t)n);
 	rc->n_rs_early = 0;
@@ -846,9 +934,7 @@ static int on_rs(struct fr_comm *comm, struct fr_request *req, uint32_t payload,
 {
 	struct fr_ring_state *st = active_ring(req);
 	struct fr_ring_comm *rc = ring_of(comm);
-	uint32_t slot =
-		(uint32_t)(rc->rs_received % (uint64_t)comm->algo.slots);
-	uint32_t serial = (uint32_t)(rc->rs_received & 0xfff);
+	uint32_t slot, serial = (uint32_t)(rc->rs_received & 0xfff);
 	size_t off, n;
 	const uint8_t *in;
 	uint8_t *dst;
@@ -861,11 +947,25 @@ static int on_rs(struct fr_comm *comm, struct fr_request *req, uint32_t payload,
 	 * reduced before prev is known to have called the same collective.
 	 */
 	if ((!st || cur_done(st, RS_RECV) || !st->ready_prev) &&
-	    rc->n_rs_early < comm->algo.slots) {
+	    rc->n_rs_early < RING_MAX_WINDOW) {
 		rc->rs_early[rc->n_rs_early].payload = payload;
 		rc->rs_early[rc->n_rs_early++].len = len;
 		return 0;
 	}
+	/*
+	 * The first segment of a collective whose layout is not the one in
+	 * use: prev changed layout at the same segment of the same stream
+	 * (its first of the collective), once everything it wrote under the
+	 * old one had been reduced here.
+	 */
+	if (st && !cur_done(st, RS_RECV) && st->ready_prev && st->win &&
+	    st->win != rc->rx_win) {
+		rc->rx_win = st->win;
+		rc->rx_slot = st->slot;
+		rc->rx_base = rc->rs_received;
+	}
+	slot = (uint32_t)((rc->rs_received - rc->rx_base) %
+			  (uint64_t)rc->rx_win);
 	if (!st || cur_done(st, RS_RECV) || !st->ready_prev ||
 	    payload != (serial << 8 | slot))
 		return fr_comm_fail(
@@ -879,8 +979,7 @@ static int on_rs(struct fr_comm *comm, struct fr_request *req, uint32_t payload,
 			comm, FR_EPROTO,
 			"rank %d: segment of %u bytes from rank %d, expected %zu",
 			comm->rank, len, rc->prev, n);
-	in = (const uint8_t *)rc->staging +
-	     (size_t)slot * comm->algo.segment_bytes;
+	in = (const uint8_t *)rc->staging + (size_t)slot * rc->rx_slot;
 	dst = st->work + off;
 	/* reduce-scatter: the last step goes straight to the caller */
 	if (st->coll == FR_COLL_REDUCE_SCATTER && c->k == st->rs_steps - 1)
@@ -891,6 +990,9 @@ static int on_rs(struct fr_comm *comm, struct fr_request *req, uint32_t payload,
 	rc->rs_received++;
 	rc->credits_owed++;
 	cur_next(st, RS_RECV);
+	if (cur_done(st, RS_RECV) &&
+	    st->count * st->es >= comm->algo.segment_bytes)
+		rc->owed_now = true;
 	return 0;
 }
 
@@ -930,8 +1032,10 @@ static int ring_on_cqe(struct fr_comm *comm, struct fr_request *active,
 	case FR_IMM_RCREDIT:
 		if (peer != rc->next || cqe->len)
 			goto bad;
+		if (payload > RING_MAX_WINDOW)
+			goto bad;
 		rc->credits += (int)payload;
-		if (rc->credits > comm->algo.slots)
+		if (rc->credits > rc->tx_win)
 			goto bad;
 		return 0;
 	case FR_IMM_RS:

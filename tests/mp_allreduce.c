@@ -1753,13 +1753,13 @@ static int run_compress(fr_comm_t *comm, const char *counts_s)
 }
 
 /*
- * The ring's staging layout changes with the segment size (ring.c: a
- * window of bytes, small segments in more, smaller slots).  A burst of
- * nonblocking All-Reduces whose sizes alternate between layouts, all
- * outstanding at once, one rank starting each round late (so that its
- * predecessor writes the next collective's segments before it starts, under
- * whichever layout), every result against the ring's reference and the same
- * on all ranks.  Run with FR_ALGO=ring; --iters rounds.
+ * A burst of nonblocking All-Reduces of alternating sizes, all outstanding
+ * at once, one rank starting each round late (so that its predecessor
+ * writes the next collective's segments before it starts), every result
+ * against the ring's reference and the same on all ranks.  With many
+ * ranks and small segments the sizes take different layouts of the ring's
+ * staging (ring.c: the window in bytes), which then change mid-burst.
+ * Run with FR_ALGO=ring; --iters rounds.
  */
 static int run_windows(fr_comm_t *comm, const char *counts_s, int iters)
 {

@@ -1054,12 +1054,13 @@ static void test_sim_topologies(void **state)
 /*
  * The ring's window in bytes (ring.c).  256 ranks of 8 on a fat tree whose
  * leaves hold 4 nodes (8 leaves), 0.5 us a switch level, 4 MiB: a step is
- * 16 KiB, one segment, and the staging (8 slots of 512 KiB) is carved into
- * 128 slots of 32 KiB.  A window of 8 slots (FR_SEGMENT_BYTES of 16 KiB,
- * no smaller slot fits: the window counted in slots, as it was) holds the
- * ring in step with its slowest hop, a leaf's crossing, at every step:
- * 865 us here against the star's 728.  With the window in bytes the fat
- * tree costs it about the hops' latency on the steps that cross (745).
+ * 16 KiB, one segment, 255 a rank, and the staging (8 slots of 512 KiB)
+ * is carved into 32 slots of 128 KiB (an eighth of the segments).  A
+ * window of 8 slots (FR_SEGMENT_BYTES of 16 KiB, no smaller slot fits: the
+ * window counted in slots, as it was) holds the ring in step with its
+ * slowest hop, a leaf's crossing, at every step: 865 us here against the
+ * star's 728.  With the window in bytes the fat tree costs it about the
+ * hops' latency on the steps that cross (750).
  * Sizes only; the second of two calls.
  */
 static uint64_t ring_4m_256(bool fat, size_t segment_bytes)
@@ -1104,6 +1105,36 @@ static void test_sim_ring_window(void **state)
 			"ring of 4 MiB on 256 ranks: %llu ns on the star, %llu on the fat tree, %llu with a window of 8 slots",
 			(unsigned long long)star, (unsigned long long)bytes,
 			(unsigned long long)slots);
+}
+
+/*
+ * The ring's layouts changing between collectives, results checked: 80
+ * ranks (79 segments a rank where a chunk is one), 2 slots of 4 KiB.  One
+ * float, or 8,000 (400 B a chunk), take 16 slots of 256 B (79 / 8 = 9);
+ * 16,000 (800 B) take 8 of 1 KiB; 81,920 (4 KiB) keep 2 of 4 KiB; every
+ * call in another layout than the one before.
+ */
+static void test_sim_ring_layouts(void **state)
+{
+	static const size_t counts[] = {1,     81920, 8000, 16000, 1,
+					16000, 81920, 8000, 3};
+	float **b = bufs_new(80, 81920);
+	struct sim_net_params p = net_params(80, 4);
+	fr_config_t cfg;
+	struct sim s;
+
+	(void)state;
+	fr_config_init(&cfg);
+	cfg.slots = 2;
+	cfg.segment_bytes = 4096;
+	if (sim_open(&s, &p, NULL, &cfg, 0))
+		fail_msg("%s", s.err);
+	force(&s, FR_ALGO_RING);
+	for (size_t i = 0; i < sizeof(counts) / sizeof(*counts); i++)
+		run_checked(&s, b, counts[i]);
+	sim_close(&s);
+	assert_int_equal(fake_tp_endpoints(), 0);
+	bufs_free(b, 80);
 }
 
 /* One reduce-scatter or all-gather of n blocks of count floats (in place,
@@ -1261,6 +1292,7 @@ int main(void)
 		cmocka_unit_test(test_sim_streams),
 		cmocka_unit_test(test_sim_topologies),
 		cmocka_unit_test(test_sim_ring_window),
+		cmocka_unit_test(test_sim_ring_layouts),
 		cmocka_unit_test(test_sim_rsag_grid),
 		cmocka_unit_test(test_sim_stall),
 		cmocka_unit_test(test_sim_bad_params),

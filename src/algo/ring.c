@@ -34,7 +34,9 @@
  * a collective whose segments are smaller than segment_bytes (a big job's
  * small chunks: 64 MiB over 4,096 ranks is 16 KiB a step) carves the same
  * area into more, smaller slots, halving the slot and doubling their number
- * while its largest segment still fits, up to RING_MAX_WINDOW slots.  With
+ * while its largest segment still fits, until the window holds an eighth
+ * of its segments (a small job's collectives keep the FR_SLOTS slots:
+ * ring_window says why), up to RING_MAX_WINDOW slots.  With
  * one slot a segment and a step a segment, slots are how far a rank may run
  * ahead of its successor, and a window of 8 held a 2,048-rank ring in step
  * with its slowest hop (perf/sim/README.md, "Why the ring is slower on the
@@ -42,8 +44,13 @@
  * both ends compute the same one, and both change it at the collective's
  * first segment (a rank whose chunks are all empty sends none, and changes
  * nothing): the sender once every slot of the old layout has come back
- * (the receiver has reduced all of it), the receiver as that segment comes
- * in, so neither ever reads a slot written under the other layout.
+ * (the receiver has reduced all of it), the receiver as it takes that
+ * segment (after the READY check, or from the segments it parked), so
+ * neither ever reads a slot written under the other layout.  A collective
+ * in a window larger than FR_SLOTS (a large job's: thousands of segments a
+ * rank) returns its last credits at once (one message, nothing beside its
+ * segments), so that the one after it, in whatever layout, need not wait
+ * for them; the others let theirs ride on their next READY, as before.
  * Slot = (serial - base) mod window, base the serial where the layout
  * began, the serial running on across collectives; immediates carry serial
  * and slot so that any disagreement is caught as FR_EPROTO instead of
@@ -103,7 +110,8 @@ _Static_assert(RING_MAX_WINDOW >= FR_MAX_SLOTS && RING_MAX_WINDOW < 256,
 
 struct fr_ring_comm {
 	int next, prev;
-	/* staging: `slots` segments our previous rank writes into */
+	/* staging: slots x segment_bytes that our previous rank writes
+	 * into, in the layout of the collective (rx_win, rx_slot) */
 	void *staging;
 	size_t staging_len;
 	struct fr_mem *staging_mem;
@@ -366,17 +374,25 @@ static bool past(const struct fr_ring_state *st, enum stream s, int k, size_t j)
 }
 
 /*
- * The staging layout for segments of at most `need` bytes: the area of
- * slots x segment_bytes in halves of the slot while the segment fits and
- * slots stay 64-byte aligned, up to RING_MAX_WINDOW slots.
+ * The staging layout for `segs` segments a rank of at most `need` bytes:
+ * the area of slots x segment_bytes in halves of the slot while the
+ * segment fits and slots stay 64-byte aligned, until the window holds an
+ * eighth of the segments, up to RING_MAX_WINDOW slots.  A larger window
+ * pays only where a collective has many segments (a large job's: 4,095 a
+ * rank at 4,096 ranks); a small job's few would only be spread over more
+ * of the staging, and more of the cache (4 ranks' 32 KiB took 1.5 times
+ * as long in 128 slots as in 8, shm on this 2-core host), so with fewer
+ * than 8 (slots + 1) segments a rank (up to 72 ranks at the defaults) the
+ * layout is FR_SLOTS slots of FR_SEGMENT_BYTES whatever the size.
  */
-static int ring_window(const struct fr_comm *comm, size_t need,
+static int ring_window(const struct fr_comm *comm, size_t need, size_t segs,
 		       size_t *slot_bytes)
 {
 	int win = comm->algo.slots;
 	size_t sb = comm->algo.segment_bytes;
 
-	while (win * 2 <= RING_MAX_WINDOW && sb / 2 >= need && sb % 128 == 0) {
+	while (win * 2 <= RING_MAX_WINDOW && (size_t)win < segs / 8 &&
+	       sb / 2 >= need && sb % 128 == 0) {
 		win *= 2;
 		sb /= 2;
 	}
@@ -395,8 +411,11 @@ static void state_window(const struct fr_comm *comm, struct fr_ring_state *st)
 	most = st->coll == FR_COLL_ALLREDUCE
 		       ? (st->count + (size_t)st->n - 1) / (size_t)st->n
 		       : st->blk;
+	/* (the segments: as if every chunk were the largest) */
 	if (most)
 		st->win = ring_window(comm, FR_MIN(st->seg, most) * st->es,
+				      (size_t)st->rs_steps *
+					      fr_ring_nsegs(most, st->seg),
 				      &st->slot);
 }
 
@@ -642,9 +661,10 @@ static int flush_credits(struct fr_comm *comm, bool *did_work)
 	 * message of their own (small collectives then send one message
 	 * less); prev still holds more than half its slots meanwhile, so
 	 * it is never held up by them - unless its next collective takes
-	 * another layout, for which it needs them all back: after a large
-	 * one (a message is nothing beside it), they go at once, so that a
-	 * small one after it starts as soon as it would have.
+	 * another layout, for which it needs them all back: after one in a
+	 * window larger than FR_SLOTS (a large job's, a message is nothing
+	 * beside its segments) they go at once, so that the next starts as
+	 * soon as it would have.
 	 */
 	if (!rc || !rc->credits_owed ||
 	    (!rc->owed_now && rc->credits_owed < FR_MAX(rc->rx_win / 2, 1)))
@@ -990,8 +1010,7 @@ static int on_rs(struct fr_comm *comm, struct fr_request *req, uint32_t payload,
 	rc->rs_received++;
 	rc->credits_owed++;
 	cur_next(st, RS_RECV);
-	if (cur_done(st, RS_RECV) &&
-	    st->count * st->es >= comm->algo.segment_bytes)
+	if (cur_done(st, RS_RECV) && st->win > comm->algo.slots)
 		rc->owed_now = true;
 	return 0;
 }

@@ -359,6 +359,16 @@ validate_measured() {
 		echo "$bout" | grep -q -- '^# fr_sim .* --barrier --calls 5 --lead-us 11.2 *$' &&
 		[[ $(echo "$bout" | awk -F' *[|] *' '$2 == 3 && $3 == 8 && $8 > 0 { print "simulated" }') == simulated ]] ||
 		{ echo "$bout"; rm -rf "$d"; return 1; }
+	# measured with --spin-us 0: the simulated ranks block at once too,
+	# and another spin on that run is refused
+	mkdir "$d/s" && cp "$d/m.3.ring" "$d/s/" && { cat "$d/calibration.txt"; echo "barrier 0"; echo "spin_us 0"; } >"$d/s/calibration.txt" ||
+		{ rm -rf "$d"; return 1; }
+	bout=$("$v" --measured "$d/s" --ranks 3 --algos ring --sizes "8 65536" --build "$B" --out "$d/o8" 2>&1) &&
+		echo "$bout" | grep -q '^# measured: .*, FR_SPIN_US=0$' &&
+		echo "$bout" | grep -q -- '^# fr_sim .* --cpu-spin-us 0 ' ||
+		{ echo "$bout"; rm -rf "$d"; return 1; }
+	"$v" --measured "$d/s" --spin-us 50 --ranks 3 --algos ring --build "$B" --out "$d/o9" >/dev/null 2>&1
+	[ $? -eq 2 ] || { echo "--spin-us 50 on a run measured with 0: not refused"; rm -rf "$d"; return 1; }
 	# 8 B measured in three jobs (--jobs): their median is compared, and
 	# their spread (slowest / fastest) shown; 64 KiB in one, and one that
 	# failed (no time: not counted)

@@ -44,6 +44,13 @@
 #                       trip).  Without it the measured calls run back
 #                       to back and the simulator times one call from a
 #                       common start (perf/sim/README.md says why)
+#   --spin-us U         the measured ranks poll U us before they block
+#                       (FR_SPIN_US; default the library's 50), and the
+#                       simulated ones the same (fr_sim --cpu-spin-us U):
+#                       with 0 no rank holds a core it waits on, which
+#                       the delay lines and the other ranks of a host
+#                       this small then get; kept in calibration.txt
+#                       for --measured
 #
 # Calibration (before the runs, from measurements that are not the
 # collectives compared):
@@ -81,7 +88,8 @@ set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 RANKS_LIST="4 8 16" RATE=1gbit DELAY_MS=0 ALGOS="ring rd rabenseifner oneshot auto"
 SIZES="8 65536 1048576 16777216" ITERS=10 JOBS=1 BUILD=$top/build CPU_OPTS="" OUT=""
-MEASURED="" SIM_OPTS="" BARRIER=0
+MEASURED="" SIM_OPTS="" BARRIER=0 SPIN_US=""
+
 usage() { awk 'NR > 2 && /^#/ { sub(/^# ?/, ""); print; next } NR > 2 { exit }' "$0"; exit 2; }
 while (($#)); do
 	case "$1" in
@@ -98,11 +106,13 @@ while (($#)); do
 	--measured) MEASURED=$(cd "$2" && pwd) || exit 2; shift 2 ;;
 	--sim-opts) SIM_OPTS=$2; shift 2 ;;
 	--barrier) BARRIER=1; shift ;;
+	--spin-us) SPIN_US=$2; shift 2 ;;
 	-h | --help) usage ;;
 	*) echo "validate_netns.sh: unknown option $1" >&2; usage ;;
 	esac
 done
 [[ $JOBS =~ ^[1-9][0-9]*$ ]] || { echo "validate_netns.sh: bad --jobs $JOBS" >&2; exit 2; }
+[[ -z $SPIN_US || $SPIN_US =~ ^[0-9]+$ ]] || { echo "validate_netns.sh: bad --spin-us $SPIN_US" >&2; exit 2; }
 for t in fr_allreduce_perf fr_transport_perf fr_reduce_perf fr_sim; do
 	[[ -x "$BUILD/$t" ]] || { echo "validate_netns.sh: no $BUILD/$t (make first)" >&2; exit 2; }
 done
@@ -115,6 +125,10 @@ if [[ -n $MEASURED ]]; then
 	((BARRIER <= kept)) ||
 		{ echo "validate_netns.sh: --barrier: $MEASURED was measured back to back (its calibration.txt says no barrier)" >&2; exit 2; }
 	BARRIER=$kept
+	kept=$(awk '$1 == "spin_us" { s = $2 } END { print s }' "$MEASURED/calibration.txt")
+	[[ -z $SPIN_US || $SPIN_US == "${kept:-50}" ]] ||
+		{ echo "validate_netns.sh: --spin-us $SPIN_US: $MEASURED was measured with ${kept:-50}" >&2; exit 2; }
+	SPIN_US=$kept
 	[[ -n $RATE && -n $DELAY_MS ]] ||
 		{ echo "validate_netns.sh: $MEASURED/calibration.txt names no rate or delay" >&2; exit 2; }
 	# the sizes measured there (a size not measured has no row to compare)
@@ -255,7 +269,7 @@ sim_params() {
 	wire=$(awk -v l="$lat" -v m="$msg" -v d="$dl" 'BEGIN { w = l - 2 * m - d; if (w < 0) w = 0; printf "%.2f", w }')
 	wake=$(awk -v a="$lat0" -v b="$lat" 'BEGIN { w = a - b; if (w < 0) w = 0; printf "%.2f", w }')
 	[[ -n $CPU_OPTS ]] ||
-		CPU_OPTS="--cpu-reduce-GBps $red --cpu-send-us $msg --cpu-recv-us $msg --cpu-send-GBps $bw --cpu-recv-GBps $bw --cpu-wake-us $wake --cpu-spin-us 50 --cpu-spin-holds --cores ${cores:-$(nproc)} --cores-job$(awk -v d="$dl" -v g="$dlg" 'BEGIN { if (d > 0) printf " --cpu-dl-us %s", d; if (g > 0) printf " --cpu-dl-GBps %s", g }')"
+		CPU_OPTS="--cpu-reduce-GBps $red --cpu-send-us $msg --cpu-recv-us $msg --cpu-send-GBps $bw --cpu-recv-GBps $bw --cpu-wake-us $wake --cpu-spin-us ${SPIN_US:-50} --cpu-spin-holds --cores ${cores:-$(nproc)} --cores-job$(awk -v d="$dl" -v g="$dlg" 'BEGIN { if (d > 0) printf " --cpu-dl-us %s", d; if (g > 0) printf " --cpu-dl-GBps %s", g }')"
 	LAT_US=$wire
 	# the rendezvous's lead: rank 0's answer takes a one-way latency
 	LEAD_US=$lat
@@ -268,6 +282,7 @@ measure() {
 	((BARRIER)) && bar=(--barrier)
 	tok=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 	[[ $algo == auto ]] || algo_env=(FR_ALGO="$algo")
+	[[ -z $SPIN_US ]] || algo_env+=(FR_SPIN_US="$SPIN_US")
 	for s in $SIZES; do
 		local it=$ITERS c0=""
 		((s >= 16777216 && it > 3)) && it=3
@@ -325,6 +340,7 @@ else
 fi
 # for --measured later: how the calls were timed
 [[ -n $MEASURED ]] || echo "barrier $BARRIER" >>"$OUT/calibration.txt"
+[[ -n $MEASURED || -z $SPIN_US ]] || echo "spin_us $SPIN_US" >>"$OUT/calibration.txt"
 # how the simulator times the calls: as they were measured
 TIMING=""
 ((BARRIER)) && TIMING="--barrier --calls 5 --lead-us ${LEAD_US:-0}"
@@ -339,7 +355,7 @@ calls="$ITERS calls (3 from 16 MiB), $JOBS job(s) each"
 [[ -z $MEASURED ]] || calls="the kept run's calls and jobs"
 started="back to back"
 ((BARRIER)) && started="each after a barrier (--barrier)"
-echo "# measured: fr_allreduce_perf, per call the slowest rank, calls $started, median over $calls, then the median over the jobs"
+echo "# measured: fr_allreduce_perf, per call the slowest rank, calls $started, median over $calls, then the median over the jobs${SPIN_US:+, FR_SPIN_US=$SPIN_US}"
 echo
 echo "| ranks | bytes | algo (measured) | measured us | jobs, spread | algo (simulated) | simulated us | sim / measured |"
 echo "| ---: | ---: | --- | ---: | ---: | --- | ---: | ---: |"

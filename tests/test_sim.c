@@ -781,7 +781,7 @@ static uint64_t calls_ok(struct sim *s, float **b, size_t *count, int calls)
  * time; four, each timed from the rank's end of the one before, take a
  * ring's one call each (no CPU: its hops wait on one another alike), and
  * every result is right.  The delay line (dl_ns): one write at a time per
- * node, on the job's cores.
+ * node, on the job's cores; dl_busy_ns for a write that finds it busy.
  */
 static void test_sim_calls_dl(void **state)
 {
@@ -845,6 +845,13 @@ static void test_sim_calls_dl(void **state)
 			expect_within("the one-shot's delay lines", (double)t,
 				      100000 + 3 * 50000);
 	}
+	/* a write that finds its line at work on those before it costs
+	 * dl_busy_ns (the line takes the queue in a batch): 50 + 2 x 10 us */
+	cpu.cores = 0;
+	cpu.dl_busy_ns = 10000;
+	t = second_call(&p, &cpu, FR_ALGO_ONESHOT, b, count, NULL);
+	expect_within("the one-shot's delay lines, the queue in a batch",
+		      (double)t, 100000 + 50000 + 2 * 10000);
 	assert_int_equal(fake_tp_endpoints(), 0);
 	bufs_free(b, 8);
 }

@@ -70,6 +70,10 @@ static void usage(FILE *f)
 		"                         at a time per node (default 0)\n"
 		"      --cpu-dl-GBps G    and the bytes it lets through a ns of\n"
 		"                         that work (default 0: no cost per byte)\n"
+		"      --cpu-dl-busy-us U a write that comes while its line is\n"
+		"                         still at work on those before: its work\n"
+		"                         (the line takes the queue in a batch;\n"
+		"                         default 0: --cpu-dl-us)\n"
 		"  -b, --min-bytes S      smallest size (default 8)\n"
 		"  -e, --max-bytes S      largest size (default 64M)\n"
 		"  -f, --factor F         size step (default 4)\n"
@@ -341,6 +345,7 @@ int main(int argc, char **argv)
 		{"cores-job", no_argument, NULL, 1008},
 		{"cpu-dl-us", required_argument, NULL, 1020},
 		{"cpu-dl-GBps", required_argument, NULL, 1022},
+		{"cpu-dl-busy-us", required_argument, NULL, 1027},
 		{"cpu-spin-holds", no_argument, NULL, 1023},
 		{"min-bytes", required_argument, NULL, 'b'},
 		{"max-bytes", required_argument, NULL, 'e'},
@@ -451,6 +456,11 @@ int main(int argc, char **argv)
 			if (parse_double(optarg, &d) || !(d >= 0))
 				goto bad;
 			cpu.dl_GBps = d;
+			break;
+		case 1027:
+			if (parse_double(optarg, &d) || !(d >= 0))
+				goto bad;
+			cpu.dl_busy_ns = d * 1e3;
 			break;
 		case 'O':
 			if (pc_parse_long(optarg, 0, 1 << 16, &v))
@@ -617,6 +627,9 @@ int main(int argc, char **argv)
 		if (cpu.dl_GBps > 0)
 			printf("# delay line: %g GB/s of a core's work\n",
 			       cpu.dl_GBps);
+		if (cpu.dl_busy_ns > 0)
+			printf("# delay line: %g us a write that finds it busy\n",
+			       cpu.dl_busy_ns / 1e3);
 	} else {
 		printf("# CPU: free (no CPU model)\n");
 	}

@@ -158,8 +158,11 @@ static void cpu_take_from(struct sim *s, int r, uint64_t t, uint64_t from)
 static uint64_t dl_take(struct sim *s, const struct sim_event *e, uint64_t *at)
 {
 	int node = e->to / s->net.p.ranks_per_node;
-	double fixed = e->joined ? 0 : s->cpu.dl_ns;
 	bool bytes = s->cpu.dl_GBps > 0;
+	bool busy = s->dl_free[node] > (bytes ? *at : s->clk.now);
+	double fixed = e->joined		       ? 0
+		       : busy && s->cpu.dl_busy_ns > 0 ? s->cpu.dl_busy_ns
+						       : s->cpu.dl_ns;
 	uint64_t t = cpu_ns(fixed, e->len, s->cpu.dl_GBps);
 	uint64_t chunk =
 		cpu_ns(fixed, FR_MIN(e->len, SIM_CHUNK), s->cpu.dl_GBps);
@@ -448,10 +451,11 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 	if (cpu) {
 		/* the terms by name (not by walking the struct's fields);
 		 * the spin alone costs nothing */
-		const double v[] = {
-			cpu->reduce_GBps, cpu->send_ns,	  cpu->send_GBps,
-			cpu->recv_ns,	  cpu->recv_GBps, cpu->wake_ns,
-			cpu->spin_ns,	  cpu->dl_ns,	  cpu->dl_GBps};
+		const double v[] = {cpu->reduce_GBps, cpu->send_ns,
+				    cpu->send_GBps,   cpu->recv_ns,
+				    cpu->recv_GBps,   cpu->wake_ns,
+				    cpu->spin_ns,     cpu->dl_ns,
+				    cpu->dl_GBps,     cpu->dl_busy_ns};
 
 		s->cpu = *cpu;
 		for (size_t i = 0; i < sizeof(v) / sizeof(*v); i++) {

@@ -154,7 +154,11 @@ void sim_net_describe(const struct sim_net_params *p, char *buf, size_t len);
  *     it is due; with dl_GBps the line works on a stream's packets as
  *     they land, from its first bytes, and lets the write go no sooner
  *     than its last chunk's work after it is all in; the receiver takes
- *     each chunk in once the line has let it go.  On an idle host the
+ *     each chunk in once the line has let it go.  A write that comes
+ *     while its line is still at work on those before it costs
+ *     dl_busy_ns instead of dl_ns, where given (> 0): the line takes
+ *     the packets that queued meanwhile in one batch, each for less than
+ *     a lone one's wake-up and read.  On an idle host the
  *     per-write work is part of the latency measured (give the wire that
  *     much less); on a busy one the delay lines wait for cores like the
  *     ranks (a line sleeps between packets: it holds no core after its
@@ -205,6 +209,7 @@ struct sim_cpu_params {
 	bool cores_job;
 	bool spin_holds; /* (above) */
 	double dl_ns;	/* the delay line's work per write (above) */
+	double dl_busy_ns; /* a write that finds its line busy; 0: dl_ns */
 	double dl_GBps; /* and the bytes it lets through per ns */
 };
 

@@ -111,7 +111,7 @@ _Static_assert(RING_MAX_WINDOW >= FR_MAX_SLOTS && RING_MAX_WINDOW < 256,
 struct fr_ring_comm {
 	int next, prev;
 	/* staging: slots x segment_bytes that our previous rank writes
-	 * into, in the layout of the collective (rx_win, rx_slot) */
+	 * into, in rx_win slots of staging_len / rx_win bytes */
 	void *staging;
 	size_t staging_len;
 	struct fr_mem *staging_mem;
@@ -124,11 +124,11 @@ struct fr_ring_comm {
 	uint64_t rs_received; /* segments landed in our staging */
 	int credits;	      /* free slots at next */
 	int credits_owed;     /* slots freed here, not yet told to prev */
-	bool owed_now;	      /* return them all now (a large one ended) */
-	/* the layouts in use (slots of slot bytes, from serial base on):
-	 * tx of next's staging, rx of ours */
+	bool owed_now;	      /* return them all now (a deep window ended) */
+	/* the layouts in use, from serial base on: tx of next's staging,
+	 * rx of ours, each in win slots of staging_len / win bytes (every
+	 * rank's staging is slots x segment_bytes) */
 	int tx_win, rx_win;
-	size_t tx_slot, rx_slot;
 	uint64_t tx_base, rx_base;
 	/* segments prev wrote into our staging for a collective we have not
 	 * started yet (it need not wait for us: the slots are ours) */
@@ -179,10 +179,9 @@ struct fr_ring_state {
 	uint64_t dst_off;
 	struct cursor cur[4];
 	uint32_t ag_sent, ag_recvd; /* segment serials in the all-gather */
-	/* the staging layout of this collective's reduce-scatter (win slots
-	 * of slot bytes); win 0: it writes no staging, any layout will do */
+	/* the staging layout of this collective's reduce-scatter (win
+	 * slots); 0: it writes no staging, any layout will do */
 	int win;
-	size_t slot;
 };
 
 static void ready_encode(const struct ready *m, uint8_t *b)
@@ -248,7 +247,6 @@ static int ring_comm_get(struct fr_comm *comm, struct fr_ring_comm **out)
 		comm->topo.ring_order[(comm->topo.ring_pos + comm->nranks - 1) %
 				      comm->nranks];
 	rc->credits = rc->tx_win = rc->rx_win = comm->algo.slots;
-	rc->tx_slot = rc->rx_slot = comm->algo.segment_bytes;
 	sz = (size_t)comm->algo.slots * comm->algo.segment_bytes;
 	rc->staging = aligned_alloc(ps, (sz + ps - 1) / ps * ps);
 	if (!rc->staging) {
@@ -374,19 +372,19 @@ static bool past(const struct fr_ring_state *st, enum stream s, int k, size_t j)
 }
 
 /*
- * The staging layout for `segs` segments a rank of at most `need` bytes:
- * the area of slots x segment_bytes in halves of the slot while the
- * segment fits and slots stay 64-byte aligned, until the window holds an
- * eighth of the segments, up to RING_MAX_WINDOW slots.  A larger window
- * pays only where a collective has many segments (a large job's: 4,095 a
- * rank at 4,096 ranks); a small job's few would only be spread over more
- * of the staging, and more of the cache (4 ranks' 32 KiB took 1.5 times
- * as long in 128 slots as in 8, shm on this 2-core host), so with fewer
- * than 8 (slots + 1) segments a rank (up to 72 ranks at the defaults) the
- * layout is FR_SLOTS slots of FR_SEGMENT_BYTES whatever the size.
+ * The staging layout for `segs` segments a rank of at most `need` bytes,
+ * as its number of slots, win: the area of slots x segment_bytes in
+ * halves of the slot (a slot is then staging_len / win bytes exactly)
+ * while the segment fits and slots stay 64-byte aligned, until the window holds
+ * an eighth of the segments, up to RING_MAX_WINDOW slots.  A larger window pays
+ * only where a collective has many segments (a large job's: 4,095 a rank at
+ * 4,096 ranks); a small job's few would only be spread over more of the
+ * staging, and more of the cache (4 ranks' 32 KiB took 1.5 times as long in 128
+ * slots as in 8, shm on this 2-core host), so with fewer than 8 (slots + 1)
+ * segments a rank (up to 72 ranks at the defaults) the layout is FR_SLOTS slots
+ * of FR_SEGMENT_BYTES whatever the size.
  */
-static int ring_window(const struct fr_comm *comm, size_t need, size_t segs,
-		       size_t *slot_bytes)
+static int ring_window(const struct fr_comm *comm, size_t need, size_t segs)
 {
 	int win = comm->algo.slots;
 	size_t sb = comm->algo.segment_bytes;
@@ -396,7 +394,6 @@ static int ring_window(const struct fr_comm *comm, size_t need, size_t segs,
 		win *= 2;
 		sb /= 2;
 	}
-	*slot_bytes = sb;
 	return win;
 }
 
@@ -415,8 +412,7 @@ static void state_window(const struct fr_comm *comm, struct fr_ring_state *st)
 	if (most)
 		st->win = ring_window(comm, FR_MIN(st->seg, most) * st->es,
 				      (size_t)st->rs_steps *
-					      fr_ring_nsegs(most, st->seg),
-				      &st->slot);
+					      fr_ring_nsegs(most, st->seg));
 }
 
 /* The ring's state of the collective running now, if it is a ring's. */
@@ -711,7 +707,6 @@ static int send_rs(struct fr_comm *comm, struct fr_ring_state *st,
 		if (rc->credits < rc->tx_win)
 			return 0;
 		rc->tx_win = st->win;
-		rc->tx_slot = st->slot;
 		rc->tx_base = rc->rs_sent;
 		rc->credits = st->win;
 	}
@@ -737,8 +732,9 @@ static int send_rs(struct fr_comm *comm, struct fr_ring_state *st,
 			loff = st->woff + off;
 		}
 		err = post(comm, src, loff, &rc->next_staging,
-			   (uint64_t)slot * rc->tx_slot, len,
-			   FR_IMM(FR_IMM_RS, serial << 8 | slot));
+			   (uint64_t)slot *
+				   (rc->staging_len / (size_t)rc->tx_win),
+			   len, FR_IMM(FR_IMM_RS, serial << 8 | slot));
 		if (err == FR_EAGAIN)
 			break;
 		if (err)
@@ -981,7 +977,6 @@ static int on_rs(struct fr_comm *comm, struct fr_request *req, uint32_t payload,
 	if (st && !cur_done(st, RS_RECV) && st->ready_prev && st->win &&
 	    st->win != rc->rx_win) {
 		rc->rx_win = st->win;
-		rc->rx_slot = st->slot;
 		rc->rx_base = rc->rs_received;
 	}
 	slot = (uint32_t)((rc->rs_received - rc->rx_base) %
@@ -999,7 +994,8 @@ static int on_rs(struct fr_comm *comm, struct fr_request *req, uint32_t payload,
 			comm, FR_EPROTO,
 			"rank %d: segment of %u bytes from rank %d, expected %zu",
 			comm->rank, len, rc->prev, n);
-	in = (const uint8_t *)rc->staging + (size_t)slot * rc->rx_slot;
+	in = (const uint8_t *)rc->staging +
+	     (size_t)slot * (rc->staging_len / (size_t)rc->rx_win);
 	dst = st->work + off;
 	/* reduce-scatter: the last step goes straight to the caller */
 	if (st->coll == FR_COLL_REDUCE_SCATTER && c->k == st->rs_steps - 1)
@@ -1050,8 +1046,6 @@ static int ring_on_cqe(struct fr_comm *comm, struct fr_request *active,
 	switch (type) {
 	case FR_IMM_RCREDIT:
 		if (peer != rc->next || cqe->len)
-			goto bad;
-		if (payload > RING_MAX_WINDOW)
 			goto bad;
 		rc->credits += (int)payload;
 		if (rc->credits > rc->tx_win)

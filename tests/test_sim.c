@@ -704,7 +704,7 @@ static void test_sim_streams(void **state)
 	struct sim_net_params p = net_params(2, 1);
 	float **b = bufs_new(2, count);
 	struct sim_cpu_params cpu = {.send_GBps = 4, .recv_GBps = 4};
-	uint64_t writes, t[2];
+	uint64_t writes, t[2], held;
 	struct sim s;
 
 	(void)state;
@@ -747,11 +747,12 @@ static void test_sim_streams(void **state)
 	/* (a spinner that holds its core through its spin, as under a
 	 * shaped link: the peer waits for it, as it did before the rule) */
 	cpu.spin_holds = true;
-	t[1] = rd_on_one_core(&p, cpu, 1, b, count);
-	if ((double)t[1] < 2 * (double)t[0])
+	held = rd_on_one_core(&p, cpu, 1, b, count);
+	if ((double)held < 1.1 * (double)t[1])
 		fail_msg(
-			"rd on one core, the spin held: %llu ns, %llu without spin",
-			(unsigned long long)t[1], (unsigned long long)t[0]);
+			"rd on one core, the spin held: %llu ns, %llu not held, %llu without spin",
+			(unsigned long long)held, (unsigned long long)t[1],
+			(unsigned long long)t[0]);
 	assert_int_equal(fake_tp_endpoints(), 0);
 	bufs_free(b, 2);
 }
@@ -981,6 +982,41 @@ static void test_sim_barrier_lead(void **state)
  * counted (sim.dl_work): the 4 writes' bytes.  With no cost per byte, or
  * per write, no line.
  */
+/*
+ * Two cores shared by 16 ranks and their delay lines: work that comes
+ * later than work already put on a core runs in the time that leaves free
+ * before it, so the cores do all there is in about half the time it takes
+ * one.  The one-shot of 8 bytes: 240 writes, 60 us of a line's work and
+ * 2.5 us of the receiver's each, after a latency of 1 ms (the sends, 2.5 us
+ * each, go meanwhile).  Cores booked only from the end of their last work
+ * took 15.3 ms here, one line after another.
+ */
+static void test_sim_cores_share(void **state)
+{
+	struct sim_net_params p = net_params(16, 1);
+	float **b = bufs_new(16, 2);
+	struct sim_cpu_params cpu = {.send_ns = 2500,
+				     .recv_ns = 2500,
+				     .dl_ns = 60000,
+				     .cores = 2,
+				     .cores_job = true};
+	double least;
+	uint64_t t, w;
+
+	(void)state;
+	p.link_lat_ns = 1000000;
+	p.link_gbps = 10;
+	t = second_call(&p, &cpu, FR_ALGO_ONESHOT, b, 2, &w);
+	assert_int_equal(w, 240 * 60000);
+	least = 1e6 + (double)(w + 240 * 2500) / 2;
+	if ((double)t < least || (double)t > 1.02 * least)
+		fail_msg(
+			"one-shot on two cores: %llu ns, the cores' least %.0f",
+			(unsigned long long)t, least);
+	assert_int_equal(fake_tp_endpoints(), 0);
+	bufs_free(b, 16);
+}
+
 static void test_sim_dl_bytes(void **state)
 {
 	struct sim_net_params p = net_params(2, 1);
@@ -1296,6 +1332,7 @@ int main(void)
 		cmocka_unit_test(test_sim_stagger),
 		cmocka_unit_test(test_sim_barrier_lead),
 		cmocka_unit_test(test_sim_dl_bytes),
+		cmocka_unit_test(test_sim_cores_share),
 		cmocka_unit_test(test_sim_streams),
 		cmocka_unit_test(test_sim_topologies),
 		cmocka_unit_test(test_sim_ring_window),

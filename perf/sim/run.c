@@ -64,12 +64,15 @@ static uint64_t cpu_ns(double ns, size_t len, double GBps)
 
 /*
  * Rank r's CPU does work of t ns from the later of `from` and its last; on
- * shared cores, also once a core is free: the core it still spins on, else
- * the one that became free last before then, or else the one free soonest
- * (so that the cores free early stay so for work that comes at an earlier
- * time).  After the work the rank spins on its core for spin_ns, waiting
- * for more: nobody else has the core until then.  The library yields the
- * core while it spins (util.h, fr_spin_turn), but the kernel does not give
+ * shared cores, in the cores' free time from then on (core_take: the
+ * event loop puts work on a core ahead of time, as a write's receiver is
+ * busy once its delay line lets the write go; work put later but due
+ * earlier runs in the time that leaves free before it, as a kernel's time
+ * slices would run it, where a core booked only from the end of its last
+ * work left that time idle: 16 ranks on 2 cores ran their delay lines one
+ * after another).  After the work the rank spins on its core for spin_ns,
+ * waiting for more: nobody else has the core until then.  The library yields
+ * the core while it spins (util.h, fr_spin_turn), but the kernel does not give
  * it away for that: 8 bytes between two ranks over TCP took 81 us a call
  * with both pinned to one core against 13 us on two, and 40 us with no
  * spin (FR_SPIN_US=0), so a spinner keeps its core until it sleeps.
@@ -83,7 +86,7 @@ static uint64_t cpu_ns(double ns, size_t len, double GBps)
  * rank's CPU and the core were idle since they were last free, and
  * nothing else has been put there meanwhile.
  */
-/* Where rank r's pool of cores starts in core_free and core_rank: its
+/* Where rank r's pool of cores starts in cores: its
  * node's, or with cores_job the job's one pool */
 static size_t core_pool(const struct sim *s, int r)
 {
@@ -91,61 +94,144 @@ static size_t core_pool(const struct sim *s, int r)
 	       (size_t)s->cpu.cores;
 }
 
+/* How long a core's spans are kept back from now: no work is put
+ * earlier than a stream's span before now (recv_take), far less. */
+#define SIM_CORE_KEEP_NS 20000000ull
+
+/* How long rank r finds a core held past the end of `owner`'s span on
+ * it: its spin, unless it is the spinner's or a delay line's (above) */
+static uint64_t core_hold(const struct sim *s, int owner, int r)
+{
+	if (owner < 0 || owner == r ||
+	    (!s->cpu.spin_holds && s->inflight[owner] >= SIM_CHUNK))
+		return 0;
+	return (uint64_t)s->cpu.spin_ns;
+}
+
+/* A gap shorter than this is not worth a piece of work (core_take). */
+#define SIM_PIECE_MIN_NS 1000u
+
+/* When core c is next free for rank r from `at` on, for at least
+ * SIM_PIECE_MIN_NS: the earliest time between its spans (a span of
+ * another rank's counting its spin after it), and in *lenp for how long
+ * (UINT64_MAX: from then on). */
+static uint64_t core_gap(const struct sim *s, const struct sim_core *c, int r,
+			 uint64_t at, uint64_t *lenp)
+{
+	uint64_t x = max64(at, c->floor);
+
+	for (size_t i = 0; i < c->n; i++) {
+		const struct sim_busy *b = &c->busy[i];
+		uint64_t end = b->end + core_hold(s, b->rank, r);
+
+		if (end <= x)
+			continue;
+		if (b->start >= x + SIM_PIECE_MIN_NS) {
+			*lenp = b->start - x;
+			return x;
+		}
+		x = end;
+	}
+	*lenp = UINT64_MAX;
+	return x;
+}
+
+/* Books [start, end) for r on c, in order; spans long past are dropped
+ * (their end becomes the core's floor).  Without memory for one more, the
+ * core keeps only its floor: the work goes after all of it, as booked. */
+static void core_book(struct sim *s, struct sim_core *c, int r, uint64_t start,
+		      uint64_t end)
+{
+	size_t old = 0, i;
+
+	while (old < c->n && c->busy[old].end + SIM_CORE_KEEP_NS < s->clk.now)
+		c->floor = max64(c->floor, c->busy[old++].end);
+	if (old) {
+		c->n -= old;
+		memmove(c->busy, c->busy + old, c->n * sizeof(*c->busy));
+	}
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 16;
+		struct sim_busy *b = realloc(c->busy, cap * sizeof(*b));
+
+		if (!b) {
+			for (i = 0; i < c->n; i++)
+				c->floor = max64(c->floor, c->busy[i].end);
+			c->floor = max64(c->floor, end);
+			c->n = 0;
+			return;
+		}
+		c->busy = b;
+		c->cap = cap;
+	}
+	for (i = c->n; i > 0 && c->busy[i - 1].start > start; i--)
+		;
+	memmove(c->busy + i + 1, c->busy + i, (c->n - i) * sizeof(*c->busy));
+	c->busy[i] = (struct sim_busy){start, end, r};
+	c->n++;
+}
+
 /*
- * A core of rank r's pool for t ns of work from `start` on (above): moves
- * start to when the core is free, books the core and returns it.  r < 0:
- * not a rank's work (a delay line, which sleeps after it: the core's
- * spinner is nobody); pool: the pool's start (core_pool).
+ * A core of rank r's pool for t ns of work from *startp on (above).  The
+ * work takes the pool's free time in order: the first gap from *startp
+ * on, of whichever core (the one r last worked on, where two are free as
+ * soon), as much of it as it needs, then the next, and so on.  Work put
+ * later in time than some booked before it runs in the gaps those leave,
+ * as a kernel's time slices would run it: what was booked first keeps its
+ * time.  Sets *startp and *endp to the first piece's start and the last
+ * one's end; returns the last one's core.  r < 0: not a rank's work (a
+ * delay line, which sleeps after it: the core's spinner is nobody); pool:
+ * the pool's start (core_pool).
  */
 static int core_take(struct sim *s, int r, size_t pool, uint64_t t,
-		     uint64_t *startp)
+		     uint64_t *startp, uint64_t *endp)
 {
-	uint64_t start = *startp, *core = s->core_free + pool, at, best;
-	int c = s->cpu.cores, pick = -1, *owner = s->core_rank + pool;
-	int mine = r >= 0 ? s->rank_core[r] : -1;
+	struct sim_core *core = s->cores + pool;
+	int mine = r >= 0 ? s->rank_core[r] : -1, pick = 0;
+	uint64_t at = *startp, left = t, first = UINT64_MAX;
 
-	/* when core i is free for r: at the end of its last work,
-	 * plus its spinner's spin, unless r is the spinner or a
-	 * stream's bytes are on their way to the spinner (above) */
-#define CORE_AT(i)                                                       \
-	(core[i] + (owner[i] < 0 || owner[i] == r ||                     \
-				    (!s->cpu.spin_holds &&               \
-				     s->inflight[owner[i]] >= SIM_CHUNK) \
-			    ? 0                                          \
-			    : (uint64_t)s->cpu.spin_ns))
-	if (mine >= 0 && owner[mine] == r && core[mine] <= start)
-		pick = mine; /* still spinning on it */
-	for (int i = 0; pick < 0 && i < c; i++)
-		if (CORE_AT(i) <= start &&
-		    (pick < 0 || CORE_AT(i) > CORE_AT(pick)))
-			pick = i;
-	if (pick < 0) {
-		best = UINT64_MAX;
-		for (int i = 0; i < c; i++) {
-			at = CORE_AT(i);
-			if (at < best) {
-				best = at;
+	while (left) {
+		uint64_t best = UINT64_MAX, blen = 0, g, len, take;
+
+		for (int i = 0; i < s->cpu.cores; i++) {
+			g = core_gap(s, &core[i], r, at, &len);
+			if (g < best || (g == best && i == mine)) {
+				best = g;
+				blen = len;
 				pick = i;
 			}
 		}
-		start = best;
+		take = FR_MIN(left, blen);
+		core_book(s, &core[pick], r, best, best + take);
+		if (first == UINT64_MAX)
+			first = best;
+		left -= take;
+		at = best + take;
+		mine = pick;
 	}
-#undef CORE_AT
-	core[pick] = start + t;
-	owner[pick] = r;
-	*startp = start;
+	*startp = first == UINT64_MAX ? at : first;
+	*endp = at;
 	return pick;
+}
+
+static void cores_free(struct sim *s)
+{
+	for (size_t i = 0; s->cores && i < s->ncores; i++)
+		free(s->cores[i].busy);
+	free(s->cores);
+	s->cores = NULL;
 }
 
 static void cpu_take_from(struct sim *s, int r, uint64_t t, uint64_t from)
 {
-	uint64_t start = max64(s->cpu_free[r], from);
+	uint64_t start = max64(s->cpu_free[r], from), end = start + t;
 
 	if (!t) /* a term of 0 costs nothing, not even a core */
 		return;
 	if (s->cpu.cores)
-		s->rank_core[r] = core_take(s, r, core_pool(s, r), t, &start);
-	s->cpu_free[r] = start + t;
+		s->rank_core[r] =
+			core_take(s, r, core_pool(s, r), t, &start, &end);
+	s->cpu_free[r] = end;
 }
 
 /*
@@ -167,13 +253,13 @@ static uint64_t dl_take(struct sim *s, const struct sim_event *e, uint64_t *at)
 	uint64_t chunk =
 		cpu_ns(fixed, FR_MIN(e->len, SIM_CHUNK), s->cpu.dl_GBps);
 	uint64_t start = max64(bytes ? *at : s->clk.now, s->dl_free[node]);
-	uint64_t end;
+	uint64_t end = start + t;
 
 	if (s->cpu.cores && t)
-		core_take(s, -1, core_pool(s, e->to), t, &start);
+		core_take(s, -1, core_pool(s, e->to), t, &start, &end);
 	s->dl_work += t;
 	/* (with no cost per byte, start is from now: end is start + t) */
-	end = max64(start + t, s->clk.now + chunk);
+	end = max64(end, s->clk.now + chunk);
 	s->dl_free[node] = end;
 	/* per byte, the first chunk once the line is through with it; per
 	 * write, the whole stream held back by the line's work */
@@ -212,10 +298,14 @@ static void recv_take(struct sim *s, const struct sim_event *e, uint64_t at,
 		s->cpu_free[e->to] = last + tail;
 		if (s->cpu.cores) {
 			int r = e->to, mine = s->rank_core[r];
-			size_t base = core_pool(s, r);
+			struct sim_core *c;
 
-			if (mine >= 0 && s->core_rank[base + mine] == r)
-				s->core_free[base + mine] = s->cpu_free[r];
+			/* (unless work was put after its own there) */
+			c = mine >= 0 ? s->cores + core_pool(s, r) + mine
+				      : NULL;
+			if (c && c->n && c->busy[c->n - 1].rank == r)
+				c->busy[c->n - 1].end = max64(
+					c->busy[c->n - 1].end, s->cpu_free[r]);
 		}
 	}
 }
@@ -481,12 +571,11 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 						 : p->nranks /
 							   p->ranks_per_node);
 
-			s->core_free = calloc(nc, sizeof(uint64_t));
-			s->core_rank = malloc(nc * sizeof(int));
+			s->cores = calloc(nc, sizeof(*s->cores));
+			s->ncores = nc;
 			s->rank_core = malloc((size_t)s->n * sizeof(int));
 			s->inflight = calloc((size_t)s->n, sizeof(size_t));
-			if (s->core_rank && s->rank_core) {
-				memset(s->core_rank, 0xff, nc * sizeof(int));
+			if (s->rank_core) {
 				memset(s->rank_core, 0xff,
 				       (size_t)s->n * sizeof(int));
 			}
@@ -504,8 +593,7 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 	    (s->cpu_on && (s->cpu.dl_ns > 0 || s->cpu.dl_GBps > 0) &&
 	     !s->dl_free) ||
 	    (s->cpu_on && s->cpu.cores &&
-	     (!s->core_free || !s->core_rank || !s->rank_core ||
-	      !s->inflight))) {
+	     (!s->cores || !s->rank_core || !s->inflight))) {
 		rc = FR_ENOMEM;
 		snprintf(s->err, sizeof(s->err), "out of memory for %d ranks",
 			 s->n);
@@ -589,8 +677,7 @@ err_alloc:
 	free(s->inflight);
 	free(s->dl_free);
 	free(s->rank_core);
-	free(s->core_rank);
-	free(s->core_free);
+	cores_free(s);
 	free(s->cpu_free);
 	free(s->queued);
 	free(s->runq);
@@ -616,8 +703,7 @@ void sim_close(struct sim *s)
 	free(s->inflight);
 	free(s->dl_free);
 	free(s->rank_core);
-	free(s->core_rank);
-	free(s->core_free);
+	cores_free(s);
 	free(s->cpu_free);
 	free(s->queued);
 	free(s->runq);

@@ -171,9 +171,11 @@ void sim_net_describe(const struct sim_net_params *p, char *buf, size_t len);
  *
  * Cores: 0, a CPU for each rank.  Else the ranks share that many cores,
  * each node's own, or with cores_job the whole job's (all its nodes
- * emulated on one host: network namespaces, loopback).  A piece of work
- * takes the core free soonest, in the order the work comes (a core taken
- * up to a later time is not lent back for the gap before).  A rank spins
+ * emulated on one host: network namespaces, loopback).  Work takes the
+ * cores' free time from when it can start: the first gap of whichever
+ * core, as much as it needs, then the next (a core taken up to a later
+ * time lends the time before to work that comes later, as time slices
+ * do; what was put there first keeps its time).  A rank spins
  * on its core for spin_ns after its work, waiting for more, as the
  * library polls before it sleeps: the core is nobody else's meanwhile,
  * unless SIM_CHUNK bytes or more from other nodes are on their way to the
@@ -225,6 +227,20 @@ struct sim_event {
 	size_t len;
 };
 
+/* A core's work booked from some time back on (run.c, core_take): its
+ * spans (start, end, the rank or -1 for a delay line), by start, and
+ * the end of those dropped as too old, before which nothing is put. */
+struct sim_busy {
+	uint64_t start, end;
+	int rank;
+};
+
+struct sim_core {
+	struct sim_busy *busy;
+	size_t n, cap;
+	uint64_t floor;
+};
+
 struct sim {
 	struct fake_clock clk; /* first: the fake's callbacks find sim */
 	unsigned int flags;    /* SIM_* */
@@ -244,10 +260,11 @@ struct sim {
 	struct sim_cpu_params cpu;
 	bool cpu_on;
 	uint64_t *cpu_free;  /* per rank */
-	uint64_t *core_free; /* cores: per pool (node or job), cpu.cores each:
-			      * the end of its last work (its spinner may
-			      * hold it longer: run.c, cpu_take_from) */
-	int *core_rank;	     /* the rank that last worked on each core */
+	/* cores: per pool (node or job), cpu.cores each: the work booked
+	 * on each, in order (its spinner may hold it longer: run.c,
+	 * cpu_take_from) */
+	struct sim_core *cores;
+	size_t ncores;
 	int *rank_core;	   /* the core each rank last worked on, in its pool */
 	struct sim_stream *streams; /* SIM_STREAMS per rank (CPU model) */
 	size_t *inflight;  /* bytes on their way to each rank (shared cores) */

@@ -119,8 +119,18 @@ static uint64_t core_gap(const struct sim *s, const struct sim_core *c, int r,
 			 uint64_t at, uint64_t *lenp)
 {
 	uint64_t x = max64(at, c->floor);
+	size_t lo = 0, hi = c->n, mid;
 
-	for (size_t i = 0; i < c->n; i++) {
+	/* spans that start longer than the longest ago end before x: from
+	 * the first that does not (by start, a binary search) */
+	while (x > c->longest && lo < hi) {
+		mid = lo + (hi - lo) / 2;
+		if (c->busy[mid].start + c->longest <= x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < c->n; i++) {
 		const struct sim_busy *b = &c->busy[i];
 		uint64_t end = b->end + core_hold(s, b->rank, r);
 
@@ -169,6 +179,7 @@ static void core_book(struct sim *s, struct sim_core *c, int r, uint64_t start,
 	memmove(c->busy + i + 1, c->busy + i, (c->n - i) * sizeof(*c->busy));
 	c->busy[i] = (struct sim_busy){start, end, r};
 	c->n++;
+	c->longest = max64(c->longest, end - start + (uint64_t)s->cpu.spin_ns);
 }
 
 /*
@@ -303,9 +314,15 @@ static void recv_take(struct sim *s, const struct sim_event *e, uint64_t at,
 			/* (unless work was put after its own there) */
 			c = mine >= 0 ? s->cores + core_pool(s, r) + mine
 				      : NULL;
-			if (c && c->n && c->busy[c->n - 1].rank == r)
-				c->busy[c->n - 1].end = max64(
-					c->busy[c->n - 1].end, s->cpu_free[r]);
+			if (c && c->n && c->busy[c->n - 1].rank == r) {
+				struct sim_busy *b = &c->busy[c->n - 1];
+
+				b->end = max64(b->end, s->cpu_free[r]);
+				c->longest =
+					max64(c->longest,
+					      b->end - b->start +
+						      (uint64_t)s->cpu.spin_ns);
+			}
 		}
 	}
 }

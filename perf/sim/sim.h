@@ -239,6 +239,7 @@ struct sim_core {
 	struct sim_busy *busy;
 	size_t n, cap;
 	uint64_t floor;
+	uint64_t longest; /* the longest span yet, with a spin after it */
 };
 
 struct sim {

@@ -969,20 +969,6 @@ static void test_sim_barrier_lead(void **state)
 }
 
 /*
- * The delay line's work per byte (dl_GBps): the ring of 1 MiB on two
- * nodes, 100 us apart on links of 10 Gbit/s, writes 512 KiB each way
- * twice (419 us of wire each).  Through lines that let 0.5 GB/s through
- * (1,049 us of work for each write), each line works on its stream's
- * chunks as they land, from the first (64 KiB, in 52 us), so a write is
- * let go 100 + 52 + 1,049 us after it is posted, not after the wire's 419
- * us as well (as it would be if the line started once the write was in).
- * On one core of the job's the two lines take turns, and the core is busy
- * from the first chunk's landing to the end: 152 us + 4 x 1,049 us.  The
- * lines' work is
- * counted (sim.dl_work): the 4 writes' bytes.  With no cost per byte, or
- * per write, no line.
- */
-/*
  * Two cores shared by 16 ranks and their delay lines: work that comes
  * later than work already put on a core runs in the time that leaves free
  * before it, so the cores do all there is in about half the time it takes
@@ -1017,6 +1003,20 @@ static void test_sim_cores_share(void **state)
 	bufs_free(b, 16);
 }
 
+/*
+ * The delay line's work per byte (dl_GBps): the ring of 1 MiB on two
+ * nodes, 100 us apart on links of 10 Gbit/s, writes 512 KiB each way
+ * twice (419 us of wire each).  Through lines that let 0.5 GB/s through
+ * (1,049 us of work for each write), each line works on its stream's
+ * chunks as they land, from the first (64 KiB, in 52 us), so a write is
+ * let go 100 + 52 + 1,049 us after it is posted, not after the wire's 419
+ * us as well (as it would be if the line started once the write was in).
+ * On one core of the job's the two lines take turns, and the core is busy
+ * from the first chunk's landing to the end: 152 us + 4 x 1,049 us.  The
+ * lines' work is
+ * counted (sim.dl_work): the 4 writes' bytes.  With no cost per byte, or
+ * per write, no line.
+ */
 static void test_sim_dl_bytes(void **state)
 {
 	struct sim_net_params p = net_params(2, 1);

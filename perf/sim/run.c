@@ -83,8 +83,8 @@ static uint64_t cpu_ns(double ns, size_t len, double GBps)
  * 2.6 GB/s, the core's speed).  Then the core is free for others at the
  * end of the spinner's work.
  * `from` may be before now where the work streamed in (recv_take): the
- * rank's CPU and the core were idle since they were last free, and
- * nothing else has been put there meanwhile.
+ * rank's CPU was idle since it was last free, and the cores' spans of the
+ * last SIM_CORE_KEEP_NS say where they were.
  */
 /* Where rank r's pool of cores starts in cores: its
  * node's, or with cores_job the job's one pool */
@@ -146,6 +146,15 @@ static uint64_t core_gap(const struct sim *s, const struct sim_core *c, int r,
 	return x;
 }
 
+/* Span b of core c has its end now: the longest span yet (core_gap's
+ * search) counts it, with a spin after it. */
+static void core_longest(const struct sim *s, struct sim_core *c,
+			 const struct sim_busy *b)
+{
+	c->longest =
+		max64(c->longest, b->end - b->start + (uint64_t)s->cpu.spin_ns);
+}
+
 /* Books [start, end) for r on c, in order; spans long past are dropped
  * (their end becomes the core's floor).  Without memory for one more, the
  * core keeps only its floor: the work goes after all of it, as booked. */
@@ -179,7 +188,7 @@ static void core_book(struct sim *s, struct sim_core *c, int r, uint64_t start,
 	memmove(c->busy + i + 1, c->busy + i, (c->n - i) * sizeof(*c->busy));
 	c->busy[i] = (struct sim_busy){start, end, r};
 	c->n++;
-	c->longest = max64(c->longest, end - start + (uint64_t)s->cpu.spin_ns);
+	core_longest(s, c, &c->busy[i]);
 }
 
 /*
@@ -318,10 +327,7 @@ static void recv_take(struct sim *s, const struct sim_event *e, uint64_t at,
 				struct sim_busy *b = &c->busy[c->n - 1];
 
 				b->end = max64(b->end, s->cpu_free[r]);
-				c->longest =
-					max64(c->longest,
-					      b->end - b->start +
-						      (uint64_t)s->cpu.spin_ns);
+				core_longest(s, c, b);
 			}
 		}
 	}

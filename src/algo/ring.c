@@ -111,7 +111,7 @@ _Static_assert(RING_MAX_WINDOW >= FR_MAX_SLOTS && RING_MAX_WINDOW < 256,
 struct fr_ring_comm {
 	int next, prev;
 	/* staging: slots x segment_bytes that our previous rank writes
-	 * into, in rx_win slots of staging_len / rx_win bytes */
+	 * into, in rx_win slots (ring_slot_bytes) */
 	void *staging;
 	size_t staging_len;
 	struct fr_mem *staging_mem;
@@ -126,7 +126,7 @@ struct fr_ring_comm {
 	int credits_owed;     /* slots freed here, not yet told to prev */
 	bool owed_now;	      /* return them all now (a deep window ended) */
 	/* the layouts in use, from serial base on: tx of next's staging,
-	 * rx of ours, each in win slots of staging_len / win bytes (every
+	 * rx of ours, each in win slots of ring_slot_bytes(win) bytes (every
 	 * rank's staging is slots x segment_bytes) */
 	int tx_win, rx_win;
 	uint64_t tx_base, rx_base;
@@ -374,16 +374,23 @@ static bool past(const struct fr_ring_state *st, enum stream s, int k, size_t j)
 /*
  * The staging layout for `segs` segments a rank of at most `need` bytes,
  * as its number of slots, win: the area of slots x segment_bytes in
- * halves of the slot (a slot is then staging_len / win bytes exactly)
- * while the segment fits and slots stay 64-byte aligned, until the window holds
- * an eighth of the segments, up to RING_MAX_WINDOW slots.  A larger window pays
- * only where a collective has many segments (a large job's: 4,095 a rank at
- * 4,096 ranks); a small job's few would only be spread over more of the
- * staging, and more of the cache (4 ranks' 32 KiB took 1.5 times as long in 128
- * slots as in 8, shm on this 2-core host), so with fewer than 8 (slots + 1)
- * segments a rank (up to 72 ranks at the defaults) the layout is FR_SLOTS slots
- * of FR_SEGMENT_BYTES whatever the size.
+ * halves of the slot (a slot is then ring_slot_bytes(win) exactly) while
+ * the segment fits and slots stay 64-byte aligned, until the window holds
+ * an eighth of the segments, up to RING_MAX_WINDOW slots.  A larger window
+ * pays only where a collective has many segments (a large job's: 4,095 a
+ * rank at 4,096 ranks); a small job's few would only be spread over more
+ * of the staging, and more of the cache (4 ranks' 32 KiB took 1.5 times as
+ * long in 128 slots as in 8, shm on this 2-core host), so with fewer than
+ * 8 (slots + 1) segments a rank (up to 72 ranks at the defaults) the
+ * layout is FR_SLOTS slots of FR_SEGMENT_BYTES whatever the size.
  */
+/* A slot's bytes in a layout of win slots (every rank's staging is the
+ * same slots x segment_bytes, so both neighbours agree) */
+static size_t ring_slot_bytes(const struct fr_ring_comm *rc, int win)
+{
+	return rc->staging_len / (size_t)win;
+}
+
 static int ring_window(const struct fr_comm *comm, size_t need, size_t segs)
 {
 	int win = comm->algo.slots;
@@ -732,8 +739,7 @@ static int send_rs(struct fr_comm *comm, struct fr_ring_state *st,
 			loff = st->woff + off;
 		}
 		err = post(comm, src, loff, &rc->next_staging,
-			   (uint64_t)slot *
-				   (rc->staging_len / (size_t)rc->tx_win),
+			   (uint64_t)slot * ring_slot_bytes(rc, rc->tx_win),
 			   len, FR_IMM(FR_IMM_RS, serial << 8 | slot));
 		if (err == FR_EAGAIN)
 			break;
@@ -995,7 +1001,7 @@ static int on_rs(struct fr_comm *comm, struct fr_request *req, uint32_t payload,
 			"rank %d: segment of %u bytes from rank %d, expected %zu",
 			comm->rank, len, rc->prev, n);
 	in = (const uint8_t *)rc->staging +
-	     (size_t)slot * (rc->staging_len / (size_t)rc->rx_win);
+	     (size_t)slot * ring_slot_bytes(rc, rc->rx_win);
 	dst = st->work + off;
 	/* reduce-scatter: the last step goes straight to the caller */
 	if (st->coll == FR_COLL_REDUCE_SCATTER && c->k == st->rs_steps - 1)

@@ -303,6 +303,9 @@ static void write_tune(FILE *o, const struct tool *t, const struct fr_tune *tn,
 	fprintf(o, "%s.beta_ns = %.4f\n", tp, tn->beta_ns);
 	fprintf(o, "%s.copy_ns = %.4f\n", tp, tn->copy_ns);
 	fprintf(o, "%s.msg_us = %.3f\n", tp, tn->msg_us);
+	/* not measured: the built-in value for the transport, or
+	 * FR_TUNE_FILE's */
+	fprintf(o, "%s.step_ramp = %.4f\n", tp, tn->step_ramp);
 	for (int d = 0; d < FR_DTYPE_COUNT; d++)
 		fprintf(o, "gamma_ns.%s = %.4f\n", fr_dtype_name((fr_dtype_t)d),
 			tn->gamma_ns[d]);

@@ -225,6 +225,8 @@ static void test_mailbox_window(void **state)
 	comm.algo.tune.beta_ns = 8 / 384.32;
 	comm.algo.tune.copy_ns = 0.001;
 	comm.algo.tune.gamma_ns[FR_F32] = 0.024;
+	/* the simulator's network: no TCP stream to start afresh */
+	comm.algo.tune.step_ramp = 0;
 	rab = fr_algo_predict_us(&comm, FR_ALGO_RABENSEIFNER,
 				 FR_COLL_ALLREDUCE, n, FR_F32);
 	bound = 2.0 * 63 / 64 * (double)n * 2 * 73.2 / w;
@@ -554,7 +556,9 @@ static void test_hier_choice(void **state)
  * node's 8 ranks share (8 beta + copy a byte).  The model's time is that
  * closed form, at 2 MiB it is chosen over hier (the simulator's best,
  * perf/sim/README.md), and with the ranks dealt round robin over the
- * nodes (steps 7 to 9 at home, which carry little) it is slower.
+ * nodes (steps 7 to 9 at home, which carry little) it is slower.  The
+ * steps that cross the link start their streams afresh (step_ramp of
+ * their wire time, TCP's built-in 0.03); those on the node do not.
  */
 static void test_rab_node_steps(void **state)
 {
@@ -564,7 +568,8 @@ static void test_rab_node_steps(void **state)
 	/* its steps of 8 payloads (256 KiB) and more go zero copy
 	 * (xfer.c): steps 0 to 2, on the node, still 2 copies a byte */
 	double want = 20 * a + 2 * n * (1 - 1.0 / 8) * 2 * c +
-		      2 * n * (1.0 / 8 - 1.0 / 1024) * (8 * b + c) +
+		      2 * n * (1.0 / 8 - 1.0 / 1024) *
+			      (8 * b * (1 + t->step_ramp) + c) +
 		      1023.0 / 1024 * n * g;
 	double got, rr;
 
@@ -955,6 +960,62 @@ static void write_tune(const char *text)
 	setenv("FR_TUNE_FILE", path, 1);
 }
 
+/*
+ * A step's fresh stream (select.c): on 8 ranks over TCP, one a node,
+ * Rabenseifner and the ring put the same bytes on the wire, and the
+ * model chose Rabenseifner for its 12 latencies against the ring's 15
+ * at every size, where between namespaces at 1 Gbit/s the ring was
+ * faster from 256 KiB to 64 MiB (1,017 and 1,035 ms against 991 and 995
+ * at 64 MiB).  Each of Rabenseifner's steps now pays step_ramp of its
+ * wire time: the ring from about 1 MiB up; without it (shared memory,
+ * verbs, a tune file's 0) the choice is as before.  The built-in values
+ * by transport, the mixed ones by their network side.
+ */
+static void test_step_ramp(void **state)
+{
+	struct fr_tune t;
+	char err[256];
+	double a, b, g, m = 64u << 20, want, got;
+
+	(void)state;
+	layout(8, 1, true);
+	assert_true(comm.algo.tune.step_ramp == FR_TCP_STEP_RAMP);
+	a = comm.algo.tune.alpha_us;
+	b = comm.algo.tune.beta_ns * 1e-3;
+	g = comm.algo.tune.gamma_ns[FR_F32] * 1e-3;
+	/* 3 steps each way of m/2, m/4, m/8 zero copy: a READY and the
+	 * wire each, and the ramp on the wire */
+	want = 6 * a + 2 * (3 * a + 7.0 / 8 * m * b * (1 + FR_TCP_STEP_RAMP)) +
+	       7.0 / 8 * m * g;
+	got = fr_algo_predict_us(&comm, FR_ALGO_RABENSEIFNER, FR_COLL_ALLREDUCE,
+				 (size_t)m, FR_F32);
+	if (fabs(got - want) > 1e-9 * want)
+		fail_msg("rabenseifner at 64 MiB: %.3f us, want %.3f", got,
+			 want);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 16u << 20, FR_F32, 0),
+			 &fr_algo_ring);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 1u << 18, FR_F32, 0),
+			 &fr_algo_ring);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 1u << 16, FR_F32, 0),
+			 &fr_algo_rabenseifner);
+	comm.algo.tune.step_ramp = 0;
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 16u << 20, FR_F32, 0),
+			 &fr_algo_rabenseifner);
+	static const struct {
+		const char *tp;
+		double want;
+	} by[] = {{"tcp", FR_TCP_STEP_RAMP},
+		  {"shm+tcp", FR_TCP_STEP_RAMP},
+		  {"shm", 0},
+		  {"verbs", 0},
+		  {"shm+verbs", 0}};
+	for (size_t i = 0; i < sizeof(by) / sizeof(by[0]); i++) {
+		assert_int_equal(fr_tune_load(&t, by[i].tp, err, sizeof(err)),
+				 0);
+		assert_true(t.step_ramp == by[i].want);
+	}
+}
+
 static void test_tune_file(void **state)
 {
 	char err[256];
@@ -969,6 +1030,7 @@ static void test_tune_file(void **state)
 		   "tcp.local_alpha_us = 0.75\n"
 		   "tcp.local_beta_ns = 0.125\n"
 		   "gamma_ns.bf16 = 0.75\n"
+		   "tcp.step_ramp = 0.05\n"
 		   "tcp.future_key = 3\n"); /* unknown: warned about */
 	assert_int_equal(fr_tune_load(&comm.algo.tune, "tcp", err, sizeof(err)), 0);
 	assert_true(comm.algo.tune.alpha_us == 12.5);
@@ -976,6 +1038,7 @@ static void test_tune_file(void **state)
 	assert_true(comm.algo.tune.copy_ns == 0.5);
 	assert_true(comm.algo.tune.local_alpha_us == 0.75);
 	assert_true(comm.algo.tune.local_beta_ns == 0.125);
+	assert_true(comm.algo.tune.step_ramp == 0.05);
 	/* each in the hash on its own */
 	{
 		struct fr_tune x = comm.algo.tune;
@@ -985,6 +1048,9 @@ static void test_tune_file(void **state)
 		assert_int_not_equal(fr_tune_hash(&x), hx);
 		x.local_alpha_us = comm.algo.tune.local_alpha_us;
 		x.local_beta_ns = 0.5;
+		assert_int_not_equal(fr_tune_hash(&x), hx);
+		x.local_beta_ns = comm.algo.tune.local_beta_ns;
+		x.step_ramp = 0.04;
 		assert_int_not_equal(fr_tune_hash(&x), hx);
 	}
 	/* no msg_us in the file: 2.5 times its alpha, as built in */
@@ -1091,6 +1157,7 @@ int main(void)
 		cmocka_unit_test_setup(test_grid_links, setup),
 		cmocka_unit_test_setup(test_hier_rsag_choice, setup),
 		cmocka_unit_test_setup(test_bruck_rsag_choice, setup),
+		cmocka_unit_test_setup(test_step_ramp, setup),
 		cmocka_unit_test_setup(test_tune_file, setup),
 		cmocka_unit_test_setup(test_oversub, setup),
 	};

@@ -660,7 +660,8 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 	 * as a tune file of fr_tune's would give them (one message's send,
 	 * wire and receive in turn).  What the simulator does not charge
 	 * costs the model nothing either: an algorithm's own copies (the
-	 * mailbox's in and out), and without a CPU model the reductions.
+	 * mailbox's in and out), a TCP step's fresh stream (step_ramp), and
+	 * without a CPU model the reductions.
 	 * msg_us, a message's own work, keeps its built-in value without a
 	 * CPU model (a model that took messages for free would send n^2 of
 	 * them) */
@@ -674,6 +675,7 @@ int sim_open(struct sim *s, const struct sim_net_params *p,
 		t.local_alpha_us = p->shm_lat_ns / 1e3;
 		t.local_beta_ns = 8.0 / p->shm_gbps;
 		t.copy_ns = 0;
+		t.step_ramp = 0;
 		for (int d = 0; d < FR_DTYPE_COUNT; d++)
 			t.gamma_ns[d] = 0;
 		if (s->cpu_on) {

@@ -49,6 +49,11 @@ struct fr_tune {
 	 * latency): what each extra message of the one-shot costs */
 	double msg_us;
 	double gamma_ns[FR_DTYPE_COUNT]; /* per byte reduced */
+	/* what a Rabenseifner step's stream loses to starting afresh, as a
+	 * fraction of its wire time: each step writes to a new partner over
+	 * a connection idle since the last call, where the ring's two stream
+	 * throughout (select.c, "a step's fresh stream"); 0: nothing */
+	double step_ramp;
 	/* FR_TOPO's grid: grid_beta_ns[d] (d >= 1) per byte through the
 	 * uplink that joins a group of the first d dimensions' nodes (a rack
 	 * of grid[0] nodes for d = 1) to the rest, which the group's nodes
@@ -71,6 +76,9 @@ struct fr_tune {
  * alone (fr_tune_link, select.c) and the one-shot wins.
  */
 #define FR_MSG_PER_ALPHA 2.5
+/* Over TCP, what a Rabenseifner step's stream to a new partner loses, as
+ * a fraction of its wire time (select.c, "a step's fresh stream"). */
+#define FR_TCP_STEP_RAMP 0.03
 
 /* Slots of comm->algo.state[]: one per algorithm with state that outlives
  * a collective. */

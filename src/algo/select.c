@@ -63,6 +63,7 @@ static void tune_defaults(struct fr_tune *t, const char *transport)
 	for (int d = 0; d < FR_DTYPE_COUNT; d++)
 		t->gamma_ns[d] = 0.15;
 	t->gamma_ns[FR_F16] = t->gamma_ns[FR_BF16] = 0.3;
+	t->step_ramp = verbs || shm ? 0 : FR_TCP_STEP_RAMP;
 	memset(t->grid_beta_ns, 0, sizeof(t->grid_beta_ns));
 	snprintf(t->source, sizeof(t->source), "built-in defaults for %s",
 		 transport);
@@ -144,6 +145,8 @@ int fr_tune_load(struct fr_tune *t, const char *transport, char *err,
 				t->local_beta_ns = v;
 			else if (!strcmp(key + tl + 1, "msg_us"))
 				t->msg_us = v, msg_set = true;
+			else if (!strcmp(key + tl + 1, "step_ramp"))
+				t->step_ramp = v;
 			else if (!strncmp(key + tl + 1, "grid_beta_ns.", 13) &&
 				 key[tl + 14] >= '1' &&
 				 key[tl + 14] < '0' + FR_TOPO_MAX_DIMS &&
@@ -240,14 +243,14 @@ uint32_t fr_tune_hash(const struct fr_tune *t)
 {
 	/* the exact doubles the model uses: a file differing in the 10th
 	 * digit may tip a choice at a crossover */
-	double v[6 + FR_DTYPE_COUNT + FR_TOPO_MAX_DIMS] = {
-		t->alpha_us, t->beta_ns,	t->copy_ns,
-		t->msg_us,   t->local_alpha_us, t->local_beta_ns};
+	double v[7 + FR_DTYPE_COUNT + FR_TOPO_MAX_DIMS] = {
+		t->alpha_us,	   t->beta_ns,	     t->copy_ns,  t->msg_us,
+		t->local_alpha_us, t->local_beta_ns, t->step_ramp};
 	const unsigned char *p = (const unsigned char *)v;
 	uint32_t h = 2166136261u;
 
-	memcpy(v + 6, t->gamma_ns, sizeof(t->gamma_ns));
-	memcpy(v + 6 + FR_DTYPE_COUNT, t->grid_beta_ns,
+	memcpy(v + 7, t->gamma_ns, sizeof(t->gamma_ns));
+	memcpy(v + 7 + FR_DTYPE_COUNT, t->grid_beta_ns,
 	       sizeof(t->grid_beta_ns));
 	for (size_t i = 0; i < sizeof(v); i++) {
 		h ^= p[i];
@@ -295,6 +298,33 @@ static double zx_step_us(double a, double b, double c, size_t payload_max,
 	if (payload_max && m >= (double)fr_zx_min(payload_max))
 		return a + m * b;
 	return mbx_stream_us(a, b + c, payload_max, m);
+}
+
+/*
+ * A step's fresh stream.  Each of Rabenseifner's steps writes to a new
+ * partner over a connection that has been idle since the last call; the
+ * ring's two connections stream from its first step to its last, the
+ * slots taking up any rank's moment of lateness.  Over TCP a step's
+ * stream starts cold (the congestion window after idle) and, behind a
+ * deep buffer, its acknowledgements queue behind the partner's own
+ * stream, and its partner must also have finished the step before: the
+ * bytes being equal, Rabenseifner lost to the ring at every size from
+ * 256 KiB to 64 MiB.  Measured between network namespaces at 1 Gbit/s
+ * with a tbf queue of 50 ms (perf/bench/compare.sh, FR_ALGO forced, two
+ * jobs each, median ms), 8 ranks: 4 MiB ring 64.4 and 65.1, Rabenseifner
+ * 72.6 and 66.1; 16 MiB 252.2 and 251.2 against 271.1 and 262.9; 64 MiB
+ * 990.9 and 995.3 against 1,016.9 and 1,034.8; 4 ranks, 64 MiB 847.3
+ * and 849.5 against 856.7 and 859.3.  That is 1 to 8 per cent of the
+ * wire's time; with a queue of 2 ms, 0 to 3.  The model charged both the
+ * same bytes and chose Rabenseifner on 8 ranks for its 3 fewer latencies
+ * (75 us).  Each step crossing the network now costs FR_TCP_STEP_RAMP of
+ * its wire time more over TCP (the built-in parameters; a tune file's
+ * transport.step_ramp sets it); shared memory and verbs keep 0, where no
+ * such loss was measured.
+ */
+static double ramp_us(const struct fr_tune *t, double b, double m)
+{
+	return t->step_ramp * m * b;
 }
 
 /* Can the hierarchical All-Reduce, reduce-scatter and all-gather run here
@@ -767,11 +797,12 @@ static double rab_us(const struct fr_comm *comm, double n, fr_dtype_t dtype)
 			wire += 2 * (local_a(t) - a + m * (local_b(t) + c));
 			continue;
 		}
-		wire += 2 * fmax(zx_step_us(a, k * b, c, pm, m),
+		wire += 2 * fmax(zx_step_us(a, k * b, c, pm, m) +
+					 ramp_us(t, k * b, m),
 				 hc_grid_us(comm, &h, j, m));
 	}
 	return (2 * h.steps + 2 * f) * a + wire +
-	       2 * f * zx_step_us(a, b, c, pm, n) +
+	       2 * f * (zx_step_us(a, b, c, pm, n) + ramp_us(t, b, n)) +
 	       ((double)(h.pof2 - 1) / h.pof2 + f) * n * g;
 }
 
@@ -963,12 +994,17 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 		}
 		if (id == FR_ALGO_RABENSEIFNER) {
 			/* step j sends n / 2^(j+1) each way, twice */
-			double wire =
-				2 * f * zx_step_us(a, b, c, payload_max, n);
+			double wire = 2 * f *
+				      (zx_step_us(a, b, c, payload_max, n) +
+				       ramp_us(t, b, n));
 
-			for (int j = 0; j < L; j++)
-				wire += 2 * zx_step_us(a, b, c, payload_max,
-						       n / (double)(2 << j));
+			for (int j = 0; j < L; j++) {
+				double m = n / (double)(2 << j);
+
+				wire += 2 *
+					(zx_step_us(a, b, c, payload_max, m) +
+					 ramp_us(t, b, m));
+			}
 			return (2 * L + 2 * f) * a + wire +
 			       ((double)(pof2 - 1) / pof2 + f) * n * g;
 		}

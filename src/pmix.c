@@ -13,7 +13,9 @@
  * free (fr_free_port), else derived from the namespace as pmi.c does;
  * the host is 127.0.0.1 when all ranks are on this
  * host, else FR_PMIX_HOST, else gethostname().  The fence and the get are
- * bounded by FR_TIMEOUT_MS (PMIX_TIMEOUT, in whole seconds).
+ * bounded by the rendezvous's timeout, FR_BOOT_TIMEOUT_MS (by default
+ * FR_TIMEOUT_MS but at least 30 s: launchers start ranks seconds apart),
+ * as PMIX_TIMEOUT in whole seconds.
  *
  * Sharing PMIx with an MPI library in the same process: PMIx_Init and
  * PMIx_Finalize are reference counted (pmix.h; PMIx_Finalize only tears
@@ -150,7 +152,7 @@ int fr_pmix_rendezvous(fr_getenv_fn get, void *arg, int rank, int nranks,
 	prc = PMIx_Fence(&proc, 1, info, 2);
 	if (prc == PMIX_ERR_TIMEOUT)
 		PMIX_FAIL(FR_ETIMEDOUT,
-			  "PMIx_Fence: %s after %d s (FR_TIMEOUT_MS): the ranks of namespace %.100s did not all arrive",
+			  "PMIx_Fence: %s after %d s (FR_BOOT_TIMEOUT_MS): the ranks of namespace %.100s did not all arrive",
 			  PMIx_Error_string(prc), tmo_s, me.nspace);
 	if (prc != PMIX_SUCCESS)
 		PMIX_FAIL(FR_EBOOTSTRAP, "PMIx_Fence: %s",

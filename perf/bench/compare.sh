@@ -734,6 +734,7 @@ NR > 1 {
 	if ($6 == "-") { skipped[key] = 1; next }
 	c = ++cnt[key]
 	for (s in SI) v[key, s, c] = $(SI[s])
+	v[key, "c2c", c] = $16
 	rs[key] = $5
 	if ($10 != "-" && $10 + 0 != 0) wrong[key] += $10
 	if ($11 != "-" && $11 != "" && index("/" algos[key] "/", "/" $11 "/") == 0) algos[key] = (algos[key] == "" ? "" : algos[key] "/") $11
@@ -775,16 +776,25 @@ END {
 	}
 	if (hasfr && nl > 1) print "\n" stat " / fr = the library'"'"'s " stat " / libfastreduce'"'"'s " stat ": above 1 libfastreduce is faster."
 	if (maxjobs > 1) {
-		print "\nSpread over the jobs (fresh processes each) of the per-job " stat ":\n"
-		print "| size | library | jobs | min (us) | median (us) | max (us) | max/min |"
-		print "|---:|:--|---:|---:|---:|---:|---:|"
+		# the usual state of the machine: a core-to-core round trip at most
+		# twice the median of all the jobs (vCPUs that the host moved apart make
+		# the shared-memory copies of every library several times slower)
+		if (nrt) { sortn(rt, nrt); usual = 2 * rt[int((nrt + 1) / 2)] }
+		print "\nSpread over the jobs (fresh processes each) of the per-job " stat "; the last two columns count only the jobs whose core-to-core round trip before them was at most twice the median (" (nrt ? usual " ns" : "not measured") "):\n"
+		print "| size | library | jobs | min (us) | median (us) | max (us) | max/min | jobs, usual c2c | max/min there |"
+		print "|---:|:--|---:|---:|---:|---:|---:|---:|---:|"
 		for (s = 1; s <= ns; s++) for (i = 1; i <= nl; i++) {
-			key = S[s] SUBSEP L[i]; m = 0
-			for (j = 1; j <= cnt[key]; j++) if (v[key, stat, j] != "-") a[++m] = v[key, stat, j]
-			if (!m) { print "| " hs(S[s]) " | " name(L[i]) " | 0 | n/a | n/a | n/a | n/a |"; continue }
-			sortn(a, m)
+			key = S[s] SUBSEP L[i]; m = 0; u = 0
+			for (j = 1; j <= cnt[key]; j++) if (v[key, stat, j] != "-") {
+				a[++m] = v[key, stat, j]
+				cj = v[key, "c2c", j]
+				if (!nrt || cj == "" || cj == "-" || cj + 0 <= usual) b[++u] = v[key, stat, j]
+			}
+			if (!m) { print "| " hs(S[s]) " | " name(L[i]) " | 0 | n/a | n/a | n/a | n/a | 0 | n/a |"; continue }
+			sortn(a, m); sortn(b, u)
 			md = m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
-			print "| " hs(S[s]) " | " name(L[i]) " | " m " | " fmt_t(a[1]) " | " fmt_t(md) " | " fmt_t(a[m]) " | " (a[1] > 0 ? sprintf("%.2f", a[m] / a[1]) : "n/a") " |"
+			print "| " hs(S[s]) " | " name(L[i]) " | " m " | " fmt_t(a[1]) " | " fmt_t(md) " | " fmt_t(a[m]) " | " (a[1] > 0 ? sprintf("%.2f", a[m] / a[1]) : "n/a") " | " \
+				u " | " (u && b[1] > 0 ? sprintf("%.2f", b[u] / b[1]) : "n/a") " |"
 		}
 	}
 	if (notes != "") print "\nNotes:" notes

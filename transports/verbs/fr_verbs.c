@@ -17,8 +17,12 @@
  *                 connect_done(), close_conn(), the operations table and
  *                 the class the base knows us by
  *   verbs_poll.c  poll() and wait(): one pass of all of the below
- *   verbs_data.c  the data path: write_imm() and striping, the
- *                 notification FIFO, fences, completions, the message log
+ *   verbs_data.c  the data path: write_imm(), write_inline() and
+ *                 striping, fences, completions, the message log
+ *   verbs_lines.c  the polled lines' receiving side (below, "Small
+ *                 writes"), and a write's delivery to the caller
+ *   verbs_post.c  posting on a lane (ring entry, selective signalling),
+ *                 the notification FIFO, receives put back
  *   verbs_cm.c    rdma_cm events: the hello / accept / reject handshake,
  *                 the lanes handshake, retries and deadlines
  *   verbs_resume.c  a connection that was up, re-established after a QP

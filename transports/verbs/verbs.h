@@ -529,6 +529,43 @@ int verbs_unpack_rkey(struct fr_tp *tp, const void *blob, size_t len,
 struct fr_tp_mr *verbs_mr_find(struct fr_tp *tp, uint32_t rkey, uint64_t addr,
 			       size_t len);
 
+/* ---- verbs_post.c: posting on the lanes, the notification FIFO ---------- */
+
+/* a notification (a striped write's send with immediate) is due: its
+ * parts are all placed */
+bool verbs_note_ready(const struct fr_tp_conn *c);
+/* the slots of lane l's send ring that the notifications keep */
+unsigned int verbs_lane_reserved(const struct fr_tp_conn *c,
+				 const struct verbs_lane *l);
+/* room for need more work requests on lane l */
+bool verbs_lane_room(const struct fr_tp_conn *c, const struct verbs_lane *l,
+		     unsigned int need);
+/* post wr on lane i with its ring entry (kind, ctx, mr, the log's seq),
+ * signalled where sig or the interval says; 0, or FR_EPEER with the
+ * connection failed */
+int verbs_lane_post(struct fr_tp_conn *c, unsigned int i,
+		    struct ibv_send_wr *wr, enum verbs_sqe_kind kind,
+		    uint64_t ctx, struct fr_tp_mr *mr, uint64_t seq, bool sig);
+/* the due notifications, in order, as long as lane 0 has room */
+void verbs_notes_post(struct fr_tp_conn *c);
+/* a consumed receive put back (not on a stopped or failed QP) */
+void verbs_repost(struct fr_tp_conn *c);
+
+/* ---- verbs_lines.c: the polled lines' receiving side, delivery ----------- */
+
+/* a word of our polled-lines region: the peer's credit or state */
+uint64_t verbs_ll_word(const struct fr_tp_conn *c, size_t off);
+/* tell the peer we poll again (the state word) */
+void verbs_ll_awake(struct fr_tp_conn *c);
+/* a write delivered: by a line (credit owed) or a receive (put back) */
+void verbs_delivered(struct fr_tp_conn *c, bool line);
+/* a write of len bytes with immediate imm delivered to the completion
+ * ring (held for the caller where hold) */
+void verbs_deliver(struct fr_tp_conn *c, uint32_t imm, uint32_t len, bool line,
+		   bool hold);
+/* the lines that are in, in order */
+void verbs_lines_take(struct fr_tp_conn *c);
+
 /* ---- verbs_data.c: the data path, completions, the log ------------------- */
 
 void verbs_progress(struct fr_tp *tp, bool eager);

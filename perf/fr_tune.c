@@ -12,6 +12,9 @@
  *                    terms, per byte on the wire;
  *   copy             Rabenseifner on a medium vector, minus everything the
  *                    model already explains, per byte through a mailbox;
+ *   step_ramp        Rabenseifner on the ring's large vector, minus what
+ *                    the model gives it with no ramp, per byte of its
+ *                    wire time (select.c, "a step's fresh stream");
  *   grid_beta        with a grid of nodes (FR_TOPO), each dimension's
  *                    uplink: every rank exchanging a large vector with
  *                    its partner a step along it (time_grid);
@@ -303,8 +306,6 @@ static void write_tune(FILE *o, const struct tool *t, const struct fr_tune *tn,
 	fprintf(o, "%s.beta_ns = %.4f\n", tp, tn->beta_ns);
 	fprintf(o, "%s.copy_ns = %.4f\n", tp, tn->copy_ns);
 	fprintf(o, "%s.msg_us = %.3f\n", tp, tn->msg_us);
-	/* not measured: the built-in value for the transport, or
-	 * FR_TUNE_FILE's */
 	fprintf(o, "%s.step_ramp = %.4f\n", tp, tn->step_ramp);
 	for (int d = 0; d < FR_DTYPE_COUNT; d++)
 		fprintf(o, "gamma_ns.%s = %.4f\n", fr_dtype_name((fr_dtype_t)d),
@@ -455,6 +456,22 @@ int main(int argc, char **argv)
 			     0);
 	tn.beta_ns = b * 1e3;
 	tn.copy_ns = c * 1e3;
+	/* a step's fresh stream: Rabenseifner on the ring's 8 MiB, beyond
+	 * what the model gives it with none, per byte of its wire time (the
+	 * ring fixed beta there, so this is how much Rabenseifner loses to
+	 * it that the latencies do not explain) */
+	{
+		struct fr_tune t0 = tn;
+		double n8 = 8u << 20, wire, pred;
+
+		t0.step_ramp = 0;
+		pred = fr_model_predict_us(&t0, (int)p, fr_msg_payload_max(mc),
+					   FR_ALGO_RABENSEIFNER,
+					   FR_COLL_ALLREDUCE, 8u << 20, FR_F32);
+		wire = (2.0 * (pof2 - 1) / pof2 + 2 * f) * n8 * b;
+		T = time_allreduce_on(&t, mc, FR_ALGO_RABENSEIFNER, 8u << 20);
+		tn.step_ramp = fmax(T - pred, 0) / wire;
+	}
 	if (rack)
 		fr_comm_destroy(rack);
 	{

@@ -164,6 +164,7 @@ tune() {
 		{ echo "$out"; rm -f "$f"; return 1; }
 	echo "$out" | grep -q 'auto picked the fastest' &&
 		grep -q "^$TRANSPORT.alpha_us = " "$f" && grep -q '^gamma_ns.bf16 = ' "$f" &&
+		grep -q "^$TRANSPORT.step_ramp = [0-9]" "$f" &&
 		FR_TUNE_FILE=$f FR_LOG=info frrun -n 3 --transport "$TRANSPORT" --timeout 300 \
 			"$B/fr_allreduce_perf" -b 8 -e 64K -f 64 -n 2 -w 1 >"$f.out" 2>&1 &&
 		grep -q "(model, $f" "$f.out"

@@ -77,7 +77,8 @@ struct fr_tune {
  */
 #define FR_MSG_PER_ALPHA 2.5
 /* Over TCP, what a Rabenseifner step's stream to a new partner loses, as
- * a fraction of its wire time (select.c, "a step's fresh stream"). */
+ * a fraction of its wire time (select.c, "a step's fresh stream"), where
+ * no tune file gives it (fr_tune measures it). */
 #define FR_TCP_STEP_RAMP 0.03
 
 /* Slots of comm->algo.state[]: one per algorithm with state that outlives

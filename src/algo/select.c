@@ -318,7 +318,8 @@ static double zx_step_us(double a, double b, double c, size_t payload_max,
  * wire's time; with a queue of 2 ms, 0 to 3.  The model charged both the
  * same bytes and chose Rabenseifner on 8 ranks for its 3 fewer latencies
  * (75 us).  Each step crossing the network now costs FR_TCP_STEP_RAMP of
- * its wire time more over TCP (the built-in parameters; a tune file's
+ * its wire time more over TCP (the built-in parameters; fr_tune measures
+ * it, Rabenseifner against the ring on 8 MiB, and its file's
  * transport.step_ramp sets it); shared memory and verbs keep 0, where no
  * such loss was measured.
  */

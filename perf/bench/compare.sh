@@ -775,11 +775,12 @@ END {
 		if (note != "") notes = notes "\n- " hs(sz) ":" note
 	}
 	if (hasfr && nl > 1) print "\n" stat " / fr = the library'"'"'s " stat " / libfastreduce'"'"'s " stat ": above 1 libfastreduce is faster."
+	if (nrt) sortn(rt, nrt)
 	if (maxjobs > 1) {
 		# the usual state of the machine: a core-to-core round trip at most
 		# twice the median of all the jobs (vCPUs that the host moved apart make
 		# the shared-memory copies of every library several times slower)
-		if (nrt) { sortn(rt, nrt); usual = 2 * rt[int((nrt + 1) / 2)] }
+		if (nrt) usual = 2 * rt[int((nrt + 1) / 2)]
 		print "\nSpread over the jobs (fresh processes each) of the per-job " stat "; the last two columns count only the jobs whose core-to-core round trip before them was at most twice the median (" (nrt ? usual " ns" : "not measured") "):\n"
 		print "| size | library | jobs | min (us) | median (us) | max (us) | max/min | jobs, usual c2c | max/min there |"
 		print "|---:|:--|---:|---:|---:|---:|---:|---:|---:|"
@@ -799,7 +800,7 @@ END {
 	}
 	if (notes != "") print "\nNotes:" notes
 	if (lmin != "") printf "\nLoad average (1 min) at the start and end of the jobs: between %s and %s.\n", lmin, lmax
-	if (nrt) { sortn(rt, nrt)
+	if (nrt) {
 		printf "\nThe machine: core-to-core round trip before each job (c2c_rtt.c) min %d, median %d, max %d ns (max/min %.2f): read a library'"'"'s spread over the jobs against it.\n", \
 			rt[1], rt[int((nrt + 1) / 2)], rt[nrt], rt[nrt] / rt[1] }
 }' "$RES" >>"$WORKDIR/results.md"

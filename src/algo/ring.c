@@ -371,6 +371,13 @@ static bool past(const struct fr_ring_state *st, enum stream s, int k, size_t j)
 	return c->k > k || (c->k == k && c->j > j);
 }
 
+/* A slot's bytes in a layout of win slots (every rank's staging is the
+ * same slots x segment_bytes, so both neighbours agree) */
+static size_t ring_slot_bytes(const struct fr_ring_comm *rc, int win)
+{
+	return rc->staging_len / (size_t)win;
+}
+
 /*
  * The staging layout for `segs` segments a rank of at most `need` bytes,
  * as its number of slots, win: the area of slots x segment_bytes in
@@ -384,13 +391,6 @@ static bool past(const struct fr_ring_state *st, enum stream s, int k, size_t j)
  * 8 (slots + 1) segments a rank (up to 72 ranks at the defaults) the
  * layout is FR_SLOTS slots of FR_SEGMENT_BYTES whatever the size.
  */
-/* A slot's bytes in a layout of win slots (every rank's staging is the
- * same slots x segment_bytes, so both neighbours agree) */
-static size_t ring_slot_bytes(const struct fr_ring_comm *rc, int win)
-{
-	return rc->staging_len / (size_t)win;
-}
-
 static int ring_window(const struct fr_comm *comm, size_t need, size_t segs)
 {
 	int win = comm->algo.slots;

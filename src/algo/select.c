@@ -321,11 +321,13 @@ static double zx_step_us(double a, double b, double c, size_t payload_max,
  * its wire time more over TCP (the built-in parameters; fr_tune measures
  * it, Rabenseifner against the ring on 8 MiB, and its file's
  * transport.step_ramp sets it); shared memory and verbs keep 0, where no
- * such loss was measured.
+ * such loss was measured.  A step of Rabenseifner's (or its fold) of m
+ * bytes over a link of b a byte: zx_step_us and the ramp on its wire.
  */
-static double ramp_us(const struct fr_tune *t, double b, double m)
+static double rab_step_us(const struct fr_tune *t, double a, double b, double c,
+			  size_t payload_max, double m)
 {
-	return t->step_ramp * m * b;
+	return zx_step_us(a, b, c, payload_max, m) + t->step_ramp * m * b;
 }
 
 /* Can the hierarchical All-Reduce, reduce-scatter and all-gather run here
@@ -798,12 +800,11 @@ static double rab_us(const struct fr_comm *comm, double n, fr_dtype_t dtype)
 			wire += 2 * (local_a(t) - a + m * (local_b(t) + c));
 			continue;
 		}
-		wire += 2 * fmax(zx_step_us(a, k * b, c, pm, m) +
-					 ramp_us(t, k * b, m),
+		wire += 2 * fmax(rab_step_us(t, a, k * b, c, pm, m),
 				 hc_grid_us(comm, &h, j, m));
 	}
 	return (2 * h.steps + 2 * f) * a + wire +
-	       2 * f * (zx_step_us(a, b, c, pm, n) + ramp_us(t, b, n)) +
+	       2 * f * rab_step_us(t, a, b, c, pm, n) +
 	       ((double)(h.pof2 - 1) / h.pof2 + f) * n * g;
 }
 
@@ -995,17 +996,12 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 		}
 		if (id == FR_ALGO_RABENSEIFNER) {
 			/* step j sends n / 2^(j+1) each way, twice */
-			double wire = 2 * f *
-				      (zx_step_us(a, b, c, payload_max, n) +
-				       ramp_us(t, b, n));
+			double wire =
+				2 * f * rab_step_us(t, a, b, c, payload_max, n);
 
-			for (int j = 0; j < L; j++) {
-				double m = n / (double)(2 << j);
-
-				wire += 2 *
-					(zx_step_us(a, b, c, payload_max, m) +
-					 ramp_us(t, b, m));
-			}
+			for (int j = 0; j < L; j++)
+				wire += 2 * rab_step_us(t, a, b, c, payload_max,
+							n / (double)(2 << j));
 			return (2 * L + 2 * f) * a + wire +
 			       ((double)(pof2 - 1) / pof2 + f) * n * g;
 		}

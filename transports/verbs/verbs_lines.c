@@ -10,16 +10,12 @@
  * through verbs_post.c and fails connections through verbs_conn.c.
  */
 
-#include <arpa/inet.h>
 #include <endian.h>
-#include <errno.h>
-#include <stdio.h>
 #include <string.h>
 
 #include <infiniband/verbs.h>
 
 #include "fastreduce.h"
-#include "log.h"
 #include "tp_cqring.h"
 #include "util.h"
 #include "verbs.h"

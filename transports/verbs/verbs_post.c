@@ -10,9 +10,6 @@
  */
 
 #include <arpa/inet.h>
-#include <endian.h>
-#include <errno.h>
-#include <stdio.h>
 #include <string.h>
 
 #include <infiniband/verbs.h>

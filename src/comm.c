@@ -838,11 +838,17 @@ static int comm_create(const struct fr_settings *s, fr_comm_t **out, char *err,
 			      d ? "x" : "", s->grid[d]);
 	snprintf(
 		config, sizeof(config),
-		"transport=%s segment=%zu slots=%ld algo=%s eager=%zu tune=%08x ring=%s topo=%s",
+		"transport=%s segment=%zu slots=%ld algo=%s eager=%zu tune=%08x ring=%s topo=%s%s",
 		c->tp_ops->name, c->algo.segment_bytes, s->slots,
 		fr_algo_name(c->algo.forced), fr_msg_payload_max(c),
 		fr_tune_hash(&c->algo.tune),
-		c->topo.ring_by_rank ? "rank" : "node", grid);
+		c->topo.ring_by_rank ? "rank" : "node", grid,
+		/* where the transport has lines, FR_LL decides the small
+		 * All-Reduce's schedule (algo/ll.c); elsewhere only the
+		 * header's form, which every rank reads */
+		!c->tp_ops->line_bytes ? ""
+		: s->ll		       ? " ll=1"
+				       : " ll=0");
 	rc = fr_boot_exchange(boot, config, &mine, cards, &c->job_nonce);
 	if (rc)
 		goto err_exchange;

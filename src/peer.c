@@ -951,7 +951,8 @@ int fr_peers_progress(struct fr_comm *c, bool *did_work)
  * state does this).  Fail here, naming the peer, rather than leave the
  * caller a bare code.
  */
-static int write_failed(struct fr_comm *c, struct fr_peer *p, int rc)
+static int link_failed(struct fr_comm *c, struct fr_peer *p, int rc,
+		       const char *what)
 {
 	const char *why = tp_about(c, fr_peer_rank(&c->peer, p));
 
@@ -965,9 +966,14 @@ static int write_failed(struct fr_comm *c, struct fr_peer *p, int rc)
 			return FR_EAGAIN;
 	}
 	return fr_comm_fail(c, rc == FR_ERANGE ? FR_EPROTO : rc,
-			    "rank %d: writing to rank %d failed: %s%s%s%s",
-			    c->rank, fr_peer_rank(&c->peer, p), fr_strerror(rc),
+			    "rank %d: %s rank %d failed: %s%s%s%s", c->rank,
+			    what, fr_peer_rank(&c->peer, p), fr_strerror(rc),
 			    why ? " (" : "", why ? why : "", why ? ")" : "");
+}
+
+static int write_failed(struct fr_comm *c, struct fr_peer *p, int rc)
+{
+	return link_failed(c, p, rc, "writing to");
 }
 
 int fr_peer_write(struct fr_comm *c, int rank, struct fr_mem *lmem, size_t loff,
@@ -989,6 +995,63 @@ int fr_peer_write(struct fr_comm *c, int rank, struct fr_mem *lmem, size_t loff,
 	c->stats.bytes_sent += len;
 	c->stats.wire_bytes += len;
 	return 0;
+}
+
+size_t fr_peer_line_bytes(const struct fr_comm *c)
+{
+	/* FR_LL=0 turns the small messages' paths off, lines too */
+	return c->nranks > 1 && c->peer.ll && c->tp_ops->line_bytes
+		       ? c->tp_ops->line_bytes(c->tp)
+		       : 0;
+}
+
+int fr_peer_line_put(struct fr_comm *c, int rank, uint64_t seq, const void *buf,
+		     size_t len)
+{
+	struct fr_peer *p = &c->peer.peers[rank];
+	int rc = fr_peer_need(c, rank);
+
+	if (rc)
+		return rc;
+	if (p->state != FR_PEER_UP)
+		return FR_EAGAIN;
+	rc = c->tp_ops->line_put(p->conn, seq, buf, len);
+	if (rc)
+		return link_failed(c, p, rc, "a line to");
+	c->stats.bytes_sent += len;
+	c->stats.wire_bytes += len;
+	return 0;
+}
+
+int fr_peer_line_get(struct fr_comm *c, int rank, uint64_t seq, void *buf,
+		     size_t len)
+{
+	struct fr_peer *p = &c->peer.peers[rank];
+	int rc;
+
+	/* a peer whose connection went down may have put this line before
+	 * it left (its communicator destroyed right after the collective):
+	 * the line is still there, as a message would be in our mailbox */
+	if (p->state == FR_PEER_DOWN && p->conn) {
+		rc = c->tp_ops->line_get(p->conn, seq, buf, len);
+		if (rc > 0)
+			return rc;
+	}
+	rc = fr_peer_need(c, rank);
+	if (rc)
+		return rc == FR_EAGAIN ? 0 : rc;
+	if (p->state != FR_PEER_UP)
+		return 0; /* left after ours: fr_peers_check_gone decides */
+	rc = c->tp_ops->line_get(p->conn, seq, buf, len);
+	if (rc > 0) {
+		/* progress, as a completion is (the timeout's clock) */
+		c->peer.last_activity_ms = fr_coarse_ms();
+		return rc;
+	}
+	if (rc == FR_EAGAIN || !rc)
+		return 0;
+	rc = link_failed(c, p, rc, "a line from");
+	return rc == FR_EAGAIN ? 0 : rc;
 }
 
 /* The header's algo byte: the algorithm, and in the high nibble the

@@ -378,6 +378,22 @@ int fr_peer_write(struct fr_comm *comm, int rank, struct fr_mem *lmem,
 		  size_t loff, const struct fr_tp_rkey *rkey, uint64_t roff,
 		  size_t len, uint32_t imm, bool user);
 
+/*
+ * Lines (transport.h, line_put): a collective that goes whole in one
+ * message per peer (algo/ll.c).  fr_peer_line_bytes: the largest, 0 where
+ * the transport has none (then neither call may be used).
+ * fr_peer_line_put: seq's bytes to rank (connecting on first use): 0,
+ * FR_EAGAIN (connecting), or the error that failed the communicator.
+ * fr_peer_line_get: rank's line seq into buf (at most len bytes): the
+ * count the peer put, 0 while it has not, or the error that failed the
+ * communicator.  The caller keeps the order the transport asks for.
+ */
+size_t fr_peer_line_bytes(const struct fr_comm *comm);
+int fr_peer_line_put(struct fr_comm *comm, int rank, uint64_t seq,
+		     const void *buf, size_t len);
+int fr_peer_line_get(struct fr_comm *comm, int rank, uint64_t seq, void *buf,
+		     size_t len);
+
 /* Best-effort ABORT to every connected peer. */
 void fr_peers_send_abort(struct fr_comm *comm, int err, int origin);
 /* A failed rank's ABORT to every rank, connecting as needed (bounded). */

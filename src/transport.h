@@ -43,6 +43,8 @@
 
 /* Most bytes of one write_inline. */
 #define FR_TP_INLINE_MAX 32
+/* Most bytes of one line (line_put, below). */
+#define FR_TP_LINE_MAX 240
 /* Largest opaque address blob and remote key blob. */
 #define FR_TP_ADDR_MAX 128
 #define FR_TP_RKEY_MAX 52 /* the ring's READY (2 keys) fits 128 bytes */
@@ -218,6 +220,38 @@ struct fr_tp_ops {
 	 * (affinity.c).  0 with *cpus filled, or FR_ENODEV when the device
 	 * says nothing (a software device). */
 	int (*locality)(struct fr_tp *tp, cpu_set_t *cpus);
+
+	/*
+	 * Optional (all three NULL, or line_bytes returning 0): lines, a
+	 * channel of each connection beside its writes, for a collective
+	 * small enough to go whole in one message (the one-shot All-Reduce
+	 * over lines, algo/ll.c).  Each direction of a connection has two
+	 * lines, one for odd and one for even numbers: line_put(seq) copies
+	 * len (1 ..= line_bytes) bytes from buf into the line of seq's
+	 * parity and then publishes seq there, and the peer's
+	 * line_get(seq) sees them once published: the bytes it asked for
+	 * copied to buf and their count returned (the put's len, which may
+	 * differ from the len asked for: at most len are copied), 0 while
+	 * the line holds another number.  No region, no key, no completion:
+	 * the receiver polls the line itself (one cache line between two
+	 * cores for a short one), and a put to a sleeping peer wakes it, as
+	 * a write would (its wait treats a line it waits for as something
+	 * for poll, so poll must then be called and returns nothing for
+	 * it).  The caller sees to it that a put never overwrites what the
+	 * peer has not read: it puts seq only after getting seq - 1 from
+	 * that peer, who got seq - 2 from it before putting seq - 1.
+	 * Numbers start at 1 (a line starts at 0, which no get asks for).
+	 * line_put returns 0, FR_EAGAIN (not connected yet) or the
+	 * connection's error; line_get a count, 0, or the error.
+	 * line_bytes: the endpoint's largest line, 0 where it has none (a
+	 * view other than the first of a shared endpoint: lines are the
+	 * connection's, not a communicator's).
+	 */
+	size_t (*line_bytes)(struct fr_tp *tp);
+	int (*line_put)(struct fr_tp_conn *conn, uint64_t seq, const void *buf,
+			size_t len);
+	int (*line_get)(struct fr_tp_conn *conn, uint64_t seq, void *buf,
+			size_t len);
 };
 
 /*

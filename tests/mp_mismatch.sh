@@ -30,6 +30,38 @@ done
 # READY's header as by a fragment's
 run "mismatch count n=5 rabenseifner zero-copy" \
 	frrun -n 5 -e FR_ALGO=rabenseifner --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 2 --what count --counts 1000000
+# small calls (3 elements: over shared memory the one-shot over lines,
+# ll.c, whose header names the call)
+for n in 2 3; do
+	for what in count dtype op; do
+		run "mismatch $what n=$n 3 elements" \
+			frrun -n "$n" --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim $((n - 1)) --what $what --counts 3
+	done
+done
+# a count past the line (28 doubles fit, the victim's 29 do not): the
+# victim's mailbox messages meet its peers' wait for lines
+for n in 2 3; do
+	run "mismatch count n=$n across the line's size" \
+		frrun -n "$n" --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim $((n - 1)) --what count --counts 28
+done
+# another collective than the peers' small one: where they use lines the
+# victim reads none and learns of it from the timeout (short here)
+run "mismatch coll n=2 3 elements" \
+	frrun -n 2 -e FR_TIMEOUT_MS=3000 --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 1 --what coll --counts 3
+# FR_LL=0 on one rank alone, over a transport with lines (shm, and the
+# mixed ones): refused at the rendezvous, which names it (elsewhere the
+# ranks may differ: tests/verbs_guest.sh)
+ll_refused() {
+	local out
+	if out=$(frrun -n 2 --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 1 --what ll 2>&1); then
+		echo "$out"
+		return 1
+	fi
+	grep -q 'll=0' <<<"$out" || { echo "$out"; return 1; }
+}
+case $TRANSPORT in
+shm*) run "FR_LL differs: refused at the rendezvous" ll_refused ;;
+esac
 # a rank whose arguments are refused: the others fail at once, naming it
 for n in $ranks; do
 	for what in refuse-null refuse-dtype refuse-first; do

@@ -28,16 +28,42 @@ run "ring only (FR_SHM_CMA_BYTES=0) n=3" \
 run "cross-memory attach from 4 KiB n=4" \
 	frrun -n 4 -e FR_SHM_CMA_BYTES=4096 --transport shm --timeout 600 "$MP" matrix \
 	--counts 0,1,3,7919,300007 --dtypes f32,bf16,i64 --ops sum,min
-# small messages: the 16-byte header by write_inline (FR_LL=1, the
-# default, which every run above takes), the 64-byte one by write_imm
-# (FR_LL=0), and a job whose ranks differ (each decodes both)
+# small messages: the 16-byte header by write_inline and the small
+# All-Reduce over lines (FR_LL=1, the default, which every run above
+# takes), the 64-byte header by write_imm and the mailboxes (FR_LL=0);
+# ranks that differ are refused here (mp_mismatch.sh), and mixed on
+# verbs (tests/verbs_guest.sh), which has no lines
 run "small messages by write_imm (FR_LL=0) n=3" \
 	frrun -n 3 -e FR_LL=0 --transport shm --timeout 600 "$MP" matrix \
 	--counts 0,1,2,3,4,5,17 --dtypes f32,f64,u8,bf16 --ops sum,max
-run "FR_LL=0 on odd ranks only n=4" \
-	frrun -n 4 --transport shm --timeout 600 bash -c \
-	'[ $((FR_RANK % 2)) = 1 ] && export FR_LL=0; exec "$0" "$@"' \
-	"$MP" colls --counts 0,1,2,3,5,17
+# the lines are taken: up to 224 bytes the algorithm column says oneshot
+# (the model alone picks rd there at n = 2), past them and with FR_LL=0 it
+# does not
+lines_taken() {
+	out=$(frrun -n 2 --transport shm "$@" --timeout 60 "$B/fr_allreduce_perf" \
+		-b 8 -e 256 -f 2 -n 5 -w 1 2>&1)
+	rows=$(echo "$out" | awk '$1 == "[0]" && $2 ~ /^[0-9]+$/ { print $2, $NF }')
+	echo "$rows" | grep -q '^8 oneshot$' &&
+		echo "$rows" | grep -q '^128 oneshot$' &&
+		! echo "$rows" | grep -q '^256 oneshot$' || { echo "$out"; return 1; }
+}
+lines_not_taken() {
+	out=$(frrun -n 2 --transport shm -e FR_LL=0 --timeout 60 \
+		"$B/fr_allreduce_perf" -b 8 -e 8 -n 5 -w 1 2>&1)
+	echo "$out" | awk '$1 == "[0]" && $2 == "8" { print $NF }' | grep -qv oneshot ||
+		{ echo "$out"; return 1; }
+}
+run "small All-Reduces go by lines" lines_taken
+run "FR_LL=0: by the mailboxes" lines_not_taken
+# the one-shot over lines at every size it takes (up to 224 bytes: 28
+# doubles, 112 bf16) and past it, every datatype and operation, on the
+# rank counts it serves (2 to 8) and one beyond (9: the mailboxes)
+for n in 2 5 8 9; do
+	run "small All-Reduces over lines n=$n" \
+		frrun -n "$n" --transport shm --timeout 600 "$MP" matrix \
+		--counts 1,2,3,7,27,28,29,55,56,57,111,112,113,224,225 \
+		--dtypes all --ops all
+done
 # auto: shm when the launcher puts every rank here; shm+tcp when FR_NODE
 # emulates separate nodes (shm to the ranks that share one)
 auto_is() {

@@ -893,6 +893,99 @@ static void test_write_inline(void **state)
 	}
 }
 
+/*
+ * Lines (optional; skipped where the transport has none, or where the
+ * mixed transport's pair is over its network): numbers 1 .. N go back and
+ * forth, each of another length, so that both lines of each direction
+ * are reused many times; a get sees exactly the put of its number (never
+ * the other line's, never the line's previous number), copies at most the
+ * bytes asked for and returns the count put; lines make no completions;
+ * a wait returns at once for a line a get waits for; bad arguments are
+ * refused; and a line put before its connection closed is still read.
+ */
+static void test_lines(void **state)
+{
+	enum { N = 2000 };
+	struct ep *a, *b;
+	struct fr_tp_conn *ab, *ba;
+	uint8_t out[FR_TP_LINE_MAX], in[FR_TP_LINE_MAX + 8];
+	size_t max;
+	uint64_t t0;
+	int rc;
+
+	if (!ops->line_put || mux_nodes)
+		skip();
+	a = ep_open(0);
+	b = ep_open(1);
+	max = ops->line_bytes(a->tp);
+	if (!max)
+		skip();
+	assert_true(max <= FR_TP_LINE_MAX);
+	connect_pair(a, b, &ab, &ba);
+	assert_int_equal(ops->line_get(ba, 1, in, sizeof(in)), 0);
+	for (uint64_t seq = 1; seq <= N; seq++) {
+		struct fr_tp_conn *tx = seq & 2 ? ba : ab,
+				  *rx = seq & 2 ? ab : ba;
+		size_t len = 1 + (seq * 37) % max;
+
+		for (size_t i = 0; i < len; i++)
+			out[i] = (uint8_t)(seq * 131 + i);
+		/* the number after: not there yet, whatever its line holds */
+		assert_int_equal(ops->line_get(rx, seq, in, sizeof(in)), 0);
+		PUMP_UNTIL((rc = ops->line_put(tx, seq, out, len)) !=
+			   FR_EAGAIN);
+		assert_int_equal(rc, 0);
+		memset(out, 0, len); /* copied by the put */
+		memset(in, 0xee, sizeof(in));
+		PUMP_UNTIL((rc = ops->line_get(rx, seq, in, sizeof(in))) != 0);
+		assert_int_equal(rc, (int)len);
+		for (size_t i = 0; i < len; i++)
+			assert_int_equal(in[i], (uint8_t)(seq * 131 + i));
+		assert_int_equal(in[len], 0xee);
+		assert_int_equal(ops->line_get(rx, seq + 1, in, sizeof(in)), 0);
+		/* the lines of the other direction never hold it */
+		assert_int_equal(ops->line_get(tx, seq, in, sizeof(in)), 0);
+	}
+	/* fewer bytes asked for than put: those, and the count put */
+	memset(out, 0x5a, max);
+	assert_int_equal(ops->line_put(ab, N + 1, out, max), 0);
+	memset(in, 0, sizeof(in));
+	PUMP_UNTIL((rc = ops->line_get(ba, N + 1, in, 3)) != 0);
+	assert_int_equal(rc, (int)max);
+	assert_true(all_bytes(in, 3, 0x5a));
+	assert_true(all_bytes(in + 3, sizeof(in) - 3, 0));
+	/* no completion came of any of it */
+	pump_for(20);
+	assert_int_equal(n_ok(a, ab, FR_CQE_RECV) + n_ok(a, ab, FR_CQE_SEND) +
+				 n_ok(b, ba, FR_CQE_RECV) +
+				 n_ok(b, ba, FR_CQE_SEND) + n_err(a, ab) +
+				 n_err(b, ba),
+			 0);
+	/* a wait for a line that came returns at once */
+	assert_int_equal(ops->line_get(ba, N + 2, in, sizeof(in)), 0);
+	assert_int_equal(ops->line_put(ab, N + 2, out, 8), 0);
+	t0 = now_ms();
+	assert_int_equal(ops->wait(b->tp, 5000), 0);
+	assert_true(now_ms() - t0 < 2000);
+	assert_int_equal(ops->line_get(ba, N + 2, in, sizeof(in)), 8);
+	/* bad arguments */
+	assert_int_equal(ops->line_put(ab, N + 3, out, 0), FR_EINVAL);
+	assert_int_equal(ops->line_put(ab, N + 3, out, max + 1), FR_EINVAL);
+	assert_int_equal(ops->line_put(ab, 0, out, 8), FR_EINVAL);
+	assert_int_equal(ops->line_put(ab, N + 3, NULL, 8), FR_EINVAL);
+	assert_int_equal(ops->line_put(NULL, N + 3, out, 8), FR_EINVAL);
+	assert_int_equal(ops->line_get(ba, 0, in, 8), FR_EINVAL);
+	assert_int_equal(ops->line_get(NULL, N + 3, in, 8), FR_EINVAL);
+	/* put, then gone: the line is still read, the next number fails */
+	assert_int_equal(ops->line_put(ab, N + 3, out, 8), 0);
+	ops->close_conn(ab);
+	PUMP_UNTIL(n_err(b, ba) >= 1);
+	assert_int_equal(ops->line_get(ba, N + 3, in, sizeof(in)), 8);
+	rc = ops->line_get(ba, N + 4, in, sizeof(in));
+	assert_true(rc < 0);
+	assert_true(ops->line_put(ba, N + 4, out, 8) < 0);
+}
+
 /* Set or unset an environment variable (NULL: unset). */
 static void env_set(const char *name, const char *v)
 {
@@ -2560,6 +2653,7 @@ int main(int argc, char **argv)
 		T(test_verbs_resume),
 		T(test_zero_length),
 		T(test_write_inline),
+		T(test_lines),
 		T(test_fifo_many),
 		T(test_bidirectional),
 		T(test_tcp_rcvbuf),

@@ -127,6 +127,10 @@ struct fr_algo_layer {
 	bool hc_local_known;
 	unsigned hc_local;
 	struct fr_zx_layer zx;
+	/* the one-shot over lines (ll.c): the communicator's collectives
+	 * over lines so far, and the active one's line (header and input) */
+	uint64_t ll_seq;
+	_Alignas(64) uint8_t ll_line[FR_TP_LINE_MAX];
 };
 
 struct fr_algo {
@@ -175,6 +179,16 @@ extern const struct fr_algo fr_algo_pairwise;	   /* alltoall(v)       */
 extern const struct fr_algo fr_algo_bruck;	   /* alltoall          */
 extern const struct fr_algo fr_algo_bruck_rsag;	   /* log-step RS, AG */
 extern const struct fr_algo fr_algo_vring; /* allgatherv, reduce_scatterv */
+extern const struct fr_algo fr_algo_ll;	   /* allreduce, one-shot, lines */
+
+/* ll.c: the one-shot over lines takes All-Reduces of up to a line (less
+ * its FR_LL_HDR-byte header) on at most FR_LL_RANKS_MAX ranks, all on one
+ * node, over a transport with lines (fr_peer_line_bytes); beyond that
+ * rank count its n - 1 lines a rank cost more than recursive doubling's
+ * lg n steps.  fr_ll_fits: whether the collective of bytes is one. */
+#define FR_LL_HDR 16
+#define FR_LL_RANKS_MAX 8
+bool fr_ll_fits(const struct fr_comm *comm, enum fr_coll coll, size_t bytes);
 
 /* The table's hooks for the engine (select.c): an algorithm's completion,
  * every algorithm's progress, and their state freed. */

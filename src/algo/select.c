@@ -1088,7 +1088,7 @@ static const struct fr_algo *const algos[] = {
 	&fr_algo_cring,	       &fr_algo_hier,	     &fr_algo_hier_rsag,
 	&fr_algo_bruck_rsag,   &fr_algo_oneshot,     &fr_algo_reduce_tree,
 	&fr_algo_reduce_chain, &fr_algo_pairwise,    &fr_algo_bruck,
-	&fr_algo_vring,	       &fr_algo_dbtree,
+	&fr_algo_vring,	       &fr_algo_dbtree,	     &fr_algo_ll,
 };
 
 int fr_algos_on_cqe(struct fr_comm *comm, struct fr_request *active, int peer,
@@ -1126,15 +1126,17 @@ void fr_algos_comm_free(struct fr_comm *comm)
 }
 
 static const struct fr_algo *impl(const struct fr_comm *comm, enum fr_coll coll,
-				  int id)
+				  int id, size_t bytes)
 {
 	switch (coll) {
 	case FR_COLL_ALLREDUCE:
 		return id == FR_ALGO_RING	    ? &fr_algo_ring
 		       : id == FR_ALGO_RD	    ? &fr_algo_rd
 		       : id == FR_ALGO_RABENSEIFNER ? &fr_algo_rabenseifner
-		       : id == FR_ALGO_ONESHOT	    ? &fr_algo_oneshot
-		       : id == FR_ALGO_TREE	    ? &fr_algo_dbtree
+		       : id == FR_ALGO_ONESHOT ? (fr_ll_fits(comm, coll, bytes)
+							  ? &fr_algo_ll
+							  : &fr_algo_oneshot)
+		       : id == FR_ALGO_TREE    ? &fr_algo_dbtree
 		       : id == FR_ALGO_HIER && hier_ok(comm) ? &fr_algo_hier
 							     : NULL;
 	case FR_COLL_REDUCE_SCATTER:
@@ -1186,7 +1188,7 @@ static void log_choice(struct fr_comm *comm, const struct fr_request *req,
 	comm->algo.logged[slot].coll = (int)req->coll;
 	comm->algo.logged[slot].bytes = bytes;
 	for (int id = 1; id < FR_ALGO_COUNT; id++) {
-		const struct fr_algo *a = impl(comm, req->coll, id);
+		const struct fr_algo *a = impl(comm, req->coll, id, bytes);
 
 		if (!a || us[id] < 0 || a->id != id || (size_t)n >= sizeof(why))
 			continue;
@@ -1212,11 +1214,21 @@ const struct fr_algo *fr_algo_select(struct fr_comm *comm,
 	if (req->compress != FR_COMPRESS_NONE)
 		return &fr_algo_cring;
 	if (req->forced != FR_ALGO_AUTO) {
-		best = impl(comm, req->coll, req->forced);
+		best = impl(comm, req->coll, req->forced, bytes);
 		if (best)
 			return best;
 		/* not one this collective has: choose as auto would */
 	}
+	/*
+	 * A call that lines carry whole (ll.c: one node, a few ranks, a
+	 * vector of up to a line) goes by them: one cache line from each
+	 * peer, against recursive doubling's lg n steps through the
+	 * mailboxes, each a message's software path (0.40-0.73 against
+	 * about 0.2 us at n = 2; perf/bench/README.md).  Nothing the model
+	 * knows is cheaper, and it has no parameter for a line.
+	 */
+	if (fr_ll_fits(comm, req->coll, bytes))
+		return &fr_algo_ll;
 	/*
 	 * The choice depends only on the collective, the size, the type and
 	 * the parameters, which stand after the communicator is made (those
@@ -1238,7 +1250,7 @@ const struct fr_algo *fr_algo_select(struct fr_comm *comm,
 		comm->algo.hc_local_known = true;
 	}
 	for (int id = 1; id < FR_ALGO_COUNT; id++) {
-		const struct fr_algo *a = impl(comm, req->coll, id);
+		const struct fr_algo *a = impl(comm, req->coll, id, bytes);
 
 		us[id] = a ? fr_algo_predict_us(comm, id, req->coll, bytes,
 						req->dtype)

@@ -189,22 +189,27 @@ static inline struct fr_tpb_mr *fr_tpb_mr(struct fr_tp_mr *mr)
 /*
  * The operations table of a transport of the base: its own operations
  * (probe_ ... finish_) and the base's.  dereg_ may be fr_tpb_dereg_mem.
+ * FR_TPB_OPS_FIELDS is the same without the braces, for a table that adds
+ * optional operations of its own (shm's lines).
  */
-#define FR_TPB_OPS(name_, probe_, open_, connect_, dereg_, write_, inline_,   \
-		   wait_, prepare_, finish_)                                  \
-	{                                                                     \
-		.size = sizeof(struct fr_tp_ops), .name = name_,              \
-		.probe = probe_, .open = open_, .connect = connect_,          \
-		.accept = fr_tpb_accept, .connect_done = fr_tpb_connect_done, \
-		.reg_mem = fr_tpb_reg_mem, .dereg_mem = dereg_,               \
-		.pack_rkey = fr_tpb_pack_rkey,                                \
-		.unpack_rkey = fr_tpb_unpack_rkey, .write_imm = write_,       \
-		.write_inline = inline_, .poll = fr_tpb_poll, .wait = wait_,  \
-		.wait_prepare = prepare_, .wait_fd = fr_tpb_wait_fd,          \
-		.wait_finish = finish_, .wake = fr_tpb_wake,                  \
-		.close_conn = fr_tpb_close_conn, .close = fr_tpb_close,       \
-		.conn_peer = fr_tpb_conn_peer,                                \
-		.last_error = fr_tpb_last_error, .pending = fr_tpb_pending,   \
+#define FR_TPB_OPS_FIELDS(name_, probe_, open_, connect_, dereg_, write_, \
+			  inline_, wait_, prepare_, finish_)              \
+	.size = sizeof(struct fr_tp_ops), .name = name_, .probe = probe_, \
+	.open = open_, .connect = connect_, .accept = fr_tpb_accept,      \
+	.connect_done = fr_tpb_connect_done, .reg_mem = fr_tpb_reg_mem,   \
+	.dereg_mem = dereg_, .pack_rkey = fr_tpb_pack_rkey,               \
+	.unpack_rkey = fr_tpb_unpack_rkey, .write_imm = write_,           \
+	.write_inline = inline_, .poll = fr_tpb_poll, .wait = wait_,      \
+	.wait_prepare = prepare_, .wait_fd = fr_tpb_wait_fd,              \
+	.wait_finish = finish_, .wake = fr_tpb_wake,                      \
+	.close_conn = fr_tpb_close_conn, .close = fr_tpb_close,           \
+	.conn_peer = fr_tpb_conn_peer, .last_error = fr_tpb_last_error,   \
+	.pending = fr_tpb_pending
+#define FR_TPB_OPS(name_, probe_, open_, connect_, dereg_, write_, inline_,  \
+		   wait_, prepare_, finish_)                                 \
+	{                                                                    \
+		FR_TPB_OPS_FIELDS(name_, probe_, open_, connect_, dereg_,    \
+				  write_, inline_, wait_, prepare_, finish_) \
 	}
 
 /* ---- the endpoint ----------------------------------------------------------

@@ -433,6 +433,30 @@ static int mux_write_inline(struct fr_tp_conn *c, const void *buf,
 	return fr_shm_ops.write_inline(c->child, buf, &s, roff, len, imm);
 }
 
+/* Lines are the shm side's (transport.h): a peer over the network has
+ * none, and the one-shot over lines is chosen only where every rank is on
+ * this node (algo/ll.c), so a put or get to it is refused. */
+static size_t mux_line_bytes(struct fr_tp *tp)
+{
+	return tp ? fr_shm_ops.line_bytes(tp->shm) : 0;
+}
+
+static int mux_line_put(struct fr_tp_conn *c, uint64_t seq, const void *buf,
+			size_t len)
+{
+	if (!c || !c->shm)
+		return FR_EINVAL;
+	return fr_shm_ops.line_put(c->child, seq, buf, len);
+}
+
+static int mux_line_get(struct fr_tp_conn *c, uint64_t seq, void *buf,
+			size_t len)
+{
+	if (!c || !c->shm)
+		return FR_EINVAL;
+	return fr_shm_ops.line_get(c->child, seq, buf, len);
+}
+
 static int mux_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 {
 	int n, k;
@@ -556,6 +580,8 @@ static int mux_locality(struct fr_tp *tp, cpu_set_t *cpus)
 		.close_conn = mux_close_conn, .close = mux_close,             \
 		.conn_peer = fr_tpb_conn_peer, .pending = mux_pending,        \
 		.last_error = mux_last_error, .locality = mux_locality,       \
+		.line_bytes = mux_line_bytes, .line_put = mux_line_put,       \
+		.line_get = mux_line_get,                                     \
 	}
 
 const struct fr_tp_ops fr_mux_ops = MUX_OPS("shm+tcp", mux_probe, mux_open);

@@ -116,6 +116,10 @@ struct shr_view {
 	atomic_int nheld; /* entries of held: pending() reads it unlocked */
 	atomic_bool woken;
 	bool closing, quarantine;
+	/* the endpoint's first view (fr_share_new), the only one with lines,
+	 * ever: a later view that takes id 0 after it closed would find its
+	 * numbers in the connections' lines */
+	bool lines;
 	struct shr_view *next; /* s->views */
 };
 
@@ -651,6 +655,19 @@ static int write_gate(const struct shr_conn *c, const struct shr_link *l)
 	return l->send ? 0 : FR_EAGAIN;
 }
 
+/* Enter c's endpoint (*lk for leave()) and ask whether c may write on its
+ * link now (*rc, as write_gate); the link. */
+static struct shr_link *gate_enter(struct shr_conn *c, bool *lk, int *rc)
+{
+	struct fr_share *s = c->v->s;
+	struct shr_link *l;
+
+	*lk = enter(s);
+	l = &s->links[c->wpeer];
+	*rc = write_gate(c, l);
+	return l;
+}
+
 static int v_write_imm(struct fr_tp_conn *conn, struct fr_tp_mr *lmr,
 		       size_t loff, const struct fr_tp_rkey *rkey,
 		       uint64_t roff, size_t len, uint32_t imm, uint64_t ctx)
@@ -664,9 +681,7 @@ static int v_write_imm(struct fr_tp_conn *conn, struct fr_tp_mr *lmr,
 	if (!c || (imm & FR_TP_IMM_ID_MASK) || (ctx & FR_TP_CTX_ID_MASK))
 		return FR_EINVAL;
 	s = c->v->s;
-	lk = enter(s);
-	l = &s->links[c->wpeer];
-	rc = write_gate(c, l);
+	l = gate_enter(c, &lk, &rc);
 	if (!rc)
 		rc = s->ops->write_imm(
 			l->send, lmr, loff, rkey, roff, len,
@@ -691,13 +706,76 @@ static int v_write_inline(struct fr_tp_conn *conn, const void *buf,
 	if (!c || (imm & FR_TP_IMM_ID_MASK))
 		return FR_EINVAL;
 	s = c->v->s;
-	lk = enter(s);
-	l = &s->links[c->wpeer];
-	rc = write_gate(c, l);
+	l = gate_enter(c, &lk, &rc);
 	if (!rc)
 		rc = s->ops->write_inline(
 			l->send, buf, rkey, roff, len,
 			imm | (uint32_t)c->v->id << FR_TP_IMM_ID_SHIFT);
+	leave(s, lk);
+	return rc;
+}
+
+/*
+ * Lines (transport.h) are the connection's, not a communicator's: only the
+ * first view (the communicator the endpoint was made for, id 0) has them,
+ * and no view after it, though one may take its id once it closed.
+ * A link may have two connections up, ours and the peer's (both dialled at
+ * once): puts take the one writes take, and a get looks at both, since
+ * the peer puts on the one it chose.
+ */
+static size_t v_line_bytes(struct fr_tp *tp)
+{
+	struct shr_view *v = V(tp);
+
+	return v && v->lines && v->s->ops->line_bytes
+		       ? v->s->ops->line_bytes(v->s->tp)
+		       : 0;
+}
+
+static int v_line_put(struct fr_tp_conn *conn, uint64_t seq, const void *buf,
+		      size_t len)
+{
+	struct shr_conn *c = C(conn);
+	struct fr_share *s;
+	struct shr_link *l;
+	bool lk;
+	int rc;
+
+	if (!c || !c->v->lines)
+		return FR_EINVAL;
+	s = c->v->s;
+	l = gate_enter(c, &lk, &rc);
+	if (!rc)
+		rc = s->ops->line_put(l->send, seq, buf, len);
+	leave(s, lk);
+	return rc;
+}
+
+static int v_line_get(struct fr_tp_conn *conn, uint64_t seq, void *buf,
+		      size_t len)
+{
+	struct shr_conn *c = C(conn);
+	struct fr_share *s;
+	struct shr_link *l;
+	bool lk;
+	int rc = 0;
+
+	if (!c || !c->v->lines)
+		return FR_EINVAL;
+	s = c->v->s;
+	lk = enter(s);
+	l = &s->links[c->wpeer];
+	/* a dead link's connections keep their lines (a peer that put its
+	 * last one and left) */
+	if (l->out && l->out_up)
+		rc = s->ops->line_get(l->out, seq, buf, len);
+	if (rc <= 0 && l->in && l->in_up) {
+		int r2 = s->ops->line_get(l->in, seq, buf, len);
+
+		rc = r2 > 0 || !rc ? r2 : rc;
+	}
+	if (!rc && l->err)
+		rc = l->err;
 	leave(s, lk);
 	return rc;
 }
@@ -1059,6 +1137,9 @@ int fr_share_new(const struct fr_tp_ops *ops, struct fr_tp *tp, int rank,
 		.last_error = v_last_error,
 		.pending = v_pending,
 		.locality = ops->locality ? v_locality : NULL,
+		.line_bytes = ops->line_bytes ? v_line_bytes : NULL,
+		.line_put = ops->line_put ? v_line_put : NULL,
+		.line_get = ops->line_get ? v_line_get : NULL,
 	};
 	all = malloc((size_t)nranks * sizeof(int));
 	if (!all)
@@ -1070,6 +1151,7 @@ int fr_share_new(const struct fr_tp_ops *ops, struct fr_tp *tp, int rank,
 	if (rc)
 		goto nomem_locks;
 	rc = fr_share_set_id(vw, 0);
+	V(vw)->lines = true;
 	if (!rc) {
 		*vops = vo;
 		*view = vw;

@@ -50,10 +50,19 @@
  *     ring header: its application may free a source that a pull has not
  *     read yet, and a receiver that sees the flag after a pull fails the
  *     connection instead of completing the write (see shm_pull()).
+ *   - Lines (transport.h, line_put; shm_data.c): four lines in the
+ *     segment, two per direction, by the parity of their numbers, for a
+ *     collective that goes whole in one message to each peer.  The writer
+ *     copies the bytes and their count, then stores the number (release);
+ *     the reader polls the number in the line itself.  No slot, no region
+ *     check (the line is the connection's, not the application's memory),
+ *     no completion.  A failed connection keeps its segment mapped until
+ *     it is freed: a line the peer put before it left is still read.
  *   - Idle: wait() sets this side's "sleeping" flag in every segment, checks
- *     the rings once more and sleeps in epoll (the sockets, the listener and
- *     the wake eventfd).  A producer that publishes a slot, or a consumer
- *     that frees one, reads the peer's flag after a full fence and sends one
+ *     the rings (and a line a get waits for) once more and sleeps in
+ *     epoll (the sockets, the listener and the wake eventfd).  A producer
+ *     that publishes a slot or a line, or a consumer that frees a slot,
+ *     reads the peer's flag after a full fence and sends one
  *     byte on the socket if it is set (a Dekker pair: either the sleeper
  *     sees the slot or the producer sees the flag).  No core spins while
  *     nothing arrives.
@@ -62,7 +71,7 @@
  *
  *   hello, connector -> acceptor, one SEQPACKET message of 24 bytes with
  *   the segment's descriptor attached (SCM_RIGHTS):
- *      0 u32 magic "FSHM"   4 u16 version (4)   6 u16 kind (1 = hello)
+ *      0 u32 magic "FSHM"   4 u16 version (5)   6 u16 kind (1 = hello)
  *      8 i32 connector's rank   12 u32 segment bytes   16 u64 job nonce
  *   reply, acceptor -> connector, 12 bytes:
  *      0 u32 magic   4 u16 version   6 u16 kind (2 = reply)   8 i32 status
@@ -70,7 +79,10 @@
  *   afterwards only 1-byte wake messages.
  *
  *   segment: u32 connector asleep, u32 acceptor asleep (each in its own
- *      cache line), then ring[0] (connector -> acceptor) and ring[1].
+ *      cache line), then four lines of 256 bytes, the connector's two
+ *      (even, odd numbers) and the acceptor's, each u64 number, u32 byte
+ *      count, u32 0, then up to 240 bytes; then ring[0] (connector ->
+ *      acceptor) and ring[1].
  *   ring header, one cache line each: u64 head (consumer); u64 the
  *      ring's address in the producer's process and u32 closed
  *      (producer); u32 pull_ok (consumer); then 64 slots.
@@ -132,6 +144,7 @@ static const struct fr_tpb_class shm_class = {
 	.rkey = {SHM_RKEY_MAGIC, SHM_VERSION, SHM_RKEY_LEN},
 	.progress = shm_progress,
 	.conn_down = shm_conn_down,
+	.conn_free = shm_conn_free,
 };
 
 static void shm_progress(struct fr_tp *tp, bool force_events)
@@ -394,7 +407,17 @@ static int shm_wait(struct fr_tp *tp, int timeout_ms)
 	return 0;
 }
 
-const struct fr_tp_ops fr_shm_ops =
-	FR_TPB_OPS("shm", shm_probe, shm_tp_open, shm_connect, fr_tpb_dereg_mem,
-		   shm_write_imm, shm_write_inline, shm_wait, shm_wait_prepare,
-		   shm_wait_finish);
+static size_t shm_line_bytes(struct fr_tp *tp)
+{
+	(void)tp;
+	return FR_TP_LINE_MAX;
+}
+
+const struct fr_tp_ops fr_shm_ops = {
+	FR_TPB_OPS_FIELDS("shm", shm_probe, shm_tp_open, shm_connect,
+			  fr_tpb_dereg_mem, shm_write_imm, shm_write_inline,
+			  shm_wait, shm_wait_prepare, shm_wait_finish),
+	.line_bytes = shm_line_bytes,
+	.line_put = shm_line_put,
+	.line_get = shm_line_get,
+};

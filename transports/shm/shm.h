@@ -34,8 +34,8 @@
 #define SHM_MAGIC 0x4d485346u /* "FSHM" */
 /* 2: PULL slots replaced writes placed by the writer; 3: the consumer
  * polls the slot's own sequence number instead of the ring's tail; 4:
- * seq first in the slot, INLINE slots (write_inline) */
-#define SHM_VERSION 4
+ * seq first in the slot, INLINE slots (write_inline); 5: lines */
+#define SHM_VERSION 5
 #define SHM_KIND_HELLO 1
 #define SHM_KIND_REPLY 2
 #define SHM_HELLO_LEN 24
@@ -100,14 +100,25 @@ struct shm_ring {
 	_Alignas(64) struct shm_slot slot[SHM_SLOTS];
 };
 
-/* ring[s] carries side s's writes to side 1 - s (0 = connector). */
+/* A line (transport.h, line_put): the bytes and len, then seq (release),
+ * which the reader polls; a short line's bytes share seq's cache line. */
+struct shm_line {
+	_Alignas(64) _Atomic uint64_t seq;
+	uint32_t len, pad;
+	uint8_t data[FR_TP_LINE_MAX];
+};
+
+/* ring[s] carries side s's writes to side 1 - s (0 = connector), line[s]
+ * its lines (by the parity of their numbers). */
 struct shm_seg {
 	_Alignas(64) _Atomic uint32_t sleeping0;
 	_Alignas(64) _Atomic uint32_t sleeping1;
+	_Alignas(64) struct shm_line line[2][2];
 	_Alignas(64) struct shm_ring ring[2];
 };
 
 _Static_assert(sizeof(struct shm_slot) == SHM_SLOT_BYTES, "slot layout");
+_Static_assert(sizeof(struct shm_line) == 256, "line layout");
 _Static_assert(offsetof(struct shm_slot, data) == SHM_SLOT_HDR, "slot header");
 _Static_assert(SHM_SLOT_INLINE >= FR_TP_INLINE_MAX, "write_inline fits");
 /* what shm_rx copies before judging it (seq is read on its own): the
@@ -157,6 +168,10 @@ struct fr_tp_conn {
 	size_t seg_len;
 	struct shm_ring *tx, *rx;
 	_Atomic uint32_t *my_sleep, *peer_sleep;
+	struct shm_line *line_tx, *line_rx; /* [2], by parity */
+	/* the number the next line_get waits for (shm_ready looks for it),
+	 * and the last one shm_ready reported (once is enough) */
+	uint64_t line_want, line_told;
 	uint64_t tx_tail, rx_head;
 	uint64_t tx_head; /* the consumer's head as we last read it */
 	size_t rx_pulled; /* bytes of the PULL slot at rx_head read so far */
@@ -189,6 +204,7 @@ FR_TPB_FIRST(shm_sqe);
 void shm_name_addr(const char *name, struct sockaddr_un *sa, socklen_t *len);
 struct fr_tp_conn *shm_conn_new(struct fr_tp *tp);
 void shm_conn_down(struct fr_tp_conn *c);
+void shm_conn_free(struct fr_tp_conn *c);
 int shm_start_connect(struct fr_tp_conn *c, uint64_t now);
 void shm_events(struct fr_tp *tp);
 void shm_timers(struct fr_tp *tp);
@@ -198,6 +214,9 @@ void shm_tx(struct fr_tp_conn *c);
 int shm_write_inline(struct fr_tp_conn *c, const void *buf,
 		     const struct fr_tp_rkey *rkey, uint64_t roff, size_t len,
 		     uint32_t imm);
+int shm_line_put(struct fr_tp_conn *c, uint64_t seq, const void *buf,
+		 size_t len);
+int shm_line_get(struct fr_tp_conn *c, uint64_t seq, void *buf, size_t len);
 void shm_rx(struct fr_tp_conn *c);
 bool shm_ready(struct fr_tp_conn *c);
 

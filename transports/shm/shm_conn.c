@@ -90,6 +90,7 @@ static void shm_unmap(struct fr_tp_conn *c)
 		munmap(c->seg, c->seg_len);
 	c->seg = NULL;
 	c->tx = c->rx = NULL;
+	c->line_tx = c->line_rx = NULL;
 	c->my_sleep = c->peer_sleep = NULL;
 }
 
@@ -98,14 +99,21 @@ static void shm_unmap(struct fr_tp_conn *c)
  * of its queued sends, remembers the error and owes one error completion
  * plus one per queued send if it was established and handed out) or goes
  * away: say so in the segment first, close the socket (the peer reads
- * EOF), keep the segment mapped no longer.
+ * EOF).  The segment stays mapped until the connection is freed: a peer
+ * that put its line and then closed (its communicator destroyed right
+ * after its last collective) has still given us that line
+ * (shm_line_get).
  */
 void shm_conn_down(struct fr_tp_conn *c)
 {
 	shm_mark_closed(c);
 	shm_close_fd(c);
-	shm_unmap(c);
 	c->sq_push = 0; /* pushed or not, they all fail now */
+}
+
+void shm_conn_free(struct fr_tp_conn *c)
+{
+	shm_unmap(c);
 }
 
 /*
@@ -137,6 +145,9 @@ static void shm_attach(struct fr_tp_conn *c, struct shm_seg *seg, size_t len)
 	shm_warm(seg, c->side);
 	c->tx = &seg->ring[c->side];
 	c->rx = &seg->ring[1 - c->side];
+	c->line_tx = seg->line[c->side];
+	c->line_rx = seg->line[1 - c->side];
+	c->line_want = 1;
 	c->my_sleep = c->side ? &seg->sleeping1 : &seg->sleeping0;
 	c->peer_sleep = c->side ? &seg->sleeping0 : &seg->sleeping1;
 	/* For the peer's probe (shm_probe_pull), before the hello or the

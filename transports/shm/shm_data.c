@@ -201,6 +201,63 @@ int shm_write_inline(struct fr_tp_conn *c, const void *buf,
 }
 
 /*
+ * Lines (transport.h, line_put): beside the rings, two per direction in
+ * the segment (struct shm_line), for a collective that goes whole in one
+ * message.  The writer copies the bytes and their count, then publishes
+ * the number (release) and wakes a sleeping peer as a ring write does;
+ * the reader polls the number in the line itself.  For a short line that
+ * is one cache line from core to core, and none of the ring's slots,
+ * region checks or completions: the caller owns the order (it puts a
+ * number only after it got the one before from that peer).
+ */
+int shm_line_put(struct fr_tp_conn *c, uint64_t seq, const void *buf,
+		 size_t len)
+{
+	struct shm_line *l;
+
+	if (!c || !buf || !seq || !len || len > FR_TP_LINE_MAX)
+		return FR_EINVAL;
+	if (c->b.state == SHM_FAILED)
+		return c->b.error;
+	if (c->b.state != SHM_UP)
+		return FR_EAGAIN;
+	l = &c->line_tx[seq & 1];
+	memcpy(l->data, buf, len);
+	l->len = (uint32_t)len;
+	atomic_store_explicit(&l->seq, seq, memory_order_release);
+	shm_poke(c);
+	return 0;
+}
+
+int shm_line_get(struct fr_tp_conn *c, uint64_t seq, void *buf, size_t len)
+{
+	const struct shm_line *l;
+	uint32_t n;
+
+	if (!c || !buf || !seq)
+		return FR_EINVAL;
+	/* a failed connection keeps its segment (shm_conn_down): a line
+	 * the peer put before it closed is still read */
+	if (!c->line_rx)
+		return c->b.state == SHM_FAILED ? c->b.error : 0;
+	l = &c->line_rx[seq & 1];
+	if (atomic_load_explicit(&l->seq, memory_order_acquire) != seq) {
+		if (c->b.state == SHM_FAILED)
+			return c->b.error;
+		c->line_want = seq; /* a sleep looks for it (shm_ready) */
+		return 0;
+	}
+	n = l->len;
+	if (!n || n > FR_TP_LINE_MAX) {
+		fr_tpb_conn_fail(c, FR_EPROTO, "a line of %u bytes", n);
+		return FR_EPROTO;
+	}
+	memcpy(buf, l->data, FR_MIN((size_t)n, len));
+	c->line_want = seq + 1;
+	return (int)n;
+}
+
+/*
  * Pull the next chunk of the PULL slot h (checked against mr) from the
  * writer's memory into ours, spending at most *budget bytes.  0 when the
  * write is all here, 1 when more remains, or an error (the connection has
@@ -370,6 +427,14 @@ bool shm_ready(struct fr_tp_conn *c)
 		return false;
 	if (shm_slot_ready(c->rx, c->rx_head))
 		return true;
+	/* a line a get waits for: reported once, as a failed communicator
+	 * may never take it */
+	if (c->line_want != c->line_told &&
+	    atomic_load_explicit(&c->line_rx[c->line_want & 1].seq,
+				 memory_order_acquire) == c->line_want) {
+		c->line_told = c->line_want;
+		return true;
+	}
 	if (c->b.sq.count) {
 		uint64_t head = atomic_load_explicit(&c->tx->head,
 						     memory_order_acquire);

@@ -1,0 +1,276 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ll.c - the one-shot All-Reduce over lines: every rank puts its whole
+ * vector, with a header naming the call, into a line of every other
+ * rank's (transport.h, line_put) and reduces the n vectors itself.
+ *
+ * Schedule (n ranks on one node, 2 <= n <= FR_LL_RANKS_MAX, the vector and
+ * its 16-byte header in one line): one step, as the one-shot over
+ * mailboxes (oneshot.c).  Rank r puts to ranks r+1, r+2, ... r+n-1 (mod n)
+ * line number k, the communicator's k-th collective over lines, and folds
+ * the n vectors into its output in rank order:
+ *
+ *   out = ((x0 OP x1) OP x2) ... OP x(n-1)
+ *
+ * taking its own input at its place in that order and each other vector
+ * from its sender's line as it comes (a later sender's waits in its line).
+ *
+ * Why: an 8-byte All-Reduce over the mailboxes costs a rank its message
+ * header, a slot and a credit, the transport's completion, the peer
+ * layer's bookkeeping and the algorithm's step (about 40 functions, none
+ * of them the cost: 0.40-0.73 us at n = 2 over shm, where Open MPI's
+ * vader took 0.24-0.32).  A line is the transport's cache line that the
+ * receiver polls itself: the put writes the bytes and then the number,
+ * the get sees the number and copies the bytes.  Nothing else moves.
+ *
+ * Order: a line is written again (number k + 2, same parity) only after
+ * its reader has taken k: a rank puts k + 2 after it got k + 1 from every
+ * peer, and each peer put k + 1 after it got k from every peer.  So each
+ * connection needs its two lines only (transport.h).
+ *
+ * Mismatches: the header names the collective, the datatype, the
+ * operation, the count and the collective's number, compared on arrival
+ * (FR_EMISMATCH).  A peer whose arguments put it past a line (a larger
+ * count), or that called another collective, sends mailbox messages
+ * instead: fr_msg_get finds one for this collective, or one of another,
+ * while we wait for its line, and the communicator fails with
+ * FR_EMISMATCH.  A peer that waits for our messages in another collective
+ * reads no line: it fails at the timeout, or from our ABORT.  Settings
+ * that would make ranks choose differently (FR_ALGO, FR_LL) are compared
+ * at the rendezvous (comm.c).
+ *
+ * Determinism: every rank folds the same vectors in the same order with
+ * the same kernels, so all end with identical bits, the one-shot's left
+ * fold over ranks 0..n-1 (tests/mp_allreduce.c, expect_linear); it runs
+ * as FR_ALGO_ONESHOT, which it is (select.c chooses it for oneshot where
+ * the lines can carry the call).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "algo.h"
+#include "internal.h"
+#include "peer.h"
+
+#define LL_MAGIC 0x4c4c /* "LL" */
+/* looks at a line that has not come, per pass of the engine */
+#define FR_LL_LOOKS 16
+
+/* The header before the vector: 16 bytes, host order (one node). */
+struct ll_hdr {
+	uint16_t magic;
+	uint8_t coll, dtype, op, pad;
+	uint16_t pad2;
+	uint32_t seq;	/* the collective's number (req->seq) */
+	uint32_t count; /* elements (the vector fits a line) */
+};
+_Static_assert(sizeof(struct ll_hdr) == FR_LL_HDR, "ll header");
+
+struct ll_state {
+	uint64_t line; /* our line number for this call */
+	size_t es, bytes;
+	fr_reduce_fn kern;
+	int next;    /* the rank whose vector is folded next */
+	int nput;    /* peers our line has gone to (in our order) */
+	bool scaled; /* AVG's division done */
+};
+
+bool fr_ll_fits(const struct fr_comm *comm, enum fr_coll coll, size_t bytes)
+{
+	size_t max;
+
+	if (coll != FR_COLL_ALLREDUCE || !bytes || comm->nranks < 2 ||
+	    comm->nranks > FR_LL_RANKS_MAX || comm->topo.nnodes != 1)
+		return false;
+	max = fr_peer_line_bytes(comm);
+	return max > FR_LL_HDR && bytes <= max - FR_LL_HDR;
+}
+
+static int ll_start(struct fr_comm *comm, struct fr_request *req)
+{
+	struct ll_state *st = fr_algo_state_new(req, sizeof(*st));
+	const void *in =
+		req->sendbuf == FR_IN_PLACE ? req->recvbuf : req->sendbuf;
+	struct ll_hdr h = {
+		.magic = LL_MAGIC,
+		.coll = (uint8_t)req->coll,
+		.dtype = (uint8_t)req->dtype,
+		.op = (uint8_t)req->op,
+		.seq = req->seq,
+		.count = (uint32_t)req->count,
+	};
+
+	if (!st)
+		return FR_ENOMEM;
+	st->line = ++comm->algo.ll_seq;
+	st->es = fr_dtype_size(req->dtype);
+	st->bytes = req->count * st->es;
+	st->kern = fr_reduce_kernel(req->dtype, req->op);
+	/* our line, header and input, assembled once: in place, the output
+	 * overwrites the input while puts and the fold still read it (one
+	 * image a communicator: one collective is active at a time) */
+	memcpy(comm->algo.ll_line, &h, sizeof(h));
+	memcpy(comm->algo.ll_line + FR_LL_HDR, in, st->bytes);
+	return 0;
+}
+
+/* Our line to every peer, in our order; a peer still connecting waits. */
+static int put_all(struct fr_comm *comm, struct ll_state *st, bool *did_work)
+{
+	int n = comm->nranks;
+
+	while (st->nput < n - 1) {
+		int peer = (comm->rank + 1 + st->nput) % n;
+		int rc = fr_peer_line_put(comm, peer, st->line,
+					  comm->algo.ll_line,
+					  FR_LL_HDR + st->bytes);
+
+		if (rc == FR_EAGAIN)
+			return 0;
+		if (rc)
+			return rc;
+		st->nput++;
+		*did_work = true;
+	}
+	return 0;
+}
+
+/*
+ * A peer that sends mailbox messages while we wait for lines chose another
+ * schedule or called another collective (its messages for a later
+ * collective, once it is done with this one, fr_msg_get leaves alone).
+ * Looked at only when messages wait unread: a spin costs nothing more.
+ */
+static int check_msgs(struct fr_comm *comm, const struct fr_request *req,
+		      const struct ll_state *st)
+{
+	for (int r = st->next; r < comm->nranks; r++) {
+		const struct fr_msg *m;
+		const uint8_t *payload;
+		int rc;
+
+		if (r == comm->rank)
+			continue;
+		rc = fr_msg_get(comm, req, r, &m, &payload);
+		if (rc == FR_EAGAIN)
+			continue;
+		if (rc)
+			return rc; /* fr_msg_get has failed the communicator */
+		return fr_comm_fail(
+			comm, FR_EMISMATCH,
+			"rank %d: collective #%u (All-Reduce of %zu %s, %s, by lines): rank %d sent a message for it (collective %d, %llu elements of datatype %d, algorithm %d)",
+			comm->rank, req->seq, req->count,
+			fr_dtype_name(req->dtype), fr_op_name(req->op), r,
+			m->coll, (unsigned long long)m->count, m->dtype,
+			m->algo & 0xf);
+	}
+	return 0;
+}
+
+/* rank r's line, reduced into the output: 1, 0 (not yet) or the error */
+static int take(struct fr_comm *comm, struct fr_request *req,
+		struct ll_state *st, int r, bool *did_work)
+{
+	uint8_t in[FR_TP_LINE_MAX];
+	struct ll_hdr h;
+	int got = fr_peer_line_get(comm, r, st->line, in, sizeof(in));
+
+	if (got < 0)
+		return got;
+	if (!got)
+		return comm->peer.unread ? check_msgs(comm, req, st) : 0;
+	memcpy(&h, in, sizeof(h));
+	if ((size_t)got != FR_LL_HDR + st->bytes || h.magic != LL_MAGIC ||
+	    h.coll != req->coll || h.dtype != req->dtype || h.op != req->op ||
+	    h.seq != req->seq || h.count != req->count)
+		return fr_comm_fail(
+			comm, FR_EMISMATCH,
+			"rank %d: collective #%u (All-Reduce of %zu %s, %s): rank %d called collective #%u, %u elements of datatype %d, operation %d",
+			comm->rank, req->seq, req->count,
+			fr_dtype_name(req->dtype), fr_op_name(req->op), r,
+			h.seq, h.count, h.dtype, h.op);
+	/* rank 0's vector is copied, the later ones reduced in */
+	if (r == 0)
+		memcpy(req->recvbuf, in + FR_LL_HDR, st->bytes);
+	else
+		st->kern(req->recvbuf, req->recvbuf, in + FR_LL_HDR,
+			 req->count);
+	*did_work = true;
+	return 1;
+}
+
+static int ll_advance(struct fr_comm *comm, struct fr_request *req,
+		      bool *did_work)
+{
+	struct ll_state *st = req->algo_state;
+	int rc = put_all(comm, st, did_work);
+
+	while (!rc && st->next < comm->nranks) {
+		int r = st->next;
+
+		if (r == comm->rank) {
+			const uint8_t *x = comm->algo.ll_line + FR_LL_HDR;
+
+			if (r == 0)
+				memcpy(req->recvbuf, x, st->bytes);
+			else
+				st->kern(req->recvbuf, req->recvbuf, x,
+					 req->count);
+			*did_work = true;
+		} else {
+			/* a few looks at the line before the engine's
+			 * round (the transport's poll, the peers, the
+			 * lock): the line is the only thing this call
+			 * waits for, and a look costs a load */
+			for (int i = 0; i < FR_LL_LOOKS; i++) {
+				rc = take(comm, req, st, r, did_work);
+				if (rc)
+					break;
+			}
+			if (rc <= 0)
+				break;
+			rc = 0;
+		}
+		st->next++;
+	}
+	if (rc)
+		return rc;
+	if (st->next >= comm->nranks && !st->scaled) {
+		st->scaled = true;
+		if (req->op == FR_AVG)
+			fr_reduce_scale_avg(req->dtype, req->recvbuf,
+					    req->count, comm->nranks);
+	}
+	return 0;
+}
+
+static bool ll_done(const struct fr_comm *comm, const struct fr_request *req)
+{
+	const struct ll_state *st = req->algo_state;
+
+	return st && st->next >= comm->nranks && st->nput >= comm->nranks - 1;
+}
+
+static int ll_waiting_on(const struct fr_comm *comm,
+			 const struct fr_request *req)
+{
+	const struct ll_state *st = req->algo_state;
+
+	if (!st)
+		return (comm->rank + 1) % comm->nranks;
+	if (st->next < comm->nranks && st->next != comm->rank)
+		return st->next;
+	if (st->nput < comm->nranks - 1)
+		return (comm->rank + 1 + st->nput) % comm->nranks;
+	return (comm->rank + 1) % comm->nranks;
+}
+
+const struct fr_algo fr_algo_ll = {
+	.id = FR_ALGO_ONESHOT,
+	.name = "oneshot",
+	.start = ll_start,
+	.advance = ll_advance,
+	.done = ll_done,
+	.free = fr_algo_free_state,
+	.waiting_on = ll_waiting_on,
+};

@@ -1589,6 +1589,22 @@ static int run_mismatch_n(fr_comm_t *comm, int victim, const char *what,
 		printf("rank %d: %s: %s\n", rank, fr_errname(rc), fr_comm_last_error(comm));
 		return failed;
 	}
+	if (!strcmp(what, "barrier")) {
+		/* the victim calls a barrier where its peers All-Reduce:
+		 * over lines (both ll.c's) every rank reads the other call's
+		 * header; over the mailboxes the victim meets a message of
+		 * the All-Reduce */
+		if (rank == victim)
+			rc = fr_barrier(comm);
+		else
+			rc = fr_allreduce(comm, FR_IN_PLACE, buf, count, dt,
+					  op);
+		CHECK(rc == FR_EMISMATCH || (rank != victim && rc == FR_EPEER),
+		      "got %s: %s", fr_errname(rc), fr_comm_last_error(comm));
+		printf("rank %d: %s: %s\n", rank, fr_errname(rc),
+		       fr_comm_last_error(comm));
+		return failed;
+	}
 	if (rank == victim && !strcmp(what, "skip")) {
 		/* This rank is one collective behind: it destroys early,
 		 * so the others must not hang. */

@@ -38,6 +38,11 @@ for n in 2 3; do
 			frrun -n "$n" --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim $((n - 1)) --what $what --counts 3
 	done
 done
+# a barrier against a small All-Reduce (over shared memory both by lines)
+for n in 2 3; do
+	run "mismatch barrier n=$n 3 elements" \
+		frrun -n "$n" --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim $((n - 1)) --what barrier --counts 3
+done
 # a count past the line (28 doubles fit, the victim's 29 do not): the
 # victim's mailbox messages meet its peers' wait for lines
 for n in 2 3; do

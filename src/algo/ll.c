@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ll.c - the one-shot All-Reduce over lines: every rank puts its whole
- * vector, with a header naming the call, into a line of every other
- * rank's (transport.h, line_put) and reduces the n vectors itself.
+ * ll.c - the one-shot All-Reduce (and barrier) over lines: every rank puts
+ * its whole vector, with a header naming the call, into a line of every
+ * other rank's (transport.h, line_put) and reduces the n vectors itself.
  *
  * Schedule (n ranks on one node, 2 <= n <= FR_LL_RANKS_MAX, the vector and
  * its 16-byte header in one line): one step, as the one-shot over
@@ -38,6 +38,11 @@
  * reads no line: it fails at the timeout, or from our ABORT.  Settings
  * that would make ranks choose differently (FR_ALGO, FR_LL) are compared
  * at the rendezvous (comm.c).
+ *
+ * A barrier goes the same way with the header alone (n ranks on one
+ * node): a rank leaves once it has every peer's line, so every peer has
+ * entered; one step where dissemination takes lg n, and it reports
+ * oneshot (fr_comm_last_algo), which it is.
  *
  * Determinism: every rank folds the same vectors in the same order with
  * the same kernels, so all end with identical bits, the one-shot's left
@@ -79,8 +84,12 @@ bool fr_ll_fits(const struct fr_comm *comm, enum fr_coll coll, size_t bytes)
 {
 	size_t max;
 
-	if (coll != FR_COLL_ALLREDUCE || !bytes || comm->nranks < 2 ||
-	    comm->nranks > FR_LL_RANKS_MAX || comm->topo.nnodes != 1)
+	if (coll == FR_COLL_BARRIER)
+		bytes = 0;
+	else if (coll != FR_COLL_ALLREDUCE || !bytes)
+		return false;
+	if (comm->nranks < 2 || comm->nranks > FR_LL_RANKS_MAX ||
+	    comm->topo.nnodes != 1)
 		return false;
 	max = fr_peer_line_bytes(comm);
 	return max > FR_LL_HDR && bytes <= max - FR_LL_HDR;
@@ -102,14 +111,16 @@ static int ll_start(struct fr_comm *comm, struct fr_request *req)
 
 	if (!st)
 		return FR_ENOMEM;
+	memcpy(comm->algo.ll_line, &h, sizeof(h));
 	st->line = ++comm->algo.ll_seq;
+	if (req->coll == FR_COLL_BARRIER) /* the header alone */
+		return 0;
 	st->es = fr_dtype_size(req->dtype);
 	st->bytes = req->count * st->es;
 	st->kern = fr_reduce_kernel(req->dtype, req->op);
 	/* our line, header and input, assembled once: in place, the output
 	 * overwrites the input while puts and the fold still read it (one
 	 * image a communicator: one collective is active at a time) */
-	memcpy(comm->algo.ll_line, &h, sizeof(h));
 	memcpy(comm->algo.ll_line + FR_LL_HDR, in, st->bytes);
 	return 0;
 }
@@ -189,10 +200,11 @@ static int take(struct fr_comm *comm, struct fr_request *req,
 			comm->rank, req->seq, req->count,
 			fr_dtype_name(req->dtype), fr_op_name(req->op), r,
 			h.seq, h.count, h.dtype, h.op);
-	/* rank 0's vector is copied, the later ones reduced in */
-	if (r == 0)
+	/* rank 0's vector is copied, the later ones reduced in (a
+	 * barrier's line is its header alone) */
+	if (st->bytes && r == 0)
 		memcpy(req->recvbuf, in + FR_LL_HDR, st->bytes);
-	else
+	else if (st->bytes)
 		st->kern(req->recvbuf, req->recvbuf, in + FR_LL_HDR,
 			 req->count);
 	*did_work = true;
@@ -211,9 +223,9 @@ static int ll_advance(struct fr_comm *comm, struct fr_request *req,
 		if (r == comm->rank) {
 			const uint8_t *x = comm->algo.ll_line + FR_LL_HDR;
 
-			if (r == 0)
+			if (st->bytes && r == 0)
 				memcpy(req->recvbuf, x, st->bytes);
-			else
+			else if (st->bytes)
 				st->kern(req->recvbuf, req->recvbuf, x,
 					 req->count);
 			*did_work = true;
@@ -237,7 +249,7 @@ static int ll_advance(struct fr_comm *comm, struct fr_request *req,
 		return rc;
 	if (st->next >= comm->nranks && !st->scaled) {
 		st->scaled = true;
-		if (req->op == FR_AVG)
+		if (req->op == FR_AVG && st->bytes)
 			fr_reduce_scale_avg(req->dtype, req->recvbuf,
 					    req->count, comm->nranks);
 	}

@@ -1220,12 +1220,13 @@ const struct fr_algo *fr_algo_select(struct fr_comm *comm,
 		/* not one this collective has: choose as auto would */
 	}
 	/*
-	 * A call that lines carry whole (ll.c: one node, a few ranks, a
-	 * vector of up to a line) goes by them: one cache line from each
-	 * peer, against recursive doubling's lg n steps through the
-	 * mailboxes, each a message's software path (0.40-0.73 against
-	 * about 0.2 us at n = 2; perf/bench/README.md).  Nothing the model
-	 * knows is cheaper, and it has no parameter for a line.
+	 * A call that lines carry whole (ll.c: one node, a few ranks, an
+	 * All-Reduce of up to a line, or a barrier) goes by them: one cache
+	 * line from each peer, against recursive doubling's (or
+	 * dissemination's) lg n steps through the mailboxes, each a
+	 * message's software path (0.40-0.73 against 0.25-0.31 us for 8
+	 * bytes at n = 2; perf/bench/README.md).  Nothing the model knows is
+	 * cheaper, and it has no parameter for a line.
 	 */
 	if (fr_ll_fits(comm, req->coll, bytes))
 		return &fr_algo_ll;

@@ -446,16 +446,31 @@ int main(int argc, char **argv)
 	    b;
 	c = fmax(c, 0);
 	tn.alpha_us = a;
-	/* each extra message of the one-shot All-Reduce: from its 8-byte
-	 * time, one latency and p - 2 of them (2 ranks: none to see) */
-	tn.msg_us = FR_MSG_PER_ALPHA * a; /* as built in */
-	if (p > 2)
-		tn.msg_us =
-			fmax((time_allreduce_on(&t, mc, FR_ALGO_ONESHOT, 8) -
-			      a) / (p - 2),
-			     0);
 	tn.beta_ns = b * 1e3;
 	tn.copy_ns = c * 1e3;
+	/* each extra message of the one-shot All-Reduce through the
+	 * mailboxes: from its 8-byte time, what the model gives it with none
+	 * (one latency), over p - 2 of them (2 ranks: none to see).  Where
+	 * lines would carry 8 bytes (one node: ll.c, which this parameter
+	 * does not price), at twice a line instead, past what a line
+	 * carries. */
+	tn.msg_us = FR_MSG_PER_ALPHA * a; /* as built in */
+	if (p > 2) {
+		size_t n1 = fr_ll_fits(mc, FR_COLL_ALLREDUCE, 8)
+				    ? 2 * FR_TP_LINE_MAX
+				    : 8;
+		struct fr_tune t0 = tn;
+
+		t0.msg_us = 0;
+		tn.msg_us =
+			fmax((time_allreduce_on(&t, mc, FR_ALGO_ONESHOT, n1) -
+			      fr_model_predict_us(
+				      &t0, (int)p, fr_msg_payload_max(mc),
+				      FR_ALGO_ONESHOT, FR_COLL_ALLREDUCE, n1,
+				      FR_F32)) /
+				     (p - 2),
+			     0);
+	}
 	/* a step's fresh stream: Rabenseifner on the ring's 8 MiB, beyond
 	 * what the model gives it with none, per byte of its wire time (the
 	 * ring fixed beta there, so this is how much Rabenseifner loses to

@@ -1223,7 +1223,11 @@ static int freeze_midway(fr_comm_t *comm, float *buf, size_t count,
 
 static int run_die(fr_comm_t *comm, int victim, int at, const char *how)
 {
-	size_t count = 1 << 18;
+	/* FR_TEST_DIE_COUNT: another count (a small one goes by lines over
+	 * shared memory, algo/ll.c) */
+	size_t count = getenv("FR_TEST_DIE_COUNT")
+			       ? (size_t)atol(getenv("FR_TEST_DIE_COUNT"))
+			       : 1 << 18;
 	/* mmap, not malloc: the survivors' munmap must really unmap it */
 	float *buf = mmap(NULL, count * sizeof(float), PROT_READ | PROT_WRITE,
 			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -35,6 +35,16 @@ for algo in $algos; do
 done
 # alive but silent: the timeout turns it into FR_ETIMEDOUT everywhere
 run "rank 1 of 4 stalls" survivors_ok 4 1 stall
+# small All-Reduces (3 floats): over shared memory by lines (algo/ll.c),
+# where nothing but the connection and the timeout tells of a dead or
+# silent peer
+# (FR_TEST_SHORT: only where the transport has lines)
+if [ "$SHORT" = 0 ] || [ "${TRANSPORT#shm}" != "$TRANSPORT" ]; then
+	export FR_TEST_DIE_COUNT=3
+	run "kill -9 rank 2 of 4, 3 elements" survivors_ok 4 2 kill
+	run "rank 1 of 3 stalls, 3 elements" survivors_ok 3 1 stall
+	unset FR_TEST_DIE_COUNT
+fi
 # alive but late, answering PINGs from its progress thread: the others wait
 # for it up to FR_SLOW_TIMEOUT_MS (not FR_TIMEOUT_MS) and all succeed, and
 # beyond that fail saying that it is alive but late, not dead

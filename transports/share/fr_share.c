@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fr_share.c - the shared endpoint: several communicators over one
- * transport endpoint and its connections.
+ * transport endpoint and its connections.  This file: the design, the
+ * view's operations and the endpoint's interface (transport.h);
+ * share_link.c: the links, the lock and the routing of completions;
+ * share.h: the structures and who calls what.
  *
  * A job opens one endpoint (tcp, shm, verbs or a mix) and connects its
  * ranks once; every communicator split from it (fr_comm_split,
@@ -62,458 +65,7 @@
 #include "transport.h"
 #include "util.h"
 
-#define SHR_BATCH 64
-/* how long the higher rank of a link waits for the lower to connect */
-#define SHR_GRACE_MS 300
-/* completions kept for ids with no view yet, at most */
-#define SHR_UNCLAIMED_MAX 65536
-
-enum { ID_FREE, ID_LIVE, ID_QUARANTINE };
-
-struct shr_link {
-	struct fr_tp_conn *out, *in; /* we opened / it opened */
-	bool out_up, in_up;
-	struct fr_tp_conn *send; /* the first up: our writes take it */
-	int err;		 /* dead: the error */
-	uint64_t want_ms;	 /* a view first asked for it (0: none) */
-	bool busy;		 /* a handshake in progress (in s->busy) */
-};
-
-struct shr_held {
-	struct shr_held *next;
-	int id, wpeer;
-	struct fr_tp_cqe cqe;
-};
-
-struct shr_view;
-
-/* Memory a region kept registered lives in, released at the close. */
-struct shr_kept {
-	struct shr_kept *next;
-	void *buf;
-	size_t len;
-	void (*release)(void *buf, size_t len);
-};
-
-struct shr_conn {
-	struct shr_view *v;
-	int peer, wpeer;
-	int user_out; /* writes from the caller's memory not completed */
-	bool up;      /* connect_done() said so: completions flow from then */
-	bool err_out; /* a dead link's error completion reached the caller */
-};
-
-struct shr_view {
-	struct fr_share *s;
-	int id; /* -1 until set */
-	int n;
-	int *members;		 /* [n]: endpoint rank of each rank */
-	int *crank;		 /* [s->nranks]: our rank of it, or -1 */
-	struct shr_conn **conns; /* [n] */
-	struct fr_tp_cqe *q;	 /* completions for it, a ring */
-	unsigned qcap, qhead, qlen;
-	struct shr_held *held, *held_tail; /* from peers not yet connected */
-	atomic_int nheld; /* entries of held: pending() reads it unlocked */
-	atomic_bool woken;
-	bool closing, quarantine;
-	/* the endpoint's first view (fr_share_new), the only one with lines,
-	 * ever: a later view that takes id 0 after it closed would find its
-	 * numbers in the connections' lines */
-	bool lines;
-	struct shr_view *next; /* s->views */
-};
-
-struct fr_share {
-	const struct fr_tp_ops *ops;
-	struct fr_tp *tp;
-	int rank, nranks;
-	struct fr_tp_ops view_ops; /* the real one's name and options */
-	/* [nranks]: zeroed pages that an entry takes once written; a rank
-	 * of a large job links to few of the others (links_len bytes) */
-	struct shr_link *links;
-	size_t links_len;
-	/* the ranks' addresses, packed: rank w's are addrs[addr_off[w] ..
-	 * addr_off[w + 1]) (a large job's would be 128 bytes a rank each
-	 * in every rank otherwise) */
-	uint8_t *addrs;
-	uint32_t *addr_off;
-	int *busy, nbusy; /* links with a handshake in progress */
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	atomic_int nviews;
-	bool in_wait; /* a view's thread sleeps in the real wait() */
-	struct shr_view *waiter;
-	struct shr_view *ids[FR_SHARE_IDS];
-	uint8_t idstate[FR_SHARE_IDS];
-	struct shr_view *views;
-	struct shr_held *unclaimed, *unclaimed_tail;
-	int nunclaimed;
-	bool warned;
-	struct fr_tp_mr **zombies;
-	int nzombies, zcap;
-	struct shr_kept *kept;
-};
-
-static struct shr_view *V(struct fr_tp *tp)
-{
-	return (struct shr_view *)tp;
-}
-
-static struct shr_conn *C(struct fr_tp_conn *c)
-{
-	return (struct shr_conn *)c;
-}
-
-/* ---- locking ------------------------------------------------------------ */
-
-/* Take the endpoint: with more than one view, the mutex, and no thread
- * inside the real wait(). */
-static bool enter(struct fr_share *s)
-{
-	if (atomic_load_explicit(&s->nviews, memory_order_acquire) <= 1)
-		return false;
-	pthread_mutex_lock(&s->mu);
-	while (s->in_wait) {
-		s->ops->wake(s->tp);
-		pthread_cond_wait(&s->cv, &s->mu);
-	}
-	return true;
-}
-
-static void leave(struct fr_share *s, bool locked)
-{
-	if (locked)
-		pthread_mutex_unlock(&s->mu);
-}
-
-/* ---- queues ------------------------------------------------------------- */
-
-static void q_push(struct shr_view *v, const struct fr_tp_cqe *c)
-{
-	if (v->qlen == v->qcap) {
-		unsigned cap = v->qcap ? 2 * v->qcap : 64;
-		struct fr_tp_cqe *q = malloc(cap * sizeof(*q));
-
-		if (!q) {
-			fr_err("shared endpoint: out of memory; a completion is lost");
-			return;
-		}
-		for (unsigned i = 0; i < v->qlen; i++)
-			q[i] = v->q[(v->qhead + i) % v->qcap];
-		free(v->q);
-		v->q = q;
-		v->qcap = cap;
-		v->qhead = 0;
-	}
-	v->q[(v->qhead + v->qlen) % v->qcap] = *c;
-	v->qlen++;
-}
-
-static struct shr_held *held_new(int id, int wpeer, const struct fr_tp_cqe *c)
-{
-	struct shr_held *h = malloc(sizeof(*h));
-
-	if (!h) {
-		fr_err("shared endpoint: out of memory; a completion is lost");
-		return NULL;
-	}
-	h->next = NULL;
-	h->id = id;
-	h->wpeer = wpeer;
-	h->cqe = *c;
-	return h;
-}
-
-static void held_append(struct shr_held **head, struct shr_held **tail,
-			struct shr_held *h)
-{
-	if (!h)
-		return;
-	if (*tail)
-		(*tail)->next = h;
-	else
-		*head = h;
-	*tail = h;
-}
-
-/* Hold h for v until its sender's connection is up. */
-static void held_hold(struct shr_view *v, struct shr_held *h)
-{
-	if (!h)
-		return;
-	held_append(&v->held, &v->held_tail, h);
-	atomic_fetch_add_explicit(&v->nheld, 1, memory_order_relaxed);
-}
-
-/* Completions held for peer q of v (it has a connection now): queue them,
- * in order. */
-static void held_release(struct shr_view *v, int q)
-{
-	struct shr_held **pp = &v->held, *prev = NULL;
-
-	while (*pp) {
-		struct shr_held *h = *pp;
-
-		if (v->crank[h->wpeer] != q) {
-			prev = h;
-			pp = &h->next;
-			continue;
-		}
-		*pp = h->next;
-		if (v->held_tail == h)
-			v->held_tail = prev;
-		atomic_fetch_sub_explicit(&v->nheld, 1, memory_order_relaxed);
-		h->cqe.conn = (struct fr_tp_conn *)v->conns[q];
-		q_push(v, &h->cqe);
-		free(h);
-	}
-}
-
-static void held_free(struct shr_held *h)
-{
-	while (h) {
-		struct shr_held *n = h->next;
-
-		free(h);
-		h = n;
-	}
-}
-
-/* ---- links -------------------------------------------------------------- */
-
-static void busy_add(struct fr_share *s, int w)
-{
-	if (s->links[w].busy)
-		return;
-	s->links[w].busy = true;
-	s->busy[s->nbusy++] = w;
-}
-
-/* The link to w is dead: every view's connection over it fails. */
-static void link_fail(struct fr_share *s, int w, int err)
-{
-	struct shr_link *l = &s->links[w];
-
-	if (l->err)
-		return;
-	l->err = err ? err : FR_EPEER;
-	l->send = NULL;
-	fr_dbg("rank %d: shared link to rank %d failed: %s", s->rank, w,
-	       fr_strerror(l->err));
-	for (struct shr_view *v = s->views; v; v = v->next) {
-		int q = v->crank[w];
-		struct fr_tp_cqe c = {.kind = FR_CQE_RECV, .status = l->err};
-
-		if (v->id < 0 || v->closing || q < 0 || !v->conns[q] ||
-		    !v->conns[q]->up)
-			continue; /* it learns from connect_done() */
-		c.conn = (struct fr_tp_conn *)v->conns[q];
-		q_push(v, &c);
-	}
-}
-
-/* Advance a real connection's handshake: the first one up carries our
- * writes; one that fails ends the link only if it was all we had. */
-static void conn_advance(struct fr_share *s, int w, struct fr_tp_conn **cp,
-			 bool *up)
-{
-	struct shr_link *l = &s->links[w];
-	int rc;
-
-	if (!*cp || *up)
-		return;
-	rc = s->ops->connect_done(*cp);
-	if (rc == FR_EAGAIN)
-		return;
-	if (!rc) {
-		*up = true;
-		if (!l->send && !l->err)
-			l->send = *cp;
-		fr_dbg("rank %d: link to rank %d: %s connection up", s->rank, w,
-		       cp == &l->out ? "outgoing" : "incoming");
-		return;
-	}
-	s->ops->close_conn(*cp);
-	*cp = NULL;
-	if (!l->send && !(l->out && cp != &l->out) &&
-	    !(l->in && cp != &l->in) && (s->rank < w || cp == &l->in))
-		link_fail(s, w, rc);
-}
-
-static void busy_advance(struct fr_share *s)
-{
-	for (int i = 0; i < s->nbusy;) {
-		int w = s->busy[i];
-		struct shr_link *l = &s->links[w];
-
-		conn_advance(s, w, &l->out, &l->out_up);
-		conn_advance(s, w, &l->in, &l->in_up);
-		if ((l->out && !l->out_up) || (l->in && !l->in_up)) {
-			i++;
-			continue;
-		}
-		l->busy = false;
-		s->busy[i] = s->busy[--s->nbusy];
-	}
-}
-
-/* Take the connections peers opened to us. */
-static void accept_new(struct fr_share *s)
-{
-	int w[32], n;
-
-	if (!s->ops->pending)
-		return;
-	n = s->ops->pending(s->tp, w, 32);
-	for (int i = 0; i < n; i++) {
-		struct fr_tp_conn *c;
-
-		if (w[i] < 0 || w[i] >= s->nranks || w[i] == s->rank)
-			continue;
-		if (s->ops->accept(s->tp, w[i], &c))
-			continue;
-		if (s->links[w[i]].in || s->links[w[i]].err) {
-			/* a second one, or from a rank we gave up on */
-			s->ops->close_conn(c);
-			continue;
-		}
-		s->links[w[i]].in = c;
-		busy_add(s, w[i]);
-	}
-}
-
-/* 0 once the link to w carries writes, FR_EAGAIN before, or its error. */
-static int link_need(struct fr_share *s, int w)
-{
-	struct shr_link *l = &s->links[w];
-	uint64_t now;
-	int rc;
-
-	if (l->err)
-		return l->err;
-	if (l->send)
-		return 0;
-	now = fr_coarse_ms();
-	if (!l->want_ms)
-		l->want_ms = now;
-	if (!l->out && (s->rank < w || now - l->want_ms >= SHR_GRACE_MS)) {
-		if (!s->addr_off || s->addr_off[w + 1] == s->addr_off[w])
-			return FR_EPROTO;
-		rc = s->ops->connect(s->tp, w, s->addrs + s->addr_off[w],
-				     s->addr_off[w + 1] - s->addr_off[w],
-				     &l->out);
-		if (rc) {
-			l->out = NULL;
-			if (s->rank < w) {
-				link_fail(s, w, rc);
-				return rc;
-			}
-			l->want_ms = now; /* the next attempt after a grace */
-		} else {
-			l->out_up = false;
-			busy_add(s, w);
-		}
-	}
-	busy_advance(s);
-	return l->err ? l->err : l->send ? 0 : FR_EAGAIN;
-}
-
-/* ---- completions -------------------------------------------------------- */
-
-/* Where a completion of the real endpoint goes: the view it is for, with
- * the view's connection and its id stripped, or NULL (held, failed a
- * link, or dropped). */
-static struct shr_view *route(struct fr_share *s, struct fr_tp_cqe *c)
-{
-	int w = s->ops->conn_peer(c->conn), id, q;
-	struct shr_link *l;
-	struct shr_view *v;
-
-	if (w < 0 || w >= s->nranks || w == s->rank)
-		return NULL;
-	l = &s->links[w];
-	if (c->conn != l->out && c->conn != l->in)
-		return NULL; /* one we closed */
-	if (c->status) {
-		link_fail(s, w, c->status);
-		/* a write the failure ended: its view still counts it */
-		if (c->kind != FR_CQE_SEND)
-			return NULL;
-	}
-	if (c->kind == FR_CQE_SEND) {
-		id = (int)((c->ctx & FR_TP_CTX_ID_MASK) >> FR_TP_CTX_ID_SHIFT);
-		c->ctx &= ~FR_TP_CTX_ID_MASK;
-		v = s->ids[id];
-		if (!v || s->idstate[id] != ID_LIVE || (q = v->crank[w]) < 0 ||
-		    !v->conns[q])
-			return NULL;
-		if (c->ctx & FR_TP_CTX_USER)
-			v->conns[q]->user_out--;
-		c->conn = (struct fr_tp_conn *)v->conns[q];
-		return v;
-	}
-	id = (int)((c->imm & FR_TP_IMM_ID_MASK) >> FR_TP_IMM_ID_SHIFT);
-	c->imm &= ~FR_TP_IMM_ID_MASK;
-	if (s->idstate[id] == ID_QUARANTINE)
-		return NULL;
-	if (s->idstate[id] == ID_FREE) {
-		if (s->nunclaimed >= SHR_UNCLAIMED_MAX) {
-			if (!s->warned)
-				fr_warn("rank %d: writes for communicator id %d, which this rank does not have, are dropped",
-					s->rank, id);
-			s->warned = true;
-			return NULL;
-		}
-		held_append(&s->unclaimed, &s->unclaimed_tail,
-			    held_new(id, w, c));
-		s->nunclaimed++;
-		return NULL;
-	}
-	v = s->ids[id];
-	q = v->crank[w];
-	if (q < 0)
-		return NULL; /* not a member: nothing of ours */
-	if (!v->conns[q] || !v->conns[q]->up) {
-		/* as a transport delivers nothing on a connection before
-		 * it is established */
-		held_hold(v, held_new(id, w, c));
-		return NULL;
-	}
-	c->conn = (struct fr_tp_conn *)v->conns[q];
-	return v;
-}
-
-/* Poll the real endpoint once and hand out what came: how many, or its
- * error.  Those for me go straight to out (up to max, *nout so far) while
- * nothing of mine is queued before them; the rest to their views'
- * queues. */
-static int drain(struct fr_share *s, struct shr_view *me, struct fr_tp_cqe *out,
-		 int max, int *nout)
-{
-	struct fr_tp_cqe c[SHR_BATCH];
-	int n;
-
-	accept_new(s);
-	if (s->nbusy)
-		busy_advance(s);
-	n = s->ops->poll(s->tp, c, SHR_BATCH);
-	for (int i = 0; i < n; i++) {
-		struct shr_view *v = route(s, &c[i]);
-
-		if (!v)
-			continue;
-		if (v == me && !me->qlen && *nout < max) {
-			if (c[i].status)
-				C(c[i].conn)->err_out = true;
-			out[(*nout)++] = c[i];
-		} else {
-			q_push(v, &c[i]);
-		}
-	}
-	if (n > 0 && atomic_load(&s->nviews) > 1)
-		pthread_cond_broadcast(&s->cv);
-	return n;
-}
+#include "share.h"
 
 /* ---- the view's operations ---------------------------------------------- */
 
@@ -539,24 +91,24 @@ static int v_conn(struct fr_tp *tp, int peer, struct fr_tp_conn **conn)
 	s = v->s;
 	if (v->members[peer] == s->rank)
 		return FR_EINVAL;
-	lk = enter(s);
+	lk = shr_enter(s);
 	if (v->conns[peer]) {
 		/* one connection a peer: a second has nothing to add over
 		 * a shared link */
-		leave(s, lk);
+		shr_leave(s, lk);
 		return FR_EBUSY;
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
-		leave(s, lk);
+		shr_leave(s, lk);
 		return FR_ENOMEM;
 	}
 	c->v = v;
 	c->peer = peer;
 	c->wpeer = v->members[peer];
 	v->conns[peer] = c;
-	link_need(s, c->wpeer);
-	leave(s, lk);
+	shr_link_need(s, c->wpeer);
+	shr_leave(s, lk);
 	*conn = (struct fr_tp_conn *)c;
 	return 0;
 }
@@ -584,13 +136,13 @@ static int v_connect_done(struct fr_tp_conn *conn)
 	if (!c)
 		return FR_EINVAL;
 	s = c->v->s;
-	lk = enter(s);
-	rc = link_need(s, c->wpeer);
+	lk = shr_enter(s);
+	rc = shr_link_need(s, c->wpeer);
 	if (!rc && !c->up) {
 		c->up = true;
-		held_release(c->v, c->peer);
+		shr_held_release(c->v, c->peer);
 	}
-	leave(s, lk);
+	shr_leave(s, lk);
 	return rc;
 }
 
@@ -598,10 +150,10 @@ static int v_reg_mem(struct fr_tp *tp, void *buf, size_t len, int access,
 		     struct fr_tp_mr **mr)
 {
 	struct fr_share *s = V(tp)->s;
-	bool lk = enter(s);
+	bool lk = shr_enter(s);
 	int rc = s->ops->reg_mem(s->tp, buf, len, access, mr);
 
-	leave(s, lk);
+	shr_leave(s, lk);
 	return rc;
 }
 
@@ -609,7 +161,7 @@ static int v_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
 {
 	struct shr_view *v = V(tp);
 	struct fr_share *s = v->s;
-	bool lk = enter(s);
+	bool lk = shr_enter(s);
 	int rc = 0;
 
 	if (v->quarantine && mr) {
@@ -626,12 +178,12 @@ static int v_dereg_mem(struct fr_tp *tp, struct fr_tp_mr *mr)
 		}
 		if (s->nzombies < s->zcap) {
 			s->zombies[s->nzombies++] = mr;
-			leave(s, lk);
+			shr_leave(s, lk);
 			return FR_EBUSY; /* the caller keeps the memory */
 		}
 	}
 	rc = s->ops->dereg_mem(s->tp, mr);
-	leave(s, lk);
+	shr_leave(s, lk);
 	return rc;
 }
 
@@ -655,14 +207,14 @@ static int write_gate(const struct shr_conn *c, const struct shr_link *l)
 	return l->send ? 0 : FR_EAGAIN;
 }
 
-/* Enter c's endpoint (*lk for leave()) and ask whether c may write on its
+/* Enter c's endpoint (*lk for shr_leave()) and ask whether c may write on its
  * link now (*rc, as write_gate); the link. */
 static struct shr_link *gate_enter(struct shr_conn *c, bool *lk, int *rc)
 {
 	struct fr_share *s = c->v->s;
 	struct shr_link *l;
 
-	*lk = enter(s);
+	*lk = shr_enter(s);
 	l = &s->links[c->wpeer];
 	*rc = write_gate(c, l);
 	return l;
@@ -689,7 +241,7 @@ static int v_write_imm(struct fr_tp_conn *conn, struct fr_tp_mr *lmr,
 			ctx | (uint64_t)c->v->id << FR_TP_CTX_ID_SHIFT);
 	if (!rc && (ctx & FR_TP_CTX_USER))
 		c->user_out++;
-	leave(s, lk);
+	shr_leave(s, lk);
 	return rc;
 }
 
@@ -711,7 +263,7 @@ static int v_write_inline(struct fr_tp_conn *conn, const void *buf,
 		rc = s->ops->write_inline(
 			l->send, buf, rkey, roff, len,
 			imm | (uint32_t)c->v->id << FR_TP_IMM_ID_SHIFT);
-	leave(s, lk);
+	shr_leave(s, lk);
 	return rc;
 }
 
@@ -747,7 +299,7 @@ static int v_line_put(struct fr_tp_conn *conn, uint64_t seq, const void *buf,
 	l = gate_enter(c, &lk, &rc);
 	if (!rc)
 		rc = s->ops->line_put(l->send, seq, buf, len);
-	leave(s, lk);
+	shr_leave(s, lk);
 	return rc;
 }
 
@@ -763,7 +315,7 @@ static int v_line_get(struct fr_tp_conn *conn, uint64_t seq, void *buf,
 	if (!c || !c->v->lines)
 		return FR_EINVAL;
 	s = c->v->s;
-	lk = enter(s);
+	lk = shr_enter(s);
 	l = &s->links[c->wpeer];
 	/* a dead link's connections keep their lines (a peer that put its
 	 * last one and left) */
@@ -776,7 +328,7 @@ static int v_line_get(struct fr_tp_conn *conn, uint64_t seq, void *buf,
 	}
 	if (!rc && l->err)
 		rc = l->err;
-	leave(s, lk);
+	shr_leave(s, lk);
 	return rc;
 }
 
@@ -821,17 +373,17 @@ static int v_poll(struct fr_tp *tp, struct fr_tp_cqe *cqe, int max)
 	 * all it has (a caller stops at a short batch) */
 	n = q_pop(v, cqe, max);
 	while (n < max) {
-		int d = drain(s, v, cqe, max, &n);
+		int d = shr_drain(s, v, cqe, max, &n);
 
 		if (d < 0 && !n) {
-			leave(s, lk);
+			shr_leave(s, lk);
 			return d;
 		}
 		n += q_pop(v, cqe + n, max - n);
 		if (d < SHR_BATCH)
 			break;
 	}
-	leave(s, lk);
+	shr_leave(s, lk);
 	return n;
 }
 
@@ -870,7 +422,7 @@ static int v_wait(struct fr_tp *tp, int timeout_ms)
 	if (!s->in_wait) {
 		/* the real wait() comes right after a poll() that found
 		 * nothing */
-		n = drain(s, NULL, NULL, 0, NULL);
+		n = shr_drain(s, NULL, NULL, 0, NULL);
 		if (n || v->qlen) {
 			pthread_mutex_unlock(&s->mu);
 			return n < 0 ? n : 0;
@@ -882,7 +434,7 @@ static int v_wait(struct fr_tp *tp, int timeout_ms)
 		pthread_mutex_lock(&s->mu);
 		s->in_wait = false;
 		s->waiter = NULL;
-		n = drain(s, NULL, NULL, 0, NULL);
+		n = shr_drain(s, NULL, NULL, 0, NULL);
 		pthread_cond_broadcast(&s->cv);
 		pthread_mutex_unlock(&s->mu);
 		return rc ? rc : n < 0 ? n : 0;
@@ -941,7 +493,7 @@ static void v_close_conn(struct fr_tp_conn *conn)
 	if (!c)
 		return;
 	s = c->v->s;
-	lk = enter(s);
+	lk = shr_enter(s);
 	l = &s->links[c->wpeer];
 	c->v->conns[c->peer] = NULL;
 	q_forget(c->v, c);
@@ -949,14 +501,14 @@ static void v_close_conn(struct fr_tp_conn *conn)
 		/* the caller's memory may still be read: the link goes */
 		fr_info("rank %d: closing the link to rank %d: %d writes from the application's memory still queued",
 			s->rank, c->wpeer, c->user_out);
-		link_fail(s, c->wpeer, FR_EPEER);
+		shr_link_fail(s, c->wpeer, FR_EPEER);
 		if (l->out)
 			s->ops->close_conn(l->out);
 		if (l->in)
 			s->ops->close_conn(l->in);
 		l->out = l->in = NULL;
 	}
-	leave(s, lk);
+	shr_leave(s, lk);
 	free(c);
 }
 
@@ -979,7 +531,7 @@ static void share_free(struct fr_share *s)
 		k->release(k->buf, k->len);
 		free(k);
 	}
-	held_free(s->unclaimed);
+	shr_held_free(s->unclaimed);
 	free(s->zombies);
 	free(s->busy);
 	fr_pages_free(s->links, s->links_len);
@@ -999,7 +551,7 @@ static void v_close(struct fr_tp *tp)
 	if (!v)
 		return;
 	s = v->s;
-	lk = enter(s);
+	lk = shr_enter(s);
 	for (int q = 0; q < v->n; q++)
 		free(v->conns[q]);
 	if (v->id >= 0) {
@@ -1015,8 +567,8 @@ static void v_close(struct fr_tp *tp)
 	last = atomic_fetch_sub(&s->nviews, 1) == 1;
 	if (lk)
 		pthread_cond_broadcast(&s->cv);
-	leave(s, lk);
-	held_free(v->held);
+	shr_leave(s, lk);
+	shr_held_free(v->held);
 	free(v->q);
 	free(v->conns);
 	free(v->crank);
@@ -1049,7 +601,7 @@ static int v_pending(struct fr_tp *tp, int *peers, int max)
 	/* a count, not the list, outside the lock: cheap when nothing waits */
 	if (!atomic_load_explicit(&v->nheld, memory_order_relaxed))
 		return 0;
-	lk = enter(s);
+	lk = shr_enter(s);
 	for (struct shr_held *h = v->held; h && n < max; h = h->next) {
 		int q = v->crank[h->wpeer], k;
 
@@ -1060,7 +612,7 @@ static int v_pending(struct fr_tp *tp, int *peers, int max)
 		if (k == n)
 			peers[n++] = q;
 	}
-	leave(s, lk);
+	shr_leave(s, lk);
 	return n;
 }
 
@@ -1236,11 +788,11 @@ int fr_share_view(struct fr_share *s, const int *members, int n,
 		v->members[i] = members[i];
 		v->crank[members[i]] = i;
 	}
-	lk = enter(s);
+	lk = shr_enter(s);
 	v->next = s->views;
 	s->views = v;
 	atomic_fetch_add(&s->nviews, 1);
-	leave(s, lk);
+	shr_leave(s, lk);
 	*ops = &s->view_ops;
 	*view = (struct fr_tp *)v;
 	return 0;
@@ -1262,9 +814,9 @@ int fr_share_set_id(struct fr_tp *tp, int id)
 	if (!v || id < 0 || id >= FR_SHARE_IDS || v->id >= 0)
 		return FR_EINVAL;
 	s = v->s;
-	lk = enter(s);
+	lk = shr_enter(s);
 	if (s->idstate[id] != ID_FREE) {
-		leave(s, lk);
+		shr_leave(s, lk);
 		return FR_EBUSY;
 	}
 	v->id = id;
@@ -1288,21 +840,21 @@ int fr_share_set_id(struct fr_tp *tp, int id)
 		if (v->crank[h->wpeer] < 0)
 			free(h);
 		else
-			held_hold(v, h);
+			shr_held_hold(v, h);
 	}
-	leave(s, lk);
+	shr_leave(s, lk);
 	return 0;
 }
 
 void fr_share_ids_used(struct fr_share *s, uint8_t used[FR_SHARE_IDS / 8])
 {
-	bool lk = enter(s);
+	bool lk = shr_enter(s);
 
 	memset(used, 0, FR_SHARE_IDS / 8);
 	for (int i = 0; i < FR_SHARE_IDS; i++)
 		if (s->idstate[i] != ID_FREE)
 			used[i / 8] |= (uint8_t)(1u << (i % 8));
-	leave(s, lk);
+	shr_leave(s, lk);
 }
 
 struct fr_share *fr_share_of(struct fr_tp *tp)
@@ -1332,10 +884,10 @@ int fr_share_adopt(struct fr_tp *tp, void *buf, size_t len,
 	k->buf = buf;
 	k->len = len;
 	k->release = release;
-	lk = enter(v->s);
+	lk = shr_enter(v->s);
 	k->next = v->s->kept;
 	v->s->kept = k;
-	leave(v->s, lk);
+	shr_leave(v->s, lk);
 	return 0;
 }
 
@@ -1346,8 +898,8 @@ void fr_share_closing(struct fr_tp *tp, bool clean)
 
 	if (!v)
 		return;
-	lk = enter(v->s);
+	lk = shr_enter(v->s);
 	v->closing = true;
 	v->quarantine = !clean || v->held;
-	leave(v->s, lk);
+	shr_leave(v->s, lk);
 }

@@ -73,7 +73,7 @@ _Static_assert(sizeof(struct ll_hdr) == FR_LL_HDR, "ll header");
 
 struct ll_state {
 	uint64_t line; /* our line number for this call */
-	size_t es, bytes;
+	size_t bytes;  /* the vector's (0: a barrier) */
 	fr_reduce_fn kern;
 	int next;    /* the rank whose vector is folded next */
 	int nput;    /* peers our line has gone to (in our order) */
@@ -115,8 +115,7 @@ static int ll_start(struct fr_comm *comm, struct fr_request *req)
 	st->line = ++comm->algo.ll_seq;
 	if (req->coll == FR_COLL_BARRIER) /* the header alone */
 		return 0;
-	st->es = fr_dtype_size(req->dtype);
-	st->bytes = req->count * st->es;
+	st->bytes = req->count * fr_dtype_size(req->dtype);
 	st->kern = fr_reduce_kernel(req->dtype, req->op);
 	/* our line, header and input, assembled once: in place, the output
 	 * overwrites the input while puts and the fold still read it (one
@@ -178,7 +177,18 @@ static int check_msgs(struct fr_comm *comm, const struct fr_request *req,
 	return 0;
 }
 
-/* rank r's line, reduced into the output: 1, 0 (not yet) or the error */
+/* Rank r's vector x into the output, at its place in the fold: rank 0's
+ * copied, the later ones reduced in (a barrier has none). */
+static void fold(struct fr_request *req, const struct ll_state *st, int r,
+		 const uint8_t *x)
+{
+	if (st->bytes && r == 0)
+		memcpy(req->recvbuf, x, st->bytes);
+	else if (st->bytes)
+		st->kern(req->recvbuf, req->recvbuf, x, req->count);
+}
+
+/* rank r's line, folded into the output: 1, 0 (not yet) or the error */
 static int take(struct fr_comm *comm, struct fr_request *req,
 		struct ll_state *st, int r, bool *did_work)
 {
@@ -186,10 +196,8 @@ static int take(struct fr_comm *comm, struct fr_request *req,
 	struct ll_hdr h;
 	int got = fr_peer_line_get(comm, r, st->line, in, sizeof(in));
 
-	if (got < 0)
+	if (got <= 0)
 		return got;
-	if (!got)
-		return comm->peer.unread ? check_msgs(comm, req, st) : 0;
 	memcpy(&h, in, sizeof(h));
 	if ((size_t)got != FR_LL_HDR + st->bytes || h.magic != LL_MAGIC ||
 	    h.coll != req->coll || h.dtype != req->dtype || h.op != req->op ||
@@ -200,13 +208,7 @@ static int take(struct fr_comm *comm, struct fr_request *req,
 			comm->rank, req->seq, req->count,
 			fr_dtype_name(req->dtype), fr_op_name(req->op), r,
 			h.seq, h.count, h.dtype, h.op);
-	/* rank 0's vector is copied, the later ones reduced in (a
-	 * barrier's line is its header alone) */
-	if (st->bytes && r == 0)
-		memcpy(req->recvbuf, in + FR_LL_HDR, st->bytes);
-	else if (st->bytes)
-		st->kern(req->recvbuf, req->recvbuf, in + FR_LL_HDR,
-			 req->count);
+	fold(req, st, r, in + FR_LL_HDR);
 	*did_work = true;
 	return 1;
 }
@@ -221,24 +223,18 @@ static int ll_advance(struct fr_comm *comm, struct fr_request *req,
 		int r = st->next;
 
 		if (r == comm->rank) {
-			const uint8_t *x = comm->algo.ll_line + FR_LL_HDR;
-
-			if (st->bytes && r == 0)
-				memcpy(req->recvbuf, x, st->bytes);
-			else if (st->bytes)
-				st->kern(req->recvbuf, req->recvbuf, x,
-					 req->count);
+			fold(req, st, r, comm->algo.ll_line + FR_LL_HDR);
 			*did_work = true;
 		} else {
 			/* a few looks at the line before the engine's
 			 * round (the transport's poll, the peers, the
 			 * lock): the line is the only thing this call
 			 * waits for, and a look costs a load */
-			for (int i = 0; i < FR_LL_LOOKS; i++) {
+			for (int i = 0; i < FR_LL_LOOKS && !rc; i++)
 				rc = take(comm, req, st, r, did_work);
-				if (rc)
-					break;
-			}
+			/* not there yet: the mailboxes, once a pass */
+			if (!rc && comm->peer.unread)
+				rc = check_msgs(comm, req, st);
 			if (rc <= 0)
 				break;
 			rc = 0;

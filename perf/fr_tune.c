@@ -15,6 +15,9 @@
  *   step_ramp        Rabenseifner on the ring's large vector, minus what
  *                    the model gives it with no ramp, per byte of its
  *                    wire time (select.c, "a step's fresh stream");
+ *   line             on one node over a transport with lines, the
+ *                    one-shot over lines on 8 bytes, minus its copies
+ *                    and fold (select.c, "lines");
  *   grid_beta        with a grid of nodes (FR_TOPO), each dimension's
  *                    uplink: every rank exchanging a large vector with
  *                    its partner a step along it (time_grid);
@@ -307,6 +310,7 @@ static void write_tune(FILE *o, const struct tool *t, const struct fr_tune *tn,
 	fprintf(o, "%s.copy_ns = %.4f\n", tp, tn->copy_ns);
 	fprintf(o, "%s.msg_us = %.3f\n", tp, tn->msg_us);
 	fprintf(o, "%s.step_ramp = %.4f\n", tp, tn->step_ramp);
+	fprintf(o, "%s.line_us = %.3f\n", tp, tn->line_us);
 	for (int d = 0; d < FR_DTYPE_COUNT; d++)
 		fprintf(o, "gamma_ns.%s = %.4f\n", fr_dtype_name((fr_dtype_t)d),
 			tn->gamma_ns[d]);
@@ -470,6 +474,25 @@ int main(int argc, char **argv)
 				      FR_F32)) /
 				     (p - 2),
 			     0);
+	}
+	/* a line's trip (select.c, "lines"): the one-shot over lines on
+	 * 8 bytes, less its copies and fold, where the job's communicator
+	 * has lines (one node: no racks); elsewhere the file keeps the
+	 * built-in value, which nothing there prices */
+	if (fr_ll_fits(t.comm, FR_COLL_ALLREDUCE, 8)) {
+		struct fr_tune t0 = tn;
+		double rd8;
+
+		t0.line_us = 0;
+		T = time_allreduce_on(&t, t.comm, FR_ALGO_ONESHOT, 8);
+		rd8 = time_allreduce_on(&t, t.comm, FR_ALGO_RD, 8);
+		tn.line_us =
+			fmax(T - fr_model_ll_us(&t0, t.n, FR_COLL_ALLREDUCE, 8,
+						FR_F32),
+			     0);
+		if (t.rank == 0)
+			printf("# lines: 8 bytes in %.3f us, recursive doubling through the mailboxes %.3f\n",
+			       T, rd8);
 	}
 	/* a step's fresh stream: Rabenseifner on the ring's 8 MiB, beyond
 	 * what the model gives it with none, per byte of its wire time (the

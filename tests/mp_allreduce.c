@@ -1577,8 +1577,9 @@ static int run_mismatch_n(fr_comm_t *comm, int victim, const char *what,
 	if (!strcmp(what, "coll")) {
 		/* the victim calls another collective than its peers; a small
 		 * one (--counts, up to a line) their peers send over lines,
-		 * where a victim that reads none learns of it only from the
-		 * timeout or their ABORT (ll.c) */
+		 * where a victim that reads none (its broadcast by the tree:
+		 * more ranks than CPUs) learns of it only from the timeout or
+		 * their ABORT; by lines too it reads their header (ll.c) */
 		bool lines = count * sizeof(double) <= 200;
 
 		if (rank == victim)
@@ -1591,6 +1592,18 @@ static int run_mismatch_n(fr_comm_t *comm, int victim, const char *what,
 		      "victim got %s: %s", fr_errname(rc),
 		      fr_comm_last_error(comm));
 		printf("rank %d: %s: %s\n", rank, fr_errname(rc), fr_comm_last_error(comm));
+		return failed;
+	}
+	if (!strcmp(what, "bcastroot")) {
+		/* a small broadcast whose root the victim takes to be itself:
+		 * over lines (ll.c) every rank reads the others' headers,
+		 * which name the root */
+		rc = fr_broadcast(comm, buf, count, dt,
+				  rank == victim ? victim : 0);
+		CHECK(rc == FR_EMISMATCH || (rank != victim && rc == FR_EPEER),
+		      "got %s: %s", fr_errname(rc), fr_comm_last_error(comm));
+		printf("rank %d: %s: %s\n", rank, fr_errname(rc),
+		       fr_comm_last_error(comm));
 		return failed;
 	}
 	if (!strcmp(what, "barrier")) {

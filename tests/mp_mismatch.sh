@@ -52,11 +52,23 @@ for n in $small_ranks; do
 	run "mismatch count n=$n across the line's size" \
 		frrun -n "$n" --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim $((n - 1)) --what count --counts 28
 done
-# another collective than the peers' small one: where they use lines the
-# victim reads none and learns of it from the timeout (short here)
+# another collective than the peers' small one: where they use lines and
+# the victim's call does not, the victim reads none and learns of it from
+# the timeout (short here); where its broadcast goes by lines too (over
+# shm), every rank reads the other call's header
 [ -n "$small_ranks" ] &&
 	run "mismatch coll n=2 3 elements" \
 		frrun -n 2 -e FR_TIMEOUT_MS=3000 --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim 1 --what coll --counts 3
+# a small broadcast whose root one rank takes to be itself: over lines
+# (forced where CPUs are short) the header names the root
+case $TRANSPORT in
+shm*)
+	for n in 2 3; do
+		run "mismatch broadcast root n=$n 3 elements, by lines" \
+			frrun -n "$n" -e FR_ALGO=oneshot --transport "$TRANSPORT" --timeout 60 "$MP" mismatch --victim $((n - 1)) --what bcastroot --counts 3
+	done
+	;;
+esac
 # FR_LL=0 on one rank alone, over a transport with lines (shm, and the
 # mixed ones): refused at the rendezvous, which names it (elsewhere the
 # ranks may differ: tests/verbs_guest.sh)

@@ -165,12 +165,30 @@ tune() {
 	echo "$out" | grep -q 'auto picked the fastest' &&
 		grep -q "^$TRANSPORT.alpha_us = " "$f" && grep -q '^gamma_ns.bf16 = ' "$f" &&
 		grep -q "^$TRANSPORT.step_ramp = [0-9]" "$f" &&
+		grep -q "^$TRANSPORT.line_us = [0-9]" "$f" &&
 		FR_TUNE_FILE=$f FR_LOG=info frrun -n 3 --transport "$TRANSPORT" --timeout 300 \
 			"$B/fr_allreduce_perf" -b 8 -e 64K -f 64 -n 2 -w 1 >"$f.out" 2>&1 &&
 		grep -q "(model, $f" "$f.out"
 	rc=$?
 	[ $rc -eq 0 ] || cat "$f" "$f.out"
 	rm -f "$f" "$f.out"
+	return $rc
+}
+# fr_tune's line: measured where the job's ranks (one node) have lines,
+# which shared memory gives (also under FR_TUNE_FILE's other value); with
+# FR_LL=0 there are none and the file gets the built-in 0.3
+tune_lines() {
+	local f g out rc
+	f=$(mktemp) g=$(mktemp)
+	echo "shm.line_us = 9" >"$g"
+	out=$(FR_TUNE_FILE=$g frrun -n 2 --transport shm --timeout 300 "$B/fr_tune" -q -n 200 -e 64K -o "$f" 2>&1) &&
+		echo "$out" | grep -q '^\[0\] # lines: 8 bytes in [0-9.]* us, recursive doubling through the mailboxes [0-9.]*$' &&
+		awk '$1 == "shm.line_us" && $3 >= 0 && $3 != 9 { ok = 1 } END { exit !ok }' "$f" &&
+		out=$(FR_LL=0 frrun -n 2 --transport shm --timeout 300 "$B/fr_tune" -q -n 20 -e 64K -o "$f" 2>&1) &&
+		! echo "$out" | grep -q '# lines:' && grep -qx 'shm.line_us = 0.300' "$f"
+	rc=$?
+	[ $rc -eq 0 ] || { echo "$out"; cat "$f"; }
+	rm -f "$f" "$g"
 	return $rc
 }
 # fr_tune on 4 emulated nodes of one rank, told the grid $1
@@ -410,6 +428,7 @@ validate_measured() {
 	rm -rf "$d"
 }
 run "fr_tune writes a tune file that FR_TUNE_FILE reads" tune
+run "fr_tune measures a line over shm (FR_LL=0: none)" tune_lines
 run "fr_tune measures the grid's uplink (FR_TOPO=2x2)" tune_grid
 run "fr_tune measures the node's own steps (2 nodes of 2 ranks)" tune_local
 run "fr_allreduce_perf every dtype, 3 ranks" allreduce_table

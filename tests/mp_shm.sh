@@ -39,13 +39,30 @@ run "small messages by write_imm (FR_LL=0) n=3" \
 # the lines are taken: up to 224 bytes the algorithm column says oneshot
 # (the model alone picks rd there at n = 2), past them and with FR_LL=0 it
 # does not
+# (so do broadcasts and reduces with a CPU a rank: 2 ranks here)
 lines_taken() {
-	out=$(frrun -n 2 --transport shm "$@" --timeout 60 "$B/fr_allreduce_perf" \
-		-b 8 -e 256 -f 2 -n 5 -w 1 2>&1)
-	rows=$(echo "$out" | awk '$1 == "[0]" && $2 ~ /^[0-9]+$/ { print $2, $NF }')
-	echo "$rows" | grep -q '^8 oneshot$' &&
-		echo "$rows" | grep -q '^128 oneshot$' &&
-		! echo "$rows" | grep -q '^256 oneshot$' || { echo "$out"; return 1; }
+	local c
+	for c in allreduce broadcast reduce; do
+		out=$(frrun -n 2 --transport shm "$@" --timeout 60 "$B/fr_allreduce_perf" \
+			-C $c -b 8 -e 256 -f 2 -n 5 -w 1 2>&1)
+		rows=$(echo "$out" | awk '$1 == "[0]" && $2 ~ /^[0-9]+$/ { print $2, $NF }')
+		echo "$rows" | grep -q '^8 oneshot$' &&
+			echo "$rows" | grep -q '^128 oneshot$' &&
+			! echo "$rows" | grep -q '^256 oneshot$' || { echo "$out"; return 1; }
+	done
+}
+# with more ranks than CPUs a broadcast and a reduce keep their trees,
+# which let a rank go once its part is sent (select.c): one rank more than
+# the CPUs (3 on 2 here; past 8 ranks lines do not fit at all)
+lines_oversub() {
+	local c n=$(($(nproc) + 1))
+	[ $n -ge 3 ] || n=3
+	for c in broadcast reduce; do
+		out=$(frrun -n $n --transport shm --timeout 60 "$B/fr_allreduce_perf" \
+			-C $c -b 8 -e 8 -n 5 -w 1 2>&1)
+		echo "$out" | awk '$1 == "[0]" && $2 == "8" { print $NF }' | grep -qv oneshot ||
+			{ echo "$out"; return 1; }
+	done
 }
 lines_not_taken() {
 	out=$(frrun -n 2 --transport shm -e FR_LL=0 --timeout 60 \
@@ -53,8 +70,20 @@ lines_not_taken() {
 	echo "$out" | awk '$1 == "[0]" && $2 == "8" { print $NF }' | grep -qv oneshot ||
 		{ echo "$out"; return 1; }
 }
-run "small All-Reduces go by lines" lines_taken
+run "small All-Reduces, broadcasts and reduces go by lines" lines_taken
 run "FR_LL=0: by the mailboxes" lines_not_taken
+run "broadcast and reduce: not by lines on too few CPUs" lines_oversub
+# broadcast (every root) and reduce (every root, in place too) over lines,
+# forced where CPUs are short, against the one-shot's rank-order fold, and
+# past a line (the trees)
+for n in 3 5 8; do
+	run "broadcast and reduce over lines n=$n" \
+		frrun -n "$n" -e FR_ALGO=oneshot --transport shm --timeout 600 \
+		"$B/tests/mp_xcolls" check --counts 1,2,7,28,29,56,57
+	run "broadcast over lines n=$n (colls)" \
+		frrun -n "$n" -e FR_ALGO=oneshot --transport shm --timeout 600 \
+		"$MP" colls --counts 1,2,7,28,29,56,57
+done
 # the one-shot over lines at every size it takes (up to 224 bytes: 28
 # doubles, 112 bf16) and past it, every datatype and operation, on the
 # rank counts it serves (2 to 8) and one beyond (9: the mailboxes)

@@ -124,6 +124,21 @@ static void ref_subtree(fr_dtype_t dt, fr_op_t op, size_t count, int q,
 	}
 }
 
+/* The one-shot's fold (over lines on one node, ll.c): ranks 0..n-1 in
+ * order, left to right. */
+static void ref_linear(fr_dtype_t dt, fr_op_t op, size_t count, uint32_t seed,
+		       void *out)
+{
+	void *x = xmalloc(count * ref_dtype_size(dt));
+
+	ref_fill(dt, out, count, 0, seed);
+	for (int r = 1; r < nranks; r++) {
+		ref_fill(dt, x, count, r, seed);
+		ref_combine(dt, op, out, out, x, count);
+	}
+	free(x);
+}
+
 static void check_reduce(fr_comm_t *comm, fr_dtype_t dt, fr_op_t op,
 			 size_t count, int root, bool inplace, uint32_t seed)
 {
@@ -144,11 +159,15 @@ static void check_reduce(fr_comm_t *comm, fr_dtype_t dt, fr_op_t op,
 	CHECK(rc == 0, "reduce(%s, %s, count %zu, root %d): %s: %s",
 	      fr_dtype_name(dt), fr_op_name(op), count, root, fr_strerror(rc),
 	      fr_comm_last_error(comm));
-	/* the model chose the tree or the chain (FR_ALGO may force one) */
+	/* the model chose the tree, the chain, or for a few bytes on one
+	 * node the one-shot over lines (FR_ALGO may force one) */
 	chain = fr_comm_last_algo(comm) == FR_ALGO_RING;
 	if (rank == root && !rc) {
 		want = xmalloc(bytes);
-		ref_subtree(dt, op, count, 0, root, seed, want);
+		if (fr_comm_last_algo(comm) == FR_ALGO_ONESHOT)
+			ref_linear(dt, op, count, seed, want);
+		else
+			ref_subtree(dt, op, count, 0, root, seed, want);
 		if (op == FR_AVG)
 			ref_scale_avg(dt, want, count, nranks);
 		CHECK(!ref_first_diff(dt, out, want, count, why, sizeof(why)),

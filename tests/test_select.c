@@ -1139,6 +1139,154 @@ static void test_oversub(void **state)
 	unsetenv("FR_TUNE_FILE");
 }
 
+/* a transport with lines of FR_TP_LINE_MAX bytes, as shm's */
+static size_t fake_line_bytes(struct fr_tp *tp)
+{
+	(void)tp;
+	return FR_TP_LINE_MAX;
+}
+
+/*
+ * Lines (select.c, "lines"): where they carry a call (one node, 2 to
+ * FR_LL_RANKS_MAX ranks, an All-Reduce of up to a line less its header, or
+ * a barrier) the model prices the one-shot over them, line_us plus the
+ * puts' copies and the fold, and takes it where that is the cheapest; a
+ * line dearer than recursive doubling's steps (a tune file's) leaves it.
+ * Past a line, on more ranks, over several nodes or with FR_LL off, lines
+ * are not priced at all.  A forced algorithm is obeyed.
+ */
+static void test_lines(void **state)
+{
+	static const struct fr_tp_ops ops = {.size = sizeof(ops),
+					     .name = "shm",
+					     .line_bytes = fake_line_bytes};
+	size_t most = FR_TP_LINE_MAX - FR_LL_HDR;
+	struct fr_tune t;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(fr_tune_load(&comm.algo.tune, "shm", err, sizeof(err)),
+			 0);
+	assert_true(comm.algo.tune.line_us == FR_LINE_US);
+	comm.tp_ops = &ops;
+	comm.peer.ll = true;
+	comm.topo.nnodes = 1;
+	comm.nranks = 4;
+	/* the model's own terms */
+	t = comm.algo.tune;
+	assert_true(fr_model_ll_us(&t, 4, FR_COLL_BARRIER, 0, FR_F32) ==
+		    FR_LINE_US);
+	assert_true(fabs(fr_model_ll_us(&t, 4, FR_COLL_ALLREDUCE, 64, FR_F32) -
+			 (FR_LINE_US + 3 *
+					       ((64 + FR_LL_HDR) * t.copy_ns +
+						64 * t.gamma_ns[FR_F32]) *
+					       1e-3)) < 1e-9);
+	assert_true(fr_model_ll_us(&t, 1, FR_COLL_ALLREDUCE, 64, FR_F32) == 0);
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_ONESHOT,
+				       FR_COLL_ALLREDUCE, 8, FR_F32) ==
+		    fr_model_ll_us(&t, 4, FR_COLL_ALLREDUCE, 8, FR_F32));
+
+	/* built in: lines from 1 element to a line's worth, and barriers */
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 1, FR_I8, 0), &fr_algo_ll);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, most / 4, FR_F32, 0),
+			 &fr_algo_ll);
+	assert_ptr_equal(choose(FR_COLL_BARRIER, 0, FR_F32, 0), &fr_algo_ll);
+	/* past a line: the one-shot through the mailboxes, or rd */
+	assert_ptr_not_equal(choose(FR_COLL_ALLREDUCE, most + 1, FR_I8, 0),
+			     &fr_algo_ll);
+	/* a count of 0 moves nothing: not by lines */
+	assert_ptr_not_equal(choose(FR_COLL_ALLREDUCE, 0, FR_F32, 0),
+			     &fr_algo_ll);
+	/* the model, not a rule: a line dearer than rd's two steps */
+	comm.algo.tune.line_us = 2 * comm.algo.tune.alpha_us + 1;
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0), &fr_algo_rd);
+	assert_ptr_equal(choose(FR_COLL_BARRIER, 0, FR_F32, 0),
+			 &fr_algo_dissemination);
+	/* ... and one between them: the copies tip it at larger vectors */
+	comm.algo.tune.line_us = 2 * comm.algo.tune.alpha_us - 0.1;
+	comm.algo.tune.copy_ns = 1.0;
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 1, FR_F32, 0), &fr_algo_ll);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, most / 4, FR_F32, 0),
+			 &fr_algo_rd);
+	/* forced: obeyed either way */
+	assert_ptr_equal(
+		choose(FR_COLL_ALLREDUCE, most / 4, FR_F32, FR_ALGO_ONESHOT),
+		&fr_algo_ll);
+	comm.algo.tune = t;
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, FR_ALGO_RD),
+			 &fr_algo_rd);
+	assert_ptr_equal(
+		choose(FR_COLL_BARRIER, 0, FR_F32, FR_ALGO_DISSEMINATION),
+		&fr_algo_dissemination);
+	/* where lines do not carry it they are not priced */
+	comm.nranks = FR_LL_RANKS_MAX + 1;
+	assert_ptr_not_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0),
+			     &fr_algo_ll);
+	assert_ptr_equal(choose(FR_COLL_BARRIER, 0, FR_F32, 0),
+			 &fr_algo_dissemination);
+	comm.nranks = 4;
+	comm.topo.nnodes = 2;
+	assert_ptr_not_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0),
+			     &fr_algo_ll);
+	comm.topo.nnodes = 1;
+	comm.peer.ll = false; /* FR_LL=0 */
+	assert_ptr_not_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0),
+			     &fr_algo_ll);
+	assert_ptr_equal(choose(FR_COLL_BARRIER, 0, FR_F32, 0),
+			 &fr_algo_dissemination);
+	comm.peer.ll = true;
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0), &fr_algo_ll);
+
+	/* broadcasts and reduces too, with a CPU a rank; with more ranks
+	 * than CPUs their trees, which let a rank go once its part is sent
+	 * (unless forced); All-Reduces and barriers keep lines there */
+	assert_ptr_equal(choose(FR_COLL_BROADCAST, 2, FR_F32, 0), &fr_algo_ll);
+	assert_ptr_equal(choose(FR_COLL_REDUCE, most, FR_U8, 0), &fr_algo_ll);
+	assert_ptr_not_equal(choose(FR_COLL_REDUCE, most + 1, FR_U8, 0),
+			     &fr_algo_ll);
+	assert_true(fr_algo_predict_us(&comm, FR_ALGO_ONESHOT,
+				       FR_COLL_BROADCAST, 64, FR_F32) <
+		    fr_algo_predict_us(&comm, FR_ALGO_ONESHOT, FR_COLL_REDUCE,
+				       64, FR_F32));
+	comm.topo.oversub = 1.5;
+	assert_ptr_equal(choose(FR_COLL_BROADCAST, 2, FR_F32, 0),
+			 &fr_algo_bcast_tree);
+	assert_ptr_not_equal(choose(FR_COLL_REDUCE, 2, FR_F32, 0), &fr_algo_ll);
+	assert_ptr_equal(choose(FR_COLL_REDUCE, 2, FR_F32, FR_ALGO_ONESHOT),
+			 &fr_algo_ll);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0), &fr_algo_ll);
+	assert_ptr_equal(choose(FR_COLL_BARRIER, 0, FR_F32, 0), &fr_algo_ll);
+	comm.topo.oversub = 0;
+
+	/* more ranks than CPUs: a line waits for its peers' turn as a step
+	 * does; a tune file's is left alone */
+	comm.topo.oversub = 2.0;
+	fr_tune_oversub(&comm);
+	assert_true(comm.algo.tune.line_us > 20);
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0), &fr_algo_ll);
+	write_tune("shm.line_us = 7.5\nshm.alpha_us = 3\n");
+	assert_int_equal(fr_tune_load(&comm.algo.tune, "shm", err, sizeof(err)),
+			 0);
+	assert_true(comm.algo.tune.line_us == 7.5);
+	{
+		uint32_t h = fr_tune_hash(&comm.algo.tune);
+
+		comm.algo.tune.line_us = 7.25;
+		assert_int_not_equal(fr_tune_hash(&comm.algo.tune), h);
+		comm.algo.tune.line_us = 7.5;
+	}
+	fr_tune_oversub(&comm);
+	assert_true(comm.algo.tune.line_us == 7.5);
+	/* 7.5 against rd's 2 x 3: rd */
+	assert_ptr_equal(choose(FR_COLL_ALLREDUCE, 2, FR_F32, 0), &fr_algo_rd);
+	unlink(path);
+	unsetenv("FR_TUNE_FILE");
+	comm.tp_ops = NULL;
+	comm.peer.ll = false;
+	comm.topo.nnodes = 0;
+	comm.topo.oversub = 0;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1160,6 +1308,7 @@ int main(void)
 		cmocka_unit_test_setup(test_step_ramp, setup),
 		cmocka_unit_test_setup(test_tune_file, setup),
 		cmocka_unit_test_setup(test_oversub, setup),
+		cmocka_unit_test_setup(test_lines, setup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

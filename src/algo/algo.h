@@ -48,6 +48,11 @@ struct fr_tune {
 	/* a rank's own work per message step (a send and a receive, no wire
 	 * latency): what each extra message of the one-shot costs */
 	double msg_us;
+	/* a line's trip among the ranks of one node (ll.c): a rank's put
+	 * until its peers have read it, the wait for the slowest of them
+	 * included, microseconds (select.c, "lines"); priced only where
+	 * the transport has lines */
+	double line_us;
 	double gamma_ns[FR_DTYPE_COUNT]; /* per byte reduced */
 	/* what a Rabenseifner step's stream loses to starting afresh, as a
 	 * fraction of its wire time: each step writes to a new partner over
@@ -76,6 +81,10 @@ struct fr_tune {
  * alone (fr_tune_link, select.c) and the one-shot wins.
  */
 #define FR_MSG_PER_ALPHA 2.5
+
+/* A line's trip among the ranks of one node (fr_tune.line_us) as built in:
+ * 8 bytes over shm at n = 2 took 0.28 us (perf/bench/README.md). */
+#define FR_LINE_US 0.3
 /* Over TCP, what a Rabenseifner step's stream to a new partner loses, as
  * a fraction of its wire time (select.c, "a step's fresh stream"), where
  * no tune file gives it (fr_tune measures it). */
@@ -179,11 +188,13 @@ extern const struct fr_algo fr_algo_pairwise;	   /* alltoall(v)       */
 extern const struct fr_algo fr_algo_bruck;	   /* alltoall          */
 extern const struct fr_algo fr_algo_bruck_rsag;	   /* log-step RS, AG */
 extern const struct fr_algo fr_algo_vring; /* allgatherv, reduce_scatterv */
-extern const struct fr_algo fr_algo_ll;	   /* allreduce, one-shot, lines */
+extern const struct fr_algo fr_algo_ll;	   /* allreduce, bcast, reduce, barrier:
+					    * lines */
 
-/* ll.c: the one-shot over lines takes All-Reduces of up to a line (less
- * its FR_LL_HDR-byte header) on at most FR_LL_RANKS_MAX ranks, all on one
- * node, over a transport with lines (fr_peer_line_bytes); beyond that
+/* ll.c: the one-shot over lines takes All-Reduces, broadcasts and reduces
+ * of up to a line (less its FR_LL_HDR-byte header), and barriers, on at
+ * most FR_LL_RANKS_MAX ranks, all on one node, over a transport with lines
+ * (fr_peer_line_bytes); beyond that
  * rank count its n - 1 lines a rank cost more than recursive doubling's
  * lg n steps.  fr_ll_fits: whether the collective of bytes is one. */
 #define FR_LL_HDR 16
@@ -214,6 +225,11 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 double fr_model_predict_us(const struct fr_tune *t, int nranks,
 			   size_t payload_max, int id, enum fr_coll coll,
 			   size_t bytes, fr_dtype_t dtype);
+/* The one-shot over lines (ll.c) from the parameters alone: an All-Reduce
+ * of bytes, or a barrier, on nranks ranks of one node that lines carry
+ * (fr_ll_fits says where). */
+double fr_model_ll_us(const struct fr_tune *t, int nranks, enum fr_coll coll,
+		      size_t bytes, fr_dtype_t dtype);
 /* Cost-model parameters for a transport: the built-in defaults, then what
  * FR_TUNE_FILE says.  0, or FR_EINVAL with a message in err. */
 int fr_tune_load(struct fr_tune *t, const char *transport, char *err,

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ll.c - the one-shot All-Reduce (and barrier) over lines: every rank puts
- * its whole vector, with a header naming the call, into a line of every
- * other rank's (transport.h, line_put) and reduces the n vectors itself.
+ * ll.c - the one-shot All-Reduce (and barrier, broadcast, reduce) over
+ * lines: every rank puts its whole vector, with a header naming the call,
+ * into a line of every other rank's (transport.h, line_put) and reduces
+ * the n vectors itself.
  *
  * Schedule (n ranks on one node, 2 <= n <= FR_LL_RANKS_MAX, the vector and
  * its 16-byte header in one line): one step, as the one-shot over
@@ -44,6 +45,17 @@
  * entered; one step where dissemination takes lg n, and it reports
  * oneshot (fr_comm_last_algo), which it is.
  *
+ * A broadcast and a reduce go the same way too, since the order rule
+ * needs every rank to put a line to every peer and take every peer's:
+ * a broadcast's root puts the header and its buffer, the others the
+ * header alone, and copy the root's line out; a reduce's ranks all put
+ * their vectors, and the root alone folds them (the same left fold; the
+ * others keep nothing and may pass no output).  The header names the
+ * root, so ranks that disagree on it fail as for any other argument.
+ * Every rank leaves only once every rank has come, where the trees let a
+ * rank go once its part is sent: with more ranks than CPUs that wait is
+ * for the scheduler, and select.c does not offer these two there.
+ *
  * Determinism: every rank folds the same vectors in the same order with
  * the same kernels, so all end with identical bits, the one-shot's left
  * fold over ranks 0..n-1 (tests/mp_allreduce.c, expect_linear); it runs
@@ -64,7 +76,7 @@
 /* The header before the vector: 16 bytes, host order (one node). */
 struct ll_hdr {
 	uint16_t magic;
-	uint8_t coll, dtype, op, pad;
+	uint8_t coll, dtype, op, root; /* root: broadcast and reduce */
 	uint16_t pad2;
 	uint32_t seq;	/* the collective's number (req->seq) */
 	uint32_t count; /* elements (the vector fits a line) */
@@ -74,6 +86,8 @@ _Static_assert(sizeof(struct ll_hdr) == FR_LL_HDR, "ll header");
 struct ll_state {
 	uint64_t line; /* our line number for this call */
 	size_t bytes;  /* the vector's (0: a barrier) */
+	size_t mine; /* our line's: the header, and the vector if we send one */
+	bool keep;   /* the fold is our output (not a reduce's non-root) */
 	fr_reduce_fn kern;
 	int next;    /* the rank whose vector is folded next */
 	int nput;    /* peers our line has gone to (in our order) */
@@ -86,7 +100,9 @@ bool fr_ll_fits(const struct fr_comm *comm, enum fr_coll coll, size_t bytes)
 
 	if (coll == FR_COLL_BARRIER)
 		bytes = 0;
-	else if (coll != FR_COLL_ALLREDUCE || !bytes)
+	else if ((coll != FR_COLL_ALLREDUCE && coll != FR_COLL_BROADCAST &&
+		  coll != FR_COLL_REDUCE) ||
+		 !bytes)
 		return false;
 	if (comm->nranks < 2 || comm->nranks > FR_LL_RANKS_MAX ||
 	    comm->topo.nnodes != 1)
@@ -108,15 +124,30 @@ static int ll_start(struct fr_comm *comm, struct fr_request *req)
 		.seq = req->seq,
 		.count = (uint32_t)req->count,
 	};
+	bool root = req->root == comm->rank;
 
 	if (!st)
 		return FR_ENOMEM;
+	/* the operation means nothing to a broadcast's ranks: not compared */
+	if (req->coll == FR_COLL_BROADCAST)
+		h.op = 0;
+	if (req->coll == FR_COLL_BROADCAST || req->coll == FR_COLL_REDUCE)
+		h.root = (uint8_t)req->root;
 	memcpy(comm->algo.ll_line, &h, sizeof(h));
 	st->line = ++comm->algo.ll_seq;
+	st->mine = FR_LL_HDR;
 	if (req->coll == FR_COLL_BARRIER) /* the header alone */
 		return 0;
 	st->bytes = req->count * fr_dtype_size(req->dtype);
 	st->kern = fr_reduce_kernel(req->dtype, req->op);
+	st->keep = req->coll == FR_COLL_ALLREDUCE ||
+		   (req->coll == FR_COLL_REDUCE && root);
+	/* a broadcast's other ranks send the header alone */
+	if (req->coll == FR_COLL_BROADCAST && !root)
+		return 0;
+	if (req->coll == FR_COLL_BROADCAST)
+		in = req->recvbuf;
+	st->mine += st->bytes;
 	/* our line, header and input, assembled once: in place, the output
 	 * overwrites the input while puts and the fold still read it (one
 	 * image a communicator: one collective is active at a time) */
@@ -132,8 +163,7 @@ static int put_all(struct fr_comm *comm, struct ll_state *st, bool *did_work)
 	while (st->nput < n - 1) {
 		int peer = (comm->rank + 1 + st->nput) % n;
 		int rc = fr_peer_line_put(comm, peer, st->line,
-					  comm->algo.ll_line,
-					  FR_LL_HDR + st->bytes);
+					  comm->algo.ll_line, st->mine);
 
 		if (rc == FR_EAGAIN)
 			return 0;
@@ -168,24 +198,39 @@ static int check_msgs(struct fr_comm *comm, const struct fr_request *req,
 			return rc; /* fr_msg_get has failed the communicator */
 		return fr_comm_fail(
 			comm, FR_EMISMATCH,
-			"rank %d: collective #%u (All-Reduce of %zu %s, %s, by lines): rank %d sent a message for it (collective %d, %llu elements of datatype %d, algorithm %d)",
-			comm->rank, req->seq, req->count,
-			fr_dtype_name(req->dtype), fr_op_name(req->op), r,
-			m->coll, (unsigned long long)m->count, m->dtype,
-			m->algo & 0xf);
+			"rank %d: collective #%u (%s of %zu %s, %s, by lines): rank %d sent a message for it (collective %d, %llu elements of datatype %d, algorithm %d)",
+			comm->rank, req->seq, fr_coll_name(req->coll),
+			req->count, fr_dtype_name(req->dtype),
+			fr_op_name(req->op), r, m->coll,
+			(unsigned long long)m->count, m->dtype, m->algo & 0xf);
 	}
 	return 0;
 }
 
 /* Rank r's vector x into the output, at its place in the fold: rank 0's
- * copied, the later ones reduced in (a barrier has none). */
+ * copied, the later ones reduced in (a barrier has none, a reduce's
+ * non-root keeps none); a broadcast's root's copied, where we are not it. */
 static void fold(struct fr_request *req, const struct ll_state *st, int r,
 		 const uint8_t *x)
 {
-	if (st->bytes && r == 0)
+	if (req->coll == FR_COLL_BROADCAST) {
+		if (r == req->root && x != req->recvbuf)
+			memcpy(req->recvbuf, x, st->bytes);
+	} else if (st->keep && r == 0) {
 		memcpy(req->recvbuf, x, st->bytes);
-	else if (st->bytes)
+	} else if (st->keep) {
 		st->kern(req->recvbuf, req->recvbuf, x, req->count);
+	}
+}
+
+/* the length of rank r's line: a broadcast's other ranks put the header
+ * alone */
+static size_t line_len(const struct fr_request *req, const struct ll_state *st,
+		       int r)
+{
+	return req->coll == FR_COLL_BROADCAST && r != req->root
+		       ? FR_LL_HDR
+		       : FR_LL_HDR + st->bytes;
 }
 
 /* rank r's line, folded into the output: 1, 0 (not yet) or the error */
@@ -199,15 +244,19 @@ static int take(struct fr_comm *comm, struct fr_request *req,
 	if (got <= 0)
 		return got;
 	memcpy(&h, in, sizeof(h));
-	if ((size_t)got != FR_LL_HDR + st->bytes || h.magic != LL_MAGIC ||
-	    h.coll != req->coll || h.dtype != req->dtype || h.op != req->op ||
+	if ((size_t)got != line_len(req, st, r) || h.magic != LL_MAGIC ||
+	    h.coll != req->coll || h.dtype != req->dtype ||
+	    h.op != ((const struct ll_hdr *)comm->algo.ll_line)->op ||
+	    h.root != ((const struct ll_hdr *)comm->algo.ll_line)->root ||
 	    h.seq != req->seq || h.count != req->count)
 		return fr_comm_fail(
 			comm, FR_EMISMATCH,
-			"rank %d: collective #%u (All-Reduce of %zu %s, %s): rank %d called collective #%u, %u elements of datatype %d, operation %d",
-			comm->rank, req->seq, req->count,
-			fr_dtype_name(req->dtype), fr_op_name(req->op), r,
-			h.seq, h.count, h.dtype, h.op);
+			"rank %d: collective #%u (%s of %zu %s, %s, root %d): rank %d called collective #%u, %s of %u elements of datatype %d, operation %d, root %d",
+			comm->rank, req->seq, fr_coll_name(req->coll),
+			req->count, fr_dtype_name(req->dtype),
+			fr_op_name(req->op), req->root, r, h.seq,
+			fr_coll_name((enum fr_coll)h.coll), h.count, h.dtype,
+			h.op, h.root);
 	fold(req, st, r, in + FR_LL_HDR);
 	*did_work = true;
 	return 1;
@@ -223,7 +272,10 @@ static int ll_advance(struct fr_comm *comm, struct fr_request *req,
 		int r = st->next;
 
 		if (r == comm->rank) {
-			fold(req, st, r, comm->algo.ll_line + FR_LL_HDR);
+			fold(req, st, r,
+			     req->coll == FR_COLL_BROADCAST
+				     ? req->recvbuf
+				     : comm->algo.ll_line + FR_LL_HDR);
 			*did_work = true;
 		} else {
 			/* a few looks at the line before the engine's
@@ -245,7 +297,7 @@ static int ll_advance(struct fr_comm *comm, struct fr_request *req,
 		return rc;
 	if (st->next >= comm->nranks && !st->scaled) {
 		st->scaled = true;
-		if (req->op == FR_AVG && st->bytes)
+		if (req->op == FR_AVG && st->keep)
 			fr_reduce_scale_avg(req->dtype, req->recvbuf,
 					    req->count, comm->nranks);
 	}

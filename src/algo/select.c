@@ -24,6 +24,10 @@
  *   broadcast tree        ceil(lg p) (alpha + n (beta + c))
  *   broadcast chain       (p - 2 + k)(alpha + s (beta + c)), k = n / s >= 1
  *                         fragments of s bytes (a mailbox slot)
+ *   one-shot over lines   line + (p-1)((n + 16) c + n gamma) (All-Reduce,
+ *                         reduce), line + (p-1)(n + 16) c (broadcast),
+ *                         line (barrier); one node, a line's worth
+ *                         (fr_model_ll_us)
  * The ring's extra alpha is its READY exchange; the mailbox algorithms pay
  * c for the copies that the zero-copy ring does not make.  Their bytes to
  * one peer also move no faster than the mailbox's window (mbx_stream_us):
@@ -60,6 +64,10 @@ static void tune_defaults(struct fr_tune *t, const char *transport)
 	t->copy_ns = 0.15;
 	t->local_alpha_us = t->local_beta_ns = 0;
 	t->msg_us = FR_MSG_PER_ALPHA * t->alpha_us;
+	/* lines are shared memory's whatever the transport's name (the
+	 * mixed ones forward them to their shm side): 8 bytes at n = 2
+	 * took 0.28 us here (perf/bench/README.md) */
+	t->line_us = FR_LINE_US;
 	for (int d = 0; d < FR_DTYPE_COUNT; d++)
 		t->gamma_ns[d] = 0.15;
 	t->gamma_ns[FR_F16] = t->gamma_ns[FR_BF16] = 0.3;
@@ -87,6 +95,7 @@ static int parse_double(const char *s, double *out)
  * "key = value", '#' comments.  Keys: <transport>.alpha_us,
  * <transport>.beta_ns, <transport>.copy_ns, <transport>.msg_us,
  * <transport>.local_alpha_us, <transport>.local_beta_ns (0: unset),
+ * <transport>.step_ramp, <transport>.line_us,
  * <transport>.grid_beta_ns.<d> (1 to FR_TOPO_MAX_DIMS - 1),
  * gamma_ns.<dtype>.  Keys for
  * other transports are skipped; unknown keys are warned about.
@@ -147,6 +156,8 @@ int fr_tune_load(struct fr_tune *t, const char *transport, char *err,
 				t->msg_us = v, msg_set = true;
 			else if (!strcmp(key + tl + 1, "step_ramp"))
 				t->step_ramp = v;
+			else if (!strcmp(key + tl + 1, "line_us"))
+				t->line_us = v;
 			else if (!strncmp(key + tl + 1, "grid_beta_ns.", 13) &&
 				 key[tl + 14] >= '1' &&
 				 key[tl + 14] < '0' + FR_TOPO_MAX_DIMS &&
@@ -205,6 +216,8 @@ void fr_tune_oversub(struct fr_comm *comm)
 	memo_forget(comm);
 	t->alpha_us += add;
 	t->msg_us += FR_MSG_PER_ALPHA * add;
+	/* a line waits for its peers to get a CPU as a step does */
+	t->line_us += add;
 	fr_info("model: %.2f ranks per CPU on the busiest node: alpha %.1f us (+%.1f)",
 		comm->topo.oversub, t->alpha_us, add);
 }
@@ -243,14 +256,14 @@ uint32_t fr_tune_hash(const struct fr_tune *t)
 {
 	/* the exact doubles the model uses: a file differing in the 10th
 	 * digit may tip a choice at a crossover */
-	double v[7 + FR_DTYPE_COUNT + FR_TOPO_MAX_DIMS] = {
-		t->alpha_us,	   t->beta_ns,	     t->copy_ns,  t->msg_us,
-		t->local_alpha_us, t->local_beta_ns, t->step_ramp};
+	double v[8 + FR_DTYPE_COUNT + FR_TOPO_MAX_DIMS] = {
+		t->alpha_us,	   t->beta_ns,	     t->copy_ns,   t->msg_us,
+		t->local_alpha_us, t->local_beta_ns, t->step_ramp, t->line_us};
 	const unsigned char *p = (const unsigned char *)v;
 	uint32_t h = 2166136261u;
 
-	memcpy(v + 7, t->gamma_ns, sizeof(t->gamma_ns));
-	memcpy(v + 7 + FR_DTYPE_COUNT, t->grid_beta_ns,
+	memcpy(v + 8, t->gamma_ns, sizeof(t->gamma_ns));
+	memcpy(v + 8 + FR_DTYPE_COUNT, t->grid_beta_ns,
 	       sizeof(t->grid_beta_ns));
 	for (size_t i = 0; i < sizeof(v); i++) {
 		h ^= p[i];
@@ -824,12 +837,24 @@ double fr_algo_predict_us(const struct fr_comm *comm, int id, enum fr_coll coll,
 			  size_t bytes, fr_dtype_t dtype)
 {
 	const struct fr_tune *t = &comm->algo.tune;
-	double us =
-		fr_model_predict_us(t, comm->nranks, fr_msg_payload_max(comm),
-				    id, coll, bytes, dtype);
-	double n = (double)bytes, b = t->beta_ns * 1e-3;
+	double us, n = (double)bytes, b = t->beta_ns * 1e-3;
 	double k = comm->topo.nlocal, m = comm->topo.nnodes;
 
+	/* the one-shot is the one over lines where they carry the call
+	 * (impl): one node, so none of the terms below.  A broadcast or
+	 * reduce over lines waits for every rank, where the trees let a
+	 * rank go once its part is sent: with more ranks than CPUs that
+	 * wait is for the scheduler (3 ranks on 2 CPUs, 8-byte broadcast:
+	 * 9.3 us a call by lines, 2.5 by the tree), so there they are not
+	 * offered. */
+	if (id == FR_ALGO_ONESHOT && fr_ll_fits(comm, coll, bytes))
+		return (coll == FR_COLL_BROADCAST || coll == FR_COLL_REDUCE) &&
+				       comm->topo.oversub > 1.0
+			       ? -1
+			       : fr_model_ll_us(t, comm->nranks, coll, bytes,
+						dtype);
+	us = fr_model_predict_us(t, comm->nranks, fr_msg_payload_max(comm), id,
+				 coll, bytes, dtype);
 	if (!hier_ok(comm) && coll == FR_COLL_ALLREDUCE && id != FR_ALGO_HIER)
 		return flat_grid_us(comm, id, us, n);
 	if (!hier_ok(comm) ||
@@ -1080,6 +1105,40 @@ double fr_model_predict_us(const struct fr_tune *t, int nranks,
 	return -1;
 }
 
+/*
+ * Lines (ll.c): every rank puts a header of H = FR_LL_HDR bytes and its
+ * vector into a line of each of its p - 1 peers, then folds theirs as they
+ * come.  No mailbox, no message, no step: one line's trip, line_us, which
+ * fr_tune(1) measures on the job itself (8 bytes, its rank count, so the
+ * wait for the slowest peer is in it), then the puts' copies and the fold:
+ *   All-Reduce   line_us + (p - 1) ((n + H) c + n gamma)   (reduce too:
+ *                the root folds, the others put and take alike)
+ *   broadcast    line_us + (p - 1) (n + H) c     (the root's puts; the
+ *                others put the header alone, and copy the root's n)
+ *   barrier      line_us                  (the header alone)
+ * against recursive doubling's lg p message steps (or dissemination's):
+ * 0.28 against 0.83 us for 8 bytes at n = 2 over shm (perf/bench/README.md).
+ * Only where lines carry the call (fr_ll_fits: one node, 2 to
+ * FR_LL_RANKS_MAX ranks, up to a line); beyond that the one-shot is the
+ * mailboxes' (fr_model_predict_us).
+ */
+double fr_model_ll_us(const struct fr_tune *t, int nranks, enum fr_coll coll,
+		      size_t bytes, fr_dtype_t dtype)
+{
+	double p = nranks, n = (double)bytes;
+	double c = t->copy_ns * 1e-3;
+	double g = t->gamma_ns[dtype < FR_DTYPE_COUNT ? dtype : 0] * 1e-3;
+
+	if (nranks <= 1)
+		return 0;
+	if (coll == FR_COLL_BARRIER)
+		return t->line_us;
+	/* the root's puts; the others' headers cost next to nothing */
+	if (coll == FR_COLL_BROADCAST)
+		return t->line_us + (p - 1) * (n + FR_LL_HDR) * c;
+	return t->line_us + (p - 1) * ((n + FR_LL_HDR) * c + n * g);
+}
+
 /* ---- the table: every algorithm, and what they share with the engine --- */
 
 static const struct fr_algo *const algos[] = {
@@ -1150,13 +1209,19 @@ static const struct fr_algo *impl(const struct fr_comm *comm, enum fr_coll coll,
 		return id == FR_ALGO_RING ? &fr_algo_bcast_chain
 		       : id == FR_ALGO_TREE || id == FR_ALGO_RD
 			       ? &fr_algo_bcast_tree
+		       : id == FR_ALGO_ONESHOT && fr_ll_fits(comm, coll, bytes)
+			       ? &fr_algo_ll
 			       : NULL;
 	case FR_COLL_BARRIER:
-		return &fr_algo_dissemination;
+		return id == FR_ALGO_ONESHOT && fr_ll_fits(comm, coll, bytes)
+			       ? &fr_algo_ll
+			       : &fr_algo_dissemination;
 	case FR_COLL_REDUCE:
 		return id == FR_ALGO_RING   ? &fr_algo_reduce_chain
 		       : id == FR_ALGO_TREE ? &fr_algo_reduce_tree
-					    : NULL;
+		       : id == FR_ALGO_ONESHOT && fr_ll_fits(comm, coll, bytes)
+			       ? &fr_algo_ll
+			       : NULL;
 	case FR_COLL_ALLTOALL:
 		return id == FR_ALGO_PAIRWISE ? &fr_algo_pairwise
 		       : id == FR_ALGO_BRUCK  ? &fr_algo_bruck
@@ -1219,17 +1284,6 @@ const struct fr_algo *fr_algo_select(struct fr_comm *comm,
 			return best;
 		/* not one this collective has: choose as auto would */
 	}
-	/*
-	 * A call that lines carry whole (ll.c: one node, a few ranks, an
-	 * All-Reduce of up to a line, or a barrier) goes by them: one cache
-	 * line from each peer, against recursive doubling's (or
-	 * dissemination's) lg n steps through the mailboxes, each a
-	 * message's software path (0.40-0.73 against 0.25-0.31 us for 8
-	 * bytes at n = 2; perf/bench/README.md).  Nothing the model knows is
-	 * cheaper, and it has no parameter for a line.
-	 */
-	if (fr_ll_fits(comm, req->coll, bytes))
-		return &fr_algo_ll;
 	/*
 	 * The choice depends only on the collective, the size, the type and
 	 * the parameters, which stand after the communicator is made (those

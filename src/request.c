@@ -176,7 +176,7 @@ static int progress(struct fr_comm *comm, bool *did_work, bool poll)
 				goto failed;
 		} while (n == CQE_BATCH);
 		if (fr_peers_progress(comm, did_work) ||
-		    fr_algos_progress(comm, did_work))
+		    fr_algos_progress(comm, fr_active_req(comm), did_work))
 			goto failed;
 		if (agree_busy(comm))
 			agree_round(comm, did_work);

@@ -139,6 +139,7 @@ struct fr_algo_layer {
 	/* the one-shot over lines (ll.c): the communicator's collectives
 	 * over lines so far, and the active one's line (header and input) */
 	uint64_t ll_seq;
+	uint64_t ll_peek_ms; /* the last look at the peers' next lines (ll.c) */
 	_Alignas(64) uint8_t ll_line[FR_TP_LINE_MAX];
 };
 
@@ -161,13 +162,15 @@ struct fr_algo {
 	 *   imm_types: immediate types (a bit per enum fr_imm_type, peer.h)
 	 *     whose completions on_cqe gets, with the collective running now
 	 *     (active, NULL if none) and the sender;
-	 *   progress: every round of the engine, collective or not;
+	 *   progress: every round of the engine, collective or not, with
+	 *     the collective running now (active, NULL if none);
 	 *   comm_free: the communicator is being destroyed.
 	 */
 	uint32_t imm_types;
 	int (*on_cqe)(struct fr_comm *comm, struct fr_request *active, int peer,
 		      const struct fr_tp_cqe *cqe);
-	int (*progress)(struct fr_comm *comm, bool *did_work);
+	int (*progress)(struct fr_comm *comm, struct fr_request *active,
+			bool *did_work);
 	void (*comm_free)(struct fr_comm *comm);
 };
 
@@ -205,7 +208,8 @@ bool fr_ll_fits(const struct fr_comm *comm, enum fr_coll coll, size_t bytes);
  * every algorithm's progress, and their state freed. */
 int fr_algos_on_cqe(struct fr_comm *comm, struct fr_request *active, int peer,
 		    const struct fr_tp_cqe *cqe);
-int fr_algos_progress(struct fr_comm *comm, bool *did_work);
+int fr_algos_progress(struct fr_comm *comm, struct fr_request *active,
+		      bool *did_work);
 void fr_algos_comm_free(struct fr_comm *comm);
 
 /* hier.c: the lanes its All-Reduce of bytes runs in over levels levels

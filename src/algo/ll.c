@@ -36,7 +36,7 @@
  * instead: fr_msg_get finds one for this collective, or one of another,
  * while we wait for its line, and the communicator fails with
  * FR_EMISMATCH.  A peer that waits for our messages in another collective
- * reads no line: it fails at the timeout, or from our ABORT.  Settings
+ * finds our line naming its collective (ll_progress) and fails it.  Settings
  * that would make ranks choose differently (FR_ALGO, FR_LL) are compared
  * at the rendezvous (comm.c).
  *
@@ -325,6 +325,55 @@ static int ll_waiting_on(const struct fr_comm *comm,
 	return (comm->rank + 1) % comm->nranks;
 }
 
+/*
+ * A rank that runs the collective by other means (a broadcast by the tree,
+ * where its peers All-Reduce by lines) waits for messages that never come,
+ * and its peers for its line: both would only learn of it at the timeout.
+ * So while another algorithm's collective runs, once a tick of the coarse
+ * clock (util.h), look
+ * at each peer's next line: one that names this very collective (its
+ * number) means that peer took lines for it where we did not.  A peer
+ * already at a later collective names that one, so there is no false
+ * alarm; ranks that disagree on the lines' count find nothing, and the
+ * timeout stays.  Not where lines cannot run (no lines, too many ranks).
+ */
+static int ll_progress(struct fr_comm *comm, struct fr_request *active,
+		       bool *did_work)
+{
+	uint8_t in[FR_TP_LINE_MAX];
+
+	(void)did_work;
+	if (!active || active->algo == &fr_algo_ll || !active->algo ||
+	    !fr_ll_fits(comm, FR_COLL_BARRIER, 0) ||
+	    !fr_coarse_tick_new(&comm->algo.ll_peek_ms))
+		return 0;
+	for (int r = 0; r < comm->nranks; r++) {
+		struct ll_hdr h;
+		int got;
+
+		if (r == comm->rank)
+			continue;
+		got = fr_peer_line_get(comm, r, comm->algo.ll_seq + 1, in,
+				       sizeof(in));
+		if (got < 0)
+			return got; /* the peer layer has failed the link */
+		if ((size_t)got < FR_LL_HDR)
+			continue;
+		memcpy(&h, in, sizeof(h));
+		if (h.magic == LL_MAGIC && h.seq == active->seq)
+			return fr_comm_fail(
+				comm, FR_EMISMATCH,
+				"rank %d: collective #%u (%s of %zu %s, by %s): rank %d called it as %s of %u elements of datatype %d by lines",
+				comm->rank, active->seq,
+				fr_coll_name(active->coll), active->count,
+				fr_dtype_name(active->dtype),
+				active->algo->name, r,
+				fr_coll_name((enum fr_coll)h.coll), h.count,
+				h.dtype);
+	}
+	return 0;
+}
+
 const struct fr_algo fr_algo_ll = {
 	.id = FR_ALGO_ONESHOT,
 	.name = "oneshot",
@@ -333,4 +382,5 @@ const struct fr_algo fr_algo_ll = {
 	.done = ll_done,
 	.free = fr_algo_free_state,
 	.waiting_on = ll_waiting_on,
+	.progress = ll_progress,
 };

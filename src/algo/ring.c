@@ -683,10 +683,12 @@ static int flush_credits(struct fr_comm *comm, bool *did_work)
 	return 0;
 }
 
-static int ring_progress(struct fr_comm *comm, bool *did_work)
+static int ring_progress(struct fr_comm *comm, struct fr_request *active,
+			 bool *did_work)
 {
 	int err = flush_credits(comm, did_work);
 
+	(void)active;
 	if (err && err != FR_EAGAIN)
 		return fr_comm_fail(comm, err,
 				    "rank %d: returning staging credits: %s",

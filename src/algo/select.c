@@ -1164,11 +1164,13 @@ int fr_algos_on_cqe(struct fr_comm *comm, struct fr_request *active, int peer,
 		comm->rank, cqe->imm, peer);
 }
 
-int fr_algos_progress(struct fr_comm *comm, bool *did_work)
+int fr_algos_progress(struct fr_comm *comm, struct fr_request *active,
+		      bool *did_work)
 {
 	for (size_t i = 0; i < FR_ARRAY_SIZE(algos); i++) {
-		int rc = algos[i]->progress ? algos[i]->progress(comm, did_work)
-					    : 0;
+		int rc = algos[i]->progress
+				 ? algos[i]->progress(comm, active, did_work)
+				 : 0;
 
 		if (rc)
 			return rc;

@@ -53,6 +53,10 @@ struct tool {
 	size_t maxbytes;
 };
 
+/* The model check times the one-shot up to this size (above it, p - 1
+ * whole vectors a rank through the mailboxes only lose, and slowly). */
+#define ONESHOT_CHECK_MAX (64u << 10)
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -493,6 +497,9 @@ int main(int argc, char **argv)
 		if (t.rank == 0)
 			printf("# lines: 8 bytes in %.3f us, recursive doubling through the mailboxes %.3f\n",
 			       T, rd8);
+	} else if (!strncmp(tn.source, "built-in", 8)) {
+		/* not what more ranks than CPUs made of it (select.c) */
+		tn.line_us = FR_LINE_US;
 	}
 	/* a step's fresh stream: Rabenseifner on the ring's 8 MiB, beyond
 	 * what the model gives it with none, per byte of its wire time (the
@@ -539,30 +546,39 @@ int main(int argc, char **argv)
 		fo = NULL;
 	}
 	if (check) {
-		/* and hier where it runs: several nodes, alike */
+		/* and hier where it runs: several nodes, alike; the one-shot
+		 * (over lines where they carry the call) up to
+		 * ONESHOT_CHECK_MAX: past that it only loses, slowly */
 		static const int algos[] = {FR_ALGO_RD, FR_ALGO_RABENSEIFNER,
-					    FR_ALGO_RING, FR_ALGO_HIER};
+					    FR_ALGO_RING, FR_ALGO_ONESHOT,
+					    FR_ALGO_HIER};
 		int na = fr_algo_predict_us(t.comm, FR_ALGO_HIER,
 					    FR_COLL_ALLREDUCE, 8, FR_F32) >= 0
-				 ? 4
-				 : 3;
+				 ? 5
+				 : 4;
 		/* with the node's own steps measured, also what the model
 		 * picks without them (the file's): the better keeps */
 		int right = 0, points = 0, right_kept = 0;
 
 		if (t.rank == 0) {
 			printf("#\n# model check, f32 sum: measured / predicted us\n"
-			       "# %10s %21s %21s %21s",
-			       "bytes", "rd", "rabenseifner", "ring");
-			if (na == 4)
+			       "# %10s %21s %21s %21s %21s",
+			       "bytes", "rd", "rabenseifner", "ring",
+			       "oneshot");
+			if (na == 5)
 				printf(" %21s", "hier");
 			printf(" %14s\n", "auto picks");
 		}
 		for (size_t bytes = 8; bytes <= t.maxbytes; bytes *= 8) {
-			double meas[4], pred[4], pk[4];
+			double meas[5], pred[5], pk[5];
 			int fastest = 0, pick = 0, pick_kept = 0;
 
 			for (int i = 0; i < na; i++) {
+				if (algos[i] == FR_ALGO_ONESHOT &&
+				    bytes > ONESHOT_CHECK_MAX) {
+					meas[i] = pred[i] = -1;
+					continue;
+				}
 				meas[i] = time_allreduce(&t, algos[i], bytes);
 				pred[i] = fr_algo_predict_us(t.comm, algos[i],
 							     FR_COLL_ALLREDUCE,
@@ -575,11 +591,15 @@ int main(int argc, char **argv)
 			if (local) {
 				fr_tune_set(t.comm, &kept);
 				for (int i = 0; i < na; i++) {
-					pk[i] = fr_algo_predict_us(
-						t.comm, algos[i],
-						FR_COLL_ALLREDUCE, bytes,
-						FR_F32);
-					if (pk[i] < pk[pick_kept])
+					pk[i] = pred[i] < 0
+							? -1
+							: fr_algo_predict_us(
+								  t.comm,
+								  algos[i],
+								  FR_COLL_ALLREDUCE,
+								  bytes,
+								  FR_F32);
+					if (pk[i] >= 0 && pk[i] < pk[pick_kept])
 						pick_kept = i;
 				}
 				fr_tune_set(t.comm, &tn);
@@ -593,7 +613,11 @@ int main(int argc, char **argv)
 				continue;
 			printf("  %10zu", bytes);
 			for (int i = 0; i < na; i++)
-				printf(" %10.1f/%10.1f", meas[i], pred[i]);
+				if (meas[i] < 0)
+					printf(" %21s", "-");
+				else
+					printf(" %10.1f/%10.1f", meas[i],
+					       pred[i]);
 			printf(" %14s%s\n", fr_algo_name(algos[pick]),
 			       meas[pick] <= 1.1 * meas[fastest] ? ""
 								 : " (slower)");

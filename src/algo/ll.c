@@ -244,11 +244,9 @@ static int take(struct fr_comm *comm, struct fr_request *req,
 	if (got <= 0)
 		return got;
 	memcpy(&h, in, sizeof(h));
-	if ((size_t)got != line_len(req, st, r) || h.magic != LL_MAGIC ||
-	    h.coll != req->coll || h.dtype != req->dtype ||
-	    h.op != ((const struct ll_hdr *)comm->algo.ll_line)->op ||
-	    h.root != ((const struct ll_hdr *)comm->algo.ll_line)->root ||
-	    h.seq != req->seq || h.count != req->count)
+	/* the same call has the same header as ours, field for field */
+	if ((size_t)got != line_len(req, st, r) ||
+	    memcmp(in, comm->algo.ll_line, FR_LL_HDR))
 		return fr_comm_fail(
 			comm, FR_EMISMATCH,
 			"rank %d: collective #%u (%s of %zu %s, %s, root %d): rank %d called collective #%u, %s of %u elements of datatype %d, operation %d, root %d",
@@ -330,12 +328,12 @@ static int ll_waiting_on(const struct fr_comm *comm,
  * where its peers All-Reduce by lines) waits for messages that never come,
  * and its peers for its line: both would only learn of it at the timeout.
  * So while another algorithm's collective runs, once a tick of the coarse
- * clock (util.h), look
- * at each peer's next line: one that names this very collective (its
- * number) means that peer took lines for it where we did not.  A peer
- * already at a later collective names that one, so there is no false
- * alarm; ranks that disagree on the lines' count find nothing, and the
- * timeout stays.  Not where lines cannot run (no lines, too many ranks).
+ * clock (util.h), look at each peer's next line: one that names this very
+ * collective (its number) means that peer took lines for it where we did
+ * not.  A peer already at a later collective names that one, so there is
+ * no false alarm; ranks that disagree on the lines' count find nothing,
+ * and the timeout stays.  Not where lines cannot run (no lines, too many
+ * ranks).
  */
 static int ll_progress(struct fr_comm *comm, struct fr_request *active,
 		       bool *did_work)
@@ -343,7 +341,7 @@ static int ll_progress(struct fr_comm *comm, struct fr_request *active,
 	uint8_t in[FR_TP_LINE_MAX];
 
 	(void)did_work;
-	if (!active || active->algo == &fr_algo_ll || !active->algo ||
+	if (!active || !active->algo || active->algo == &fr_algo_ll ||
 	    !fr_ll_fits(comm, FR_COLL_BARRIER, 0) ||
 	    !fr_coarse_tick_new(&comm->algo.ll_peek_ms))
 		return 0;

@@ -1189,15 +1189,16 @@ void fr_algos_comm_free(struct fr_comm *comm)
 static const struct fr_algo *impl(const struct fr_comm *comm, enum fr_coll coll,
 				  int id, size_t bytes)
 {
+	/* the one-shot is the one over lines wherever they carry the call */
+	if (id == FR_ALGO_ONESHOT && fr_ll_fits(comm, coll, bytes))
+		return &fr_algo_ll;
 	switch (coll) {
 	case FR_COLL_ALLREDUCE:
 		return id == FR_ALGO_RING	    ? &fr_algo_ring
 		       : id == FR_ALGO_RD	    ? &fr_algo_rd
 		       : id == FR_ALGO_RABENSEIFNER ? &fr_algo_rabenseifner
-		       : id == FR_ALGO_ONESHOT ? (fr_ll_fits(comm, coll, bytes)
-							  ? &fr_algo_ll
-							  : &fr_algo_oneshot)
-		       : id == FR_ALGO_TREE    ? &fr_algo_dbtree
+		       : id == FR_ALGO_ONESHOT	    ? &fr_algo_oneshot
+		       : id == FR_ALGO_TREE	    ? &fr_algo_dbtree
 		       : id == FR_ALGO_HIER && hier_ok(comm) ? &fr_algo_hier
 							     : NULL;
 	case FR_COLL_REDUCE_SCATTER:
@@ -1211,19 +1212,13 @@ static const struct fr_algo *impl(const struct fr_comm *comm, enum fr_coll coll,
 		return id == FR_ALGO_RING ? &fr_algo_bcast_chain
 		       : id == FR_ALGO_TREE || id == FR_ALGO_RD
 			       ? &fr_algo_bcast_tree
-		       : id == FR_ALGO_ONESHOT && fr_ll_fits(comm, coll, bytes)
-			       ? &fr_algo_ll
 			       : NULL;
 	case FR_COLL_BARRIER:
-		return id == FR_ALGO_ONESHOT && fr_ll_fits(comm, coll, bytes)
-			       ? &fr_algo_ll
-			       : &fr_algo_dissemination;
+		return &fr_algo_dissemination;
 	case FR_COLL_REDUCE:
 		return id == FR_ALGO_RING   ? &fr_algo_reduce_chain
 		       : id == FR_ALGO_TREE ? &fr_algo_reduce_tree
-		       : id == FR_ALGO_ONESHOT && fr_ll_fits(comm, coll, bytes)
-			       ? &fr_algo_ll
-			       : NULL;
+					    : NULL;
 	case FR_COLL_ALLTOALL:
 		return id == FR_ALGO_PAIRWISE ? &fr_algo_pairwise
 		       : id == FR_ALGO_BRUCK  ? &fr_algo_bruck

@@ -2098,6 +2098,77 @@ static void test_wait_wakes_on_arrival(void **state)
 	assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/*
+ * A sender whose stream is full sleeps in wait() and is woken by room:
+ * the receiver, drained by a thread of its own, empties the socket (or
+ * ring) while we sleep, and the rest of one large write must go out from
+ * the wake-ups alone.  Over TCP a short send marks the socket full and
+ * only epoll's EPOLLOUT may clear it (tcp_tx): a mark that nothing
+ * clears would leave the write half sent, and this test at its deadline.
+ */
+struct room_drainer {
+	struct ep *e;
+	volatile int stop;
+};
+
+static void *room_drainer_main(void *arg)
+{
+	struct room_drainer *d = arg;
+
+	while (!d->stop)
+		drain(d->e);
+	return NULL;
+}
+
+static void test_wait_wakes_on_room(void **state)
+{
+	const size_t len = 16u << 20;
+	struct ep *a, *b;
+	struct fr_tp_conn *ab, *ba;
+	struct fr_tp_mr *smr, *dmr;
+	struct fr_tp_rkey rk;
+	struct room_drainer d;
+	uint8_t *src, *dst;
+	uint64_t dl;
+	pthread_t t;
+	int waits = 0;
+
+	small_tcp_buffers();
+	a = ep_open(0);
+	b = ep_open(1);
+	src = tbuf(len);
+	dst = tbuf(len);
+	connect_pair(a, b, &ab, &ba);
+	fill(src, len, 11);
+	memset(dst, 0, len);
+	smr = reg(a, src, len, FR_TP_LOCAL_READ);
+	dmr = reg(b, dst, len, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	rk = rkey_of(b, dmr, a);
+	assert_int_equal(ops->write_imm(ab, smr, 0, &rk, 0, len, 0x700d, 1), 0);
+	d.e = b;
+	d.stop = 0;
+	assert_int_equal(pthread_create(&t, NULL, room_drainer_main, &d), 0);
+	dl = now_ms() + DEADLINE_MS;
+	while (!n_ok(a, ab, FR_CQE_SEND) && now_ms() < dl) {
+		drain(a);
+		if (n_ok(a, ab, FR_CQE_SEND))
+			break;
+		assert_int_equal(ops->wait(a->tp, 1000), 0);
+		waits++;
+	}
+	while (!n_ok(b, ba, FR_CQE_RECV) && now_ms() < dl)
+		sleep_ms(1);
+	d.stop = 1;
+	pthread_join(t, NULL);
+	if (!n_ok(a, ab, FR_CQE_SEND))
+		fail_msg("a write of %zu bytes not sent after %d waits", len,
+			 waits);
+	assert_int_equal(n_ok(b, ba, FR_CQE_RECV), 1);
+	assert_int_equal(nth_ok(b, ba, FR_CQE_RECV, 0)->imm, 0x700d);
+	assert_memory_equal(dst, src, len);
+	assert_int_equal(n_err(a, ab) + n_err(b, ba), 0);
+}
+
 /* ---- validation ---------------------------------------------------------- */
 
 static void test_malformed_rkey(void **state)
@@ -2667,6 +2738,7 @@ int main(int argc, char **argv)
 		T(test_peer_killed_while_sending),
 		T(test_wait_idle_and_wake),
 		T(test_wait_wakes_on_arrival),
+		T(test_wait_wakes_on_room),
 		T(test_malformed_rkey),
 		T(test_malformed_addr),
 		T(test_local_validation),

@@ -152,6 +152,8 @@ ns_setup() {
 	NS_DELAY_METHOD=none
 	# shellcheck disable=SC2015
 	[[ "$n" =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 250)) || { ns_log "bad host count '$n'"; return 1; }
+	# ping checks that every host is reachable; a fresh Debian has none
+	command -v ping >/dev/null || { ns_log "ping not found (apt-get install iputils-ping)"; return 1; }
 	if [[ -n "$(ns_list)" ]]; then
 		ns_log "namespaces ${BENCH_NS_PREFIX}* exist already (another run, or a crashed one: '$BENCH_HERE/netns.sh teardown')"
 		return 1

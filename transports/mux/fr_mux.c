@@ -192,8 +192,11 @@ static int mux_open_net(const struct fr_tp_ops *net,
 	rc = FR_ESYS;
 	if (fr_tpb_open_fds(&tp->b, &what))
 		goto err_ctl;
-	if (fr_tpb_watch(&tp->b, tp->sops->wait_fd(tp->shm), EPOLLIN, NULL) ||
-	    fr_tpb_watch(&tp->b, tp->nops->wait_fd(tp->net), EPOLLIN, NULL))
+	/* each child's descriptor names its child: mux_wait() lets only the
+	 * one that has news take it */
+	if (fr_tpb_watch(&tp->b, tp->sops->wait_fd(tp->shm), EPOLLIN,
+			 tp->shm) ||
+	    fr_tpb_watch(&tp->b, tp->nops->wait_fd(tp->net), EPOLLIN, tp->net))
 		goto err_ctl;
 	b[0] = MUX_MAGIC;
 	b[1] = MUX_VERSION;
@@ -497,12 +500,20 @@ static int mux_wait(struct fr_tp *tp, int timeout_ms)
 	tp->nops->wait_finish(tp->net);
 	if (n < 0 && errno != EINTR)
 		return FR_ESYS;
-	fr_tpb_wake_drain(&tp->b);
-	/* let each child take its socket events now (a zero wait), so that
-	 * the next sleep does not wake at once for the same event */
-	if (n > 0) {
-		tp->sops->wait(tp->shm, 0);
-		tp->nops->wait(tp->net, 0);
+	/*
+	 * Let the child that has news take its socket events now (a zero
+	 * wait), so that the next sleep does not wake at once for the same
+	 * event; read the wake eventfd only when it fired.  A stream's every
+	 * wake-up otherwise cost two epoll_wait() calls and a read() that
+	 * found nothing (perf/bench/README.md, "System calls per byte").
+	 */
+	for (int i = 0; i < n; i++) {
+		if (ev[i].data.ptr == &tp->b.wfd)
+			fr_tpb_wake_drain(&tp->b);
+		else if (ev[i].data.ptr == tp->shm)
+			tp->sops->wait(tp->shm, 0);
+		else if (ev[i].data.ptr == tp->net)
+			tp->nops->wait(tp->net, 0);
 	}
 	return 0;
 }

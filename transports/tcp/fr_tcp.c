@@ -123,7 +123,7 @@ static bool tcp_collect_ready(struct fr_tp *tp)
 	int n;
 
 	for (c = tp->b.conns; c; c = c->b.next) {
-		c->readable = false;
+		c->readable = c->writable = false;
 		if (c->b.state == TCP_UP && c->b.owned)
 			tcp_arm(c, tcp_want_events(c));
 	}
@@ -131,7 +131,7 @@ static bool tcp_collect_ready(struct fr_tp *tp)
 	if (n < 0 || n == (int)FR_ARRAY_SIZE(ev)) {
 		/* Unsure: look at everything. */
 		for (c = tp->b.conns; c; c = c->b.next)
-			c->readable = true;
+			c->readable = c->writable = true;
 		return true;
 	}
 	for (int i = 0; i < n; i++) {
@@ -140,8 +140,12 @@ static bool tcp_collect_ready(struct fr_tp *tp)
 			fr_tpb_wake_drain(&tp->b);
 		else if (!c)
 			listener = true;
-		else if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
-			c->readable = true;
+		else {
+			if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+				c->readable = true;
+			if (ev[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP))
+				c->writable = true;
+		}
 	}
 	return listener;
 }
@@ -165,7 +169,8 @@ static void tcp_progress(struct fr_tp *tp, bool eager)
 			tcp_greet_progress(c, now);
 			break;
 		case TCP_UP:
-			if (c->b.sq.count || c->hs_out_off < c->hs_out_len)
+			if ((c->b.sq.count || c->hs_out_off < c->hs_out_len) &&
+			    (!c->tx_full || c->writable))
 				tcp_tx(c);
 			/* Parked connections are read only once accepted. */
 			if (c->b.owned && c->b.state == TCP_UP &&

@@ -96,6 +96,13 @@ struct fr_tp_conn {
 	bool ep_added; /* fd is in the epoll set, with ep_events */
 	uint32_t ep_events;
 	bool readable; /* epoll said so in this progress pass */
+	bool writable; /* epoll said EPOLLOUT in this progress pass */
+	/*
+	 * The socket took less than we offered (or said EAGAIN): it is full,
+	 * and another sendmsg() before epoll says EPOLLOUT would only fail.
+	 * A stream pacing a slower link otherwise tries once a progress pass.
+	 */
+	bool tx_full;
 
 	/* establishment */
 	struct sockaddr_storage sa;

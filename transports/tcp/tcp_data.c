@@ -41,14 +41,16 @@ static void tcp_sq_retire(struct fr_tp_conn *c)
 /*
  * Send what is queued: the handshake reply first (it precedes every
  * message in the stream), then as many messages as fit in one sendmsg(),
- * but never more than the completion ring can take.
+ * but never more than the completion ring can take.  A short send or
+ * EAGAIN leaves tx_full set: progress calls again only once epoll says
+ * EPOLLOUT (perf/bench/README.md, "System calls per byte").
  */
 void tcp_tx(struct fr_tp_conn *c)
 {
 	struct iovec iov[1 + 2 * TCP_TX_BATCH];
 	struct fr_tp *tp = c->b.tp;
 	unsigned int i, room;
-	size_t hs_left, off, n;
+	size_t hs_left, off, n, offered;
 	struct msghdr msg;
 	ssize_t sent;
 	int niov;
@@ -79,8 +81,13 @@ void tcp_tx(struct fr_tp_conn *c)
 			}
 			off = 0;
 		}
-		if (!niov)
+		if (!niov) {
+			c->tx_full = false;
 			return;
+		}
+		offered = 0;
+		for (int k = 0; k < niov; k++)
+			offered += iov[k].iov_len;
 		memset(&msg, 0, sizeof(msg));
 		msg.msg_iov = iov;
 		msg.msg_iovlen = (size_t)niov;
@@ -89,8 +96,10 @@ void tcp_tx(struct fr_tp_conn *c)
 		if (sent < 0) {
 			if (errno == EINTR)
 				continue;
-			if (tcp_would_block(errno))
+			if (tcp_would_block(errno)) {
+				c->tx_full = true;
 				return;
+			}
 			fr_tpb_conn_fail(c, FR_EPEER, "send: %s",
 					 fr_syserr(errno));
 			return;
@@ -113,6 +122,10 @@ void tcp_tx(struct fr_tp_conn *c)
 			n -= rest;
 			tcp_sq_retire(c);
 		}
+		/* A short send on a non-blocking socket: it is full now. */
+		c->tx_full = (size_t)sent < offered;
+		if (c->tx_full)
+			return;
 	}
 }
 

@@ -991,10 +991,16 @@ int fr_peer_write(struct fr_comm *c, int rank, struct fr_mem *lmem, size_t loff,
 		return write_failed(c, p, rc);
 	c->peer.outstanding++;
 	c->peer.user_outstanding += user;
+	p->user_unsent += user;
 	c->stats.writes++;
 	c->stats.bytes_sent += len;
 	c->stats.wire_bytes += len;
 	return 0;
+}
+
+int fr_peer_unsent(const struct fr_comm *c, int rank)
+{
+	return c->peer.peers[rank].user_unsent;
 }
 
 size_t fr_peer_line_bytes(const struct fr_comm *c)
@@ -1669,13 +1675,17 @@ bad:
 		c->rank, fr_peer_rank(&c->peer, p), slot, len);
 }
 
-static void send_done(struct fr_comm *c, const struct fr_tp_cqe *cqe)
+static void send_done(struct fr_comm *c, struct fr_peer *p,
+		      const struct fr_tp_cqe *cqe)
 {
 	c->peer.outstanding--;
-	if (cqe->ctx & CTX_OUT)
+	if (cqe->ctx & CTX_OUT) {
 		c->peer.out_busy &= ~(1ull << (cqe->ctx & 63));
-	else if (cqe->ctx & CTX_USER)
+	} else if (cqe->ctx & CTX_USER) {
 		c->peer.user_outstanding--;
+		if (p && p->user_unsent > 0)
+			p->user_unsent--;
+	}
 }
 
 static struct fr_peer *cqe_peer(struct fr_comm *c, const struct fr_tp_cqe *cqe)
@@ -1697,7 +1707,7 @@ int fr_peers_on_cqe(struct fr_comm *c, const struct fr_tp_cqe *cqe, int *from)
 		c->peer.late_level = 0;
 	}
 	if (cqe->kind == FR_CQE_SEND)
-		send_done(c, cqe);
+		send_done(c, p, cqe);
 	if (!p)
 		return fr_comm_fail(
 			c, FR_EPROTO,
@@ -1938,6 +1948,7 @@ void fr_peers_quiesce(struct fr_comm *c)
 			c->tp_ops->close_conn(p->conn);
 		p->conn = NULL;
 		p->state = FR_PEER_DOWN;
+		p->user_unsent = 0;
 	}
 	/* their completions went with the connections */
 	c->peer.outstanding = 0;
@@ -2035,7 +2046,7 @@ int fr_peers_goodbye_step(struct fr_comm *c, bool *clean, bool *idle)
 		struct fr_msg m;
 
 		if (cqe[i].kind == FR_CQE_SEND)
-			send_done(c, &cqe[i]);
+			send_done(c, p, &cqe[i]);
 		if (cqe[i].kind == FR_CQE_SEND) {
 			if (cqe[i].status && p)
 				p->bye = true;

@@ -152,6 +152,7 @@ struct fr_peer {
 	/* sending into its mailbox */
 	int credits;	   /* free data slots there for us */
 	uint32_t send_seq; /* data slots used so far */
+	int user_unsent;   /* fr_peer_write()s with no SEND completion yet */
 	bool abort_sent, bye_sent;
 	bool revoke_sent; /* our revoke notice went (fr_comm_revoke) */
 	bool told_only; /* connected only to hand it our ABORT */
@@ -377,6 +378,9 @@ int fr_msg_leftover(struct fr_comm *comm, const struct fr_request *req);
 int fr_peer_write(struct fr_comm *comm, int rank, struct fr_mem *lmem,
 		  size_t loff, const struct fr_tp_rkey *rkey, uint64_t roff,
 		  size_t len, uint32_t imm, bool user);
+/* The user writes to rank that the transport has not yet handed on (no
+ * SEND completion): what is queued behind a write posted now. */
+int fr_peer_unsent(const struct fr_comm *comm, int rank);
 
 /*
  * Lines (transport.h, line_put): a collective that goes whole in one

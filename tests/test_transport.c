@@ -2181,6 +2181,114 @@ static void test_wait_wakes_on_room(void **state)
 	assert_int_equal(n_err(a, ab) + n_err(b, ba), 0);
 }
 
+/*
+ * A small write right after a large one wakes a receiver that sleeps in
+ * wait().  Over TCP a payload whose rest has not arrived sets SO_RCVLOWAT
+ * to what it lacks, so that epoll reports the socket once for the rest
+ * (tcp_data.c, tcp_rx_lowat); the mark must be back at 1 before the next
+ * header is awaited, or an 8-byte message behind the large one would wait
+ * for bytes that never come (at least until the wait's timeout, 3 s
+ * here).  The sender posts the small write only after the large one has
+ * landed and the receiver has gone back to sleep, and it must arrive well
+ * within those 3 s.
+ */
+struct lowat_sender {
+	struct ep *e;
+	struct fr_tp_conn *c;
+	struct fr_tp_mr *mr;
+	struct fr_tp_rkey rk;
+	size_t big;
+	volatile int landed; /* set by the receiver: the large one is in */
+	uint64_t small_posted_ms, dl;
+	int rc;
+};
+
+static void *lowat_sender_main(void *arg)
+{
+	struct lowat_sender *s = arg;
+
+	s->rc = ops->write_imm(s->c, s->mr, 0, &s->rk, 0, s->big, 0x6101, 1);
+	while (!s->rc && n_ok(s->e, s->c, FR_CQE_SEND) < 1 &&
+	       now_ms() < s->dl) {
+		drain(s->e);
+		if (n_ok(s->e, s->c, FR_CQE_SEND) < 1)
+			(void)ops->wait(s->e->tp, 100);
+	}
+	while (!__atomic_load_n(&s->landed, __ATOMIC_ACQUIRE) &&
+	       now_ms() < s->dl)
+		usleep(1000);
+	usleep(100000); /* the receiver is asleep in wait() again */
+	__atomic_store_n(&s->small_posted_ms, now_ms(), __ATOMIC_RELEASE);
+	if (!s->rc)
+		s->rc = ops->write_imm(s->c, s->mr, s->big, &s->rk, s->big, 8,
+				       0x6102, 2);
+	while (!s->rc && n_ok(s->e, s->c, FR_CQE_SEND) < 2 &&
+	       now_ms() < s->dl) {
+		drain(s->e);
+		if (n_ok(s->e, s->c, FR_CQE_SEND) < 2)
+			(void)ops->wait(s->e->tp, 100);
+	}
+	return NULL;
+}
+
+static void test_small_after_large_wakes(void **state)
+{
+	const size_t big = 4u << 20, len = big + 8;
+	struct lowat_sender s;
+	struct ep *a, *b;
+	struct fr_tp_conn *ab, *ba;
+	struct fr_tp_mr *dmr;
+	uint8_t *src, *dst;
+	uint64_t dl, posted, arrived = 0;
+	pthread_t t;
+
+	a = ep_open(0);
+	b = ep_open(1);
+	src = tbuf(len);
+	dst = tbuf(len);
+	connect_pair(a, b, &ab, &ba);
+	fill(src, len, 23);
+	memset(dst, 0, len);
+	memset(&s, 0, sizeof(s));
+	s.e = a;
+	s.c = ab;
+	s.big = big;
+	s.mr = reg(a, src, len, FR_TP_LOCAL_READ);
+	dmr = reg(b, dst, len, FR_TP_LOCAL_WRITE | FR_TP_REMOTE_WRITE);
+	s.rk = rkey_of(b, dmr, a);
+	dl = now_ms() + DEADLINE_MS;
+	s.dl = dl;
+	assert_int_equal(pthread_create(&t, NULL, lowat_sender_main, &s), 0);
+	/* only this thread drives the receiver, sleeping whenever it has
+	 * nothing: the large write lands in pieces, across wake-ups */
+	while (n_ok(b, ba, FR_CQE_RECV) < 2 && now_ms() < dl) {
+		drain(b);
+		if (n_ok(b, ba, FR_CQE_RECV) >= 1)
+			__atomic_store_n(&s.landed, 1, __ATOMIC_RELEASE);
+		if (n_ok(b, ba, FR_CQE_RECV) >= 2) {
+			arrived = now_ms();
+			break;
+		}
+		assert_int_equal(ops->wait(b->tp, 3000), 0);
+	}
+	pthread_join(t, NULL);
+	assert_int_equal(s.rc, 0);
+	if (n_ok(b, ba, FR_CQE_RECV) < 2)
+		fail_msg("%d of 2 writes arrived (4 MiB, then 8 bytes)",
+			 (int)n_ok(b, ba, FR_CQE_RECV));
+	posted = __atomic_load_n(&s.small_posted_ms, __ATOMIC_ACQUIRE);
+	/* a receiver that slept through it would see it after its 3 s wait
+	 * at the earliest; the margin is for valgrind */
+	if (arrived - posted >= 2500)
+		fail_msg("the 8-byte write arrived %llu ms after it was posted",
+			 (unsigned long long)(arrived - posted));
+	assert_int_equal(nth_ok(b, ba, FR_CQE_RECV, 0)->imm, 0x6101);
+	assert_int_equal(nth_ok(b, ba, FR_CQE_RECV, 1)->imm, 0x6102);
+	assert_int_equal(nth_ok(b, ba, FR_CQE_RECV, 1)->len, 8);
+	assert_memory_equal(dst, src, len);
+	assert_int_equal(n_err(a, ab) + n_err(b, ba), 0);
+}
+
 /* ---- validation ---------------------------------------------------------- */
 
 static void test_malformed_rkey(void **state)
@@ -2751,6 +2859,7 @@ int main(int argc, char **argv)
 		T(test_wait_idle_and_wake),
 		T(test_wait_wakes_on_arrival),
 		T(test_wait_wakes_on_room),
+		T(test_small_after_large_wakes),
 		T(test_malformed_rkey),
 		T(test_malformed_addr),
 		T(test_local_validation),

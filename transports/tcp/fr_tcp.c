@@ -24,6 +24,10 @@
  *     header/payload iovec pairs; partial sends resume mid-header or
  *     mid-payload.  A SEND completion is raised once the kernel has the
  *     whole message (the source may then be reused).
+ *   - A payload read in part when the socket runs dry sets SO_RCVLOWAT to
+ *     what it still lacks, so that epoll wakes a sleeping wait once for
+ *     the rest rather than once per arriving burst; the mark is back at 1
+ *     before any header is awaited (tcp_data.c, tcp_rx_lowat).
  *   - Completions wait in a per-endpoint ring (tp_cqring.h).  Progress
  *     never produces a completion the ring cannot hold: it stops sending
  *     and receiving on a connection instead, and resumes once poll() has

@@ -54,6 +54,13 @@
 #define TCP_RX_BUDGET (8u << 20)
 /* Read ahead with a header: small messages then cost one readv, not two. */
 #define TCP_RX_AHEAD 512
+/*
+ * A payload that still lacks this much or more when the socket runs dry
+ * sets SO_RCVLOWAT to what it lacks (up to TCP_LOWAT_MAX), so that epoll
+ * wakes us once for the rest instead of once per arriving burst (tcp_rx).
+ */
+#define TCP_LOWAT_MIN (64u << 10)
+#define TCP_LOWAT_MAX (4u << 20)
 #define TCP_BACKOFF_MIN_MS 10
 #define TCP_BACKOFF_MAX_MS 1000
 
@@ -125,6 +132,9 @@ struct fr_tp_conn {
 	uint8_t *rx_dst;
 	size_t rx_len, rx_done;
 	uint32_t rx_imm, rx_region, rx_gen;
+	/* SO_RCVLOWAT as set on fd: 1 (the kernel's default, and always so
+	 * outside a payload), or at most what the payload still lacks */
+	int rx_lowat;
 };
 
 /* The base (rank, connections, regions, listener, wake eventfd, epoll

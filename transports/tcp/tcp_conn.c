@@ -117,6 +117,7 @@ struct fr_tp_conn *tcp_conn_new(struct fr_tp *tp)
 	if (c) {
 		c->fd = -1;
 		c->rx_state = TCP_RX_HDR;
+		c->rx_lowat = 1;
 	}
 	return c;
 }

@@ -187,6 +187,37 @@ static int tcp_rx_header(struct fr_tp_conn *c)
 }
 
 /*
+ * The socket ran dry (or the budget ran out) in the middle of a payload:
+ * its rest arrives in bursts of a few tens of KiB, each of which would wake
+ * a sleeping wait and cost a wake-up, an epoll_wait() and a readv() of its
+ * own, though nothing completes before the last byte.  SO_RCVLOWAT set to
+ * what the payload lacks makes epoll report the socket once that much is
+ * there (or the receive buffer fills, or the peer closes: the kernel reports
+ * those at any mark), so a 512 KiB segment costs one wake-up instead of
+ * eight (perf/bench/README.md, "one wake-up per segment").  The mark never
+ * exceeds what the payload lacks, and goes back to 1 before anything else
+ * is read, so no header or small message ever waits for bytes that do not
+ * come.  A failed setsockopt only costs the wake-ups it would have saved.
+ */
+static void tcp_rx_lowat(struct fr_tp_conn *c)
+{
+	size_t lack = c->rx_state == TCP_RX_DATA ? c->rx_len - c->rx_done : 0;
+	int want = lack >= TCP_LOWAT_MIN ? (int)FR_MIN(lack, TCP_LOWAT_MAX) : 1;
+
+	if (want == c->rx_lowat)
+		return;
+	if (setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want))) {
+		/* left as it was, which is still safe if it was 1 or no
+		 * more than the payload lacks; otherwise fail loudly */
+		if (want == 1 || (size_t)c->rx_lowat > lack)
+			fr_tpb_conn_fail(c, FR_EPEER, "SO_RCVLOWAT: %s",
+					 fr_syserr(errno));
+		return;
+	}
+	c->rx_lowat = want;
+}
+
+/*
  * Receive: a header into rx_hdr, then its payload straight into the
  * region.  While a payload lands, the same readv() also takes the next
  * header, so a stream of small writes costs one system call each.  A header
@@ -211,6 +242,11 @@ void tcp_rx(struct fr_tp_conn *c)
 			continue;
 		}
 		if (c->rx_state == TCP_RX_DATA && c->rx_done == c->rx_len) {
+			if (c->rx_lowat != 1) {
+				tcp_rx_lowat(c); /* back to 1 first */
+				if (c->b.state != TCP_UP)
+					return;
+			}
 			/* Full ring: stop reading until poll() drains it. */
 			if (fr_cqring_full(&tp->cq))
 				return;
@@ -241,8 +277,10 @@ void tcp_rx(struct fr_tp_conn *c)
 		}
 		/* A short read emptied the socket: another would only say
 		 * EAGAIN (epoll tells us when more arrives). */
-		if (!budget || drained)
+		if (!budget || drained) {
+			tcp_rx_lowat(c);
 			return;
+		}
 		if (c->rx_state == TCP_RX_DATA) {
 			iov[0].iov_base = c->rx_dst + c->rx_done;
 			iov[0].iov_len = c->rx_len - c->rx_done;
@@ -260,8 +298,10 @@ void tcp_rx(struct fr_tp_conn *c)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			if (tcp_would_block(errno))
+			if (tcp_would_block(errno)) {
+				tcp_rx_lowat(c);
 				return;
+			}
 			fr_tpb_conn_fail(c, FR_EPEER, "receive: %s",
 					 fr_syserr(errno));
 			return;

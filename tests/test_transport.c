@@ -2198,22 +2198,28 @@ struct lowat_sender {
 	struct fr_tp_mr *mr;
 	struct fr_tp_rkey rk;
 	size_t big;
-	volatile int landed; /* set by the receiver: the large one is in */
+	int landed; /* set by the receiver (atomic): the large one is in */
 	uint64_t small_posted_ms, dl;
 	int rc;
 };
+
+/* The sender's own endpoint only: until n of its writes have gone. */
+static void lowat_sent(struct lowat_sender *s, size_t n)
+{
+	while (!s->rc && n_ok(s->e, s->c, FR_CQE_SEND) < n &&
+	       now_ms() < s->dl) {
+		drain(s->e);
+		if (n_ok(s->e, s->c, FR_CQE_SEND) < n)
+			(void)ops->wait(s->e->tp, 100);
+	}
+}
 
 static void *lowat_sender_main(void *arg)
 {
 	struct lowat_sender *s = arg;
 
 	s->rc = ops->write_imm(s->c, s->mr, 0, &s->rk, 0, s->big, 0x6101, 1);
-	while (!s->rc && n_ok(s->e, s->c, FR_CQE_SEND) < 1 &&
-	       now_ms() < s->dl) {
-		drain(s->e);
-		if (n_ok(s->e, s->c, FR_CQE_SEND) < 1)
-			(void)ops->wait(s->e->tp, 100);
-	}
+	lowat_sent(s, 1);
 	while (!__atomic_load_n(&s->landed, __ATOMIC_ACQUIRE) &&
 	       now_ms() < s->dl)
 		usleep(1000);
@@ -2222,12 +2228,7 @@ static void *lowat_sender_main(void *arg)
 	if (!s->rc)
 		s->rc = ops->write_imm(s->c, s->mr, s->big, &s->rk, s->big, 8,
 				       0x6102, 2);
-	while (!s->rc && n_ok(s->e, s->c, FR_CQE_SEND) < 2 &&
-	       now_ms() < s->dl) {
-		drain(s->e);
-		if (n_ok(s->e, s->c, FR_CQE_SEND) < 2)
-			(void)ops->wait(s->e->tp, 100);
-	}
+	lowat_sent(s, 2);
 	return NULL;
 }
 

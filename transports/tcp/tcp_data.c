@@ -197,7 +197,10 @@ static int tcp_rx_header(struct fr_tp_conn *c)
  * eight (perf/bench/README.md, "one wake-up per segment").  The mark never
  * exceeds what the payload lacks, and goes back to 1 before anything else
  * is read, so no header or small message ever waits for bytes that do not
- * come.  A failed setsockopt only costs the wake-ups it would have saved.
+ * come.  A failed setsockopt leaves the old mark: harmless where that is
+ * still no more than the payload lacks (only the wake-ups go unsaved),
+ * otherwise the connection fails rather than wait for bytes that may never
+ * come.
  */
 static void tcp_rx_lowat(struct fr_tp_conn *c)
 {
@@ -207,9 +210,9 @@ static void tcp_rx_lowat(struct fr_tp_conn *c)
 	if (want == c->rx_lowat)
 		return;
 	if (setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want))) {
-		/* left as it was, which is still safe if it was 1 or no
-		 * more than the payload lacks; otherwise fail loudly */
-		if (want == 1 || (size_t)c->rx_lowat > lack)
+		/* the old mark, if it exceeds what is left to come (want 1
+		 * means lack < TCP_LOWAT_MIN <= any mark but 1) */
+		if ((size_t)c->rx_lowat > lack)
 			fr_tpb_conn_fail(c, FR_EPEER, "SO_RCVLOWAT: %s",
 					 fr_syserr(errno));
 		return;
